@@ -1,0 +1,54 @@
+"""webtensor: tensors on WebGPU (wgpu) with a numpy reference backend, and GPT-2 inference.
+
+    import numpy as np, webtensor as wt
+    gpu = wt.Device.wgpu()
+    x = wt.tensor(np.random.rand(4, 768).astype(np.float32), device=gpu)
+    with gpu.dispatch_scope():
+        y = wt.gelu(wt.layer_norm(x @ w + b, g, beta))
+    y.numpy()
+"""
+
+from .device import Device
+from .dtypes import DType, float16, float32, int32
+from .errors import (
+    BufferLimitError,
+    CheckpointError,
+    ContextLengthError,
+    DeviceMismatchError,
+    DeviceReleasedError,
+    DTypeError,
+    GPUError,
+    NoAdapterError,
+    SamplingError,
+    ShapeError,
+    TokenizerError,
+    WebtensorError,
+)
+from .ops import (
+    add,
+    argmax,
+    attention,
+    broadcast_shapes,
+    cast,
+    copy,
+    copy_into,
+    div,
+    embedding,
+    gelu,
+    layer_norm,
+    matmul,
+    mul,
+    softmax,
+    sub,
+)
+from .tensor import Tensor, tensor
+
+__version__ = "0.1.0"
+__all__ = [
+    "Device", "Tensor", "tensor", "DType", "float16", "float32", "int32",
+    "add", "sub", "mul", "div", "matmul", "gelu", "layer_norm", "softmax", "attention", "embedding",
+    "argmax", "cast", "copy", "copy_into", "broadcast_shapes",
+    "WebtensorError", "ShapeError", "DTypeError", "DeviceMismatchError", "NoAdapterError",
+    "DeviceReleasedError", "BufferLimitError", "GPUError", "CheckpointError", "TokenizerError",
+    "ContextLengthError", "SamplingError",
+]

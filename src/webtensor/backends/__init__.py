@@ -1,0 +1,1 @@
+"""Backends: `cpu` (the numpy reference) and `wgpu` (WebGPU, production)."""

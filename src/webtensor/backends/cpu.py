@@ -1,0 +1,84 @@
+"""The CPU reference backend: each op written plainly in numpy, for clarity over speed.
+
+Every WebGPU kernel is tested against these functions. Arithmetic is done in float32 (float16
+inputs are widened first, outputs rounded back), mirroring the WGSL kernels, which compute in f32.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+F32 = np.float32
+
+
+def _f32(x: np.ndarray) -> np.ndarray:
+    return x.astype(F32, copy=False)
+
+
+def add(a: np.ndarray, b: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
+    return (_f32(a) + _f32(b)).astype(out_dtype)
+
+
+def sub(a: np.ndarray, b: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
+    return (_f32(a) - _f32(b)).astype(out_dtype)
+
+
+def mul(a: np.ndarray, b: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
+    return (_f32(a) * _f32(b)).astype(out_dtype)
+
+
+def div(a: np.ndarray, b: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (_f32(a) / _f32(b)).astype(out_dtype)
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
+    # a: (..., M, K), b: (..., K, N) -> (..., M, N)
+    return np.matmul(_f32(a), _f32(b)).astype(out_dtype)
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    # GPT-2's tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+    v = _f32(x)
+    c = F32(np.sqrt(2.0 / np.pi))
+    return (F32(0.5) * v * (F32(1.0) + np.tanh(c * (v + F32(0.044715) * v * v * v)))).astype(x.dtype)
+
+
+def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    # x: (..., C); normalise over C, then scale by w (C,) and shift by b (C,)
+    v = _f32(x)
+    mean = v.mean(axis=-1, keepdims=True)
+    var = ((v - mean) ** 2).mean(axis=-1, keepdims=True)
+    y = (v - mean) / np.sqrt(var + F32(eps))
+    return (y * _f32(w) + _f32(b)).astype(x.dtype)
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    v = _f32(x)
+    e = np.exp(v - v.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)).astype(x.dtype)
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float) -> np.ndarray:
+    # q: (T, H, D), k and v: (S, H, D) with S >= T; query t sees keys j <= t + (S - T) if causal
+    T, S = q.shape[0], k.shape[0]
+    qh, kh, vh = (_f32(t).transpose(1, 0, 2) for t in (q, k, v))  # (H, T, D), (H, S, D)
+    scores = (qh @ kh.transpose(0, 2, 1)) * F32(scale)  # (H, T, S)
+    if causal:
+        visible = np.arange(S)[None, :] <= np.arange(T)[:, None] + (S - T)
+        scores = np.where(visible[None], scores, -np.inf)
+    probs = softmax(scores)
+    return (probs @ vh).transpose(1, 0, 2).astype(q.dtype)  # (T, H, D)
+
+
+def embedding(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    # table: (V, C), ids: (...) -> (..., C)
+    return table[ids]
+
+
+def argmax(x: np.ndarray) -> np.ndarray:
+    return np.argmax(x, axis=-1).astype(np.int32)
+
+
+def cast(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    return x.astype(dtype)

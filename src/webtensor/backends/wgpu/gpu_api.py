@@ -1,0 +1,252 @@
+"""The seam between webtensor's WebGPU backend and a concrete WebGPU API.
+
+Everything above this module (context, scope, kernels) talks to the GPU only through the small
+`GpuApi` interface below, so two implementations can sit behind it: `NativeGpu` here (wgpu-py over
+Vulkan / Metal / D3D12), and the browser's `navigator.gpu` through Pyodide's FFI (`web/browser_gpu.py`).
+The interface is batch-shaped on purpose: a flush hands over a whole list of commands, so an
+implementation can encode them in one foreign call.
+
+Commands (plain tuples, cheap to build):
+    ("dispatch", pipeline, bind_group, uniform_offset, x, y, z)
+    ("copy", src_buffer, src_offset, dst_buffer, dst_offset, nbytes)
+    ("timestamp", query_index)  # only when profiling
+Buffers passed in are the implementation's own handles. Uploads take any buffer-protocol object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+# WebGPU buffer usage bits (same numbers in every implementation of the spec).
+MAP_READ, MAP_WRITE, COPY_SRC, COPY_DST, UNIFORM, STORAGE, QUERY_RESOLVE = 1, 2, 4, 8, 64, 128, 512
+STORAGE_USAGE = STORAGE | COPY_SRC | COPY_DST
+UNIFORM_USAGE = UNIFORM | COPY_DST
+
+# Limits webtensor asks for explicitly (hyphenated, as WebGPU names them).
+WANTED_LIMITS = (
+    "max-storage-buffer-binding-size",
+    "max-buffer-size",
+    "max-storage-buffers-per-shader-stage",
+    "max-compute-workgroup-storage-size",
+    "max-compute-invocations-per-workgroup",
+    "max-compute-workgroup-size-x",
+    "max-compute-workgroups-per-dimension",
+    "max-dynamic-uniform-buffers-per-pipeline-layout",
+)
+WANTED_FEATURES = ("shader-f16", "subgroup", "timestamp-query")
+
+
+@dataclass(frozen=True)
+class AdapterInfo:
+    name: str  # "NVIDIA H200", "llvmpipe (LLVM 15.0.6, 256 bits)"
+    backend: str  # "Vulkan", "Metal", "D3D12", "WebGPU"
+    adapter_type: str  # "DiscreteGPU", "IntegratedGPU", "CPU", "Unknown"
+    vendor: str = ""
+    driver: str = ""
+    limits: dict[str, int] = field(default_factory=dict)
+    features: frozenset[str] = frozenset()
+
+    @property
+    def is_software(self) -> bool:
+        return self.adapter_type == "CPU" or any(
+            s in self.name.lower() for s in ("llvmpipe", "lavapipe", "swiftshader", "warp")
+        )
+
+
+class GpuApi(Protocol):
+    """What webtensor needs from a WebGPU implementation; nothing more."""
+
+    info: AdapterInfo
+    limits: dict[str, int]  # the limits the device was created with
+    features: frozenset[str]  # the features the device was created with
+
+    def create_buffer(self, size: int, usage: int, label: str = "") -> Any: ...
+    def destroy_buffer(self, buffer: Any) -> None: ...
+    def write_buffer(self, buffer: Any, offset: int, data: Any) -> None: ...
+    def create_pipeline(self, wgsl: str, n_storage: int, label: str, uniform_size: int) -> Any: ...
+    def create_bind_group(self, pipeline: Any, uniform: Any, storage: list[Any]) -> Any: ...
+    def submit(self, commands: list[tuple], read: tuple[Any, int, int] | None = None) -> memoryview | None:
+        """Encode `commands` into one command buffer, submit it once; if `read` = (buffer, offset,
+        nbytes) is given, copy that range out after the commands and return its bytes."""
+        ...
+    def pop_error(self) -> str | None:
+        """The first validation/out-of-memory error since the last call, as text, else None."""
+        ...
+
+
+def _limits_to_request(adapter_limits: Any, max_binding: int | None) -> dict[str, int]:
+    wanted = {k: int(adapter_limits[k]) for k in WANTED_LIMITS if adapter_limits.get(k) is not None}
+    if max_binding is not None:
+        wanted["max-storage-buffer-binding-size"] = min(wanted["max-storage-buffer-binding-size"], max_binding)
+    return wanted
+
+
+class NativeGpu:
+    """`GpuApi` over wgpu-py (wgpu-native): Vulkan, Metal or D3D12."""
+
+    def __init__(self, adapter: Any, device: Any, requested_limits: dict[str, int]):
+        import wgpu
+
+        self._wgpu = wgpu
+        self.adapter = adapter
+        self.device = device
+        raw = adapter.info
+        self.info = AdapterInfo(
+            name=str(raw.get("device") or raw.get("description") or "unknown adapter"),
+            backend=str(raw.get("backend_type", "unknown")),
+            adapter_type=str(raw.get("adapter_type", "Unknown")),
+            vendor=str(raw.get("vendor", "")),
+            driver=str(raw.get("description", "")),
+            limits={k: int(v) for k, v in adapter.limits.items() if isinstance(v, int)},
+            features=frozenset(adapter.features),
+        )
+        self.limits = dict(requested_limits)
+        self.features = frozenset(device.features)
+        self.queue = device.queue
+        self._staging: dict[int, Any] = {}  # size -> MAP_READ buffer, reused across readbacks
+        self._layouts: dict[tuple[int, int], tuple[Any, Any]] = {}
+
+    # -- creation -------------------------------------------------------------------------------
+    @staticmethod
+    def _pick(adapters: list[Any], software: bool | None) -> Any:
+        def is_sw(a: Any) -> bool:
+            i = a.info
+            return i.get("adapter_type") == "CPU" or "llvmpipe" in str(i.get("device", "")).lower()
+
+        order = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "CPU": 3}
+        pool = [a for a in adapters if software is None or is_sw(a) == software]
+        pool.sort(key=lambda a: order.get(a.info.get("adapter_type"), 4))
+        return pool[0] if pool else None
+
+    @classmethod
+    def enumerate(cls) -> list[Any]:
+        import wgpu
+
+        try:
+            return list(wgpu.gpu.enumerate_adapters_sync())
+        except Exception:  # no Vulkan loader / driver at all
+            return []
+
+    @classmethod
+    async def create_async(cls, software: bool | None, max_binding: int | None) -> NativeGpu | None:
+        import wgpu
+
+        try:
+            adapters = await wgpu.gpu.enumerate_adapters_async()
+        except Exception:
+            adapters = []
+        adapter = cls._pick(list(adapters), software)
+        if adapter is None:
+            return None
+        limits = _limits_to_request(adapter.limits, max_binding)
+        feats = [f for f in WANTED_FEATURES if f in adapter.features]
+        device = await adapter.request_device_async(required_features=feats, required_limits=limits)
+        return cls(adapter, device, limits)
+
+    @classmethod
+    def create_sync(cls, software: bool | None, max_binding: int | None) -> NativeGpu | None:
+        adapter = cls._pick(cls.enumerate(), software)
+        if adapter is None:
+            return None
+        limits = _limits_to_request(adapter.limits, max_binding)
+        feats = [f for f in WANTED_FEATURES if f in adapter.features]
+        device = adapter.request_device_sync(required_features=feats, required_limits=limits)
+        return cls(adapter, device, limits)
+
+    # -- GpuApi ---------------------------------------------------------------------------------
+    def create_buffer(self, size: int, usage: int, label: str = "") -> Any:
+        return self.device.create_buffer(size=size, usage=usage, label=label)
+
+    def destroy_buffer(self, buffer: Any) -> None:
+        buffer.destroy()
+
+    def write_buffer(self, buffer: Any, offset: int, data: Any) -> None:
+        self.queue.write_buffer(buffer, offset, data)
+
+    def _layout(self, n_storage: int, uniform_size: int) -> tuple[Any, Any]:
+        key = (n_storage, uniform_size)
+        if key not in self._layouts:
+            wgpu = self._wgpu
+            entries = [
+                {
+                    "binding": 0,
+                    "visibility": wgpu.ShaderStage.COMPUTE,
+                    "buffer": {"type": "uniform", "has_dynamic_offset": True, "min_binding_size": uniform_size},
+                }
+            ] + [
+                {"binding": i + 1, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": "storage"}}
+                for i in range(n_storage)
+            ]
+            bgl = self.device.create_bind_group_layout(entries=entries)
+            self._layouts[key] = (bgl, self.device.create_pipeline_layout(bind_group_layouts=[bgl]))
+        return self._layouts[key]
+
+    def create_pipeline(self, wgsl: str, n_storage: int, label: str, uniform_size: int) -> Any:
+        bgl, layout = self._layout(n_storage, uniform_size)
+        module = self.device.create_shader_module(code=wgsl, label=label)
+        pipe = self.device.create_compute_pipeline(
+            layout=layout, compute={"module": module, "entry_point": "main"}, label=label
+        )
+        return (pipe, bgl, uniform_size)
+
+    def create_bind_group(self, pipeline: Any, uniform: Any, storage: list[Any]) -> Any:
+        _, bgl, usize = pipeline
+        entries = [{"binding": 0, "resource": {"buffer": uniform, "offset": 0, "size": usize}}]
+        entries += [
+            {"binding": i + 1, "resource": {"buffer": b, "offset": 0, "size": b.size}} for i, b in enumerate(storage)
+        ]
+        return self.device.create_bind_group(layout=bgl, entries=entries)
+
+    def _staging_for(self, nbytes: int) -> Any:
+        size = max(256, 1 << (nbytes - 1).bit_length())
+        buf = self._staging.get(size)
+        if buf is None:
+            buf = self.device.create_buffer(size=size, usage=MAP_READ | COPY_DST, label="webtensor-staging")
+            self._staging[size] = buf
+        return buf
+
+    def submit(self, commands: list[tuple], read: tuple[Any, int, int] | None = None) -> memoryview | None:
+        enc = self.device.create_command_encoder()
+        pass_ = None
+        for cmd in commands:
+            if cmd[0] == "dispatch":
+                if pass_ is None:
+                    pass_ = enc.begin_compute_pass()
+                _, pipe, bg, uoff, x, y, z = cmd
+                pass_.set_pipeline(pipe[0])
+                pass_.set_bind_group(0, bg, [uoff])
+                pass_.dispatch_workgroups(x, y, z)
+            else:
+                if pass_ is not None:
+                    pass_.end()
+                    pass_ = None
+                if cmd[0] == "copy":
+                    _, src, soff, dst, doff, n = cmd
+                    enc.copy_buffer_to_buffer(src, soff, dst, doff, n)
+                elif cmd[0] == "timestamp":
+                    _, qset, index = cmd
+                    enc.write_timestamp(qset, index)
+                elif cmd[0] == "resolve":
+                    _, qset, count, dst = cmd
+                    enc.resolve_query_set(qset, 0, count, dst, 0)
+        if pass_ is not None:
+            pass_.end()
+        staging = None
+        if read is not None:
+            buf, off, n = read
+            staging = self._staging_for(n)
+            enc.copy_buffer_to_buffer(buf, off, staging, 0, (n + 3) & ~3)
+        self.queue.submit([enc.finish()])
+        if staging is None:
+            return None
+        n = read[2]
+        staging.map_sync(self._wgpu.MapMode.READ, 0, staging.size)
+        try:
+            out = memoryview(bytes(staging.read_mapped(0, (n + 3) & ~3)))[:n]
+        finally:
+            staging.unmap()
+        return out
+
+    def pop_error(self) -> str | None:
+        return None  # wgpu-py raises validation errors as exceptions at the call site

@@ -1,0 +1,74 @@
+// Scaled dot-product attention, one workgroup per (query t, head h), 256 threads:
+// keys are visited in tiles of 256 with an online softmax (running max and sum), so S is
+// unbounded. q: (T, H, D), k/v: (S, H, D), out: (T, H, D), each with row / head strides and
+// unit stride along D (so q, k, v may be column slices of a fused qkv tensor, and k, v may be the
+// first S rows of a preallocated KV cache). Causal: query t sees keys j <= t + (S - T).
+// D <= 256. Header: alias TQ, TK, TO.
+struct P {
+  T: u32, S: u32, H: u32, D: u32,
+  q_off: u32, q_ts: u32, q_hs: u32, causal: u32,
+  k_off: u32, k_ts: u32, k_hs: u32, scale: f32,
+  v_off: u32, v_ts: u32, v_hs: u32, o_off: u32,
+  o_ts: u32, o_hs: u32,
+}
+@group(0) @binding(0) var<uniform> p: P;
+@group(0) @binding(1) var<storage, read_write> q: array<TQ>;
+@group(0) @binding(2) var<storage, read_write> k: array<TK>;
+@group(0) @binding(3) var<storage, read_write> v: array<TK>;
+@group(0) @binding(4) var<storage, read_write> o: array<TO>;
+var<workgroup> qs: array<f32, 256>;
+var<workgroup> ps: array<f32, 256>;
+var<workgroup> red: array<f32, 256>;
+
+fn wg_reduce(li: u32, x: f32, is_max: bool) -> f32 {
+  red[li] = x;
+  workgroupBarrier();
+  for (var s = 128u; s > 0u; s = s >> 1u) {
+    if (li < s) {
+      if (is_max) { red[li] = max(red[li], red[li + s]); } else { red[li] = red[li] + red[li + s]; }
+    }
+    workgroupBarrier();
+  }
+  let r = red[0];
+  workgroupBarrier();
+  return r;
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+  let t = wg.x;
+  let h = wg.y;
+  if (li < p.D) { qs[li] = f32(q[p.q_off + t * p.q_ts + h * p.q_hs + li]) * p.scale; }
+  workgroupBarrier();
+  var last = p.S;  // keys [0, last) are visible
+  if (p.causal != 0u) { last = min(p.S, t + (p.S - p.T) + 1u); }
+  var m = -3.4028234663852886e38;
+  var l = 0.0;
+  var acc = 0.0;  // this thread's output element d = li
+  for (var j0 = 0u; j0 < last; j0 = j0 + 256u) {
+    let j = j0 + li;
+    var s = -3.4028234663852886e38;
+    if (j < last) {
+      let kb = p.k_off + j * p.k_ts + h * p.k_hs;
+      var d0 = 0.0;
+      for (var d = 0u; d < p.D; d = d + 1u) { d0 = d0 + qs[d] * f32(k[kb + d]); }
+      s = d0;
+    }
+    let m_new = max(m, wg_reduce(li, s, true));
+    var e = 0.0;
+    if (j < last) { e = exp(s - m_new); }
+    ps[li] = e;
+    let corr = exp(m - m_new);
+    l = l * corr + wg_reduce(li, e, false);
+    acc = acc * corr;
+    let n = min(256u, last - j0);
+    if (li < p.D) {
+      for (var i = 0u; i < n; i = i + 1u) {
+        acc = acc + ps[i] * f32(v[p.v_off + (j0 + i) * p.v_ts + h * p.v_hs + li]);
+      }
+    }
+    m = m_new;
+    workgroupBarrier();
+  }
+  if (li < p.D) { o[p.o_off + t * p.o_ts + h * p.o_hs + li] = TO(acc / l); }
+}

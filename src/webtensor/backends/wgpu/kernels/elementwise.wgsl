@@ -1,0 +1,29 @@
+// Binary elementwise ops with numpy broadcasting over up to 4 dims (a broadcast dim has stride 0).
+// Header supplies: alias TA, TB, TO (storage types); const OP (0 add, 1 mul, 2 sub, 3 div).
+struct P {
+  shape: vec4<u32>,      // output shape, padded on the left with 1s
+  sa: vec4<u32>,         // element strides of a per output dim (0 = broadcast)
+  sb: vec4<u32>,
+  a_off: u32, b_off: u32, o_off: u32, n: u32,
+}
+@group(0) @binding(0) var<uniform> p: P;
+@group(0) @binding(1) var<storage, read_write> a: array<TA>;
+@group(0) @binding(2) var<storage, read_write> b: array<TB>;
+@group(0) @binding(3) var<storage, read_write> o: array<TO>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+  let i = (wg.y * nwg.x + wg.x) * 256u + li;
+  if (i >= p.n) { return; }
+  var r = i;
+  let i3 = r % p.shape.w; r = r / p.shape.w;
+  let i2 = r % p.shape.z; r = r / p.shape.z;
+  let i1 = r % p.shape.y; let i0 = r / p.shape.y;
+  let idx = vec4<u32>(i0, i1, i2, i3);
+  let x = f32(a[p.a_off + dot(idx, p.sa)]);
+  let y = f32(b[p.b_off + dot(idx, p.sb)]);
+  var z: f32;
+  if (OP == 0u) { z = x + y; } else if (OP == 1u) { z = x * y; } else if (OP == 2u) { z = x - y; } else { z = x / y; }
+  o[p.o_off + i] = TO(z);
+}

@@ -1,0 +1,39 @@
+// LayerNorm over the last axis: one workgroup of 256 threads per row; two-pass mean / variance.
+// Header: alias TX, TW, TO.
+struct P { rows: u32, cols: u32, x_off: u32, x_ld: u32, o_off: u32, eps: f32, w_off: u32, b_off: u32 }
+@group(0) @binding(0) var<uniform> p: P;
+@group(0) @binding(1) var<storage, read_write> x: array<TX>;
+@group(0) @binding(2) var<storage, read_write> w: array<TW>;
+@group(0) @binding(3) var<storage, read_write> bias: array<TW>;
+@group(0) @binding(4) var<storage, read_write> o: array<TO>;
+var<workgroup> red: array<f32, 256>;
+
+fn reduce_sum(li: u32, v: f32) -> f32 {
+  red[li] = v;
+  workgroupBarrier();
+  for (var s = 128u; s > 0u; s = s >> 1u) {
+    if (li < s) { red[li] = red[li] + red[li + s]; }
+    workgroupBarrier();
+  }
+  let r = red[0];
+  workgroupBarrier();
+  return r;
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+  let row = wg.y * nwg.x + wg.x;
+  if (row >= p.rows) { return; }
+  let base = p.x_off + row * p.x_ld;
+  var s = 0.0;
+  for (var c = li; c < p.cols; c = c + 256u) { s = s + f32(x[base + c]); }
+  let mean = reduce_sum(li, s) / f32(p.cols);
+  var q = 0.0;
+  for (var c = li; c < p.cols; c = c + 256u) { let d = f32(x[base + c]) - mean; q = q + d * d; }
+  let rstd = inverseSqrt(reduce_sum(li, q) / f32(p.cols) + p.eps);
+  let ob = p.o_off + row * p.cols;
+  for (var c = li; c < p.cols; c = c + 256u) {
+    o[ob + c] = TO((f32(x[base + c]) - mean) * rstd * f32(w[p.w_off + c]) + f32(bias[p.b_off + c]));
+  }
+}

@@ -1,0 +1,35 @@
+// Unary ops over a strided (up to 4-d) input into a contiguous output; also the strided copy
+// behind transpose / contiguous / slicing / cast, and copy-into-a-slice (strided output).
+// Header supplies: alias TI, TO; const OP (0 copy/cast, 1 gelu-tanh, 2 scale by p.alpha).
+struct P {
+  shape: vec4<u32>,
+  si: vec4<u32>,         // input strides (elements)
+  so: vec4<u32>,         // output strides (elements)
+  i_off: u32, o_off: u32, n: u32, alpha: f32,
+}
+@group(0) @binding(0) var<uniform> p: P;
+@group(0) @binding(1) var<storage, read_write> x: array<TI>;
+@group(0) @binding(2) var<storage, read_write> o: array<TO>;
+
+fn gelu_tanh(v: f32) -> f32 {
+  // 0.5 v (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3))), written with exp so large |v| stays finite
+  let u = 0.7978845608028654 * (v + 0.044715 * v * v * v);
+  let t = 1.0 - 2.0 / (exp(2.0 * clamp(u, -40.0, 40.0)) + 1.0);
+  return 0.5 * v * (1.0 + t);
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+  let i = (wg.y * nwg.x + wg.x) * 256u + li;
+  if (i >= p.n) { return; }
+  var r = i;
+  let i3 = r % p.shape.w; r = r / p.shape.w;
+  let i2 = r % p.shape.z; r = r / p.shape.z;
+  let i1 = r % p.shape.y; let i0 = r / p.shape.y;
+  let idx = vec4<u32>(i0, i1, i2, i3);
+  let v = f32(x[p.i_off + dot(idx, p.si)]);
+  var z = v;
+  if (OP == 1u) { z = gelu_tanh(v); } else if (OP == 2u) { z = v * p.alpha; }
+  o[p.o_off + dot(idx, p.so)] = TO(z);
+}

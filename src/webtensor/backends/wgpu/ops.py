@@ -1,0 +1,325 @@
+"""WebGPU implementations of webtensor's ops: pick the kernel variant, pack its parameters,
+bind whole buffers (offsets travel as parameters, so bind groups stay cached), dispatch.
+
+Shapes and devices are validated by `webtensor.ops` before these are called. Nothing here needs
+numpy except `to_numpy`, so the browser (Pyodide without numpy) can use the rest.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ... import dtypes as dt
+from ...errors import DTypeError, ShapeError
+from ...tensor import Tensor, contiguous_strides
+from .context import WgpuContext
+from .storage import WgpuStorage, allocate
+
+WG = 256  # threads per workgroup in the 1-d kernels
+
+
+def _grid(n_groups: int, ctx: WgpuContext) -> tuple[int, int, int]:
+    """Spread `n_groups` workgroups over x and y (kernels flatten them back) under the per-dim limit."""
+    if n_groups <= ctx.max_workgroups:
+        return (n_groups, 1, 1)
+    y = math.ceil(n_groups / ctx.max_workgroups)
+    return (math.ceil(n_groups / y), y, 1)
+
+
+def _ctx(t: Tensor) -> WgpuContext:
+    ctx = t.device.ctx
+    ctx.check_alive()
+    return ctx
+
+
+def empty(device: Any, shape: tuple[int, ...], dtype: dt.DType) -> Tensor:
+    ctx = device.ctx
+    if dtype is dt.float16 and not ctx.has_f16:
+        raise DTypeError(f"{device.describe()} has no shader-f16 feature: float16 tensors are not supported there")
+    return Tensor(device, shape, dtype, storage=allocate(ctx, shape, dtype.itemsize))
+
+
+def from_host(device: Any, shape: tuple[int, ...], dtype: dt.DType, data: Any) -> Tensor:
+    """Upload C-ordered bytes (any buffer-protocol object) into a new tensor."""
+    t = empty(device, tuple(shape), dtype)
+    mv = memoryview(data).cast("B")
+    if mv.nbytes != t.nbytes:
+        raise ShapeError(f"{mv.nbytes} bytes given for a tensor of shape {shape} {dtype.name} ({t.nbytes} bytes)")
+    ctx, st = device.ctx, t._storage
+    row_bytes = t.nbytes // shape[0] if shape and shape[0] else 0
+    for r0, n, buf in st.chunk_ranges(shape[0] if shape else 1):
+        if len(st.chunks) == 1:
+            ctx.upload(buf, mv)
+        else:
+            ctx.upload(buf, mv[r0 * row_bytes:(r0 + n) * row_bytes])
+    return t
+
+
+def to_bytes(t: Tensor) -> bytes:
+    ctx = _ctx(t)
+    st: WgpuStorage = t._storage
+    if len(st.chunks) > 1:
+        if not t.is_contiguous():  # a transposed view of chunked rows: read rows, transpose on host
+            return to_numpy(t).tobytes()
+        row_bytes = t.nbytes // t.shape[0]
+        return b"".join(bytes(ctx.read(b, 0, n * row_bytes)) for _, n, b in st.chunk_ranges(t.shape[0]))
+    if not t.is_contiguous():
+        t = copy(t)
+    if t.size == 0:
+        return b""
+    return bytes(ctx.read(t._storage.buffer, t._offset * t.dtype.itemsize, t.nbytes))
+
+
+def to_numpy(t: Tensor) -> Any:
+    import numpy as np
+
+    if len(t._storage.chunks) > 1 and not t.is_contiguous():
+        base = Tensor(t.device, tuple(reversed(t.shape)), t.dtype, storage=t._storage)
+        return np.ascontiguousarray(to_numpy(base).T)
+    return np.frombuffer(to_bytes(t), dtype=t.dtype.name).reshape(t.shape).copy()
+
+
+def synchronize(device: Any) -> None:
+    ctx = device.ctx
+    probe = ctx.alloc(4)
+    try:
+        ctx.read(probe, 0, 4)
+    finally:
+        ctx.release(probe)
+
+
+# -- strided elementwise ------------------------------------------------------------------------
+def _collapse(shape: tuple[int, ...], *stride_sets: tuple[int, ...]) -> tuple[list[int], list[list[int]]]:
+    """Merge adjacent dims that are contiguous with each other in every operand; drop size-1 dims."""
+    dims = [i for i, n in enumerate(shape) if n != 1]
+    out_shape: list[int] = []
+    out_strides: list[list[int]] = [[] for _ in stride_sets]
+    for i in dims:
+        if out_shape and all(s[-1] == st[i] * shape[i] for s, st in zip(out_strides, stride_sets, strict=True)):
+            out_shape[-1] *= shape[i]
+            for s, st in zip(out_strides, stride_sets, strict=True):
+                s[-1] = st[i]
+        else:
+            out_shape.append(shape[i])
+            for s, st in zip(out_strides, stride_sets, strict=True):
+                s.append(st[i])
+    return out_shape, out_strides
+
+
+def _pad4(shape: list[int], strides: list[list[int]]) -> tuple[list[int], list[list[int]]]:
+    k = 4 - len(shape)
+    return [1] * k + shape, [[0] * k + s for s in strides]
+
+
+def _broadcast_strides(t: Tensor, out_shape: tuple[int, ...]) -> tuple[int, ...]:
+    k = len(out_shape) - t.ndim
+    return tuple(0 if d < k or t.shape[d - k] == 1 else t._strides[d - k] for d in range(len(out_shape)))
+
+
+_BINARY = {"add": "0u", "mul": "1u", "sub": "2u", "div": "3u"}
+
+
+def binary(op: str, a: Tensor, b: Tensor, out_shape: tuple[int, ...], out_dtype: dt.DType) -> Tensor:
+    ctx = _ctx(a)
+    out = empty(a.device, out_shape, out_dtype)
+    sa, sb = _broadcast_strides(a, out_shape), _broadcast_strides(b, out_shape)
+    shape, (sa2, sb2, _) = _collapse(out_shape, sa, sb, contiguous_strides(out_shape))
+    if len(shape) > 4:
+        return binary(op, a.contiguous(), b.contiguous(), out_shape, out_dtype) if not (
+            a.is_contiguous() and b.is_contiguous()) else _binary_flat(op, a, b, out, ctx)
+    shape, (sa2, sb2) = _pad4(shape, [sa2, sb2])
+    k = ctx.kernel("elementwise", 3, {"TA": a.dtype.wgsl, "TB": b.dtype.wgsl, "TO": out_dtype.wgsl, "OP": _BINARY[op]})
+    ctx.dispatch(k, (*shape, *sa2, *sb2, a._offset, b._offset, 0, out.size),
+                 [a._storage.buffer, b._storage.buffer, out._storage.buffer], _grid(math.ceil(out.size / WG), ctx))
+    return out
+
+
+def _binary_flat(op: str, a: Tensor, b: Tensor, out: Tensor, ctx: WgpuContext) -> Tensor:
+    raise ShapeError(f"{op}: broadcasting over more than 4 non-mergeable dims is not supported ({out.shape})")
+
+
+_UNARY = {"copy": "0u", "gelu": "1u", "scale": "2u"}
+
+
+def unary(op: str, x: Tensor, out_dtype: dt.DType | None = None, alpha: float = 1.0, out: Tensor | None = None) -> Tensor:
+    """out = op(x) elementwise; `out` may be a strided view (copy into a slice), else a new tensor."""
+    ctx = _ctx(x)
+    if out is None:
+        out = empty(x.device, x.shape, out_dtype or x.dtype)
+    if x.size == 0:
+        return out
+    shape, (si, so) = _collapse(x.shape, x._strides, out._strides)
+    if len(shape) > 4:
+        raise ShapeError(f"{op}: strided views over more than 4 non-mergeable dims are not supported ({x.shape})")
+    shape, (si, so) = _pad4(shape, [si, so])
+    k = ctx.kernel("unary", 2, {"TI": x.dtype.wgsl, "TO": out.dtype.wgsl, "OP": _UNARY[op]})
+    ctx.dispatch(k, (*shape, *si, *so, x._offset, out._offset, x.size, float(alpha)),
+                 [x._storage.buffer, out._storage.buffer], _grid(math.ceil(x.size / WG), ctx))
+    return out
+
+
+def copy(x: Tensor, dtype: dt.DType | None = None) -> Tensor:
+    return unary("copy", x, dtype)
+
+
+def copy_into(dst: Tensor, src: Tensor) -> None:
+    unary("copy", src, out=dst)
+
+
+# -- row-wise kernels ---------------------------------------------------------------------------
+def _rows(x: Tensor) -> tuple[Tensor, int, int, int]:
+    """View x as (rows, cols) with unit column stride and one row stride: (x, rows, cols, ld)."""
+    cols = x.shape[-1] if x.shape else 1
+    rows = x.size // cols if cols else 0
+    if x.ndim >= 1 and (x._strides[-1] == 1 or cols == 1):
+        shape, (st,) = _collapse(x.shape[:-1], x._strides[:-1])
+        if len(shape) == 0:
+            return x, rows, cols, cols
+        if len(shape) == 1:
+            return x, rows, cols, st[0]
+    x = x.contiguous()
+    return x, rows, cols, cols
+
+
+def layer_norm(x: Tensor, w: Tensor, b: Tensor, eps: float) -> Tensor:
+    ctx = _ctx(x)
+    x, rows, cols, ld = _rows(x)
+    w, b = w.contiguous(), b.contiguous()
+    out = empty(x.device, x.shape, x.dtype)
+    k = ctx.kernel("layer_norm", 4, {"TX": x.dtype.wgsl, "TW": w.dtype.wgsl, "TO": out.dtype.wgsl})
+    if b.dtype is not w.dtype:
+        b = copy(b, w.dtype)
+    ctx.dispatch(k, (rows, cols, x._offset, ld, 0, float(eps), w._offset, b._offset),
+                 [x._storage.buffer, w._storage.buffer, b._storage.buffer, out._storage.buffer], _grid(rows, ctx))
+    return out
+
+
+def _rowwise(file: str, x: Tensor, out_dtype: dt.DType, out_shape: tuple[int, ...]) -> Tensor:
+    ctx = _ctx(x)
+    x, rows, cols, ld = _rows(x)
+    out = empty(x.device, out_shape, out_dtype)
+    defs = {"TX": x.dtype.wgsl} if file == "argmax" else {"TX": x.dtype.wgsl, "TO": out_dtype.wgsl}
+    ctx.dispatch(ctx.kernel(file, 2, defs), (rows, cols, x._offset, ld, 0),
+                 [x._storage.buffer, out._storage.buffer], _grid(rows, ctx))
+    return out
+
+
+def softmax(x: Tensor) -> Tensor:
+    return _rowwise("softmax", x, x.dtype, x.shape)
+
+
+def argmax(x: Tensor) -> Tensor:
+    return _rowwise("argmax", x, dt.int32, x.shape[:-1])
+
+
+# -- matmul -------------------------------------------------------------------------------------
+def matmul(a: Tensor, b: Tensor, out_dtype: dt.DType) -> Tensor:
+    """a: (..., M, K) @ b: (K, N) or (..., K, N) with the same batch dims -> (..., M, N)."""
+    ctx = _ctx(a)
+    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    batch_shape = a.shape[:-2]
+    out = empty(a.device, (*batch_shape, M, N), out_dtype)
+    if out.size == 0:
+        return out
+    if K == 0:
+        return empty_zero(out)
+    if a._strides[-1] != 1 and K > 1:
+        a = a.contiguous()
+    batch = math.prod(batch_shape)
+    if b.ndim == 2:
+        # fold a's batch into M when its rows are evenly strided: one (batch*M, K) product
+        shape, (st,) = _collapse(a.shape[:-1], a._strides[:-1])
+        if len(shape) > 1:
+            a = a.contiguous()
+            shape, (st,) = _collapse(a.shape[:-1], a._strides[:-1])
+        lda = st[0] if st else K
+        _matmul_2d(ctx, a, lda, batch * M, K, b, out)
+        return out
+    # batched b: same batch dims as a, each operand one batch stride
+    a = a if _one_batch_stride(a) else a.contiguous()
+    b = b if _one_batch_stride(b) else b.contiguous()
+    lda = a._strides[-2] if M > 1 else K
+    nb = len(batch_shape)
+    a_bs = a._strides[nb - 1] if nb else 0  # the batch dims collapse to one stride: the innermost's
+    b_bs = b._strides[nb - 1] if nb else 0
+    k = _mm_kernel(ctx, a, b, out)
+    ctx.dispatch(k, (M, N, K, 0, a._offset, lda, b._offset, b._strides[-2], b._strides[-1], 0, N, a_bs, b_bs, M * N),
+                 [a._storage.buffer, b._storage.buffer, out._storage.buffer],
+                 (math.ceil(N / 64), math.ceil(M / 64), batch))
+    return out
+
+
+def empty_zero(out: Tensor) -> Tensor:
+    """A zero-filled tensor like `out` (uploaded: rare, used only for empty reductions)."""
+    import array
+
+    return from_host(out.device, out.shape, out.dtype, array.array(out.dtype.struct_code, [0]) * out.size)
+
+
+def _one_batch_stride(t: Tensor) -> bool:
+    nb = t.ndim - 2
+    shape, _ = _collapse(t.shape[:nb], t._strides[:nb])
+    return len(shape) <= 1
+
+
+def _mm_kernel(ctx: WgpuContext, a: Tensor, b: Tensor, out: Tensor) -> Any:
+    return ctx.kernel("matmul", 3, {"TA": a.dtype.wgsl, "TB": b.dtype.wgsl, "TC": out.dtype.wgsl})
+
+
+def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor, out: Tensor) -> None:
+    N = b.shape[1]
+    k = _mm_kernel(ctx, a, b, out)
+    st: WgpuStorage = b._storage
+    if len(st.chunks) == 1:
+        parts = [(0, K, 0, N, b._offset, b._strides[0], b._strides[1], st.buffer)]
+    elif b._strides == (b.shape[1], 1):  # b (K, N) stored in chunks of K-rows: accumulate partial products
+        parts = [(r0, n, 0, N, 0, N, 1, buf) for r0, n, buf in st.chunk_ranges(K)]
+    else:  # b = table.T, table (N, K) stored in chunks of N-rows: each chunk fills a column block
+        parts = [(0, K, r0, n, 0, 1, K, buf) for r0, n, buf in st.chunk_ranges(N)]
+    for i, (k0, kn, n0, nn, b_off, ldb_k, ldb_n, buf) in enumerate(parts):
+        acc = 1 if (k0 > 0 and i > 0) else 0
+        ctx.dispatch(k, (M, nn, kn, acc, a._offset + k0, lda, b_off, ldb_k, ldb_n, n0, N, 0, 0, 0),
+                     [a._storage.buffer, buf, out._storage.buffer],
+                     (math.ceil(nn / 64), math.ceil(M / 64), 1))
+
+
+# -- attention and embedding --------------------------------------------------------------------
+def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Tensor:
+    """q: (T, H, D), k, v: (S, H, D) -> (T, H, D)."""
+    ctx = _ctx(q)
+    q, k, v = (t if t._strides[-1] == 1 else t.contiguous() for t in (q, k, v))
+    T, H, D = q.shape
+    S = k.shape[0]
+    if D > 256:
+        raise ShapeError(f"attention on WebGPU supports head dims up to 256, got {D}")
+    out = empty(q.device, (T, H, D), q.dtype)
+    if T == 0 or H == 0:
+        return out
+    kern = ctx.kernel("attention", 4, {"TQ": q.dtype.wgsl, "TK": k.dtype.wgsl, "TO": out.dtype.wgsl})
+    if v.dtype is not k.dtype:
+        v = copy(v, k.dtype)
+    ctx.dispatch(kern, (T, S, H, D,
+                        q._offset, q._strides[0], q._strides[1], 1 if causal else 0,
+                        k._offset, k._strides[0], k._strides[1], float(scale),
+                        v._offset, v._strides[0], v._strides[1], 0,
+                        H * D, D),
+                 [q._storage.buffer, k._storage.buffer, v._storage.buffer, out._storage.buffer], (T, H, 1))
+    return out
+
+
+def embedding(table: Tensor, ids: Tensor) -> Tensor:
+    """table: (V, C), possibly row-chunked; ids: int32 (...) -> (..., C)."""
+    ctx = _ctx(table)
+    ids = ids.contiguous()
+    V, C = table.shape
+    out = empty(table.device, (*ids.shape, C), table.dtype)
+    n = ids.size
+    if n == 0:
+        return out
+    kern = ctx.kernel("embedding", 3, {"TT": table.dtype.wgsl, "TO": out.dtype.wgsl})
+    for r0, rows, buf in table._storage.chunk_ranges(V):
+        t_off = table._offset if len(table._storage.chunks) == 1 else 0
+        ctx.dispatch(kern, (n, C, r0, rows, ids._offset, 0, t_off),
+                     [buf, ids._storage.buffer, out._storage.buffer], _grid(n, ctx))
+    return out

@@ -1,0 +1,61 @@
+"""The `webtensor` command line: `devices`, `generate`, `bench`, `web`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    from .backends.wgpu.gpu_api import NativeGpu
+
+    adapters = NativeGpu.enumerate()
+    if not adapters:
+        from .device import _NO_ADAPTER_HELP
+
+        print(f"WebGPU: {_NO_ADAPTER_HELP}")
+    for i, a in enumerate(adapters):
+        info, lim = a.info, a.limits
+        print(f"[{i}] {info.get('device')}  backend={info.get('backend_type')}  type={info.get('adapter_type')}"
+              f"  driver={info.get('description')!r}")
+        for k in ("max-storage-buffer-binding-size", "max-buffer-size", "max-storage-buffers-per-shader-stage",
+                  "max-compute-workgroup-storage-size", "max-compute-invocations-per-workgroup"):
+            print(f"      {k:40s} {lim.get(k):>14,}")
+        feats = sorted(f for f in a.features if f in ("shader-f16", "subgroup", "timestamp-query", "shader-f64"))
+        print(f"      features: {', '.join(feats) or '-'}  ({len(a.features)} in all)")
+    from .device import Device
+
+    print(f"default device: {Device.default().describe()}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="webtensor", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("devices", help="list WebGPU adapters with backend, type, limits and features")
+    from .models.gpt2 import cli as gpt2_cli
+
+    gpt2_cli.add_generate_parser(sub)
+    try:
+        from .bench import cli as bench_cli
+
+        bench_cli.add_parser(sub)
+    except ImportError:
+        pass
+    try:
+        from .web import server as web_server
+
+        web_server.add_parser(sub)
+    except ImportError:
+        pass
+    args = p.parse_args(argv)
+    if args.cmd == "devices":
+        return cmd_devices(args)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

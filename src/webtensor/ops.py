@@ -1,0 +1,234 @@
+"""webtensor's ops, named like torch.nn.functional. Each validates its inputs (shapes, dtypes,
+devices) here, once, then runs on the tensors' device: the numpy reference (`backends.cpu`) or the
+WGSL kernels (`backends.wgpu.ops`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from . import dtypes as dt
+from .errors import DTypeError, ShapeError
+from .tensor import Tensor, check_same_device, tensor
+
+
+def _is_cpu(t: Tensor) -> bool:
+    return t.device.kind == "cpu"
+
+
+def _gpu() -> Any:
+    from .backends.wgpu import ops as gops
+
+    return gops
+
+
+def _cpu() -> Any:
+    from .backends import cpu
+
+    return cpu
+
+
+def _wrap(device: Any, arr: Any) -> Tensor:
+    return Tensor(device, arr.shape, dt.as_dtype(arr.dtype), array=arr)
+
+
+def _need_float(op: str, *ts: Tensor) -> None:
+    for t in ts:
+        if not t.dtype.is_float:
+            raise DTypeError(f"{op} needs float32 or float16 tensors, got {t.dtype.name} (shape {t.shape})")
+
+
+def _result_dtype(*ts: Tensor) -> dt.DType:
+    return dt.float16 if all(t.dtype is dt.float16 for t in ts) else dt.float32
+
+
+def _as_operand(x: Any, like: Tensor, op: str) -> Tensor:
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, int | float):
+        return tensor(float(x), device=like.device, dtype=like.dtype if like.dtype.is_float else dt.float32)
+    raise TypeError(f"{op}: unsupported operand {type(x).__name__}; use a Tensor or a Python number")
+
+
+def broadcast_shapes(op: str, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    out = []
+    for i in range(1, max(len(a), len(b)) + 1):
+        x = a[-i] if i <= len(a) else 1
+        y = b[-i] if i <= len(b) else 1
+        if x != y and x != 1 and y != 1:
+            raise ShapeError(f"{op}: shapes {a} and {b} cannot be broadcast together")
+        out.append(y if x == 1 else x)
+    return tuple(reversed(out))
+
+
+# -- elementwise --------------------------------------------------------------------------------
+def _binary(op: str, a: Any, b: Any) -> Tensor:
+    like = a if isinstance(a, Tensor) else b
+    a, b = _as_operand(a, like, op), _as_operand(b, like, op)
+    dev = check_same_device(op, a, b)
+    _need_float(op, a, b)
+    shape = broadcast_shapes(op, a.shape, b.shape)
+    out_dtype = _result_dtype(a, b)
+    if _is_cpu(a):
+        return _wrap(dev, getattr(_cpu(), op)(a._array, b._array, out_dtype.name))
+    return _gpu().binary(op, a, b, shape, out_dtype)
+
+
+def add(a: Any, b: Any) -> Tensor:
+    """a + b with numpy broadcasting."""
+    return _binary("add", a, b)
+
+
+def sub(a: Any, b: Any) -> Tensor:
+    return _binary("sub", a, b)
+
+
+def mul(a: Any, b: Any) -> Tensor:
+    """a * b with numpy broadcasting."""
+    return _binary("mul", a, b)
+
+
+def div(a: Any, b: Any) -> Tensor:
+    return _binary("div", a, b)
+
+
+def gelu(x: Tensor) -> Tensor:
+    """GELU, tanh approximation (GPT-2's `gelu_new`)."""
+    _need_float("gelu", x)
+    if _is_cpu(x):
+        return _wrap(x.device, _cpu().gelu(x._array))
+    return _gpu().unary("gelu", x)
+
+
+def cast(x: Tensor, dtype: dt.DType) -> Tensor:
+    if dtype is x.dtype:
+        return x
+    if _is_cpu(x):
+        return _wrap(x.device, _cpu().cast(x._array, dtype.name))
+    if dtype is dt.int32 or x.dtype is dt.int32:
+        raise DTypeError(f"cast between {x.dtype.name} and {dtype.name} is not supported on WebGPU")
+    return _gpu().copy(x, dtype)
+
+
+def copy(x: Tensor) -> Tensor:
+    """A contiguous copy."""
+    if _is_cpu(x):
+        return _wrap(x.device, x._array.copy())
+    return _gpu().copy(x)
+
+
+def copy_into(dst: Tensor, src: Tensor) -> None:
+    """dst[...] = src, where dst is usually a slice view (e.g. rows of a KV cache)."""
+    check_same_device("copy_into", dst, src)
+    if dst.shape != src.shape:
+        raise ShapeError(f"copy_into: destination shape {dst.shape} != source shape {src.shape}")
+    if dst.dtype is not src.dtype and not (dst.dtype.is_float and src.dtype.is_float):
+        raise DTypeError(f"copy_into: cannot copy {src.dtype.name} into {dst.dtype.name}")
+    if _is_cpu(dst):
+        dst._array[...] = src._array.astype(dst._array.dtype)
+    else:
+        _gpu().copy_into(dst, src)
+
+
+# -- reductions over the last axis --------------------------------------------------------------
+def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor:
+    """LayerNorm over the last axis: (x - mean) / sqrt(var + eps) * weight + bias."""
+    check_same_device("layer_norm", x, weight, bias)
+    _need_float("layer_norm", x, weight, bias)
+    C = x.shape[-1] if x.shape else None
+    if x.ndim < 1 or weight.shape != (C,) or bias.shape != (C,):
+        raise ShapeError(
+            f"layer_norm: x {x.shape} needs weight and bias of shape ({C},), got {weight.shape} and {bias.shape}"
+        )
+    if not eps >= 0:
+        raise ValueError(f"layer_norm: eps must be >= 0, got {eps}")
+    if _is_cpu(x):
+        return _wrap(x.device, _cpu().layer_norm(x._array, weight._array, bias._array, eps))
+    return _gpu().layer_norm(x, weight, bias, eps)
+
+
+def softmax(x: Tensor) -> Tensor:
+    """Softmax over the last axis."""
+    _need_float("softmax", x)
+    if x.ndim < 1:
+        raise ShapeError(f"softmax needs at least 1 dim, got shape {x.shape}")
+    if _is_cpu(x):
+        return _wrap(x.device, _cpu().softmax(x._array))
+    return _gpu().softmax(x)
+
+
+def argmax(x: Tensor) -> Tensor:
+    """Index of the largest value along the last axis (int32; first among ties; NaN wins)."""
+    _need_float("argmax", x)
+    if x.ndim < 1 or x.shape[-1] == 0:
+        raise ShapeError(f"argmax needs a non-empty last axis, got shape {x.shape}")
+    if _is_cpu(x):
+        return _wrap(x.device, _cpu().argmax(x._array))
+    return _gpu().argmax(x)
+
+
+# -- matmul, attention, embedding ---------------------------------------------------------------
+def matmul(a: Any, b: Any) -> Tensor:
+    """a @ b: (..., M, K) @ (K, N) or (..., K, N) with the same leading dims -> (..., M, N).
+    A 1-d `a` is treated as one row (M = 1) and the row dim dropped from the result."""
+    if not isinstance(a, Tensor) or not isinstance(b, Tensor):
+        raise TypeError("matmul: both operands must be Tensors")
+    dev = check_same_device("matmul", a, b)
+    _need_float("matmul", a, b)
+    squeeze = a.ndim == 1
+    if squeeze:
+        a = a.reshape(1, a.shape[0])
+    if a.ndim < 2 or b.ndim < 2:
+        raise ShapeError(f"matmul: needs a of at least 1 dim and b of at least 2, got {a.shape} @ {b.shape}")
+    if a.shape[-1] != b.shape[-2]:
+        raise ShapeError(f"matmul: inner dims differ: {a.shape} @ {b.shape} ({a.shape[-1]} != {b.shape[-2]})")
+    if b.ndim > 2 and a.shape[:-2] != b.shape[:-2]:
+        raise ShapeError(f"matmul: batch dims differ: {a.shape} @ {b.shape} (b must be 2-d or share a's batch dims)")
+    out_dtype = _result_dtype(a, b)
+    if _is_cpu(a):
+        out = _wrap(dev, _cpu().matmul(a._array, b._array, out_dtype.name))
+    else:
+        out = _gpu().matmul(a, b, out_dtype)
+    return out.reshape(out.shape[:-2] + out.shape[-1:]) if squeeze else out
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, scale: float | None = None) -> Tensor:
+    """Scaled dot-product attention. q: (T, H, D), k and v: (S, H, D), S >= T -> (T, H, D).
+
+    With `causal`, query t sees keys 0 .. t + (S - T): the queries are the last T positions of a
+    sequence of S, so `k`, `v` may be the first S rows of a KV cache. scale defaults to 1/sqrt(D)."""
+    check_same_device("attention", q, k, v)
+    _need_float("attention", q, k, v)
+    if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
+        raise ShapeError(f"attention: q, k, v must be (T, H, D) / (S, H, D); got {q.shape}, {k.shape}, {v.shape}")
+    T, H, D = q.shape
+    S = k.shape[0]
+    if k.shape[1:] != (H, D) or v.shape != k.shape:
+        raise ShapeError(f"attention: q {q.shape}, k {k.shape}, v {v.shape} disagree on heads / head dim")
+    if causal and S < T:
+        raise ShapeError(f"attention: causal attention needs at least as many keys as queries (S={S} < T={T})")
+    if S == 0:
+        raise ShapeError("attention: no keys (S = 0)")
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    if _is_cpu(q):
+        return _wrap(q.device, _cpu().attention(q._array, k._array, v._array, causal, scale))
+    return _gpu().attention(q, k, v, causal, scale)
+
+
+def embedding(table: Tensor, ids: Any) -> Tensor:
+    """Rows of `table` (V, C) at `ids` (int32, any shape) -> (*ids.shape, C)."""
+    if not isinstance(ids, Tensor):
+        ids = tensor(ids, device=table.device, dtype=dt.int32)
+    check_same_device("embedding", table, ids)
+    if table.ndim != 2:
+        raise ShapeError(f"embedding: table must be 2-d (V, C), got {table.shape}")
+    if ids.dtype is not dt.int32:
+        raise DTypeError(f"embedding: ids must be int32, got {ids.dtype.name}")
+    if _is_cpu(table):
+        V = table.shape[0]
+        if ids.size and (ids._array.min() < 0 or ids._array.max() >= V):
+            bad = ids._array[(ids._array < 0) | (ids._array >= V)][0]
+            raise ShapeError(f"embedding: id {bad} is out of range for a table of {V} rows")
+        return _wrap(table.device, _cpu().embedding(table._array, ids._array))
+    return _gpu().embedding(table.contiguous() if len(table._storage.chunks) == 1 else table, ids)

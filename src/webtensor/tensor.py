@@ -1,0 +1,283 @@
+"""Tensor: an n-d array that lives on a Device; its ops run there.
+
+On the CPU a tensor wraps a numpy array. On WebGPU it is a strided view (shape, strides, offset,
+in elements) of a `WgpuStorage`; reshape of a contiguous view, transpose and basic slicing are
+free views, and ops that need contiguous input copy first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from . import dtypes as dt
+from .device import Device
+from .errors import DeviceMismatchError, ShapeError, WebtensorError
+
+
+def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= n
+    return tuple(reversed(strides))
+
+
+class Tensor:
+    __slots__ = ("device", "shape", "dtype", "_array", "_storage", "_strides", "_offset", "__weakref__")
+
+    def __init__(self, device: Device, shape: tuple[int, ...], dtype: dt.DType, *, array: Any = None,
+                 storage: Any = None, strides: tuple[int, ...] | None = None, offset: int = 0):
+        self.device, self.shape, self.dtype = device, tuple(int(s) for s in shape), dtype
+        self._array, self._storage, self._offset = array, storage, offset
+        self._strides = contiguous_strides(self.shape) if strides is None else tuple(strides)
+
+    # -- basic facts ----------------------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Element strides (WebGPU tensors; CPU tensors report numpy's, divided by itemsize)."""
+        if self._array is not None:
+            return tuple(s // self._array.itemsize for s in self._array.strides)
+        return self._strides
+
+    def is_contiguous(self) -> bool:
+        return self.strides == contiguous_strides(self.shape) or self.size <= 1
+
+    def __repr__(self) -> str:
+        return f"Tensor(shape={self.shape}, dtype={self.dtype.name}, device={self.device.describe()!r})"
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    # -- moving data ----------------------------------------------------------------------------
+    def numpy(self) -> Any:
+        """A numpy array with this tensor's values (a readback on WebGPU: submits pending work)."""
+        if self.device.kind == "cpu":
+            return self._array
+        from .backends.wgpu import ops as gops
+
+        return gops.to_numpy(self)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)
+
+    def tobytes(self) -> bytes:
+        """Raw little-endian bytes, C order. Needs no numpy on WebGPU (the browser path)."""
+        if self.device.kind == "cpu":
+            return self._array.tobytes()
+        from .backends.wgpu import ops as gops
+
+        return gops.to_bytes(self)
+
+    def tolist(self) -> Any:
+        return self.numpy().tolist()
+
+    def item(self) -> Any:
+        if self.size != 1:
+            raise ShapeError(f"item() needs a tensor of one element, got shape {self.shape}")
+        return self.numpy().reshape(()).item()
+
+    def to(self, target: Device | dt.DType | str) -> Tensor:
+        """Copy to another device (`Device`), or cast to another dtype (`webtensor.float16`, "float16")."""
+        if isinstance(target, Device):
+            if target.same_as(self.device):
+                return self
+            return tensor(self.numpy(), device=target)
+        from . import ops
+
+        return ops.cast(self, dt.as_dtype(target))
+
+    # -- views ----------------------------------------------------------------------------------
+    def reshape(self, *shape: int | Sequence[int]) -> Tensor:
+        if len(shape) == 1 and not isinstance(shape[0], int):
+            shape = tuple(shape[0])  # type: ignore[assignment]
+        shape = _resolve_shape(tuple(shape), self.size, self.shape)  # type: ignore[arg-type]
+        if self.device.kind == "cpu":
+            return Tensor(self.device, shape, self.dtype, array=self._array.reshape(shape))
+        t = self if self.is_contiguous() else self.contiguous()
+        _no_chunks(t, "reshape")
+        return Tensor(t.device, shape, t.dtype, storage=t._storage, offset=t._offset)
+
+    view = reshape
+
+    def transpose(self, a: int = -2, b: int = -1) -> Tensor:
+        if self.ndim < 2:
+            raise ShapeError(f"transpose needs at least 2 dims, got shape {self.shape}")
+        a, b = a % self.ndim, b % self.ndim
+        perm = list(range(self.ndim))
+        perm[a], perm[b] = perm[b], perm[a]
+        return self.permute(*perm)
+
+    def permute(self, *perm: int) -> Tensor:
+        if sorted(perm) != list(range(self.ndim)):
+            raise ShapeError(f"permute{perm} is not a permutation of the dims of shape {self.shape}")
+        shape = tuple(self.shape[p] for p in perm)
+        if self.device.kind == "cpu":
+            return Tensor(self.device, shape, self.dtype, array=self._array.transpose(perm))
+        strides = tuple(self._strides[p] for p in perm)
+        return Tensor(self.device, shape, self.dtype, storage=self._storage, strides=strides, offset=self._offset)
+
+    @property
+    def T(self) -> Tensor:
+        if self.ndim != 2:
+            raise ShapeError(f".T needs a 2-d tensor, got shape {self.shape}")
+        return self.transpose(0, 1)
+
+    def __getitem__(self, index: Any) -> Tensor:
+        """Basic indexing: ints and slices (positive steps), Ellipsis; a view on both devices."""
+        if self.device.kind == "cpu":
+            return Tensor(self.device, *_cpu_view(self._array[index]), array=self._array[index])
+        _no_chunks(self, "slicing")
+        shape, strides, offset = _slice_view(self.shape, self._strides, self._offset, index)
+        return Tensor(self.device, shape, self.dtype, storage=self._storage, strides=strides, offset=offset)
+
+    def contiguous(self) -> Tensor:
+        if self.is_contiguous():
+            return self
+        from . import ops
+
+        return ops.copy(self)
+
+    # -- operators ------------------------------------------------------------------------------
+    def __add__(self, o: Any) -> Tensor:
+        from . import ops
+        return ops.add(self, o)
+
+    def __radd__(self, o: Any) -> Tensor:
+        from . import ops
+        return ops.add(o, self)
+
+    def __sub__(self, o: Any) -> Tensor:
+        from . import ops
+        return ops.sub(self, o)
+
+    def __rsub__(self, o: Any) -> Tensor:
+        from . import ops
+        return ops.sub(o, self)
+
+    def __mul__(self, o: Any) -> Tensor:
+        from . import ops
+        return ops.mul(self, o)
+
+    def __rmul__(self, o: Any) -> Tensor:
+        from . import ops
+        return ops.mul(o, self)
+
+    def __truediv__(self, o: Any) -> Tensor:
+        from . import ops
+        return ops.div(self, o)
+
+    def __matmul__(self, o: Any) -> Tensor:
+        from . import ops
+        return ops.matmul(self, o)
+
+
+def _cpu_view(a: Any) -> tuple[tuple[int, ...], dt.DType]:
+    return tuple(a.shape), dt.as_dtype(a.dtype)
+
+
+def _no_chunks(t: Tensor, what: str) -> None:
+    if t._storage is not None and len(t._storage.chunks) > 1:
+        raise WebtensorError(
+            f"{what} of a row-chunked tensor (shape {t.shape}, stored in {len(t._storage.chunks)} chunks "
+            f"because it is over the {t.device.max_binding_bytes():,}-byte binding limit) is not supported; "
+            "embedding, matmul against it (also transposed) and .numpy() are"
+        )
+
+
+def _resolve_shape(shape: tuple[int, ...], size: int, old: tuple[int, ...]) -> tuple[int, ...]:
+    if shape.count(-1) > 1:
+        raise ShapeError(f"reshape {old} -> {shape}: only one dim may be -1")
+    if -1 in shape:
+        known = math.prod(s for s in shape if s != -1)
+        if known == 0 or size % known:
+            raise ShapeError(f"cannot reshape {old} ({size} elements) into {shape}")
+        shape = tuple(size // known if s == -1 else s for s in shape)
+    if math.prod(shape) != size or any(s < 0 for s in shape):
+        raise ShapeError(f"cannot reshape {old} ({size} elements) into {shape}")
+    return shape
+
+
+def _slice_view(shape: tuple[int, ...], strides: tuple[int, ...], offset: int, index: Any):
+    if not isinstance(index, tuple):
+        index = (index,)
+    if index.count(Ellipsis) > 1:
+        raise ShapeError("an index can only have one Ellipsis")
+    if Ellipsis in index:
+        i = index.index(Ellipsis)
+        fill = len(shape) - (len(index) - 1)
+        index = index[:i] + (slice(None),) * fill + index[i + 1:]
+    if len(index) > len(shape):
+        raise ShapeError(f"too many indices ({len(index)}) for shape {shape}")
+    new_shape, new_strides = [], []
+    for d, (n, s) in enumerate(zip(shape, strides, strict=True)):
+        ix = index[d] if d < len(index) else slice(None)
+        if isinstance(ix, slice):
+            start, stop, step = ix.indices(n)
+            if step <= 0:
+                raise ShapeError(f"slices need a positive step, got {ix}")
+            count = max(0, (stop - start + step - 1) // step)
+            offset += start * s if count else 0
+            new_shape.append(count)
+            new_strides.append(s * step)
+        elif isinstance(ix, int) or hasattr(ix, "__index__"):
+            i = int(ix)
+            if not -n <= i < n:
+                raise ShapeError(f"index {i} is out of range for dim {d} of size {n} (shape {shape})")
+            offset += (i % n) * s
+        else:
+            raise ShapeError(f"unsupported index {ix!r}: use ints and slices")
+    return tuple(new_shape), tuple(new_strides), offset
+
+
+def tensor(data: Any, device: Device | str | None = None, dtype: Any = None) -> Tensor:
+    """Make a tensor from a numpy array, nested lists, a scalar, or a Tensor, on `device` (default CPU)."""
+    import numpy as np
+
+    dev = Device.cpu() if device is None else Device.parse(device)
+    if isinstance(data, Tensor):
+        data = data.numpy()
+    arr = np.asarray(data)
+    if dtype is not None:
+        arr = arr.astype(dt.as_dtype(dtype).name)
+    elif arr.dtype == np.float64:
+        arr = arr.astype(np.float32)
+    elif arr.dtype in (np.int64, np.uint32, np.int16, np.int8, np.uint8, np.bool_):
+        if arr.size and (arr.max() > 2**31 - 1 or arr.min() < -(2**31)):
+            raise dt.DTypeError("integer values do not fit int32")
+        arr = arr.astype(np.int32)
+    d = dt.as_dtype(arr.dtype)
+    arr = np.ascontiguousarray(arr)
+    if dev.kind == "cpu":
+        return Tensor(dev, arr.shape, d, array=arr)
+    from .backends.wgpu import ops as gops
+
+    return gops.from_host(dev, arr.shape, d, memoryview(arr).cast("B") if arr.size else b"")
+
+
+def check_same_device(op: str, *ts: Tensor) -> Device:
+    dev = ts[0].device
+    for t in ts[1:]:
+        if not t.device.same_as(dev):
+            raise DeviceMismatchError(
+                f"{op}: tensors are on different devices: {dev.describe()} and {t.device.describe()}"
+                + (" (two distinct WebGPU devices)" if dev.kind == t.device.kind else "")
+                + "; move one with .to(device)"
+            )
+    return dev

@@ -1,0 +1,168 @@
+"""Device, tensor and scope behaviour: counters, batching, chunking, mismatches, async creation."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+from conftest import rel_err
+
+import webtensor as wt
+
+
+def test_describe(cpu, gpu):
+    assert cpu.describe() == "CPU (reference)"
+    d = gpu.describe()
+    assert d.startswith("WebGPU: ") and gpu.ctx.info.name in d and gpu.ctx.info.backend in d
+    assert gpu.max_binding_bytes() >= 64 * 1024 and cpu.max_binding_bytes() > 2**40
+
+
+def test_same_as_and_mismatch(cpu, gpu, gpu_small):
+    assert gpu.same_as(wt.Device.wgpu()) and cpu.same_as(wt.Device.cpu())
+    assert not gpu.same_as(cpu) and not gpu.same_as(gpu_small)
+    a = wt.tensor(np.ones((2, 2), np.float32), device=cpu)
+    b = wt.tensor(np.ones((2, 2), np.float32), device=gpu)
+    with pytest.raises(wt.DeviceMismatchError, match="CPU \\(reference\\).*WebGPU"):
+        a + b
+    with pytest.raises(wt.DeviceMismatchError, match="two distinct WebGPU devices"):
+        b @ wt.tensor(np.ones((2, 2), np.float32), device=gpu_small)
+
+
+def test_to_moves_between_devices(cpu, gpu):
+    x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
+    g = wt.tensor(x, device=cpu).to(gpu)
+    assert g.device is gpu and np.array_equal(np.asarray(g), x)
+    assert g.to(cpu).device is cpu and g.to(gpu) is g
+
+
+def test_scope_batches_into_one_submit(gpu):
+    rng = np.random.default_rng(1)
+    x = wt.tensor(rng.standard_normal((4, 64)).astype(np.float32), device=gpu)
+    w = wt.tensor(rng.standard_normal((64, 64)).astype(np.float32), device=gpu)
+    g, b = wt.tensor(np.ones(64, np.float32), device=gpu), wt.tensor(np.zeros(64, np.float32), device=gpu)
+    s0 = gpu.stats()
+    with gpu.dispatch_scope():
+        y = wt.gelu(wt.layer_norm(x @ w + x, g, b))
+        with gpu.dispatch_scope():  # nested: joins the outer scope
+            y = wt.softmax(y)
+        assert gpu.stats()["submits"] == s0["submits"]
+    s1 = gpu.stats()
+    assert s1["dispatches"] - s0["dispatches"] == 5
+    assert s1["submits"] - s0["submits"] == 1
+    c = wt.Device.cpu()
+    xc, wc = wt.tensor(x.numpy(), device=c), wt.tensor(w.numpy(), device=c)
+    want = wt.softmax(wt.gelu(wt.layer_norm(xc @ wc + xc, wt.tensor(g.numpy()), wt.tensor(b.numpy())))).numpy()
+    assert rel_err(y.numpy(), want) <= 1e-5
+
+
+def test_without_scope_each_dispatch_submits(gpu):
+    x = wt.tensor(np.ones((8, 8), np.float32), device=gpu)
+    s0 = gpu.stats()
+    y = wt.gelu(x + x)
+    s1 = gpu.stats()
+    assert s1["dispatches"] - s0["dispatches"] == 2 and s1["submits"] - s0["submits"] == 2
+    del y
+
+
+def test_readback_inside_scope_flushes(gpu):
+    x = wt.tensor(np.arange(12, dtype=np.float32).reshape(3, 4), device=gpu)
+    with gpu.dispatch_scope():
+        y = x * 2.0
+        s0 = gpu.stats()
+        assert s0["pending"] >= 1
+        got = y.numpy()  # submits the pending work first
+        s1 = gpu.stats()
+        z = y + 1.0
+    np.testing.assert_array_equal(got, np.arange(12, dtype=np.float32).reshape(3, 4) * 2)
+    assert s1["readbacks"] - s0["readbacks"] == 1 and s1["submits"] - s0["submits"] == 1
+    np.testing.assert_array_equal(z.numpy(), got + 1)
+
+
+def test_bind_groups_and_buffers_are_reused_in_a_loop(gpu):
+    rng = np.random.default_rng(2)
+    x = wt.tensor(rng.standard_normal((2, 32)).astype(np.float32), device=gpu)
+    w = wt.tensor(rng.standard_normal((32, 32)).astype(np.float32), device=gpu)
+
+    def step():
+        with gpu.dispatch_scope():
+            return wt.gelu(x @ w).numpy()
+
+    step()
+    step()
+    s0 = gpu.stats()
+    for _ in range(5):
+        step()
+    s1 = gpu.stats()
+    assert s1["bind_groups_created"] == s0["bind_groups_created"]
+    assert s1["buffers_created"] == s0["buffers_created"]
+    assert s1["bytes_in_use"] == s0["bytes_in_use"]
+
+
+def test_row_chunking_under_small_cap(gpu_small, cpu):
+    rng = np.random.default_rng(3)
+    V, C = 301, 97  # 116,788 bytes in fp32: over the 64 KiB cap, so two chunks
+    table = rng.standard_normal((V, C)).astype(np.float32)
+    t = wt.tensor(table, device=gpu_small)
+    assert len(t._storage.chunks) == 2
+    np.testing.assert_array_equal(t.numpy(), table)
+    ids = rng.integers(0, V, size=17).astype(np.int32)
+    np.testing.assert_array_equal(wt.embedding(t, ids).numpy(), table[ids])
+    x = rng.standard_normal((5, C)).astype(np.float32)
+    logits = (wt.tensor(x, device=gpu_small) @ t.T).numpy()  # tied LM head: x @ wte.T
+    assert rel_err(logits, x @ table.T) <= 1e-5
+    y = rng.standard_normal((3, V)).astype(np.float32)
+    assert rel_err((wt.tensor(y, device=gpu_small) @ t).numpy(), y @ table) <= 1e-5  # chunks along K
+    np.testing.assert_array_equal(t.T.numpy(), table.T)
+    with pytest.raises(wt.WebtensorError, match="row-chunked"):
+        t[3:5]
+
+
+def test_buffer_over_limit_is_refused(gpu_small):
+    with pytest.raises(wt.BufferLimitError, match="binding limit"):
+        wt.tensor(np.zeros(70_000, np.float32), device=gpu_small)  # 1-d: no rows to split
+
+
+def test_async_creation():
+    async def main():
+        dev = await wt.Device.wgpu_async()
+        x = wt.tensor(np.full((2, 3), 2.0, np.float32), device=dev)
+        return dev, (x * x).numpy()
+
+    try:
+        dev, out = asyncio.run(main())
+    except wt.NoAdapterError as e:
+        import conftest
+
+        if conftest.IN_CI:
+            raise
+        pytest.skip(str(e))
+    assert dev.kind == "wgpu" and dev.same_as(wt.Device.wgpu())
+    np.testing.assert_array_equal(out, np.full((2, 3), 4.0))
+
+
+def test_cpu_scope_is_noop(cpu):
+    with cpu.dispatch_scope():
+        y = wt.tensor(np.ones(3, np.float32)) + 1.0
+    np.testing.assert_array_equal(y.numpy(), [2, 2, 2])
+    assert cpu.stats()["submits"] == 0
+
+
+def test_shape_and_dtype_errors(device):
+    a = wt.tensor(np.ones((2, 3), np.float32), device=device)
+    with pytest.raises(wt.ShapeError, match=r"\(2, 3\) @ \(2, 3\)"):
+        a @ a
+    with pytest.raises(ValueError):  # ShapeError is a ValueError
+        a + wt.tensor(np.ones((4,), np.float32), device=device)
+    with pytest.raises(wt.DTypeError, match="int32"):
+        wt.gelu(wt.tensor(np.ones(3, np.int32), device=device))
+    with pytest.raises(wt.DTypeError, match="unsupported dtype"):
+        wt.tensor(np.ones(3, np.complex64), device=device)
+
+
+def test_default_device_honours_env(monkeypatch):
+    monkeypatch.setenv("WEBTENSOR_DEVICE", "cpu")
+    assert wt.Device.default().kind == "cpu"
+    monkeypatch.setenv("WEBTENSOR_DEVICE", "tpu")
+    with pytest.raises(wt.WebtensorError, match="WEBTENSOR_DEVICE"):
+        wt.Device.default()

@@ -1,0 +1,144 @@
+"""One parity test per op: the WGSL kernel against the numpy reference on fresh random inputs of
+many shapes (odd sizes included), fp32 relative error <= 1e-5."""
+
+from __future__ import annotations
+
+import numpy as np
+from conftest import rel_err
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import webtensor as wt
+
+TOL = 1e-5
+SETTINGS = settings(max_examples=20, deadline=None, derandomize=False)
+dim = st.integers(1, 70)
+seeds = st.integers(0, 2**32 - 1)
+
+
+def both(gpu, *arrays):
+    cpu = wt.Device.cpu()
+    return [wt.tensor(a, device=cpu) for a in arrays], [wt.tensor(a, device=gpu) for a in arrays]
+
+
+def check(gpu, fn, *arrays, tol=TOL):
+    c, g = both(gpu, *arrays)
+    want, got = fn(*c).numpy(), fn(*g).numpy()
+    assert got.shape == want.shape and got.dtype == want.dtype
+    assert rel_err(got, want) <= tol, rel_err(got, want)
+    return got, want
+
+
+def rnd(seed, *shape, scale=1.0):
+    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
+
+
+@SETTINGS
+@given(seed=seeds, m=dim, k=st.integers(1, 300), n=dim, batch=st.sampled_from([(), (3,), (2, 2)]))
+def test_matmul(gpu, seed, m, k, n, batch):
+    check(gpu, lambda a, b: a @ b, rnd(seed, *batch, m, k), rnd(seed + 1, k, n))
+
+
+@SETTINGS
+@given(seed=seeds, m=dim, k=dim, n=dim, b=st.integers(1, 4))
+def test_matmul_batched_and_transposed(gpu, seed, m, k, n, b):
+    check(gpu, lambda x, y: x @ y, rnd(seed, b, m, k), rnd(seed + 1, b, k, n))
+    check(gpu, lambda x, y: x @ y.T, rnd(seed, m, k), rnd(seed + 1, n, k))
+    check(gpu, lambda x, y: wt.matmul(x, y), rnd(seed, k), rnd(seed + 1, k, n))  # one row
+
+
+@SETTINGS
+@given(seed=seeds, shape=st.lists(dim, min_size=1, max_size=4), op=st.sampled_from(["add", "mul", "sub", "div"]),
+       bcast=st.integers(0, 3))
+def test_binary_broadcast(gpu, seed, shape, op, bcast):
+    a = rnd(seed, *shape)
+    bshape = list(shape)
+    if bcast == 1:
+        bshape = bshape[1:]  # fewer dims
+    elif bcast == 2:
+        bshape[-1] = 1
+    elif bcast == 3:
+        bshape[0] = 1
+    b = rnd(seed + 1, *bshape) + (3.0 if op == "div" else 0.0)
+    check(gpu, getattr(wt, op), a, b)
+    check(gpu, getattr(wt, op), b, a) if op in ("add", "mul") else None
+
+
+@SETTINGS
+@given(seed=seeds, shape=st.lists(dim, min_size=1, max_size=3))
+def test_gelu(gpu, seed, shape):
+    check(gpu, wt.gelu, rnd(seed, *shape, scale=3.0))
+
+
+@SETTINGS
+@given(seed=seeds, rows=dim, cols=st.integers(1, 1100))
+def test_layer_norm(gpu, seed, rows, cols):
+    x = rnd(seed, rows, cols, scale=2.0) + 1.5
+    check(gpu, lambda x, w, b: wt.layer_norm(x, w, b, eps=1e-5), x, rnd(seed + 1, cols), rnd(seed + 2, cols))
+
+
+@SETTINGS
+@given(seed=seeds, rows=dim, cols=st.integers(1, 1100))
+def test_softmax(gpu, seed, rows, cols):
+    check(gpu, wt.softmax, rnd(seed, rows, cols, scale=4.0))
+
+
+@SETTINGS
+@given(seed=seeds, t=st.integers(1, 20), extra=st.integers(0, 300), h=st.integers(1, 4),
+       d=st.sampled_from([1, 7, 16, 33, 64]), causal=st.booleans())
+def test_attention(gpu, seed, t, extra, h, d, causal):
+    s = t + extra
+    q, k, v = rnd(seed, t, h, d), rnd(seed + 1, s, h, d), rnd(seed + 2, s, h, d)
+    check(gpu, lambda q, k, v: wt.attention(q, k, v, causal=causal), q, k, v)
+
+
+@SETTINGS
+@given(seed=seeds, v=st.integers(1, 300), c=st.integers(1, 100), n=st.integers(1, 40))
+def test_embedding(gpu, seed, v, c, n):
+    ids = np.random.default_rng(seed).integers(0, v, size=n).astype(np.int32)
+    got, want = check(gpu, wt.embedding, rnd(seed, v, c), ids, tol=0.0)
+    np.testing.assert_array_equal(got, want)
+
+
+@SETTINGS
+@given(seed=seeds, rows=dim, cols=st.integers(1, 3000), ties=st.booleans())
+def test_argmax(gpu, seed, rows, cols, ties):
+    x = rnd(seed, rows, cols)
+    if ties:
+        x = np.round(x)  # many equal maxima: the first index must win, as in numpy
+    got, want = check(gpu, wt.argmax, x, tol=0.0)
+    np.testing.assert_array_equal(got, want)
+
+
+@SETTINGS
+@given(seed=seeds, shape=st.lists(dim, min_size=2, max_size=4))
+def test_transpose_slice_copy(gpu, seed, shape):
+    x = rnd(seed, *shape)
+    check(gpu, lambda t: t.transpose(0, -1).contiguous(), x, tol=0.0)
+    check(gpu, lambda t: t[1:, ..., ::2].contiguous(), x, tol=0.0)
+    check(gpu, lambda t: t.reshape(-1) + 1.0, x)
+
+
+def test_copy_into_kv_cache_rows(device):
+    rng = np.random.default_rng(0)
+    cache = wt.tensor(np.zeros((10, 3, 4), np.float32), device=device)
+    rows = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    wt.copy_into(cache[5:7], wt.tensor(rows, device=device))
+    got = cache.numpy()
+    np.testing.assert_array_equal(got[5:7], rows)
+    assert not got[:5].any() and not got[7:].any()
+
+
+def test_float16_cast_and_matmul(gpu):
+    if not gpu.has_f16:
+        import pytest
+
+        pytest.skip("adapter has no shader-f16")
+    a, w = rnd(1, 5, 33), rnd(2, 33, 9)
+    c, g = both(gpu, a, w.astype(np.float16))
+    got = (g[0] @ g[1]).numpy()
+    want = (c[0] @ c[1]).numpy()
+    assert rel_err(got, want) <= 1e-5
+    h = wt.tensor(a, device=gpu).to(wt.float16)
+    assert h.dtype is wt.float16
+    np.testing.assert_array_equal(h.numpy(), a.astype(np.float16))
