@@ -142,3 +142,26 @@ def test_float16_cast_and_matmul(gpu):
     h = wt.tensor(a, device=gpu).to(wt.float16)
     assert h.dtype is wt.float16
     np.testing.assert_array_equal(h.numpy(), a.astype(np.float16))
+
+
+@SETTINGS
+@given(seed=seeds, m=dim, k=st.integers(1, 200), n=dim, bias=st.booleans(), act=st.booleans(), res=st.booleans())
+def test_linear_fused(gpu, seed, m, k, n, bias, act, res):
+    arrays = [rnd(seed, m, k), rnd(seed + 1, k, n), rnd(seed + 2, n), rnd(seed + 3, m, n)]
+
+    def f(x, w, b, r):
+        return wt.linear(x, w, b if bias else None, "gelu" if act else None, r if res else None)
+
+    check(gpu, f, *arrays)
+
+
+def test_linear_fused_on_chunked_weight(gpu_small):
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((3, 300)).astype(np.float32), rng.standard_normal((300, 90)).astype(np.float32)
+    b, r = rng.standard_normal(90).astype(np.float32), rng.standard_normal((3, 90)).astype(np.float32)
+    c, g = both(gpu_small, x, w, b, r)
+    assert len(g[1]._storage.chunks) > 1
+    want = wt.linear(*c[:3], "gelu", c[3]).numpy()
+    assert rel_err(wt.linear(*g[:3], "gelu", g[3]).numpy(), want) <= 1e-5
+    wt_t = wt.tensor(np.ascontiguousarray(w.T), device=gpu_small)  # (90, 300) chunked along N rows
+    assert rel_err(wt.linear(g[0], wt_t.T, g[2], "gelu", g[3]).numpy(), want) <= 1e-5

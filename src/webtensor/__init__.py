@@ -36,6 +36,7 @@ from .ops import (
     embedding,
     gelu,
     layer_norm,
+    linear,
     matmul,
     mul,
     softmax,
@@ -46,7 +47,7 @@ from .tensor import Tensor, tensor
 __version__ = "0.1.0"
 __all__ = [
     "Device", "Tensor", "tensor", "DType", "float16", "float32", "int32",
-    "add", "sub", "mul", "div", "matmul", "gelu", "layer_norm", "softmax", "attention", "embedding",
+    "add", "sub", "mul", "div", "matmul", "gelu", "layer_norm", "linear", "softmax", "attention", "embedding",
     "argmax", "cast", "copy", "copy_into", "broadcast_shapes",
     "WebtensorError", "ShapeError", "DTypeError", "DeviceMismatchError", "NoAdapterError",
     "DeviceReleasedError", "BufferLimitError", "GPUError", "CheckpointError", "TokenizerError",

@@ -193,6 +193,36 @@ def matmul(a: Any, b: Any) -> Tensor:
     return out.reshape(out.shape[:-2] + out.shape[-1:]) if squeeze else out
 
 
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation: str | None = None,
+           residual: Tensor | None = None) -> Tensor:
+    """Fused x @ weight (+ bias) (-> gelu) (+ residual), one kernel on WebGPU.
+
+    x: (..., K), weight: (K, N) (HF Conv1D layout; pass `w.T` for torch Linear's (N, K)),
+    bias: (N,), residual: (..., N). activation: None or "gelu" (tanh form)."""
+    ts = [t for t in (x, weight, bias, residual) if t is not None]
+    check_same_device("linear", *ts)
+    _need_float("linear", *ts)
+    if x.ndim < 1 or weight.ndim != 2 or x.shape[-1] != weight.shape[0]:
+        raise ShapeError(f"linear: x {x.shape} @ weight {weight.shape}: needs weight (K, N) with K = x.shape[-1]")
+    N = weight.shape[1]
+    if bias is not None and bias.shape != (N,):
+        raise ShapeError(f"linear: bias must have shape ({N},), got {bias.shape}")
+    out_shape = (*x.shape[:-1], N)
+    if residual is not None and residual.shape != out_shape:
+        raise ShapeError(f"linear: residual must have the output's shape {out_shape}, got {residual.shape}")
+    if activation not in (None, "gelu"):
+        raise ValueError(f"linear: activation must be None or 'gelu', got {activation!r}")
+    out_dtype = _result_dtype(x, weight)
+    if _is_cpu(x):
+        arr = _cpu().linear(x._array, weight._array, None if bias is None else bias._array, activation == "gelu",
+                            None if residual is None else residual._array, out_dtype.name)
+        return _wrap(x.device, arr)
+    x2 = x.reshape(1, x.shape[0]) if x.ndim == 1 else x
+    out = _gpu().matmul(x2, weight, out_dtype, bias=bias, gelu=activation == "gelu",
+                        residual=None if residual is None else residual.reshape(x2.shape[:-1] + (N,)))
+    return out.reshape(out_shape)
+
+
 def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, scale: float | None = None) -> Tensor:
     """Scaled dot-product attention. q: (T, H, D), k and v: (S, H, D), S >= T -> (T, H, D).
 

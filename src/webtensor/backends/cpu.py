@@ -37,11 +37,24 @@ def matmul(a: np.ndarray, b: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
     return np.matmul(_f32(a), _f32(b)).astype(out_dtype)
 
 
+def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, use_gelu: bool, residual: np.ndarray | None,
+           out_dtype: np.dtype) -> np.ndarray:
+    # x: (..., K) @ w: (K, N) + b: (N,) -> gelu -> + residual: (..., N)
+    y = _f32(x) @ _f32(w)
+    if b is not None:
+        y = y + _f32(b)
+    if use_gelu:
+        y = gelu(y)
+    if residual is not None:
+        y = y + _f32(residual)
+    return y.astype(out_dtype)
+
+
 def gelu(x: np.ndarray) -> np.ndarray:
-    # GPT-2's tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-    v = _f32(x)
-    c = F32(np.sqrt(2.0 / np.pi))
-    return (F32(0.5) * v * (F32(1.0) + np.tanh(c * (v + F32(0.044715) * v * v * v)))).astype(x.dtype)
+    # GPT-2's tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), evaluated in
+    # float64 so the reference has no cancellation error where tanh is near -1
+    v = x.astype(np.float64)
+    return (0.5 * v * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (v + 0.044715 * v**3)))).astype(x.dtype)
 
 
 def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:

@@ -214,8 +214,10 @@ def argmax(x: Tensor) -> Tensor:
 
 
 # -- matmul -------------------------------------------------------------------------------------
-def matmul(a: Tensor, b: Tensor, out_dtype: dt.DType) -> Tensor:
-    """a: (..., M, K) @ b: (K, N) or (..., K, N) with the same batch dims -> (..., M, N)."""
+def matmul(a: Tensor, b: Tensor, out_dtype: dt.DType, bias: Tensor | None = None, gelu: bool = False,
+           residual: Tensor | None = None) -> Tensor:
+    """a: (..., M, K) @ b: (K, N) or (..., K, N) with the same batch dims -> (..., M, N).
+    With b 2-d, the fused epilogue may add `bias` (N,), apply GELU, then add `residual` (..., M, N)."""
     ctx = _ctx(a)
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
     batch_shape = a.shape[:-2]
@@ -234,7 +236,8 @@ def matmul(a: Tensor, b: Tensor, out_dtype: dt.DType) -> Tensor:
             a = a.contiguous()
             shape, (st,) = _collapse(a.shape[:-1], a._strides[:-1])
         lda = st[0] if st else K
-        _matmul_2d(ctx, a, lda, batch * M, K, b, out)
+        epi = _Epilogue(out, bias, gelu, residual)
+        _matmul_2d(ctx, a, lda, batch * M, K, b, out, epi)
         return out
     # batched b: same batch dims as a, each operand one batch stride
     a = a if _one_batch_stride(a) else a.contiguous()
@@ -243,9 +246,11 @@ def matmul(a: Tensor, b: Tensor, out_dtype: dt.DType) -> Tensor:
     nb = len(batch_shape)
     a_bs = a._strides[nb - 1] if nb else 0  # the batch dims collapse to one stride: the innermost's
     b_bs = b._strides[nb - 1] if nb else 0
-    k = _mm_kernel(ctx, a, b, out)
-    ctx.dispatch(k, (M, N, K, 0, a._offset, lda, b._offset, b._strides[-2], b._strides[-1], 0, N, a_bs, b_bs, M * N),
-                 [a._storage.buffer, b._storage.buffer, out._storage.buffer],
+    k = _mm_kernel(ctx, a, b, out, out)
+    ctx.dispatch(k, (M, N, K, 0, a._offset, lda, b._offset, b._strides[-2], b._strides[-1], 0, N, a_bs, b_bs, M * N,
+                     0, 0, 0, 0),
+                 [a._storage.buffer, b._storage.buffer, out._storage.buffer, out._storage.buffer,
+                  out._storage.buffer],
                  (math.ceil(N / 64), math.ceil(M / 64), batch))
     return out
 
@@ -263,13 +268,29 @@ def _one_batch_stride(t: Tensor) -> bool:
     return len(shape) <= 1
 
 
-def _mm_kernel(ctx: WgpuContext, a: Tensor, b: Tensor, out: Tensor) -> Any:
-    return ctx.kernel("matmul", 3, {"TA": a.dtype.wgsl, "TB": b.dtype.wgsl, "TC": out.dtype.wgsl})
+def _mm_kernel(ctx: WgpuContext, a: Tensor, b: Tensor, out: Tensor, bias: Tensor) -> Any:
+    return ctx.kernel("matmul", 5, {"TA": a.dtype.wgsl, "TB": b.dtype.wgsl, "TC": out.dtype.wgsl,
+                                    "TBIAS": bias.dtype.wgsl})
 
 
-def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor, out: Tensor) -> None:
+class _Epilogue:
+    """What the fused matmul epilogue adds: bias (N,), GELU, residual (rows with one stride)."""
+
+    def __init__(self, out: Tensor, bias: Tensor | None, gelu: bool, residual: Tensor | None):
+        self.bits = (1 if bias is not None else 0) | (2 if gelu else 0) | (4 if residual is not None else 0)
+        self.bias = bias.contiguous() if bias is not None else out
+        if residual is not None:
+            residual, _, _, self.r_ld = _rows(residual)
+        else:
+            self.r_ld = 0
+        self.res = residual if residual is not None else out
+
+
+def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor, out: Tensor,
+               epi: _Epilogue) -> None:
     N = b.shape[1]
-    k = _mm_kernel(ctx, a, b, out)
+    k = _mm_kernel(ctx, a, b, out, epi.bias)
+    bufs_tail = [epi.bias._storage.buffer, epi.res._storage.buffer]
     st: WgpuStorage = b._storage
     if len(st.chunks) == 1:
         parts = [(0, K, 0, N, b._offset, b._strides[0], b._strides[1], st.buffer)]
@@ -278,9 +299,12 @@ def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor,
     else:  # b = table.T, table (N, K) stored in chunks of N-rows: each chunk fills a column block
         parts = [(0, K, r0, n, 0, 1, K, buf) for r0, n, buf in st.chunk_ranges(N)]
     for i, (k0, kn, n0, nn, b_off, ldb_k, ldb_n, buf) in enumerate(parts):
-        acc = 1 if (k0 > 0 and i > 0) else 0
-        ctx.dispatch(k, (M, nn, kn, acc, a._offset + k0, lda, b_off, ldb_k, ldb_n, n0, N, 0, 0, 0),
-                     [a._storage.buffer, buf, out._storage.buffer],
+        acc = 1 if k0 > 0 else 0
+        last = i == len(parts) - 1 or n0 > 0 or parts[-1][2] > 0  # K-chunks: epilogue on the last only
+        bits = epi.bits if last else 0
+        ctx.dispatch(k, (M, nn, kn, acc, a._offset + k0, lda, b_off, ldb_k, ldb_n, n0, N, 0, 0, 0,
+                         bits, epi.bias._offset + n0, epi.res._offset + n0, epi.r_ld),
+                     [a._storage.buffer, buf, out._storage.buffer, *bufs_tail],
                      (math.ceil(nn / 64), math.ceil(M / 64), 1))
 
 

@@ -378,6 +378,7 @@ class ByteLevelBPE:
         self._raw_matcher = _AddedTokenMatcher([t for t in toks if not t.normalized])
         self._norm_matcher = _AddedTokenMatcher([t for t in toks if t.normalized])
         self._special_ids = frozenset(t.id for t in toks if t.special)
+        self._vocab_size = max([-1, *self._id_to_token, *self._added_by_id]) + 1
 
         self._cache: dict[str, tuple[int, ...]] = {}
         self._bytes_cache: dict[int, bytes] = {}
@@ -424,9 +425,7 @@ class ByteLevelBPE:
                 continue
             parts = line.split(" ")
             if len(parts) != 2:
-                raise TokenizerFormatError(
-                    f"{merges_txt}:{lineno}: expected 'left right', got {line!r}"
-                )
+                raise TokenizerFormatError(f"{merges_txt}:{lineno}: expected 'left right', got {line!r}")
             merges.append((parts[0], parts[1]))
         next_id = max((v for v in vocab.values() if type(v) is int), default=-1) + 1
         added = []
@@ -546,7 +545,7 @@ class ByteLevelBPE:
     @property
     def vocab_size(self) -> int:
         """Number of embedding rows the ids need: largest id (vocabulary or added) + 1."""
-        return max([-1, *self._id_to_token, *self._added_by_id]) + 1
+        return self._vocab_size
 
     @property
     def eos_token_id(self) -> int | None:
@@ -708,9 +707,7 @@ class ByteLevelBPE:
     def decode_bytes(self, ids: Iterable[int], *, skip_special_tokens: bool = False) -> bytes:
         """Concatenated raw bytes of ``ids`` (may end in the middle of a UTF-8 character)."""
         special = self._special_ids
-        return b"".join(
-            self.token_bytes(i) for i in ids if not (skip_special_tokens and i in special)
-        )
+        return b"".join(self.token_bytes(i) for i in ids if not (skip_special_tokens and i in special))
 
     def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = False) -> str:
         """Text for ``ids``; invalid UTF-8 is replaced by U+FFFD (``errors="replace"``)."""

@@ -1,17 +1,21 @@
 // Batched matmul C[b] = A[b] @ B[b] (+ C[b] when acc != 0), 64x64 output tiles, 16-deep K steps
 // through workgroup memory, 4x4 outputs per thread. B is read through two strides, so a
 // transposed view (x @ W.T) costs nothing extra. A's rows are contiguous along K.
-// Header: alias TA, TB, TC.
+// Epilogue (the fused `linear`): + bias[n], then GELU, then + residual[m, n], chosen by p.epi bits
+// 1 / 2 / 4; unused bindings receive any buffer. Header: alias TA, TB, TC, TBIAS.
 struct P {
   M: u32, N: u32, K: u32, acc: u32,
   a_off: u32, lda: u32, b_off: u32, ldb_k: u32,
   ldb_n: u32, c_off: u32, ldc: u32, a_bs: u32,
-  b_bs: u32, c_bs: u32,
+  b_bs: u32, c_bs: u32, epi: u32, bias_off: u32,
+  r_off: u32, r_ld: u32,
 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read_write> a: array<TA>;
 @group(0) @binding(2) var<storage, read_write> b: array<TB>;
 @group(0) @binding(3) var<storage, read_write> c: array<TC>;
+@group(0) @binding(4) var<storage, read_write> bias: array<TBIAS>;
+@group(0) @binding(5) var<storage, read_write> res: array<TC>;
 var<workgroup> As: array<f32, 1024>;  // [k][m], 16 x 64
 var<workgroup> Bs: array<f32, 1024>;  // [k][n], 16 x 64
 
@@ -57,7 +61,16 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
       let ci = cb + m * p.ldc + n;
       var v = acc[i][j];
       if (p.acc != 0u) { v = v + f32(c[ci]); }
+      if ((p.epi & 1u) != 0u) { v = v + f32(bias[p.bias_off + n]); }
+      if ((p.epi & 2u) != 0u) { v = gelu_tanh(v); }
+      if ((p.epi & 4u) != 0u) { v = v + f32(res[p.r_off + m * p.r_ld + n]); }
       c[ci] = TC(v);
     }
   }
+}
+
+fn gelu_tanh(v: f32) -> f32 {
+  // 0.5 v (1 + tanh(u)) = v * sigmoid(2u), u = sqrt(2/pi) (v + 0.044715 v^3): no cancellation for v < 0
+  let u = 0.7978845608028654 * (v + 0.044715 * v * v * v);
+  return v / (1.0 + exp(-2.0 * clamp(u, -40.0, 40.0)));
 }
