@@ -183,15 +183,13 @@ class _ShadowTable(dict[int, int]):
 # ASCII maps to itself (controls such as U+001C..U+001F are "other" in the ASCII pattern too).
 _SHADOW_TABLE = _ShadowTable({cp: cp for cp in range(128)})
 
-# Whitespace as Rust's/Oniguruma's Unicode ``\s`` (White_Space); used for lstrip/rstrip.
-_WS_SHADOW = _SHADOW_SPACE
-
 
 def _is_ws(ch: str) -> bool:
+    """Unicode ``\\s`` as Rust regex / Oniguruma see it (White_Space); used for lstrip/rstrip."""
     cp = ord(ch)
     if cp < 128:
         return ch in "\t\n\x0b\x0c\r "
-    return _SHADOW_TABLE[cp] == _WS_SHADOW
+    return _SHADOW_TABLE[cp] == _SHADOW_SPACE
 
 
 def pretokenize(text: str) -> list[str]:

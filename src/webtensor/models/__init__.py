@@ -1,0 +1,1 @@
+"""Models built on webtensor's ops."""

@@ -1,0 +1,260 @@
+"""GPT-2 on webtensor: the same model code runs on the CPU reference and on WebGPU.
+
+Prefill runs the prompt in one pass; decode runs one token per step against a KV cache
+preallocated on the device, each step inside one dispatch scope (one submit), reading back only
+what sampling needs (4 bytes for greedy, one row of logits otherwise).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ... import dtypes as dt
+from ... import ops
+from ...device import Device
+from ...errors import CheckpointError, ContextLengthError, SamplingError
+from ...tensor import Tensor, tensor
+from .config import GPT2Config
+from .sampling import SamplingParams, check_max_new_tokens, sample
+from .tokenizer import GPT2Tokenizer
+from .weights import SafetensorsReader, check_checkpoint, expected_shapes, resolve, weight_files
+
+
+@dataclass
+class Block:
+    ln1_w: Tensor
+    ln1_b: Tensor
+    attn_w: Tensor  # (C, 3C), HF Conv1D layout: x @ W
+    attn_b: Tensor
+    proj_w: Tensor  # (C, C)
+    proj_b: Tensor
+    ln2_w: Tensor
+    ln2_b: Tensor
+    fc_w: Tensor  # (C, 4C)
+    fc_b: Tensor
+    fc2_w: Tensor  # (4C, C)
+    fc2_b: Tensor
+
+
+class KVCache:
+    """Per layer, keys and values for every position: (n_positions, H, D) each, on the device."""
+
+    def __init__(self, cfg: GPT2Config, device: Device):
+        shape = (cfg.n_positions, cfg.n_head, cfg.head_dim)
+        zeros = np.zeros(shape, np.float32) if device.kind == "cpu" else None
+        self.k = [_empty(device, shape, zeros) for _ in range(cfg.n_layer)]
+        self.v = [_empty(device, shape, zeros) for _ in range(cfg.n_layer)]
+        self.length = 0
+
+
+def _empty(device: Device, shape: tuple[int, ...], zeros: Any) -> Tensor:
+    if device.kind == "cpu":
+        return tensor(zeros.copy(), device=device)
+    from ...backends.wgpu import ops as gops
+
+    return gops.empty(device, shape, dt.float32)
+
+
+class GPT2:
+    def __init__(self, cfg: GPT2Config, params: dict[str, Tensor], device: Device, dtype: dt.DType,
+                 tokenizer: GPT2Tokenizer | None = None, name: str = "gpt2"):
+        self.config, self.device, self.dtype, self.tokenizer, self.name = cfg, device, dtype, tokenizer, name
+        self.wte, self.wpe = params["wte.weight"], params["wpe.weight"]
+        self.ln_f = (params["ln_f.weight"], params["ln_f.bias"])
+        self.blocks = [
+            Block(*(params[f"h.{i}.{n}"] for n in (
+                "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
+                "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+                "mlp.c_proj.weight", "mlp.c_proj.bias")))
+            for i in range(cfg.n_layer)
+        ]
+        self._lock = threading.Lock()
+
+    # -- loading --------------------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, model: str | Path | None = None, device: Device | str | None = None,
+                        dtype: Any = "float32", progress: bool | None = None) -> GPT2:
+        """Load a Hugging Face GPT-2: a directory, an id in the local HF cache ("gpt2", "gpt2-xl",
+        "openai-community/gpt2"), or None for the small model shipped with webtensor."""
+        dev = Device.parse(device)
+        dtype = _check_dtype(dt.as_dtype(dtype), dev)
+        d = resolve(model)
+        cfg = GPT2Config.from_file(d / "config.json")
+        tok = GPT2Tokenizer.from_dir(d)
+        reader = SafetensorsReader(weight_files(d))
+        check_checkpoint(reader, cfg, d)
+        params = _upload(reader, cfg, dev, dtype, progress, label=d.name)
+        return cls(cfg, params, dev, dtype, tok, name=str(model) if model else "webtensor-shipped")
+
+    @classmethod
+    def random(cls, cfg: GPT2Config, device: Device | str | None = None, dtype: Any = "float32",
+               seed: int = 0, progress: bool | None = False) -> GPT2:
+        """Random weights of GPT-2's shapes (benchmarks need no download)."""
+        dev = Device.parse(device)
+        dtype = _check_dtype(dt.as_dtype(dtype), dev)
+        rng = np.random.default_rng(seed)
+        arrays = {}
+        for name, shape in expected_shapes(cfg).items():
+            if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
+                arrays[name] = np.ones(shape, np.float32)
+            else:
+                arrays[name] = (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(np.float32)
+        return cls(cfg, _upload(_DictReader(arrays), cfg, dev, dtype, progress, "random"), dev, dtype, None,
+                   name=f"random-{cfg.n_layer}x{cfg.n_embd}")
+
+    # -- forward --------------------------------------------------------------------------------
+    def _forward(self, ids: Sequence[int], cache: KVCache, last_only: bool) -> Tensor:
+        """Run tokens `ids` at positions cache.length.. and append their keys / values to the cache.
+        Returns logits (T, V), or (1, V) for the last position only."""
+        cfg, dev = self.config, self.device
+        T, C, H, D = len(ids), cfg.n_embd, cfg.n_head, cfg.head_dim
+        p0 = cache.length
+        S = p0 + T
+        idt = tensor(np.asarray(ids, np.int32), device=dev)
+        x = ops.add(ops.embedding(self.wte, idt), self.wpe[p0:S])  # (T, C)
+        for layer, b in enumerate(self.blocks):
+            h = ops.layer_norm(x, b.ln1_w, b.ln1_b, cfg.layer_norm_epsilon)
+            qkv = ops.linear(h, b.attn_w, b.attn_b).reshape(T, 3, H, D)  # (T, 3C) viewed per head
+            ks, vs = cache.k[layer], cache.v[layer]
+            ops.copy_into(ks[p0:S], qkv[:, 1])
+            ops.copy_into(vs[p0:S], qkv[:, 2])
+            a = ops.attention(qkv[:, 0], ks[:S], vs[:S], causal=True)  # (T, H, D)
+            x = ops.linear(a.reshape(T, C), b.proj_w, b.proj_b, residual=x)
+            h = ops.layer_norm(x, b.ln2_w, b.ln2_b, cfg.layer_norm_epsilon)
+            f = ops.linear(h, b.fc_w, b.fc_b, activation="gelu")  # (T, 4C)
+            x = ops.linear(f, b.fc2_w, b.fc2_b, residual=x)
+        cache.length = S
+        if last_only:
+            x = x[T - 1:T]
+        x = ops.layer_norm(x, *self.ln_f, cfg.layer_norm_epsilon)
+        return ops.linear(x, self.wte.T)  # tied LM head: (T or 1, V)
+
+    def new_cache(self) -> KVCache:
+        return KVCache(self.config, self.device)
+
+    def logits(self, ids: Sequence[int]) -> np.ndarray:
+        """Full forward over `ids`: logits (T, V) as float32 numpy."""
+        ids = self._check_ids(ids)
+        if len(ids) > self.config.n_positions:
+            raise ContextLengthError(f"{len(ids)} tokens exceed the context of {self.config.n_positions}")
+        with self.device.dispatch_scope():
+            return self._forward(ids, self.new_cache(), last_only=False).numpy().astype(np.float32, copy=False)
+
+    # -- generation -----------------------------------------------------------------------------
+    def generate_ids(self, ids: Sequence[int], max_new_tokens: int = 32, temperature: float = 0.0,
+                     top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
+                     stop_at_eos: bool = True, truncate_prompt: bool = False) -> Iterator[int]:
+        """Yield new token ids one by one. Refuses a prompt that does not fit (ContextLengthError)
+        unless `truncate_prompt`, which keeps the prompt's last tokens."""
+        params = SamplingParams(temperature, top_k, top_p, seed)
+        n_new = check_max_new_tokens(max_new_tokens)
+        ids = self._check_ids(ids)
+        n_ctx = self.config.n_positions
+        if len(ids) + n_new > n_ctx:
+            if not truncate_prompt or n_new >= n_ctx:
+                raise ContextLengthError(
+                    f"prompt of {len(ids)} tokens + {n_new} new tokens = {len(ids) + n_new} exceeds the model's "
+                    f"context of {n_ctx} positions; shorten the prompt, lower max_new_tokens, or pass "
+                    "truncate_prompt=True to keep the prompt's last tokens"
+                )
+            ids = ids[len(ids) + n_new - n_ctx:]
+        if n_new == 0:
+            return
+        rng = np.random.default_rng(seed)
+        cache = self.new_cache()
+        eos = self.config.eos_token_id
+        tok_in: Sequence[int] = ids
+        for _ in range(n_new):
+            with self.device.dispatch_scope():
+                logits = self._forward(tok_in, cache, last_only=True)  # (1, V)
+                tok = self._pick(logits, params, rng)
+            yield tok
+            if stop_at_eos and eos is not None and tok == eos:
+                return
+            tok_in = [tok]
+
+    def _pick(self, logits: Tensor, params: SamplingParams, rng: np.random.Generator) -> int:
+        if params.greedy:
+            return int(ops.argmax(logits).numpy()[0])  # a 4-byte readback
+        return sample(logits.numpy()[0], params, rng)
+
+    def generate(self, ids: Sequence[int], max_new_tokens: int = 32, **kw: Any) -> list[int]:
+        """New token ids (a list), greedy by default (temperature=0)."""
+        return list(self.generate_ids(ids, max_new_tokens, **kw))
+
+    def stream(self, prompt: str, max_new_tokens: int = 50, **kw: Any) -> Iterator[str]:
+        """Generated text, piece by piece, as soon as it forms whole UTF-8 characters."""
+        tok = self._need_tokenizer()
+        yield from tok.stream_decode(self.generate_ids(tok.encode(prompt), max_new_tokens, **kw))
+
+    def encode(self, text: str) -> list[int]:
+        return self._need_tokenizer().encode(text)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._need_tokenizer().decode(ids)
+
+    def _need_tokenizer(self) -> GPT2Tokenizer:
+        if self.tokenizer is None:
+            raise SamplingError("this model has no tokenizer (random weights): pass token ids instead of text")
+        return self.tokenizer
+
+    def _check_ids(self, ids: Sequence[int]) -> list[int]:
+        if isinstance(ids, str):
+            raise SamplingError("expected token ids; use model.stream(text) or model.encode(text) for text")
+        ids = [int(i) for i in np.asarray(ids).reshape(-1)]
+        if not ids:
+            raise SamplingError("the prompt is empty: give at least one token")
+        V = self.config.vocab_size
+        bad = [i for i in ids if not 0 <= i < V]
+        if bad:
+            raise SamplingError(f"token id {bad[0]} is out of range for a vocabulary of {V}")
+        return ids
+
+
+# -- weights upload -------------------------------------------------------------------------------
+def _check_dtype(dtype: dt.DType, dev: Device) -> dt.DType:
+    if dtype not in (dt.float32, dt.float16):
+        raise CheckpointError(f"model dtype must be float32 or float16, got {dtype.name}")
+    if dtype is dt.float16 and not dev.has_f16:
+        raise CheckpointError(f"{dev.describe()} has no shader-f16 feature: use dtype float32")
+    return dtype
+
+
+def _stored_dtype(name: str, dtype: dt.DType) -> dt.DType:
+    """Matrices (and wte) in the model's dtype; layer norms, biases and wpe stay float32."""
+    if dtype is dt.float16 and name.endswith(".weight") and "ln_" not in name and name != "wpe.weight":
+        return dt.float16
+    return dt.float32
+
+
+class _DictReader:
+    def __init__(self, arrays: dict[str, np.ndarray]):
+        self.arrays = arrays
+
+    def get(self, name: str) -> np.ndarray:
+        return self.arrays[name]
+
+
+def _upload(reader: Any, cfg: GPT2Config, dev: Device, dtype: dt.DType, progress: bool | None,
+            label: str) -> dict[str, Tensor]:
+    from tqdm.auto import tqdm
+
+    shapes = expected_shapes(cfg)
+    total = sum(int(np.prod(s)) * _stored_dtype(n, dtype).itemsize for n, s in shapes.items())
+    disable = (not progress) if progress is not None else None  # None: only on a terminal
+    params: dict[str, Tensor] = {}
+    with tqdm(total=total, unit="B", unit_scale=True, desc=f"loading {label}", disable=disable, leave=False) as bar:
+        for name in shapes:
+            arr = np.asarray(reader.get(name))
+            if not np.issubdtype(arr.dtype, np.floating):
+                raise CheckpointError(f"tensor {name!r} has dtype {arr.dtype}, expected a float type")
+            arr = arr.astype(_stored_dtype(name, dtype).name, copy=False)
+            params[name] = tensor(arr, device=dev)
+            bar.update(arr.nbytes)
+    return params

@@ -1,0 +1,174 @@
+"""Finding and reading GPT-2 checkpoints: a local directory or a model id in the local Hugging Face
+cache (offline, never the network); safetensors only — pickle (.bin) checkpoints are refused,
+because loading them can run code. Tensors are read memory-mapped and uploaded one by one."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ...errors import CheckpointError
+from .config import GPT2Config
+
+SHIPPED = Path(__file__).parent / "shipped"
+HF_IDS = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilgpt2")
+
+
+def hf_cache_dir() -> Path:
+    env = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+    if env:
+        return Path(env)
+    home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+    return Path(home) / "hub"
+
+
+def resolve(model: str | os.PathLike | None) -> Path:
+    """A checkpoint directory for `model`: None (the shipped model), a path, or a Hugging Face id
+    ("gpt2", "openai-community/gpt2-xl", ...) looked up in the local cache only."""
+    if model is None:
+        return SHIPPED
+    p = Path(model).expanduser()
+    if p.is_dir():
+        return p
+    name = str(model)
+    looks_like_id = name.count("/") <= 1 and not name.startswith((".", "/", "~"))
+    if looks_like_id:
+        ids = [name] if "/" in name else [name, f"openai-community/{name}"]
+        cache = hf_cache_dir()
+        for repo in ids:
+            snap = _cached_snapshot(cache, repo)
+            if snap is not None:
+                return snap
+        raise CheckpointError(
+            f"model {name!r} is not in the local Hugging Face cache (looked in {cache} for "
+            f"{', '.join('models--' + r.replace('/', '--') for r in ids)}). webtensor never downloads at run "
+            f"time: fetch it once with `huggingface-cli download {ids[-1]} config.json model.safetensors "
+            f"tokenizer.json vocab.json merges.txt`, or pass a directory"
+        )
+    raise CheckpointError(f"checkpoint directory {p} does not exist")
+
+
+def _cached_snapshot(cache: Path, repo: str) -> Path | None:
+    root = cache / ("models--" + repo.replace("/", "--"))
+    snaps = root / "snapshots"
+    if not snaps.is_dir():
+        return None
+    ref = root / "refs" / "main"
+    if ref.is_file():
+        snap = snaps / ref.read_text().strip()
+        if (snap / "config.json").exists():
+            return snap
+    cands = sorted((s for s in snaps.iterdir() if (s / "config.json").exists()), key=lambda s: s.stat().st_mtime)
+    return cands[-1] if cands else None
+
+
+def weight_files(d: Path) -> list[Path]:
+    files = sorted(d.glob("*.safetensors"))
+    if files:
+        return files
+    pickles = sorted(p.name for p in d.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt"))
+    if pickles:
+        raise CheckpointError(
+            f"{d} holds only pickle checkpoints ({', '.join(pickles)}); webtensor refuses them because "
+            "unpickling can run arbitrary code. Convert once with transformers: "
+            "GPT2LMHeadModel.from_pretrained(dir).save_pretrained(dir, safe_serialization=True)"
+        )
+    raise CheckpointError(f"{d} has no model.safetensors")
+
+
+def expected_shapes(cfg: GPT2Config) -> dict[str, tuple[int, ...]]:
+    C, V, P = cfg.n_embd, cfg.vocab_size, cfg.n_positions
+    shapes = {"wte.weight": (V, C), "wpe.weight": (P, C), "ln_f.weight": (C,), "ln_f.bias": (C,)}
+    for i in range(cfg.n_layer):
+        h = f"h.{i}."
+        shapes.update({
+            h + "ln_1.weight": (C,), h + "ln_1.bias": (C,), h + "ln_2.weight": (C,), h + "ln_2.bias": (C,),
+            h + "attn.c_attn.weight": (C, 3 * C), h + "attn.c_attn.bias": (3 * C,),
+            h + "attn.c_proj.weight": (C, C), h + "attn.c_proj.bias": (C,),
+            h + "mlp.c_fc.weight": (C, 4 * C), h + "mlp.c_fc.bias": (4 * C,),
+            h + "mlp.c_proj.weight": (4 * C, C), h + "mlp.c_proj.bias": (C,),
+        })
+    return shapes
+
+
+class SafetensorsReader:
+    """Memory-mapped tensors from one or more .safetensors files, by GPT-2 name (prefix stripped).
+    Uses the `safetensors` library; the pure-Python reader only where it is missing (browser)."""
+
+    def __init__(self, files: list[Path]):
+        self._where: dict[str, tuple[Any, str]] = {}
+        for f in files:
+            handle = _open(f)
+            for key in handle.keys():
+                name = key.removeprefix("transformer.")
+                self._where[name] = (handle, key)
+
+    def names(self) -> set[str]:
+        return set(self._where)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        handle, key = self._where[name]
+        return tuple(handle.get_slice(key).get_shape()) if hasattr(handle, "get_slice") else handle.info(key).shape
+
+    def get(self, name: str) -> Any:
+        """The tensor as a numpy array (a view of the mapped file where the library allows)."""
+        handle, key = self._where[name]
+        try:
+            return handle.get_tensor(key)
+        except Exception as e:
+            raise CheckpointError(f"tensor {key!r} could not be read: {e}") from e
+
+
+def _open(f: Path) -> Any:
+    try:
+        from safetensors import safe_open
+    except ImportError:  # the browser: no compiled safetensors
+        from ...io.safetensors_pure import SafetensorsFile, SafetensorsFormatError
+
+        try:
+            return _PureHandle(SafetensorsFile.from_path(f))
+        except SafetensorsFormatError as e:
+            raise CheckpointError(f"{f} is not a valid safetensors file: {e}") from e
+    try:
+        return safe_open(str(f), framework="numpy")
+    except Exception as e:
+        raise CheckpointError(f"{f} is not a valid safetensors file (truncated or corrupt header?): {e}") from e
+
+
+class _PureHandle:
+    def __init__(self, sf: Any):
+        self.sf = sf
+
+    def keys(self) -> list[str]:
+        return list(self.sf.keys())
+
+    def info(self, key: str) -> Any:
+        return self.sf.info(key)
+
+    def get_tensor(self, key: str) -> Any:
+        info = self.sf.info(key)
+        return _RawTensor(self.sf.raw(key), info.dtype, tuple(info.shape))
+
+
+class _RawTensor:
+    """Bytes of a tensor, for the numpy-free path (uploads take any buffer)."""
+
+    def __init__(self, data: memoryview, dtype: str, shape: tuple[int, ...]):
+        self.data, self.dtype, self.shape = data, dtype, shape
+
+
+def check_checkpoint(reader: SafetensorsReader, cfg: GPT2Config, where: Path) -> None:
+    names = reader.names()
+    for name, shape in expected_shapes(cfg).items():
+        if name not in names:
+            raise CheckpointError(f"{where}: tensor {name!r} is missing from the checkpoint")
+        got = reader.shape(name)
+        if got != shape:
+            raise CheckpointError(f"{where}: tensor {name!r} has shape {got}, expected {shape} from config.json")
+
+
+def iter_tensors(reader: SafetensorsReader, cfg: GPT2Config) -> Iterator[tuple[str, Any]]:
+    for name in expected_shapes(cfg):
+        yield name, reader.get(name)
