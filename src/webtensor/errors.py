@@ -15,6 +15,10 @@ class DTypeError(WebtensorError, TypeError):
     """A dtype the operation or device does not support."""
 
 
+class ArgumentError(WebtensorError, ValueError):
+    """A non-tensor argument is invalid (an option name, eps, ...); the message names it and its value."""
+
+
 class DeviceMismatchError(WebtensorError, ValueError):
     """Tensors on two different devices were combined; the message names both."""
 

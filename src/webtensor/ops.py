@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from . import dtypes as dt
-from .errors import DTypeError, ShapeError
+from .errors import ArgumentError, DTypeError, ShapeError
 from .tensor import Tensor, check_same_device, tensor
 
 
@@ -48,7 +48,7 @@ def _as_operand(x: Any, like: Tensor, op: str) -> Tensor:
         return x
     if isinstance(x, int | float):
         return tensor(float(x), device=like.device, dtype=like.dtype if like.dtype.is_float else dt.float32)
-    raise TypeError(f"{op}: unsupported operand {type(x).__name__}; use a Tensor or a Python number")
+    raise DTypeError(f"{op}: unsupported operand {type(x).__name__}; use a Tensor or a Python number")
 
 
 def broadcast_shapes(op: str, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -141,8 +141,8 @@ def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Te
         raise ShapeError(
             f"layer_norm: x {x.shape} needs weight and bias of shape ({C},), got {weight.shape} and {bias.shape}"
         )
-    if not eps >= 0:
-        raise ValueError(f"layer_norm: eps must be >= 0, got {eps}")
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or not eps >= 0:
+        raise ArgumentError(f"layer_norm: eps must be a number >= 0, got {eps!r}")
     if _is_cpu(x):
         return _wrap(x.device, _cpu().layer_norm(x._array, weight._array, bias._array, eps))
     return _gpu().layer_norm(x, weight, bias, eps)
@@ -173,7 +173,7 @@ def matmul(a: Any, b: Any) -> Tensor:
     """a @ b: (..., M, K) @ (K, N) or (..., K, N) with the same leading dims -> (..., M, N).
     A 1-d `a` is treated as one row (M = 1) and the row dim dropped from the result."""
     if not isinstance(a, Tensor) or not isinstance(b, Tensor):
-        raise TypeError("matmul: both operands must be Tensors")
+        raise DTypeError(f"matmul: both operands must be Tensors, got {type(a).__name__} @ {type(b).__name__}")
     dev = check_same_device("matmul", a, b)
     _need_float("matmul", a, b)
     squeeze = a.ndim == 1
@@ -211,7 +211,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation: st
     if residual is not None and residual.shape != out_shape:
         raise ShapeError(f"linear: residual must have the output's shape {out_shape}, got {residual.shape}")
     if activation not in (None, "gelu"):
-        raise ValueError(f"linear: activation must be None or 'gelu', got {activation!r}")
+        raise ArgumentError(f"linear: activation must be None or 'gelu', got {activation!r}")
     out_dtype = _result_dtype(x, weight)
     if _is_cpu(x):
         arr = _cpu().linear(x._array, weight._array, None if bias is None else bias._array, activation == "gelu",
@@ -247,18 +247,36 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, scale: float
 
 
 def embedding(table: Tensor, ids: Any) -> Tensor:
-    """Rows of `table` (V, C) at `ids` (int32, any shape) -> (*ids.shape, C)."""
-    if not isinstance(ids, Tensor):
-        ids = tensor(ids, device=table.device, dtype=dt.int32)
-    check_same_device("embedding", table, ids)
+    """Rows of `table` (V, C) at `ids` (int32, any shape) -> (*ids.shape, C).
+
+    Ids given as host data (lists, numpy) or as a CPU tensor are range-checked; ids already on a
+    WebGPU device are not (that would need a readback), and an out-of-range one there gives an
+    unspecified row."""
     if table.ndim != 2:
         raise ShapeError(f"embedding: table must be 2-d (V, C), got {table.shape}")
+    V = table.shape[0]
+    if not isinstance(ids, Tensor):
+        _check_host_ids(ids, V)
+        ids = tensor(ids, device=table.device, dtype=dt.int32)
+    check_same_device("embedding", table, ids)
     if ids.dtype is not dt.int32:
         raise DTypeError(f"embedding: ids must be int32, got {ids.dtype.name}")
     if _is_cpu(table):
-        V = table.shape[0]
-        if ids.size and (ids._array.min() < 0 or ids._array.max() >= V):
-            bad = ids._array[(ids._array < 0) | (ids._array >= V)][0]
-            raise ShapeError(f"embedding: id {bad} is out of range for a table of {V} rows")
+        _check_host_ids(ids._array, V)
         return _wrap(table.device, _cpu().embedding(table._array, ids._array))
     return _gpu().embedding(table.contiguous() if len(table._storage.chunks) == 1 else table, ids)
+
+
+def _check_host_ids(ids: Any, V: int) -> None:
+    try:
+        import numpy as np
+    except ImportError:  # the browser without numpy: the kernel skips out-of-range ids
+        return
+    a = np.asarray(ids)
+    if not a.size:
+        return
+    if a.dtype.kind not in "iu":
+        raise DTypeError(f"embedding: ids must be integers, got {a.dtype}")
+    if a.min() < 0 or a.max() >= V:
+        bad = a[(a < 0) | (a >= V)].reshape(-1)[0]
+        raise ShapeError(f"embedding: id {bad} is out of range for a table of {V} rows")

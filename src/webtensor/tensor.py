@@ -142,7 +142,11 @@ class Tensor:
     def __getitem__(self, index: Any) -> Tensor:
         """Basic indexing: ints and slices (positive steps), Ellipsis; a view on both devices."""
         if self.device.kind == "cpu":
-            return Tensor(self.device, *_cpu_view(self._array[index]), array=self._array[index])
+            try:
+                a = self._array[index]
+            except IndexError as e:  # same error type as on WebGPU
+                raise ShapeError(f"index {index!r} does not fit shape {self.shape}: {e}") from e
+            return Tensor(self.device, *_cpu_view(a), array=a)
         _no_chunks(self, "slicing")
         shape, strides, offset = _slice_view(self.shape, self._strides, self._offset, index)
         return Tensor(self.device, shape, self.dtype, storage=self._storage, strides=strides, offset=offset)
@@ -247,13 +251,20 @@ def _slice_view(shape: tuple[int, ...], strides: tuple[int, ...], offset: int, i
 
 
 def tensor(data: Any, device: Device | str | None = None, dtype: Any = None) -> Tensor:
-    """Make a tensor from a numpy array, nested lists, a scalar, or a Tensor, on `device` (default CPU)."""
-    import numpy as np
-
+    """Make a tensor from a numpy array, nested lists, a scalar, or a Tensor, on `device` (default CPU).
+    Where numpy is missing (the browser), scalars, nested lists, `array.array` and Tensors still work
+    on WebGPU; raw bytes go through `from_buffer`."""
     dev = Device.cpu() if device is None else Device.parse(device)
+    try:
+        import numpy as np
+    except ImportError:
+        return _tensor_without_numpy(data, dev, dtype)
     if isinstance(data, Tensor):
         data = data.numpy()
-    arr = np.asarray(data)
+    try:
+        arr = np.asarray(data)
+    except ValueError as e:  # ragged nested lists
+        raise ShapeError(f"tensor(): cannot make a rectangular array from the data: {e}") from e
     if dtype is not None:
         arr = arr.astype(dt.as_dtype(dtype).name)
     elif arr.dtype == np.float64:
@@ -263,12 +274,92 @@ def tensor(data: Any, device: Device | str | None = None, dtype: Any = None) -> 
             raise dt.DTypeError("integer values do not fit int32")
         arr = arr.astype(np.int32)
     d = dt.as_dtype(arr.dtype)
-    arr = np.ascontiguousarray(arr)
+    if not arr.flags.c_contiguous:  # (np.ascontiguousarray would turn a 0-d array into 1-d)
+        arr = np.ascontiguousarray(arr)
     if dev.kind == "cpu":
         return Tensor(dev, arr.shape, d, array=arr)
     from .backends.wgpu import ops as gops
 
-    return gops.from_host(dev, arr.shape, d, memoryview(arr).cast("B") if arr.size else b"")
+    if not arr.size:  # nothing to upload (an empty write is an error in wgpu)
+        return gops.empty(dev, arr.shape, d)
+    return gops.from_host(dev, arr.shape, d, memoryview(arr).cast("B"))
+
+
+def from_buffer(data: Any, shape: Sequence[int], dtype: Any = "float32",
+                device: Device | str | None = None) -> Tensor:
+    """A tensor from raw little-endian, C-ordered bytes (bytes, bytearray, memoryview, array.array,
+    an mmap...), without numpy on WebGPU: the bytes are uploaded as they are. On the CPU device the
+    bytes are copied into a numpy array."""
+    dev = Device.cpu() if device is None else Device.parse(device)
+    d = dt.as_dtype(dtype)
+    shape = tuple(int(s) for s in shape)
+    if any(s < 0 for s in shape):
+        raise ShapeError(f"from_buffer: negative dim in shape {shape}")
+    mv = memoryview(data)
+    if not mv.c_contiguous:
+        raise ShapeError("from_buffer: the buffer must be C-contiguous")
+    mv = mv.cast("B") if (mv.format != "B" or mv.ndim != 1) else mv
+    want = math.prod(shape) * d.itemsize
+    if mv.nbytes != want:
+        raise ShapeError(f"from_buffer: {mv.nbytes} bytes given for shape {shape} {d.name} ({want} bytes)")
+    if dev.kind == "cpu":
+        import numpy as np
+
+        arr = np.frombuffer(mv, dtype=d.name).reshape(shape).copy()
+        return Tensor(dev, shape, d, array=arr)
+    from .backends.wgpu import ops as gops
+
+    return gops.from_host(dev, shape, d, mv) if want else gops.empty(dev, shape, d)
+
+
+Tensor.from_buffer = staticmethod(from_buffer)  # type: ignore[attr-defined]
+
+
+def _tensor_without_numpy(data: Any, dev: Device, dtype: Any) -> Tensor:
+    """`tensor()` where numpy cannot be imported: scalars, nested lists/tuples, array.array, Tensors."""
+    import array
+    import struct
+
+    if dev.kind == "cpu":
+        raise WebtensorError("the CPU reference device needs numpy; use a WebGPU device here")
+    if isinstance(data, Tensor):
+        t = from_buffer(data.tobytes(), data.shape, data.dtype, dev)
+        return t if dtype is None else t.to(dt.as_dtype(dtype))
+    if isinstance(data, array.array):
+        shape: tuple[int, ...] = (len(data),)
+        flat: list[Any] = data.tolist()
+        default = dt.float32 if data.typecode in "fd" else dt.int32
+    elif isinstance(data, bytes | bytearray | memoryview):
+        raise TypeError("tensor(): raw bytes have no shape or dtype; "
+                        "use webtensor.Tensor.from_buffer(data, shape, dtype, device)")
+    else:
+        shape, flat = _flatten(data)
+        default = dt.float32 if any(isinstance(v, float) for v in flat) else dt.int32
+    d = default if dtype is None else dt.as_dtype(dtype)
+    if d is dt.int32:
+        if any(isinstance(v, float) and not v.is_integer() for v in flat):
+            flat = [int(v) for v in flat]
+        if any(not -(2**31) <= int(v) <= 2**31 - 1 for v in flat):
+            raise dt.DTypeError("integer values do not fit int32")
+        flat = [int(v) for v in flat]
+    else:
+        flat = [float(v) for v in flat]
+    return from_buffer(struct.pack(f"<{len(flat)}{d.struct_code}", *flat), shape, d, dev)
+
+
+def _flatten(data: Any) -> tuple[tuple[int, ...], list[Any]]:
+    """Shape and row-major values of a scalar or of (nested, rectangular) lists / tuples."""
+    if isinstance(data, bool | int | float):
+        return (), [data]
+    if not isinstance(data, list | tuple):
+        raise TypeError(f"tensor(): cannot make a tensor from {type(data).__name__} without numpy")
+    if not data:
+        return (0,), []
+    parts = [_flatten(x) for x in data]
+    inner = parts[0][0]
+    if any(p[0] != inner for p in parts):
+        raise ShapeError("tensor(): nested lists are ragged (rows of different shapes)")
+    return (len(data), *inner), [v for _, vals in parts for v in vals]
 
 
 def check_same_device(op: str, *ts: Tensor) -> Device:

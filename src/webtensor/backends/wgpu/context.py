@@ -108,9 +108,13 @@ class WgpuContext:
                 kind = "alias" if value in ("f32", "f16", "i32", "u32") else "const"
                 head.append(f"{kind} {name} = {value};")
             label = file + "".join(f"-{v}" for _, v in key[2])
+            code = "\n".join(head) + "\n" + src
+            preamble = getattr(self.api, "wgsl_preamble", None)  # per-API `enable` lines (browser)
+            if preamble is not None:
+                code = preamble(code)
             with self.lock:
                 pipe = self._guard(label, lambda: self.api.create_pipeline(
-                    "\n".join(head) + "\n" + src, n_storage, label, PARAM_BYTES))
+                    code, n_storage, label, PARAM_BYTES))
                 self.counters["pipelines_created"] += 1
             k = self._pipelines[key] = Kernel(label, pipe, n_storage)
         return k
@@ -126,6 +130,10 @@ class WgpuContext:
             )
         with self.lock:
             free = self._pool.get(size)
+            alive = getattr(self.api, "buffer_alive", None)
+            while free and alive is not None and not alive(free[-1].handle):
+                free.pop()
+                self.bytes_pooled -= size
             if free:
                 buf = free.pop()
                 self.bytes_pooled -= size
@@ -138,7 +146,11 @@ class WgpuContext:
             return buf
 
     def release(self, buf: GpuBuffer) -> None:
-        """Return a buffer to the pool (called when the last tensor using it is dropped)."""
+        """Return a buffer to the pool (called when the last tensor using it is dropped).
+
+        When the garbage collector frees a reference cycle it runs every finaliser in it, so the
+        API's buffer object may be finalised (released) even though the storage's finaliser put
+        it in the pool: `alloc` checks and drops such buffers."""
         if self.released:
             return
         with self.lock:
@@ -222,6 +234,56 @@ class WgpuContext:
             if self.scope_depth == 0:
                 self.flush()
 
+    # -- prebuilt command lists (decode graphs) -------------------------------------------------
+    def param_block(self, params: list[tuple]) -> tuple[Any, list[int]]:
+        """A uniform buffer holding `params` (one slot each), written once: a graph's parameters.
+        Returns (buffer, slot offsets)."""
+        data = bytearray(self._slot * max(1, len(params)))
+        for i, prm in enumerate(params):
+            _pack(data, i * self._slot, prm)
+        with self.lock:
+            buf = self._guard("param_block", lambda: self.api.create_buffer(len(data), UNIFORM_USAGE, "webtensor-graph"))
+            self.api.write_buffer(buf, 0, data)
+        return buf, [i * self._slot for i in range(len(params))]
+
+    def prebuilt(self, kernel: Kernel, uniform: Any, offset: int, buffers: list[GpuBuffer],
+                 groups: tuple[int, int, int]) -> tuple:
+        """One dispatch command with its own bind group (outside the cache), for `enqueue`."""
+        if len(buffers) != kernel.n_storage:
+            raise GPUError(f"{kernel.name}: binds {kernel.n_storage} buffers, got {len(buffers)}")
+        with self.lock:
+            bg = self._guard(kernel.name, lambda: self.api.create_bind_group(
+                kernel.pipeline, uniform, [b.handle for b in buffers]))
+            self.counters["bind_groups_created"] += 1
+        return ("dispatch", kernel.pipeline, bg, offset, *groups)
+
+    def enqueue(self, commands: list[tuple], names: str = "graph") -> None:
+        """Append prebuilt commands to the pending batch (submitted with the next flush)."""
+        with self.lock:
+            self.check_alive()
+            self._pending.extend(commands)
+            self._pending_names.append(names)
+            self.counters["dispatches"] += sum(1 for c in commands if c[0] == "dispatch")
+
+    def read_async(self, buf: GpuBuffer, offset: int, nbytes: int) -> Any:
+        """Submit what is pending plus a copy of the range; return a ticket whose `wait()` gives the
+        bytes. Meanwhile the CPU may encode and submit more work."""
+        with self.lock:
+            self.check_alive()
+            commands, names = self._pending, self._pending_names
+            self._pending, self._pending_names = [], []
+            if self._arena_used:
+                self.api.write_buffer(self._uniform, 0, memoryview(self._arena)[: self._arena_used])
+                self._arena_used = 0
+            self.counters["submits"] += 1
+            self.counters["readbacks"] += 1
+            self.counters["bytes_read"] += nbytes
+            if not hasattr(self.api, "submit_async"):
+                data = self._guard(",".join(names), lambda: self.api.submit(commands, (buf.handle, offset, nbytes)))
+                return _Ready(data)
+            token = self._guard(",".join(names), lambda: self.api.submit_async(commands, (buf.handle, offset, nbytes)))
+            return _Ticket(self, token)
+
     def flush(self) -> None:
         with self.lock:
             if self._pending:
@@ -281,6 +343,25 @@ class WgpuContext:
                 self.counters, bytes_in_use=self.bytes_in_use, bytes_pooled=self.bytes_pooled,
                 peak_bytes_in_use=self.peak_bytes_in_use, pending=len(self._pending),
             )
+
+
+class _Ready:
+    def __init__(self, data: memoryview):
+        self.data = data
+
+    def wait(self) -> memoryview:
+        return self.data
+
+
+class _Ticket:
+    def __init__(self, ctx: WgpuContext, token: Any):
+        self.ctx, self.token, self.data = ctx, token, None
+
+    def wait(self) -> memoryview:
+        if self.data is None:
+            with self.ctx.lock:
+                self.data = self.ctx._guard("readback", lambda: self.ctx.api.finish(self.token))
+        return self.data
 
 
 class DispatchScope:

@@ -9,7 +9,8 @@ implementation can encode them in one foreign call.
 Commands (plain tuples, cheap to build):
     ("dispatch", pipeline, bind_group, uniform_offset, x, y, z)
     ("copy", src_buffer, src_offset, dst_buffer, dst_offset, nbytes)
-    ("timestamp", query_index)  # only when profiling
+An implementation may also offer `submit_async(commands, read) -> token` and `finish(token)`, so a
+readback can overlap further encoding; the context falls back to `submit` where it is absent.
 Buffers passed in are the implementation's own handles. Uploads take any buffer-protocol object.
 """
 
@@ -104,7 +105,7 @@ class NativeGpu:
         self.limits = dict(requested_limits)
         self.features = frozenset(device.features)
         self.queue = device.queue
-        self._staging: dict[int, Any] = {}  # size -> MAP_READ buffer, reused across readbacks
+        self._staging: dict[int, list[Any]] = {}  # size -> free MAP_READ buffers, reused across readbacks
         self._layouts: dict[tuple[int, int], tuple[Any, Any]] = {}
 
     # -- creation -------------------------------------------------------------------------------
@@ -160,6 +161,193 @@ class NativeGpu:
 
     def destroy_buffer(self, buffer: Any) -> None:
         buffer.destroy()
+
+    @staticmethod
+    def buffer_alive(buffer: Any) -> bool:
+        """False once wgpu-py has released the native buffer (its object was finalised)."""
+        return getattr(buffer, "_internal", None) is not None
+
+    def write_buffer(self, buffer: Any, offset: int, data: Any) -> None:
+        self.queue.write_buffer(buffer, offset, data)
+
+    def _layout(self, n_storage: int, uniform_size: int) -> tuple[Any, Any]:
+        key = (n_storage, uniform_size)
+        if key not in self._layouts:
+            wgpu = self._wgpu
+            entries = [
+                {
+                    "binding": 0,
+                    "visibility": wgpu.ShaderStage.COMPUTE,
+                    "buffer": {"type": "uniform", "has_dynamic_offset": True, "min_binding_size": uniform_size},
+                }
+            ] + [
+                {"binding": i + 1, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": "storage"}}
+                for i in range(n_storage)
+            ]
+            bgl = self.device.create_bind_group_layout(entries=entries)
+            self._layouts[key] = (bgl, self.device.create_pipeline_layout(bind_group_layouts=[bgl]))
+        return self._layouts[key]
+
+    def create_pipeline(self, wgsl: str, n_storage: int, label: str, uniform_size: int) -> Any:
+        bgl, layout = self._layout(n_storage, uniform_size)
+        module = self.device.create_shader_module(code=wgsl, label=label)
+        pipe = self.device.create_compute_pipeline(
+            layout=layout, compute={"module": module, "entry_point": "main"}, label=label
+        )
+        return (pipe, bgl, uniform_size)
+
+    def create_bind_group(self, pipeline: Any, uniform: Any, storage: list[Any]) -> Any:
+        _, bgl, usize = pipeline
+        entries = [{"binding": 0, "resource": {"buffer": uniform, "offset": 0, "size": usize}}]
+        entries += [
+            {"binding": i + 1, "resource": {"buffer": b, "offset": 0, "size": b.size}} for i, b in enumerate(storage)
+        ]
+        return self.device.create_bind_group(layout=bgl, entries=entries)
+
+    def submit(self, commands: list[tuple], read: tuple[Any, int, int] | None = None) -> memoryview | None:
+        token = self.submit_async(commands, read)
+        return None if token is None else self.finish(token)
+
+    def submit_async(self, commands: list[tuple], read: tuple[Any, int, int] | None = None) -> Any:
+        """Submit without waiting; with `read`, the range is copied to a staging buffer whose bytes
+        `finish(token)` returns (waiting only then), so the CPU can go on encoding meanwhile."""
+        enc = self.device.create_command_encoder()
+        pass_ = None
+        for cmd in commands:
+            if cmd[0] == "dispatch":
+                if pass_ is None:
+                    pass_ = enc.begin_compute_pass()
+                _, pipe, bg, uoff, x, y, z = cmd
+                pass_.set_pipeline(pipe[0])
+                pass_.set_bind_group(0, bg, [uoff])
+                pass_.dispatch_workgroups(x, y, z)
+            else:
+                if pass_ is not None:
+                    pass_.end()
+                    pass_ = None
+                if cmd[0] == "copy":
+                    _, src, soff, dst, doff, n = cmd
+                    enc.copy_buffer_to_buffer(src, soff, dst, doff, n)
+        if pass_ is not None:
+            pass_.end()
+        token = None
+        if read is not None:
+            buf, off, n = read
+            size = max(256, 1 << (((n + 3) & ~3) - 1).bit_length())
+            free = self._staging.setdefault(size, [])
+            staging = free.pop() if free else self.device.create_buffer(
+                size=size, usage=MAP_READ | COPY_DST, label="webtensor-staging")
+            enc.copy_buffer_to_buffer(buf, off, staging, 0, (n + 3) & ~3)
+            token = (staging, n)
+        self.queue.submit([enc.finish()])
+        return token
+
+    def finish(self, token: Any) -> memoryview:
+        staging, n = token
+        try:
+            staging.map_sync(self._wgpu.MapMode.READ, 0, staging.size)
+            try:
+                return memoryview(bytes(staging.read_mapped(0, (n + 3) & ~3)))[:n]
+            finally:
+                staging.unmap()
+        finally:
+            self._staging.setdefault(staging.size, []).append(staging)
+
+    def pop_error(self) -> str | None:
+        """The first validation/out-of-memory error since the last call, as text, else None."""
+        ...
+
+
+def _limits_to_request(adapter_limits: Any, max_binding: int | None) -> dict[str, int]:
+    wanted = {k: int(adapter_limits[k]) for k in WANTED_LIMITS if adapter_limits.get(k) is not None}
+    if max_binding is not None:
+        wanted["max-storage-buffer-binding-size"] = min(wanted["max-storage-buffer-binding-size"], max_binding)
+    return wanted
+
+
+class NativeGpu:
+    """`GpuApi` over wgpu-py (wgpu-native): Vulkan, Metal or D3D12."""
+
+    def __init__(self, adapter: Any, device: Any, requested_limits: dict[str, int]):
+        import wgpu
+
+        self._wgpu = wgpu
+        self.adapter = adapter
+        self.device = device
+        raw = adapter.info
+        self.info = AdapterInfo(
+            name=str(raw.get("device") or raw.get("description") or "unknown adapter"),
+            backend=str(raw.get("backend_type", "unknown")),
+            adapter_type=str(raw.get("adapter_type", "Unknown")),
+            vendor=str(raw.get("vendor", "")),
+            driver=str(raw.get("description", "")),
+            limits={k: int(v) for k, v in adapter.limits.items() if isinstance(v, int)},
+            features=frozenset(adapter.features),
+        )
+        self.limits = dict(requested_limits)
+        self.features = frozenset(device.features)
+        self.queue = device.queue
+        self._staging: dict[int, list[Any]] = {}  # size -> free MAP_READ buffers, reused across readbacks
+        self._layouts: dict[tuple[int, int], tuple[Any, Any]] = {}
+
+    # -- creation -------------------------------------------------------------------------------
+    @staticmethod
+    def _pick(adapters: list[Any], software: bool | None) -> Any:
+        def is_sw(a: Any) -> bool:
+            i = a.info
+            return i.get("adapter_type") == "CPU" or "llvmpipe" in str(i.get("device", "")).lower()
+
+        order = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "CPU": 3}
+        pool = [a for a in adapters if software is None or is_sw(a) == software]
+        pool.sort(key=lambda a: order.get(a.info.get("adapter_type"), 4))
+        return pool[0] if pool else None
+
+    @classmethod
+    def enumerate(cls) -> list[Any]:
+        import wgpu
+
+        try:
+            return list(wgpu.gpu.enumerate_adapters_sync())
+        except Exception:  # no Vulkan loader / driver at all
+            return []
+
+    @classmethod
+    async def create_async(cls, software: bool | None, max_binding: int | None) -> NativeGpu | None:
+        import wgpu
+
+        try:
+            adapters = await wgpu.gpu.enumerate_adapters_async()
+        except Exception:
+            adapters = []
+        adapter = cls._pick(list(adapters), software)
+        if adapter is None:
+            return None
+        limits = _limits_to_request(adapter.limits, max_binding)
+        feats = [f for f in WANTED_FEATURES if f in adapter.features]
+        device = await adapter.request_device_async(required_features=feats, required_limits=limits)
+        return cls(adapter, device, limits)
+
+    @classmethod
+    def create_sync(cls, software: bool | None, max_binding: int | None) -> NativeGpu | None:
+        adapter = cls._pick(cls.enumerate(), software)
+        if adapter is None:
+            return None
+        limits = _limits_to_request(adapter.limits, max_binding)
+        feats = [f for f in WANTED_FEATURES if f in adapter.features]
+        device = adapter.request_device_sync(required_features=feats, required_limits=limits)
+        return cls(adapter, device, limits)
+
+    # -- GpuApi ---------------------------------------------------------------------------------
+    def create_buffer(self, size: int, usage: int, label: str = "") -> Any:
+        return self.device.create_buffer(size=size, usage=usage, label=label)
+
+    def destroy_buffer(self, buffer: Any) -> None:
+        buffer.destroy()
+
+    @staticmethod
+    def buffer_alive(buffer: Any) -> bool:
+        """False once wgpu-py has released the native buffer (its object was finalised)."""
+        return getattr(buffer, "_internal", None) is not None
 
     def write_buffer(self, buffer: Any, offset: int, data: Any) -> None:
         self.queue.write_buffer(buffer, offset, data)

@@ -246,7 +246,7 @@ def matmul(a: Tensor, b: Tensor, out_dtype: dt.DType, bias: Tensor | None = None
     nb = len(batch_shape)
     a_bs = a._strides[nb - 1] if nb else 0  # the batch dims collapse to one stride: the innermost's
     b_bs = b._strides[nb - 1] if nb else 0
-    k = _mm_kernel(ctx, a, b, out, out)
+    k = _mm_kernel(ctx, a, b, out, out, b._strides[-2] == 1)
     ctx.dispatch(k, (M, N, K, 0, a._offset, lda, b._offset, b._strides[-2], b._strides[-1], 0, N, a_bs, b_bs, M * N,
                      0, 0, 0, 0),
                  [a._storage.buffer, b._storage.buffer, out._storage.buffer, out._storage.buffer,
@@ -268,9 +268,17 @@ def _one_batch_stride(t: Tensor) -> bool:
     return len(shape) <= 1
 
 
-def _mm_kernel(ctx: WgpuContext, a: Tensor, b: Tensor, out: Tensor, bias: Tensor) -> Any:
-    return ctx.kernel("matmul", 5, {"TA": a.dtype.wgsl, "TB": b.dtype.wgsl, "TC": out.dtype.wgsl,
-                                    "TBIAS": bias.dtype.wgsl})
+def _mm_kernel(ctx: WgpuContext, a: Tensor, b: Tensor, out: Tensor, bias: Tensor, kmajor: bool,
+               file: str = "matmul") -> Any:
+    defs = {"TA": a.dtype.wgsl, "TB": b.dtype.wgsl, "TC": out.dtype.wgsl, "TBIAS": bias.dtype.wgsl}
+    if file == "matmul":
+        defs["B_KMAJOR"] = "true" if kmajor else "false"
+        return ctx.kernel(file, 5, defs)
+    defs["LN"] = "false"
+    return ctx.kernel(file, 7, defs)
+
+
+GEMV_MAX_ROWS = 8  # up to this many rows of A, a bandwidth-bound GEMV beats the tiled kernel
 
 
 class _Epilogue:
@@ -289,7 +297,6 @@ class _Epilogue:
 def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor, out: Tensor,
                epi: _Epilogue) -> None:
     N = b.shape[1]
-    k = _mm_kernel(ctx, a, b, out, epi.bias)
     bufs_tail = [epi.bias._storage.buffer, epi.res._storage.buffer]
     st: WgpuStorage = b._storage
     if len(st.chunks) == 1:
@@ -298,14 +305,24 @@ def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor,
         parts = [(r0, n, 0, N, 0, N, 1, buf) for r0, n, buf in st.chunk_ranges(K)]
     else:  # b = table.T, table (N, K) stored in chunks of N-rows: each chunk fills a column block
         parts = [(0, K, r0, n, 0, 1, K, buf) for r0, n, buf in st.chunk_ranges(N)]
+    kmajor = parts[0][5] == 1
+    gemv = (M <= GEMV_MAX_ROWS and kmajor and K % 4 == 0 and lda % 4 == 0 and a._offset % 4 == 0
+            and all(pt[4] % 4 == 0 and pt[6] == K for pt in parts))
+    k = _mm_kernel(ctx, a, b, out, epi.bias, kmajor, "gemv" if gemv else "matmul")
     for i, (k0, kn, n0, nn, b_off, ldb_k, ldb_n, buf) in enumerate(parts):
         acc = 1 if k0 > 0 else 0
         last = i == len(parts) - 1 or n0 > 0 or parts[-1][2] > 0  # K-chunks: epilogue on the last only
         bits = epi.bits if last else 0
-        ctx.dispatch(k, (M, nn, kn, acc, a._offset + k0, lda, b_off, ldb_k, ldb_n, n0, N, 0, 0, 0,
-                         bits, epi.bias._offset + n0, epi.res._offset + n0, epi.r_ld),
-                     [a._storage.buffer, buf, out._storage.buffer, *bufs_tail],
-                     (math.ceil(nn / 64), math.ceil(M / 64), 1))
+        bufs = [a._storage.buffer, buf, out._storage.buffer, *bufs_tail]
+        if gemv:  # (kn == K here: k-major chunks split N, never K)
+            x, y, _ = _grid(math.ceil(nn / 8), ctx)
+            ctx.dispatch(k, (M, nn, K // 4, acc, a._offset // 4, lda // 4, b_off // 4, n0, N, bits,
+                             epi.bias._offset + n0, epi.res._offset + n0, epi.r_ld, 0.0),
+                         bufs + [out._storage.buffer] * 2, (x, y, M))
+        else:
+            ctx.dispatch(k, (M, nn, kn, acc, a._offset + k0, lda, b_off, ldb_k, ldb_n, n0, N, 0, 0, 0,
+                             bits, epi.bias._offset + n0, epi.res._offset + n0, epi.r_ld),
+                         bufs, (math.ceil(nn / 64), math.ceil(M / 64), 1))
 
 
 # -- attention and embedding --------------------------------------------------------------------

@@ -408,9 +408,9 @@ class ByteLevelBPE:
     ) -> ByteLevelBPE:
         """Load the classic GPT-2 ``vocab.json`` + ``merges.txt`` pair.
 
-        ``special_tokens`` are registered as special added tokens (matched literally in the text);
-        those missing from the vocabulary get fresh ids after the largest one, as
-        ``tokenizers``' ``add_special_tokens`` would do.
+        Those of ``special_tokens`` that the vocabulary contains (GPT-2: ``<|endoftext|>``) are
+        registered as special added tokens, matched literally in the text; the others are ignored,
+        so :attr:`eos_token_id` is ``None`` for a vocabulary without ``<|endoftext|>``.
         """
         vocab = _load_json(vocab_json)
         if not isinstance(vocab, dict):
@@ -425,13 +425,7 @@ class ByteLevelBPE:
             if len(parts) != 2:
                 raise TokenizerFormatError(f"{merges_txt}:{lineno}: expected 'left right', got {line!r}")
             merges.append((parts[0], parts[1]))
-        next_id = max((v for v in vocab.values() if type(v) is int), default=-1) + 1
-        added = []
-        for content in special_tokens:
-            idx = vocab.get(content)
-            if idx is None:
-                idx, next_id = next_id, next_id + 1
-            added.append(AddedToken(content, idx, special=True))
+        added = [AddedToken(t, vocab[t], special=True) for t in special_tokens if t in vocab]
         return cls(vocab, merges, added)
 
     @classmethod

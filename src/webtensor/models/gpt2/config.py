@@ -68,8 +68,15 @@ class GPT2Config:
                 eos_token_id=raw.get("eos_token_id"),
                 bos_token_id=raw.get("bos_token_id"),
             )
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError, OverflowError) as e:  # OverflowError: int(1e999) (JSON's inf)
             raise CheckpointError(f"{path}: a hyper-parameter has the wrong type: {e}") from e
+        eps = cfg.layer_norm_epsilon
+        if not 0 <= eps < float("inf"):
+            raise CheckpointError(f"{path}: layer_norm_epsilon must be a finite number >= 0, got {eps}")
+        for key in ("eos_token_id", "bos_token_id"):
+            v = getattr(cfg, key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+                raise CheckpointError(f"{path}: {key} must be an integer token id or null, got {v!r}")
         if min(cfg.vocab_size, cfg.n_positions, cfg.n_embd, cfg.n_layer, cfg.n_head) <= 0 or cfg.n_embd % cfg.n_head:
             raise CheckpointError(f"{path}: inconsistent sizes (n_embd={cfg.n_embd} must be a positive multiple "
                                   f"of n_head={cfg.n_head}, all sizes > 0)")

@@ -42,6 +42,12 @@ class Block:
     fc2_b: Tensor
 
 
+@dataclass
+class Workspace:
+    cache: KVCache
+    graph: Any  # a DecodeGraph on WebGPU, else None
+
+
 class KVCache:
     """Per layer, keys and values for every position: (n_positions, H, D) each, on the device."""
 
@@ -75,6 +81,8 @@ class GPT2:
             for i in range(cfg.n_layer)
         ]
         self._lock = threading.Lock()
+        self._workspaces: list[Workspace] = []  # free KV caches (+ decode graphs), reused by generate()
+        self.use_graph = True  # replay the prebuilt decode step on WebGPU (False: op by op)
 
     # -- loading --------------------------------------------------------------------------------
     @classmethod
@@ -98,13 +106,7 @@ class GPT2:
         """Random weights of GPT-2's shapes (benchmarks need no download)."""
         dev = Device.parse(device)
         dtype = _check_dtype(dt.as_dtype(dtype), dev)
-        rng = np.random.default_rng(seed)
-        arrays = {}
-        for name, shape in expected_shapes(cfg).items():
-            if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
-                arrays[name] = np.ones(shape, np.float32)
-            else:
-                arrays[name] = (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(np.float32)
+        arrays = random_arrays(cfg, seed)
         return cls(cfg, _upload(_DictReader(arrays), cfg, dev, dtype, progress, "random"), dev, dtype, None,
                    name=f"random-{cfg.n_layer}x{cfg.n_embd}")
 
@@ -167,17 +169,53 @@ class GPT2:
         if n_new == 0:
             return
         rng = np.random.default_rng(seed)
-        cache = self.new_cache()
-        eos = self.config.eos_token_id
-        tok_in: Sequence[int] = ids
-        for _ in range(n_new):
-            with self.device.dispatch_scope():
-                logits = self._forward(tok_in, cache, last_only=True)  # (1, V)
-                tok = self._pick(logits, params, rng)
+        eos = self.config.eos_token_id if stop_at_eos else None
+        ws = self._acquire_workspace()
+        try:
+            cache, graph = ws.cache, ws.graph
+            cache.length = 0
+            with self.device.dispatch_scope():  # prefill: the whole prompt in one pass, one submit
+                tok = self._pick(self._forward(ids, cache, last_only=True), params, rng)
             yield tok
-            if stop_at_eos and eos is not None and tok == eos:
+            if tok == eos:
                 return
-            tok_in = [tok]
+            pos, rest = len(ids), n_new - 1
+            if graph is not None and params.greedy:
+                for tok in graph.greedy(pos, tok, rest):
+                    yield tok
+                    if tok == eos:
+                        return
+                return
+            for _ in range(rest):
+                if graph is not None:
+                    logits = np.frombuffer(graph.logits_after(pos, tok), np.float32)
+                    tok = sample(logits, params, rng)
+                else:
+                    with self.device.dispatch_scope():  # one decode step: one submit
+                        tok = self._pick(self._forward([tok], cache, last_only=True), params, rng)
+                pos += 1
+                yield tok
+                if tok == eos:
+                    return
+        finally:
+            self._release_workspace(ws)
+
+    def _acquire_workspace(self) -> Workspace:
+        with self._lock:
+            if self._workspaces:
+                return self._workspaces.pop()
+        cache = self.new_cache()
+        graph = None
+        if self.use_graph and self.device.kind == "wgpu":
+            from . import decode_graph
+
+            if decode_graph.supported(self):
+                graph = decode_graph.DecodeGraph(self, cache, self.config.n_positions)
+        return Workspace(cache, graph)
+
+    def _release_workspace(self, ws: Workspace) -> None:
+        with self._lock:
+            self._workspaces.append(ws)
 
     def _pick(self, logits: Tensor, params: SamplingParams, rng: np.random.Generator) -> int:
         if params.greedy:
@@ -233,6 +271,18 @@ def _stored_dtype(name: str, dtype: dt.DType) -> dt.DType:
     return dt.float32
 
 
+def random_arrays(cfg: GPT2Config, seed: int = 0) -> dict[str, np.ndarray]:
+    """GPT-2-shaped float32 weights, N(0, 0.02) like GPT-2's init (layer-norm scales 1)."""
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for name, shape in expected_shapes(cfg).items():
+        if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
+            arrays[name] = np.ones(shape, np.float32)
+        else:
+            arrays[name] = rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)
+    return arrays
+
+
 class _DictReader:
     def __init__(self, arrays: dict[str, np.ndarray]):
         self.arrays = arrays
@@ -255,6 +305,24 @@ def _upload(reader: Any, cfg: GPT2Config, dev: Device, dtype: dt.DType, progress
             if not np.issubdtype(arr.dtype, np.floating):
                 raise CheckpointError(f"tensor {name!r} has dtype {arr.dtype}, expected a float type")
             arr = arr.astype(_stored_dtype(name, dtype).name, copy=False)
-            params[name] = tensor(arr, device=dev)
+            if dev.kind == "wgpu" and arr.ndim == 2 and name.startswith("h."):
+                # WebGPU keeps matrices k-major, (N, K): the decode GEMV reads each output's weights
+                # as one contiguous row. The model sees the (K, N) view, as in the checkpoint.
+                params[name] = tensor(np.ascontiguousarray(arr.T), device=dev).T
+            else:
+                params[name] = tensor(arr, device=dev)
             bar.update(arr.nbytes)
     return params
+
+
+def _export_arrays(model: GPT2) -> dict[str, np.ndarray]:
+    """The model's weights as float32 numpy arrays, by HF name (for side-by-side benchmarks)."""
+    out = {"wte.weight": model.wte.numpy(), "wpe.weight": model.wpe.numpy(),
+           "ln_f.weight": model.ln_f[0].numpy(), "ln_f.bias": model.ln_f[1].numpy()}
+    names = ("ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
+             "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+             "mlp.c_proj.weight", "mlp.c_proj.bias")
+    for i, b in enumerate(model.blocks):
+        for n, t in zip(names, vars(b).values(), strict=True):
+            out[f"h.{i}.{n}"] = t.numpy()
+    return {k: v.astype(np.float32) for k, v in out.items()}

@@ -1,10 +1,14 @@
 """Finding and reading GPT-2 checkpoints: a local directory or a model id in the local Hugging Face
 cache (offline, never the network); safetensors only — pickle (.bin) checkpoints are refused,
-because loading them can run code. Tensors are read memory-mapped and uploaded one by one."""
+because loading them can run code. Tensors are read one at a time with positioned reads (no mapping
+of the whole file stays resident) and uploaded one by one, so loading holds the weights plus about one
+tensor in host RAM."""
 
 from __future__ import annotations
 
+import json
 import os
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -79,23 +83,28 @@ def weight_files(d: Path) -> list[Path]:
 
 
 def expected_shapes(cfg: GPT2Config) -> dict[str, tuple[int, ...]]:
+    return dict(_iter_expected(cfg))
+
+
+def _iter_expected(cfg: GPT2Config) -> Iterator[tuple[str, tuple[int, ...]]]:
+    """Lazily, so that checking a config.json with an absurd n_layer stops at the first missing layer."""
     C, V, P = cfg.n_embd, cfg.vocab_size, cfg.n_positions
-    shapes = {"wte.weight": (V, C), "wpe.weight": (P, C), "ln_f.weight": (C,), "ln_f.bias": (C,)}
+    yield from {"wte.weight": (V, C), "wpe.weight": (P, C), "ln_f.weight": (C,), "ln_f.bias": (C,)}.items()
     for i in range(cfg.n_layer):
         h = f"h.{i}."
-        shapes.update({
+        yield from {
             h + "ln_1.weight": (C,), h + "ln_1.bias": (C,), h + "ln_2.weight": (C,), h + "ln_2.bias": (C,),
             h + "attn.c_attn.weight": (C, 3 * C), h + "attn.c_attn.bias": (3 * C,),
             h + "attn.c_proj.weight": (C, C), h + "attn.c_proj.bias": (C,),
             h + "mlp.c_fc.weight": (C, 4 * C), h + "mlp.c_fc.bias": (4 * C,),
             h + "mlp.c_proj.weight": (4 * C, C), h + "mlp.c_proj.bias": (C,),
-        })
-    return shapes
+        }.items()
 
 
 class SafetensorsReader:
-    """Memory-mapped tensors from one or more .safetensors files, by GPT-2 name (prefix stripped).
-    Uses the `safetensors` library; the pure-Python reader only where it is missing (browser)."""
+    """Tensors from one or more .safetensors files, by GPT-2 name (prefix stripped), read on demand.
+    Uses the `safetensors` library to validate each file; the pure-Python reader only where it is
+    missing (browser)."""
 
     def __init__(self, files: list[Path]):
         self._where: dict[str, tuple[Any, str]] = {}
@@ -110,13 +119,15 @@ class SafetensorsReader:
 
     def shape(self, name: str) -> tuple[int, ...]:
         handle, key = self._where[name]
-        return tuple(handle.get_slice(key).get_shape()) if hasattr(handle, "get_slice") else handle.info(key).shape
+        return tuple(handle.info(key).shape)
 
     def get(self, name: str) -> Any:
-        """The tensor as a numpy array (a view of the mapped file where the library allows)."""
+        """The tensor as a fresh numpy array (or, on the numpy-free path, its raw bytes)."""
         handle, key = self._where[name]
         try:
             return handle.get_tensor(key)
+        except CheckpointError:
+            raise
         except Exception as e:
             raise CheckpointError(f"tensor {key!r} could not be read: {e}") from e
 
@@ -132,9 +143,62 @@ def _open(f: Path) -> Any:
         except SafetensorsFormatError as e:
             raise CheckpointError(f"{f} is not a valid safetensors file: {e}") from e
     try:
-        return safe_open(str(f), framework="numpy")
+        with safe_open(str(f), framework="numpy"):  # validates the header, offsets and file size
+            pass
+        return _PreadHandle(f)
+    except CheckpointError:
+        raise
     except Exception as e:
         raise CheckpointError(f"{f} is not a valid safetensors file (truncated or corrupt header?): {e}") from e
+
+
+class _Info:
+    def __init__(self, dtype: str, shape: tuple[int, ...], begin: int, end: int):
+        self.dtype, self.shape, self.begin, self.end = dtype, shape, begin, end
+
+
+_NP_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "I32": "<i4",
+              "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}
+
+
+class _PreadHandle:
+    """One safetensors file (already validated by the library), each tensor read into a fresh numpy
+    array with a positioned read: nothing of the file stays mapped, so peak host memory while
+    loading is the weights plus one tensor, not twice the file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        with open(path, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(n))
+        self.data_start = 8 + n
+        self._info = {k: _Info(v["dtype"], tuple(v["shape"]), *v["data_offsets"])
+                      for k, v in header.items() if k != "__metadata__"}
+
+    def keys(self) -> list[str]:
+        return list(self._info)
+
+    def info(self, key: str) -> _Info:
+        return self._info[key]
+
+    def get_tensor(self, key: str) -> Any:
+        import numpy as np
+
+        i = self._info[key]
+        if i.dtype not in _NP_DTYPES:
+            raise CheckpointError(f"{self.path}: tensor {key!r} has dtype {i.dtype}, which webtensor cannot read")
+        arr = np.empty(i.shape, _NP_DTYPES[i.dtype])
+        want = i.end - i.begin
+        if arr.nbytes != want:
+            raise CheckpointError(f"{self.path}: tensor {key!r} has {want} bytes for shape {i.shape} {i.dtype}")
+        with open(self.path, "rb") as fh:
+            fh.seek(self.data_start + i.begin)
+            got = fh.readinto(arr.reshape(-1).view(np.uint8)) if want else 0
+        if got != want:
+            raise CheckpointError(f"{self.path} is truncated: tensor {key!r} has {got} of its {want} bytes")
+        if i.dtype == "BF16":  # numpy has no bfloat16: widen the top 16 bits of a float32
+            arr = (arr.astype(np.uint32) << 16).view(np.float32)
+        return arr
 
 
 class _PureHandle:
@@ -161,7 +225,7 @@ class _RawTensor:
 
 def check_checkpoint(reader: SafetensorsReader, cfg: GPT2Config, where: Path) -> None:
     names = reader.names()
-    for name, shape in expected_shapes(cfg).items():
+    for name, shape in _iter_expected(cfg):
         if name not in names:
             raise CheckpointError(f"{where}: tensor {name!r} is missing from the checkpoint")
         got = reader.shape(name)

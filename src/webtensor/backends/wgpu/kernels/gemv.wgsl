@@ -1,0 +1,84 @@
+// Matrix-vector products for decode (a few rows of A): C[m, n] = sum_k A'[m, k] W[n, k], with W
+// stored row-major as (N, K) ("k-major": each output reads one contiguous row), read as vec4.
+// A workgroup of 256 threads computes 8 outputs: 32 threads per W row, each summing K/4/32 vec4
+// products, then a tree reduction in workgroup memory. Bandwidth-bound by design: W is read once.
+// With const LN, A' = LayerNorm(A) (weights lnw, lnb; eps in p.eps) is computed in the prologue,
+// so "layer norm -> linear" is one dispatch. Epilogue: + bias[n], GELU, + residual[m, n] (p.epi
+// bits 1 / 2 / 4). C may alias the residual (each output is read, then written, by one thread).
+// Needs K % 4 == 0 and 4-aligned offsets. Header: alias TA, TB, TC, TBIAS; const LN.
+struct P {
+  M: u32, N: u32, K4: u32, acc: u32,
+  a_off4: u32, lda4: u32, b_off4: u32, c_off: u32,
+  ldc: u32, epi: u32, bias_off: u32, r_off: u32,
+  r_ld: u32, eps: f32,
+}
+@group(0) @binding(0) var<uniform> p: P;
+@group(0) @binding(1) var<storage, read_write> a: array<vec4<TA>>;
+@group(0) @binding(2) var<storage, read_write> w: array<vec4<TB>>;
+@group(0) @binding(3) var<storage, read_write> c: array<TC>;
+@group(0) @binding(4) var<storage, read_write> bias: array<TBIAS>;
+@group(0) @binding(5) var<storage, read_write> res: array<TC>;
+@group(0) @binding(6) var<storage, read_write> lnw: array<vec4<f32>>;
+@group(0) @binding(7) var<storage, read_write> lnb: array<vec4<f32>>;
+var<workgroup> red: array<f32, 256>;
+
+fn gelu_tanh(v: f32) -> f32 {
+  let u = 0.7978845608028654 * (v + 0.044715 * v * v * v);
+  return v / (1.0 + exp(-2.0 * clamp(u, -40.0, 40.0)));
+}
+
+fn block_sum(li: u32, v: f32) -> f32 {
+  red[li] = v;
+  workgroupBarrier();
+  for (var st = 128u; st > 0u; st = st >> 1u) {
+    if (li < st) { red[li] = red[li] + red[li + st]; }
+    workgroupBarrier();
+  }
+  let r = red[0];
+  workgroupBarrier();
+  return r;
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+  let r = li / 32u;       // which of the 8 outputs
+  let lane = li % 32u;
+  let n = (wg.y * nwg.x + wg.x) * 8u + r;
+  let m = wg.z;
+  let ab = p.a_off4 + m * p.lda4;
+  var mean = 0.0;
+  var rstd = 1.0;
+  if (LN) {
+    var s1 = 0.0;
+    for (var k = li; k < p.K4; k = k + 256u) { let v = vec4<f32>(a[ab + k]); s1 = s1 + v.x + v.y + v.z + v.w; }
+    mean = block_sum(li, s1) / f32(p.K4 * 4u);
+    var s2 = 0.0;
+    for (var k = li; k < p.K4; k = k + 256u) { let d = vec4<f32>(a[ab + k]) - mean; s2 = s2 + dot(d, d); }
+    rstd = inverseSqrt(block_sum(li, s2) / f32(p.K4 * 4u) + p.eps);
+  }
+  var s = 0.0;
+  if (n < p.N) {
+    let wb = p.b_off4 + n * p.K4;
+    for (var k = lane; k < p.K4; k = k + 32u) {
+      var x = vec4<f32>(a[ab + k]);
+      if (LN) { x = (x - mean) * rstd * lnw[k] + lnb[k]; }
+      s = s + dot(x, vec4<f32>(w[wb + k]));
+    }
+  }
+  red[li] = s;
+  workgroupBarrier();
+  for (var st = 16u; st > 0u; st = st >> 1u) {
+    if (lane < st) { red[li] = red[li] + red[li + st]; }
+    workgroupBarrier();
+  }
+  if (lane == 0u && n < p.N) {
+    let ci = p.c_off + m * p.ldc + n;
+    var x = red[li];
+    if (p.acc != 0u) { x = x + f32(c[ci]); }
+    if ((p.epi & 1u) != 0u) { x = x + f32(bias[p.bias_off + n]); }
+    if ((p.epi & 2u) != 0u) { x = gelu_tanh(x); }
+    if ((p.epi & 4u) != 0u) { x = x + f32(res[p.r_off + m * p.r_ld + n]); }
+    c[ci] = TC(x);
+  }
+}

@@ -1,0 +1,173 @@
+"""Measuring GPT-2 on a webtensor device: prefill tokens/s, time to first token, decode tokens/s,
+dispatches / submits / readbacks per decode step, and device memory. Every figure is a median
+over repeats after a warm-up run that is not counted."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..device import Device
+from ..models.gpt2 import GPT2, GPT2Config
+from ..models.gpt2.model import random_arrays
+
+
+@dataclass
+class BenchResult:
+    engine: str
+    device: str
+    model: str
+    dtype: str
+    prefill_tok_s: dict[str, float] = field(default_factory=dict)  # prompt length -> tokens/s
+    prefill_ms: dict[str, float] = field(default_factory=dict)
+    ttft_ms: float = 0.0
+    decode_tok_s: float = 0.0
+    decode_ms_per_token: float = 0.0
+    decode_tokens: int = 0
+    per_step: dict[str, float] = field(default_factory=dict)  # dispatches / submits / readbacks per step
+    memory_mb: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _median_time(fn: Any, repeats: int) -> float:
+    fn()  # warm-up, not counted
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def bench_webtensor(model: GPT2, prompts: list[int], decode_tokens: int, repeats: int, progress: Any = None,
+                    profile: bool = False) -> BenchResult:
+    cfg, dev = model.config, model.device
+    rng = np.random.default_rng(0)
+    res = BenchResult("webtensor", dev.describe(), model.name, model.dtype.name)
+
+    for T in prompts:
+        ids = rng.integers(0, cfg.vocab_size, T).tolist()
+
+        def prefill(ids: list[int] = ids) -> None:
+            next(model.generate_ids(ids, 1, temperature=0.0, stop_at_eos=False))
+
+        sec = _median_time(prefill, repeats)
+        res.prefill_ms[str(T)] = sec * 1e3
+        res.prefill_tok_s[str(T)] = T / sec
+        if progress:
+            progress.update(1)
+    res.ttft_ms = res.prefill_ms[str(prompts[0])]
+
+    ids = rng.integers(0, cfg.vocab_size, 8).tolist()
+    n = decode_tokens
+
+    def decode() -> tuple[float, dict[str, int]]:
+        gen = model.generate_ids(ids, n + 1, temperature=0.0, stop_at_eos=False)
+        next(gen)  # prefill + first token: not part of decode
+        s0 = dev.stats()
+        t0 = time.perf_counter()
+        count = sum(1 for _ in gen)
+        dt = time.perf_counter() - t0
+        s1 = dev.stats()
+        assert count == n
+        return dt, {k: s1[k] - s0[k] for k in ("dispatches", "submits", "readbacks")}
+
+    decode()  # warm-up
+    runs = [decode() for _ in range(repeats)]
+    if progress:
+        progress.update(1)
+    dt = statistics.median(r[0] for r in runs)
+    res.decode_tokens = n
+    res.decode_tok_s = n / dt
+    res.decode_ms_per_token = dt / n * 1e3
+    res.per_step = {k: v / n for k, v in runs[-1][1].items()}
+    st = dev.stats()
+    res.memory_mb = st.get("peak_bytes_in_use", 0) / 2**20
+    if profile and dev.kind == "wgpu":
+        from ..backends.wgpu.profiler import profile_decode_step
+
+        res.extra["profile"] = profile_decode_step(model, ids)
+    return res
+
+
+def bench_hf(cfg: GPT2Config, arrays: dict[str, np.ndarray], dtype: str, prompts: list[int], decode_tokens: int,
+             repeats: int, progress: Any = None) -> BenchResult:
+    """Hugging Face transformers on the same weights: CUDA if present, else the CPU."""
+    import torch
+    from transformers import GPT2Config as HFConfig
+    from transformers import GPT2LMHeadModel
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    hf_cfg = HFConfig(vocab_size=cfg.vocab_size, n_positions=cfg.n_positions, n_embd=cfg.n_embd,
+                      n_layer=cfg.n_layer, n_head=cfg.n_head)
+    model = GPT2LMHeadModel(hf_cfg).eval()
+    sd = {"transformer." + k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
+    sd["lm_head.weight"] = sd["transformer.wte.weight"]
+    model.load_state_dict(sd, strict=False)
+    tdtype = torch.float16 if dtype == "float16" else torch.float32
+    model = model.to(dev, tdtype)
+    name = torch.cuda.get_device_name() if dev == "cuda" else "CPU"
+    res = BenchResult("hf-transformers", f"torch {torch.__version__} {dev} ({name})", "", dtype)
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+    rng = np.random.default_rng(0)
+    with torch.inference_mode():
+        for T in prompts:
+            x = torch.tensor([rng.integers(0, cfg.vocab_size, T).tolist()], device=dev)
+
+            def prefill(x: Any = x) -> None:
+                model(x).logits[:, -1].argmax(-1).item()
+                sync()
+
+            sec = _median_time(prefill, repeats)
+            res.prefill_ms[str(T)] = sec * 1e3
+            res.prefill_tok_s[str(T)] = T / sec
+            if progress:
+                progress.update(1)
+        res.ttft_ms = res.prefill_ms[str(prompts[0])]
+        x = torch.tensor([rng.integers(0, cfg.vocab_size, 8).tolist()], device=dev)
+        mask = torch.ones_like(x)
+        n = decode_tokens
+
+        def gen(k: int) -> float:
+            sync()
+            t0 = time.perf_counter()
+            model.generate(x, attention_mask=mask, max_new_tokens=k, min_new_tokens=k, do_sample=False,
+                           pad_token_id=0)
+            sync()
+            return time.perf_counter() - t0
+
+        gen(4)
+        # decode time = generate(1 + n) - generate(1): prefill and first token cancel out
+        dts = [gen(n + 1) - gen(1) for _ in range(repeats)]
+        dt = statistics.median(dts)
+        if progress:
+            progress.update(1)
+    res.decode_tokens = n
+    res.decode_tok_s = n / dt
+    res.decode_ms_per_token = dt / n * 1e3
+    if dev == "cuda":
+        res.memory_mb = torch.cuda.max_memory_allocated() / 2**20
+    return res
+
+
+def build_model(spec: str, device: Device, dtype: str, seed: int = 0) -> tuple[GPT2, dict[str, np.ndarray] | None]:
+    """A preset name (random weights) or a checkpoint directory / HF id."""
+    from ..models.gpt2.config import PRESETS
+
+    if spec.split("/")[-1] in PRESETS:
+        cfg = GPT2Config.preset(spec)
+        arrays = random_arrays(cfg, seed)
+        from .. import dtypes as dt
+        from ..models.gpt2.model import _DictReader, _upload
+
+        d = dt.as_dtype(dtype)
+        params = _upload(_DictReader(arrays), cfg, device, d, None, spec)
+        return GPT2(cfg, params, device, d, None, name=f"{spec} (random weights)"), arrays
+    return GPT2.from_pretrained(spec, device=device, dtype=dtype), None

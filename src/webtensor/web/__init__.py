@@ -1,0 +1,2 @@
+"""webtensor in the browser: the WebGPU backend over `navigator.gpu` (Pyodide), a numpy-free GPT-2
+driver, the web page and its server (`webtensor web`), and the headless-Chromium runner."""

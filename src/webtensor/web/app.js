@@ -1,0 +1,165 @@
+// The page's logic: load Pyodide and webtensor, create the WebGPU device, load the model, and
+// stream generated text into the page. `window.webtensorApp` exposes the same steps to the
+// headless-Chromium tests (generate, op parity, benchmarks).
+"use strict";
+
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const LIB_DIR = "/home/pyodide/lib";
+  const MODEL_DIR = "/home/pyodide/model";
+  const state = { phase: "starting", app: null, pyodide: null, busy: false, runs: 0, info: null, model: null,
+                  lastResult: null, error: null };
+
+  function setPhase(phase, text) {
+    state.phase = phase;
+    document.body.dataset.phase = phase;
+    if (text !== undefined) $("status").textContent = text;
+  }
+
+  function showError(title, detail) {
+    state.error = { title, detail: detail || "" };
+    const box = $("error");
+    box.textContent = title + (detail ? "\n" + detail : "");
+    box.style.display = "block";
+    setPhase("error", title);
+    $("generate").disabled = true;
+  }
+
+  // A Python exception's message without its traceback ("Type: message" -> "message (Type)").
+  function pyError(e) {
+    const lines = String((e && e.message) || e).trim().split("\n").filter((l) => l.trim());
+    const last = lines.length ? lines[lines.length - 1] : "unknown error";
+    const m = last.match(/^([\w.]+(?:Error|Exception)): (.*)$/);
+    return m ? `${m[2]} (${m[1].split(".").pop()})` : last;
+  }
+
+  async function fetchBytes(url) {
+    const r = await fetch(url, { cache: "no-cache" });
+    if (!r.ok) throw new Error(`${url}: HTTP ${r.status} ${r.statusText}`);
+    return new Uint8Array(await r.arrayBuffer());
+  }
+
+  function fmtBytes(n) {
+    return n >= 2 ** 20 ? `${(n / 2 ** 20).toFixed(n >= 2 ** 30 ? 0 : 1)} MiB` : `${(n / 1024).toFixed(0)} KiB`;
+  }
+
+  async function boot() {
+    if (!navigator.gpu) {
+      showError("No WebGPU in this browser.",
+        "navigator.gpu is missing. Use a browser with WebGPU enabled (Chrome or Edge 113+, Safari 26+, " +
+        "or Chromium started with --enable-unsafe-webgpu).");
+      return;
+    }
+    setPhase("loading", "Loading Python (Pyodide)…");
+    const t0 = performance.now();
+    const pyodide = await loadPyodide({ indexURL: new URL("pyodide/", location.href).href });
+    state.pyodide = pyodide;
+    setPhase("loading", "Loading webtensor…");
+    pyodide.unpackArchive(await fetchBytes("webtensor.zip"), "zip", { extractDir: LIB_DIR });
+    pyodide.runPython(`import sys\nif ${JSON.stringify(LIB_DIR)} not in sys.path: sys.path.insert(0, ${JSON.stringify(LIB_DIR)})`);
+    const app = pyodide.pyimport("webtensor.web.app");
+    state.app = app;
+
+    setPhase("loading", "Requesting a WebGPU adapter…");
+    try {
+      state.info = JSON.parse(await app.init.callPromising());
+    } catch (e) {
+      showError("No WebGPU in this browser.", pyError(e));
+      return;
+    }
+    $("adapter").textContent = `${state.info.adapter} (${state.info.backend}; max binding ${fmtBytes(state.info.binding_bytes)})`;
+
+    setPhase("loading", "Loading the model…");
+    try {
+      const r = await fetch("model/manifest.json", { cache: "no-cache" });
+      if (!r.ok) throw new Error(`model/manifest.json: HTTP ${r.status} ${r.statusText}`);
+      const manifest = await r.json();
+      pyodide.FS.mkdirTree(MODEL_DIR);
+      let done = 0;
+      for (const f of manifest.files) {
+        setPhase("loading", `Downloading ${f.name} (${fmtBytes(f.size)})…`);
+        const bytes = await fetchBytes(`model/${encodeURIComponent(f.name)}`);
+        pyodide.FS.writeFile(`${MODEL_DIR}/${f.name}`, bytes);
+        done += bytes.length;
+      }
+      const onProgress = (name, doneBytes, total) => {
+        $("status").textContent = `Uploading weights to the GPU… ${Math.round(100 * doneBytes / total)}%`;
+      };
+      state.model = JSON.parse(await app.load_model.callPromising(MODEL_DIR, onProgress));
+      state.model.name = manifest.name;
+      state.model.download_bytes = done;
+    } catch (e) {
+      showError("Model failed to load.", pyError(e));
+      return;
+    }
+    const m = state.model;
+    $("model").textContent = `${m.name}: ${m.n_layer} layers, ${m.n_embd} wide, ${(m.n_params / 1e6).toFixed(2)} M ` +
+      `parameters, vocabulary ${m.vocab_size} (tokenizer: ${m.tokenizer})`;
+    $("generate").disabled = false;
+    setPhase("ready", `Ready in ${((performance.now() - t0) / 1000).toFixed(1)} s. Type a prompt and press Generate.`);
+  }
+
+  async function generate(opts) {
+    opts = opts || {};
+    if (state.phase !== "ready" && state.phase !== "done") throw new Error(`not ready (phase ${state.phase})`);
+    if (state.busy) throw new Error("already generating");
+    if (opts.prompt !== undefined) $("prompt").value = opts.prompt;
+    if (opts.maxNewTokens !== undefined) $("max-tokens").value = opts.maxNewTokens;
+    if (opts.temperature !== undefined) $("temperature").value = opts.temperature;
+    const prompt = $("prompt").value;
+    const maxNew = Math.max(1, parseInt($("max-tokens").value, 10) || 40);
+    const temperature = Math.max(0, parseFloat($("temperature").value) || 0);
+    state.busy = true;
+    state.runs += 1;
+    $("generate").disabled = true;
+    const out = $("output");
+    out.textContent = "";
+    const p = document.createElement("span");
+    p.className = "prompt";
+    p.textContent = prompt;
+    const gen = document.createElement("span");
+    gen.className = "generated";
+    out.append(p, gen);
+    setPhase("generating", "Generating…");
+    const onPiece = (piece, nTokens, tps) => {
+      gen.append(piece);
+      $("speed").textContent = nTokens > 1 ? `${tps.toFixed(1)} tokens/s (${nTokens} tokens)` : `${nTokens} token`;
+    };
+    try {
+      const seed = opts.seed === undefined || opts.seed === null ? undefined : opts.seed;  // undefined -> None
+      const res = JSON.parse(await state.app.generate.callPromising(prompt, maxNew, temperature, seed, onPiece));
+      state.lastResult = res;
+      $("speed").textContent = `${res.tokens_per_s.toFixed(1)} tokens/s decode (${res.new_tokens} tokens; ` +
+        `prompt of ${res.prompt_tokens} + first token ${(res.prefill_s * 1000).toFixed(0)} ms)`;
+      setPhase("done", `Done: ${res.new_tokens} tokens.`);
+      return res;
+    } catch (e) {
+      setPhase("ready", "Generation failed: " + pyError(e));
+      throw e;
+    } finally {
+      state.busy = false;
+      $("generate").disabled = false;
+    }
+  }
+
+  async function parity(casesJson) {
+    return JSON.parse(await state.app.run_parity.callPromising(casesJson));
+  }
+
+  async function bench(optionsJson) {
+    return JSON.parse(await state.app.bench.callPromising(optionsJson || "{}"));
+  }
+
+  $("generate").addEventListener("click", () => { generate().catch((e) => console.error(e)); });
+  $("prompt").addEventListener("keydown", (ev) => {
+    if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) $("generate").click();
+  });
+
+  const ready = boot().catch((e) => showError("webtensor failed to start.", String((e && e.message) || e)));
+  // Runs Python in the page's interpreter (async, so GPU readbacks work): for tests and debugging.
+  async function runPython(code) {
+    return state.pyodide.runPythonAsync(code);
+  }
+
+  window.webtensorApp = { state, ready, generate, parity, bench, runPython };
+})();

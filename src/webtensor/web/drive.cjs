@@ -1,0 +1,109 @@
+// Drives the webtensor page in real headless Chromium through playwright-core (no browser
+// download: Debian's chromium binary is launched). Used by `webtensor.web.headless`.
+//
+//   node drive.cjs CONFIG.json
+// CONFIG: {url, chromium, nodeModules, results, timeoutMs, tasks: [...]} where a task is
+//   {type: "generate_ui", prompt, maxNewTokens, temperature}  types into the page and clicks Generate
+//   {type: "parity", cases}                                   cases: a JSON string (selftest.run_cases)
+//   {type: "bench", options}                                  options: a JSON string (app.bench)
+//   {type: "screenshot", path}
+//   {type: "python", code}                                    runs Python in the page (runPythonAsync)
+// Options: webgpu: false starts Chromium without WebGPU (no adapter); hideWebgpu: true removes
+// navigator.gpu from the page; expectError: true accepts a page that
+// stopped on an error (its state is in `boot`).
+// Writes {boot, tasks: [...], console: [...], ms} to CONFIG.results; exits 1 on a failed task.
+"use strict";
+
+const fs = require("fs");
+const path = require("path");
+
+async function main() {
+  const cfg = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
+  const { chromium } = require(path.join(cfg.nodeModules, "playwright-core"));
+  const out = { boot: null, tasks: [], console: [], ms: {} };
+  const t0 = Date.now();
+  const save = () => fs.writeFileSync(cfg.results, JSON.stringify(out, null, 1));
+  let browser = null, failed = false;
+  try {
+    browser = await chromium.launch({
+      executablePath: cfg.chromium,
+      headless: true,
+      ignoreDefaultArgs: ["--headless"],
+      // playwright adds a new temporary profile (--user-data-dir) itself
+      args: ["--headless=new", "--no-sandbox", "--disable-gpu-sandbox",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"]
+        .concat(cfg.webgpu === false ? ["--disable-features=WebGPU,Vulkan"] : ["--enable-unsafe-webgpu"])
+        .concat(cfg.extraArgs || []),
+      timeout: 60000,
+    });
+    const page = await browser.newPage({ viewport: { width: 1000, height: 760 } });
+    page.setDefaultTimeout(cfg.timeoutMs || 120000);
+    page.on("console", (m) => out.console.push(`${m.type()}: ${m.text()}`));
+    if (cfg.hideWebgpu) {  // a browser without WebGPU at all: navigator.gpu is undefined
+      await page.addInitScript(() => Object.defineProperty(Navigator.prototype, "gpu", { get: () => undefined }));
+    }
+    page.on("pageerror", (e) => out.console.push(`pageerror: ${e.message}`));
+    await page.goto(cfg.url);
+    out.ms.launch = Date.now() - t0;
+    await page.waitForFunction(() => ["ready", "error"].includes(document.body.dataset.phase));
+    out.boot = await page.evaluate(() => {
+      const s = window.webtensorApp.state;
+      return { phase: s.phase, info: s.info, model: s.model, error: s.error, status: document.getElementById("status").textContent };
+    });
+    out.ms.boot = Date.now() - t0;
+    if (out.boot.phase !== "ready" && !cfg.expectError) {
+      throw new Error(`the page did not get ready: ${JSON.stringify(out.boot.error)}`);
+    }
+
+    for (const task of cfg.tasks) {
+      const ts = Date.now();
+      const res = { type: task.type };
+      try {
+        if (task.type === "generate_ui") {
+          await page.fill("#prompt", task.prompt);
+          await page.fill("#max-tokens", String(task.maxNewTokens));
+          await page.fill("#temperature", String(task.temperature || 0));
+          const runs = await page.evaluate(() => window.webtensorApp.state.runs);
+          await page.click("#generate");
+          await page.waitForFunction((r) => window.webtensorApp.state.runs > r && !window.webtensorApp.state.busy, runs);
+          Object.assign(res, await page.evaluate(() => ({
+            phase: window.webtensorApp.state.phase,
+            result: window.webtensorApp.state.lastResult,
+            output: document.getElementById("output").textContent,
+            generated: document.querySelector("#output .generated").textContent,
+            speed: document.getElementById("speed").textContent,
+            status: document.getElementById("status").textContent,
+          })));
+          if (res.phase !== "done") throw new Error(`generation failed: ${res.status}`);
+        } else if (task.type === "parity") {
+          res.results = await page.evaluate((c) => window.webtensorApp.parity(c), task.cases);
+        } else if (task.type === "bench") {
+          res.results = await page.evaluate((o) => window.webtensorApp.bench(o), task.options || "{}");
+        } else if (task.type === "python") {
+          res.results = await page.evaluate((c) => window.webtensorApp.runPython(c), task.code);
+        } else if (task.type === "screenshot") {
+          await page.screenshot({ path: task.path, fullPage: true });
+          res.path = task.path;
+        } else {
+          throw new Error(`unknown task type ${task.type}`);
+        }
+      } catch (e) {
+        res.error = String((e && e.stack) || e);
+        failed = true;
+      }
+      res.ms = Date.now() - ts;
+      out.tasks.push(res);
+      save();
+    }
+  } catch (e) {
+    out.error = String((e && e.stack) || e);
+    failed = true;
+  } finally {
+    out.ms.total = Date.now() - t0;
+    save();
+    if (browser) await browser.close().catch(() => {});
+  }
+  process.exit(failed ? 1 : 0);
+}
+
+main().catch((e) => { console.error(e); process.exit(2); });

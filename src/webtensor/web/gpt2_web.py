@@ -1,0 +1,251 @@
+"""GPT-2 generation without numpy: the browser's driver for webtensor's GPT-2.
+
+It runs the same forward pass as `webtensor.models.gpt2.model.GPT2` (embedding + positions, per
+block layer norm -> fused QKV linear -> KV-cache rows -> causal attention -> fused projection with
+residual -> layer norm -> fused linear+GELU -> fused linear with residual, then the final layer
+norm and the tied LM head), through `webtensor.ops` on a WebGPU device, but loads the checkpoint
+with the pure-Python safetensors reader, tokenizes with the pure-Python BPE where `tokenizers` is
+missing, and samples with the standard library (`random`): nothing here imports numpy.
+
+Natively it runs too (on wgpu-py), which is how its tokens are checked against `GPT2.generate`
+without a browser.
+"""
+
+from __future__ import annotations
+
+import array
+import codecs
+import importlib
+import math
+import random
+import struct
+import sys
+import time
+import types
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import dtypes as dt
+from .. import ops
+from ..device import Device
+from ..errors import CheckpointError, ContextLengthError, SamplingError
+from ..io.safetensors_pure import SafetensorsFile, SafetensorsFormatError
+from ..tensor import Tensor, from_buffer
+
+_BLOCK_PARAMS = ("ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
+                 "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+                 "mlp.c_proj.weight", "mlp.c_proj.bias")
+
+
+def _gpt2_module(name: str) -> Any:
+    """`webtensor.models.gpt2.<name>` (config, tokenizer, weights): stdlib-only modules, importable
+    even where the package's __init__ (which imports the numpy model) cannot run."""
+    pkg = "webtensor.models.gpt2"
+    try:
+        return importlib.import_module(f"{pkg}.{name}")
+    except ImportError as e:
+        if e.name != "numpy":
+            raise
+    # numpy is missing: stand in a bare package object, so submodules load without __init__.py
+    sys.modules.pop(pkg, None)
+    import webtensor.models as models_pkg
+
+    stub = types.ModuleType(pkg)
+    stub.__path__ = [str(Path(models_pkg.__file__).parent / "gpt2")]
+    stub.__package__ = pkg
+    sys.modules[pkg] = stub
+    return importlib.import_module(f"{pkg}.{name}")
+
+
+def _to_float32(raw: memoryview, st_dtype: str, name: str) -> memoryview | bytes:
+    """A tensor's stored bytes as little-endian float32 bytes."""
+    if st_dtype == "F32":
+        return raw
+    if st_dtype == "F16":
+        n = raw.nbytes // 2
+        return struct.pack(f"<{n}f", *struct.unpack(f"<{n}e", raw))
+    if st_dtype == "BF16":
+        halves = array.array("H", bytes(raw))
+        if sys.byteorder != "little":
+            halves.byteswap()
+        out = array.array("I", (h << 16 for h in halves))
+        if sys.byteorder != "little":
+            out.byteswap()
+        return out.tobytes()
+    raise CheckpointError(f"tensor {name!r} has dtype {st_dtype}; GPT-2 weights must be F32, F16 or BF16")
+
+
+@dataclass
+class GenerationStats:
+    prompt_tokens: int = 0
+    new_tokens: int = 0
+    prefill_s: float = 0.0  # prompt pass + first token
+    decode_s: float = 0.0  # the tokens after the first
+    token_ids: list[int] = field(default_factory=list)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Decode speed: tokens after the first, per second (0 when there are none)."""
+        n = self.new_tokens - 1
+        return n / self.decode_s if n > 0 and self.decode_s > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(prompt_tokens=self.prompt_tokens, new_tokens=self.new_tokens, prefill_s=self.prefill_s,
+                    decode_s=self.decode_s, tokens_per_s=self.tokens_per_s, token_ids=list(self.token_ids))
+
+
+class WebGPT2:
+    """GPT-2 weights on a WebGPU device, and numpy-free KV-cached generation."""
+
+    def __init__(self, cfg: Any, params: dict[str, Tensor], device: Device, tokenizer: Any = None):
+        self.config, self.device, self.tokenizer = cfg, device, tokenizer
+        self.wte, self.wpe = params["wte.weight"], params["wpe.weight"]
+        self.ln_f = (params["ln_f.weight"], params["ln_f.bias"])
+        self.blocks = [[params[f"h.{i}.{n}"] for n in _BLOCK_PARAMS] for i in range(cfg.n_layer)]
+        self.last_stats = GenerationStats()
+
+    # -- loading --------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, model_dir: str | Path, device: Device,
+             progress: Callable[[str, int, int], None] | None = None) -> WebGPT2:
+        """Load config.json, model.safetensors and the tokenizer from `model_dir` onto `device`.
+        `progress(name, done_bytes, total_bytes)` is called after each tensor is uploaded."""
+        d = Path(model_dir)
+        config, tokenizer_mod, weights = (_gpt2_module(m) for m in ("config", "tokenizer", "weights"))
+        cfg = config.GPT2Config.from_file(d / "config.json")
+        tok = tokenizer_mod.GPT2Tokenizer.from_dir(d)
+        files = sorted(d.glob("*.safetensors"))
+        if not files:
+            raise CheckpointError(f"{d} has no model.safetensors")
+        where: dict[str, tuple[SafetensorsFile, str]] = {}
+        for f in files:
+            try:
+                sf = SafetensorsFile.from_path(f)
+            except (SafetensorsFormatError, OSError) as e:
+                raise CheckpointError(f"{f} could not be read as safetensors: {e}") from e
+            for key in sf.keys():
+                where[key.removeprefix("transformer.")] = (sf, key)
+        shapes = weights.expected_shapes(cfg)
+        total = sum(math.prod(s) * 4 for s in shapes.values())
+        done = 0
+        params: dict[str, Tensor] = {}
+        for name, shape in shapes.items():
+            if name not in where:
+                raise CheckpointError(f"{d}: tensor {name!r} is missing from the checkpoint")
+            sf, key = where[name]
+            info = sf.info(key)
+            if tuple(info.shape) != shape:
+                raise CheckpointError(f"{d}: tensor {name!r} has shape {tuple(info.shape)}, expected {shape} "
+                                      "from config.json")
+            params[name] = from_buffer(_to_float32(sf.raw(key), info.dtype, name), shape, dt.float32, device)
+            done += math.prod(shape) * 4
+            if progress is not None:
+                progress(name, done, total)
+        return cls(cfg, params, device, tok)
+
+    # -- forward --------------------------------------------------------------------------------
+    def new_cache(self) -> tuple[list[Tensor], list[Tensor]]:
+        from ..backends.wgpu import ops as gops
+
+        cfg = self.config
+        shape = (cfg.n_positions, cfg.n_head, cfg.head_dim)
+        return ([gops.empty(self.device, shape, dt.float32) for _ in range(cfg.n_layer)],
+                [gops.empty(self.device, shape, dt.float32) for _ in range(cfg.n_layer)])
+
+    def forward(self, ids: Sequence[int], cache: tuple[list[Tensor], list[Tensor]], p0: int) -> Tensor:
+        """Tokens `ids` at positions p0.. (their keys / values appended to `cache`) -> logits (1, V)
+        of the last position."""
+        cfg = self.config
+        T, C, H, D, eps = len(ids), cfg.n_embd, cfg.n_head, cfg.head_dim, cfg.layer_norm_epsilon
+        S = p0 + T
+        idt = from_buffer(array.array("i", ids), (T,), dt.int32, self.device)
+        x = ops.add(ops.embedding(self.wte, idt), self.wpe[p0:S])
+        kc, vc = cache
+        for layer, (ln1_w, ln1_b, attn_w, attn_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fc2_w, fc2_b) in (
+                enumerate(self.blocks)):
+            h = ops.layer_norm(x, ln1_w, ln1_b, eps)
+            qkv = ops.linear(h, attn_w, attn_b).reshape(T, 3, H, D)
+            ops.copy_into(kc[layer][p0:S], qkv[:, 1])
+            ops.copy_into(vc[layer][p0:S], qkv[:, 2])
+            a = ops.attention(qkv[:, 0], kc[layer][:S], vc[layer][:S], causal=True)
+            x = ops.linear(a.reshape(T, C), proj_w, proj_b, residual=x)
+            h = ops.layer_norm(x, ln2_w, ln2_b, eps)
+            f = ops.linear(h, fc_w, fc_b, activation="gelu")
+            x = ops.linear(f, fc2_w, fc2_b, residual=x)
+        x = ops.layer_norm(x[T - 1:T], *self.ln_f, eps)
+        return ops.linear(x, self.wte.T)
+
+    # -- generation -----------------------------------------------------------------------------
+    def generate_ids(self, ids: Sequence[int], max_new_tokens: int = 32, temperature: float = 0.0,
+                     top_k: int | None = None, seed: int | None = None,
+                     stop_at_eos: bool = True) -> Iterator[int]:
+        """Yield new token ids one by one: greedy at temperature 0 (argmax on the GPU, a 4-byte
+        readback), else sampled from softmax(logits / temperature), optionally over the top k."""
+        ids = [int(i) for i in ids]
+        V, n_ctx = self.config.vocab_size, self.config.n_positions
+        if not ids:
+            raise SamplingError("the prompt is empty: give at least one token")
+        if any(not 0 <= i < V for i in ids):
+            raise SamplingError(f"a token id is out of range for a vocabulary of {V}")
+        if not (isinstance(max_new_tokens, int) and max_new_tokens >= 0):
+            raise SamplingError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+        if not (temperature >= 0 and math.isfinite(temperature)):
+            raise SamplingError(f"temperature must be a finite number >= 0, got {temperature}")
+        if top_k is not None and top_k < 1:
+            raise SamplingError(f"top_k must be >= 1, got {top_k}")
+        if len(ids) + max_new_tokens > n_ctx:
+            raise ContextLengthError(f"prompt of {len(ids)} tokens + {max_new_tokens} new tokens exceeds the "
+                                     f"model's context of {n_ctx} positions")
+        stats = self.last_stats = GenerationStats(prompt_tokens=len(ids))
+        rng = random.Random(seed)
+        eos = self.config.eos_token_id
+        cache = self.new_cache()
+        p0, tok_in = 0, ids
+        t0 = time.perf_counter()
+        for step in range(max_new_tokens):
+            with self.device.dispatch_scope():
+                logits = self.forward(tok_in, cache, p0)
+                if temperature == 0:
+                    tok = int.from_bytes(ops.argmax(logits).tobytes()[:4], "little", signed=True)
+            if temperature != 0:
+                tok = _sample(array.array("f", logits.tobytes()), temperature, top_k, rng)
+            p0 += len(tok_in)
+            now = time.perf_counter()
+            if step == 0:
+                stats.prefill_s = now - t0
+            else:
+                stats.decode_s = now - t0 - stats.prefill_s
+            stats.new_tokens += 1
+            stats.token_ids.append(tok)
+            yield tok
+            if stop_at_eos and eos is not None and tok == eos:
+                return
+            tok_in = [tok]
+
+    def generate(self, ids: Sequence[int], max_new_tokens: int = 32, **kw: Any) -> list[int]:
+        return list(self.generate_ids(ids, max_new_tokens, **kw))
+
+    def stream(self, prompt: str, max_new_tokens: int = 50, **kw: Any) -> Iterator[str]:
+        """Generated text, piece by piece, as soon as it forms whole UTF-8 characters."""
+        tok = self.tokenizer
+        dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        for i in self.generate_ids(tok.encode(prompt), max_new_tokens, **kw):
+            piece = dec.decode(tok.token_bytes(i))
+            if piece:
+                yield piece
+        tail = dec.decode(b"", final=True)
+        if tail:
+            yield tail
+
+
+def _sample(logits: Sequence[float], temperature: float, top_k: int | None, rng: random.Random) -> int:
+    """Draw from softmax(logits / temperature), restricted to the top_k largest when given."""
+    idx: Sequence[int] = range(len(logits))
+    if top_k is not None and top_k < len(logits):
+        idx = sorted(idx, key=logits.__getitem__, reverse=True)[:top_k]
+    vals = [logits[i] / temperature for i in idx]
+    m = max(vals)
+    weights = [math.exp(v - m) for v in vals]
+    return idx[rng.choices(range(len(idx)), weights=weights)[0]]

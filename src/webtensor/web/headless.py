@@ -1,0 +1,125 @@
+"""Run the web page in real headless Chromium (Debian's `chromium`, driven by the npm package
+`playwright-core` through `drive.cjs`), for the tests and the browser benchmark.
+
+    python -m webtensor.web.headless [--model DIR] [--bench] [--screenshot out/page.png]
+        [--prompt TEXT] [--tokens N]
+
+prints the adapter, the generated text, tokens/s and (with --bench) the per-dispatch cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .server import WEB_DIR, SetupError, find_pyodide, serve_in_thread
+
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+def find_chromium() -> str:
+    env = os.environ.get("WEBTENSOR_CHROMIUM")
+    if env:
+        return env
+    for n in CHROMIUM_NAMES:
+        p = shutil.which(n)
+        if p:
+            return p
+    raise SetupError("no Chromium found (looked for " + ", ".join(CHROMIUM_NAMES) + " on PATH and "
+                     "$WEBTENSOR_CHROMIUM); install it with `bash setup.sh --web` (apt-get install chromium)")
+
+
+def find_node() -> str:
+    p = shutil.which("node") or shutil.which("nodejs")
+    if not p:
+        raise SetupError("Node.js is missing; install it with `bash setup.sh --web` "
+                         "(apt-get install nodejs npm)")
+    return p
+
+
+def find_node_modules() -> Path:
+    """The node_modules folder holding playwright-core (next to Pyodide's)."""
+    nm = find_pyodide().parent
+    if not (nm / "playwright-core" / "package.json").is_file():
+        raise SetupError(f"playwright-core is not installed in {nm}; run `bash setup.sh --web` (npm install)")
+    return nm
+
+
+def run_page(tasks: list[dict[str, Any]], model_dir: Path | None = None, timeout_s: float = 240,
+             work_dir: Path | None = None, **options: Any) -> dict[str, Any]:
+    """Serve the page on 127.0.0.1, open it in headless Chromium, run `tasks` (see drive.cjs) and
+    return the results. `options` go to the driver (webgpu=False, expectError=True). Raises
+    SetupError when Chromium, Node or the npm packages are missing."""
+    chromium, node, nm = find_chromium(), find_node(), find_node_modules()
+    srv, url = serve_in_thread(model_dir=model_dir)
+    with tempfile.TemporaryDirectory(prefix="webtensor-drive-", dir=work_dir) as td:
+        cfg_path, res_path = Path(td) / "config.json", Path(td) / "results.json"
+        cfg = dict(url=url, chromium=chromium, nodeModules=str(nm), results=str(res_path),
+                   timeoutMs=int(timeout_s * 1000), tasks=tasks, **options)
+        cfg_path.write_text(json.dumps(cfg))
+        try:
+            proc = subprocess.run([node, str(WEB_DIR / "drive.cjs"), str(cfg_path)], capture_output=True,
+                                  text=True, timeout=timeout_s + 60)
+        finally:
+            srv.shutdown()
+            srv.server_close()
+        if not res_path.is_file():
+            raise RuntimeError(f"the Chromium driver wrote no results (exit {proc.returncode}):\n"
+                               f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+        out = json.loads(res_path.read_text())
+    out["exit_code"] = proc.returncode
+    out["driver_stderr"] = proc.stderr[-4000:]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m webtensor.web.headless", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=None, help="checkpoint directory (default: the shipped model)")
+    p.add_argument("--prompt", default="It is a truth universally acknowledged")
+    p.add_argument("--tokens", type=int, default=40)
+    p.add_argument("--bench", action="store_true", help="also measure per-dispatch cost and decode tokens/s")
+    p.add_argument("--screenshot", default=None, help="save a screenshot of the page after generation here")
+    a = p.parse_args(argv)
+    tasks: list[dict[str, Any]] = [
+        dict(type="generate_ui", prompt=a.prompt, maxNewTokens=a.tokens, temperature=0)]
+    if a.screenshot:
+        Path(a.screenshot).parent.mkdir(parents=True, exist_ok=True)
+        tasks.append(dict(type="screenshot", path=str(Path(a.screenshot).resolve())))
+    if a.bench:
+        opts = dict(gen=dict(prompt=a.prompt, max_new_tokens=a.tokens))
+        tasks.append(dict(type="bench", options=json.dumps(opts)))
+    try:
+        out = run_page(tasks, Path(a.model) if a.model else None)
+    except SetupError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    boot = out.get("boot") or {}
+    print(f"adapter: {(boot.get('info') or {}).get('adapter')}  boot: {out['ms'].get('boot')} ms")
+    print(f"model: {json.dumps(boot.get('model'))}")
+    for t in out["tasks"]:
+        if t.get("error"):
+            print(f"[{t['type']}] FAILED: {t['error']}")
+        elif t["type"] == "generate_ui":
+            r = t["result"]
+            print(f"[generate] {r['new_tokens']} tokens, decode {r['tokens_per_s']:.2f} tokens/s, "
+                  f"prefill+first {r['prefill_s'] * 1000:.0f} ms\n{t['output']}")
+        elif t["type"] == "bench":
+            print("[bench] " + json.dumps(t["results"], indent=1))
+        elif t["type"] == "screenshot":
+            print(f"[screenshot] {t['path']}")
+    if out.get("error"):
+        print("error: " + out["error"], file=sys.stderr)
+        print("\n".join(out.get("console", [])[-30:]), file=sys.stderr)
+    return 0 if out["exit_code"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""`webtensor web`: serve the GPT-2 web page on 127.0.0.1.
+
+What it serves:
+    /                    index.html, app.js, gpu_helper.js (this folder)
+    /pyodide/...         the Pyodide distribution from the npm package `setup.sh --web` installs
+                         (node_modules/pyodide in the repository, or --pyodide DIR /
+                         $WEBTENSOR_PYODIDE_DIR)
+    /webtensor.zip       webtensor's Python sources and WGSL kernels, zipped in memory (the page
+                         unpacks them into Pyodide's file system)
+    /model/manifest.json and /model/<file>
+                         the checkpoint: the model shipped with webtensor, or --model DIR
+Only files of those folders are served; nothing else on the machine is reachable through it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import mimetypes
+import os
+import threading
+import webbrowser
+import zipfile
+from functools import cached_property
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+WEB_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = WEB_DIR.parent
+PAGE_FILES = {"index.html", "app.js", "gpu_helper.js"}
+MODEL_FILES = ("config.json", "tokenizer.json", "vocab.json", "merges.txt")
+MIME = {".wasm": "application/wasm", ".mjs": "text/javascript", ".js": "text/javascript",
+        ".json": "application/json", ".html": "text/html; charset=utf-8", ".zip": "application/zip",
+        ".map": "application/json", ".txt": "text/plain; charset=utf-8"}
+
+
+class SetupError(RuntimeError):
+    """Something the page needs is not installed or not found; the message says how to fix it."""
+
+
+def find_pyodide(explicit: str | os.PathLike | None = None) -> Path:
+    """The folder holding pyodide.js, pyodide.asm.wasm and python_stdlib.zip."""
+    cands = []
+    if explicit:
+        cands.append(Path(explicit))
+    if os.environ.get("WEBTENSOR_PYODIDE_DIR"):
+        cands.append(Path(os.environ["WEBTENSOR_PYODIDE_DIR"]))
+    cands += [PACKAGE_DIR.parent.parent / "node_modules" / "pyodide", Path.cwd() / "node_modules" / "pyodide"]
+    for c in cands:
+        if (c / "pyodide.js").is_file() and (c / "pyodide.asm.wasm").is_file():
+            return c.resolve()
+    raise SetupError(
+        "Pyodide was not found (looked in " + ", ".join(str(c) for c in cands) + "). Install it from the "
+        "repository root with `bash setup.sh --web` (npm install of package.json), or pass --pyodide DIR"
+    )
+
+
+def default_model_dir() -> Path:
+    return PACKAGE_DIR / "models" / "gpt2" / "shipped"
+
+
+def model_files(model_dir: Path) -> list[Path]:
+    """The files of a checkpoint the page needs: config, weights (safetensors), tokenizer."""
+    if not (model_dir / "config.json").is_file():
+        raise SetupError(f"{model_dir} is not a GPT-2 checkpoint (no config.json)")
+    weights = sorted(model_dir.glob("*.safetensors"))
+    if not weights:
+        raise SetupError(f"{model_dir} has no .safetensors weights")
+    return [model_dir / f for f in MODEL_FILES if (model_dir / f).is_file()] + weights
+
+
+def package_zip() -> bytes:
+    """webtensor's sources for Pyodide: .py, .wgsl and the page's helper .js, not the model."""
+    buf = io.BytesIO()
+    root = PACKAGE_DIR.parent
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as z:
+        for p in sorted(PACKAGE_DIR.rglob("*")):
+            rel = p.relative_to(PACKAGE_DIR)
+            skip = "__pycache__" in rel.parts or rel.parts[:3] == ("models", "gpt2", "shipped")
+            if skip or not p.is_file():
+                continue
+            if p.suffix in (".py", ".wgsl", ".js"):
+                z.write(p, p.relative_to(root).as_posix())
+    return buf.getvalue()
+
+
+class WebApp:
+    """What the handler serves; built once per server."""
+
+    def __init__(self, model_dir: Path | None = None, pyodide_dir: Path | None = None):
+        self.pyodide_dir = find_pyodide(pyodide_dir)
+        self.model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
+        self.model_error: str | None = None
+        try:
+            self.model = {p.name: p for p in model_files(self.model_dir)}
+        except SetupError as e:  # the page still loads and says so
+            self.model, self.model_error = {}, str(e)
+
+    @cached_property
+    def zip_bytes(self) -> bytes:
+        return package_zip()
+
+    def manifest(self) -> dict[str, Any] | None:
+        if self.model_error:
+            return None
+        name = "webtensor shipped GPT-2" if self.model_dir == default_model_dir() else self.model_dir.name
+        return dict(name=name, files=[dict(name=n, size=p.stat().st_size) for n, p in self.model.items()])
+
+
+def _handler(app: WebApp, quiet: bool) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "webtensor"
+
+        def log_message(self, fmt: str, *args: Any) -> None:
+            if not quiet:
+                super().log_message(fmt, *args)
+
+        def _send(self, status: int, body: bytes, ctype: str, cache: bool = False) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "max-age=3600" if cache else "no-cache")
+            self.send_header("Cross-Origin-Resource-Policy", "same-origin")
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def _file(self, path: Path, cache: bool = False) -> None:
+            ctype = MIME.get(path.suffix) or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+            self._send(200, path.read_bytes(), ctype, cache)
+
+        def _not_found(self, why: str = "not found") -> None:
+            self._send(HTTPStatus.NOT_FOUND, why.encode(), "text/plain; charset=utf-8")
+
+        def do_HEAD(self) -> None:
+            self.do_GET()
+
+        def do_GET(self) -> None:
+            path = unquote(urlsplit(self.path).path)
+            if path in ("/", "/index.html"):
+                return self._file(WEB_DIR / "index.html")
+            name = path.lstrip("/")
+            if name in PAGE_FILES:
+                return self._file(WEB_DIR / name)
+            if name == "webtensor.zip":
+                return self._send(200, app.zip_bytes, MIME[".zip"])
+            if name.startswith("pyodide/"):
+                rel = name[len("pyodide/"):]
+                target = (app.pyodide_dir / rel).resolve()
+                if target.parent != app.pyodide_dir or not target.is_file():  # flat folder: no subpaths
+                    return self._not_found()
+                return self._file(target, cache=True)
+            if name == "model/manifest.json":
+                man = app.manifest()
+                if man is None:
+                    return self._not_found(f"no model: {app.model_error}")
+                return self._send(200, json.dumps(man).encode(), MIME[".json"])
+            if name.startswith("model/"):
+                p = app.model.get(name[len("model/"):])
+                return self._file(p) if p is not None else self._not_found()
+            return self._not_found()
+
+    return Handler
+
+
+def make_server(host: str = "127.0.0.1", port: int = 0, model_dir: Path | None = None,
+                pyodide_dir: Path | None = None, quiet: bool = True) -> ThreadingHTTPServer:
+    """A server for the page (not started); port 0 picks a free port (`server.server_address`)."""
+    app = WebApp(model_dir, pyodide_dir)
+    srv = ThreadingHTTPServer((host, port), _handler(app, quiet))
+    srv.daemon_threads = True
+    srv.webtensor_app = app  # type: ignore[attr-defined]
+    return srv
+
+
+def serve_in_thread(**kw: Any) -> tuple[ThreadingHTTPServer, str]:
+    """Start a server on a background thread; returns it and its URL. Stop with `.shutdown()`."""
+    srv = make_server(**kw)
+    threading.Thread(target=srv.serve_forever, name="webtensor-web", daemon=True).start()
+    host, port = srv.server_address[:2]
+    return srv, f"http://{host}:{port}/"
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("web", help="serve the GPT-2 web page (Pyodide + the browser's WebGPU) on 127.0.0.1",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks a free one)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--no-open", action="store_true", help="do not open the page in a browser")
+    p.add_argument("--model", default=None, help="GPT-2 checkpoint directory (default: the shipped model)")
+    p.add_argument("--pyodide", default=None,
+                   help="Pyodide distribution folder (default: node_modules/pyodide)")
+    p.set_defaults(func=cmd_web)
+
+
+def cmd_web(args: argparse.Namespace) -> int:
+    try:
+        srv = make_server(args.host, args.port, Path(args.model) if args.model else None,
+                          Path(args.pyodide) if args.pyodide else None, quiet=False)
+    except SetupError as e:
+        print(f"webtensor web: {e}")
+        return 2
+    except OSError as e:
+        print(f"webtensor web: cannot listen on {args.host}:{args.port}: {e}")
+        return 2
+    host, port = srv.server_address[:2]
+    url = f"http://{host}:{port}/"
+    app = srv.webtensor_app  # type: ignore[attr-defined]
+    print(f"webtensor web: serving {url}  (Pyodide from {app.pyodide_dir}; model {app.model_dir})")
+    if app.model_error:
+        print(f"webtensor web: warning: {app.model_error}; the page will say the model failed to load")
+    print("Open it in a browser with WebGPU (Chrome/Edge 113+, Safari 26+). Ctrl-C stops.")
+    if not args.no_open:
+        threading.Timer(0.5, lambda: webbrowser.open(url)).start()
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.server_close()
+    return 0
