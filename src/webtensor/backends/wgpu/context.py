@@ -300,6 +300,9 @@ class WgpuContext:
             err = self.api.pop_error()
         except Exception as e:  # validation error, out of memory, device lost
             raise GPUError(_describe_failure(names, e)) from e
+        except BaseException:  # KeyboardInterrupt while waiting for the GPU
+            self._after_interrupt()
+            raise
         if err:
             raise GPUError(_describe_failure(names, err))
         self.counters["submits"] += 1
@@ -312,6 +315,17 @@ class WgpuContext:
             raise
         except Exception as e:
             raise GPUError(f"WebGPU error in {what}: {e}") from e
+        except BaseException:  # KeyboardInterrupt while waiting for the GPU
+            self._after_interrupt()
+            raise
+
+    def _after_interrupt(self) -> None:
+        """An interrupt escaped an API call, perhaps while a readback waited for its staging buffer
+        to map: that buffer may be left mapping, and a later submit that copies into it makes
+        wgpu-native abort the process. Forget every cached staging buffer, so none is reused."""
+        staging = getattr(self.api, "_staging", None)
+        if isinstance(staging, dict):
+            staging.clear()
 
     # -- scopes ---------------------------------------------------------------------------------
     @property

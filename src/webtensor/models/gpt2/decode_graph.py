@@ -69,6 +69,7 @@ class DecodeGraph:
         amax = ctx.kernel("decode_argmax", 3)
         plan.append((amax, (V,), [self.state, self.logits, self.tokens], (1, 1, 1)))
 
+        self.names = [_short(k.name) for k, _, _, _ in plan]
         self.uniform, offsets = ctx.param_block([p for _, p, _, _ in plan])
         cmds = [ctx.prebuilt(k, self.uniform, off, bufs, groups)
                 for (k, _, bufs, groups), off in zip(plan, offsets, strict=True)]
@@ -143,6 +144,11 @@ class DecodeGraph:
         self.set_state(pos, token)
         self.ctx.enqueue(self.step_cmds, "gpt2-decode")
         return self.ctx.read_async(self.logits, 0, self.model.config.vocab_size * 4).wait()
+
+
+def _short(kernel_name: str) -> str:
+    base = kernel_name.split("-")[0]
+    return base + ("+ln" if base == "gemv" and "-true" in kernel_name else "")
 
 
 def _grid_xy(n: int, ctx: WgpuContext) -> tuple[int, int, int]:
