@@ -268,17 +268,35 @@ def _one_batch_stride(t: Tensor) -> bool:
     return len(shape) <= 1
 
 
-def _mm_kernel(ctx: WgpuContext, a: Tensor, b: Tensor, out: Tensor, bias: Tensor, kmajor: bool,
-               file: str = "matmul") -> Any:
-    defs = {"TA": a.dtype.wgsl, "TB": b.dtype.wgsl, "TC": out.dtype.wgsl, "TBIAS": bias.dtype.wgsl}
-    if file == "matmul":
-        defs["B_KMAJOR"] = "true" if kmajor else "false"
-        return ctx.kernel(file, 5, defs)
-    defs["LN"] = "false"
-    return ctx.kernel(file, 7, defs)
+def _mm_kernel(ctx: WgpuContext, a: Tensor, b: Tensor, out: Tensor, bias: Tensor, kmajor: bool) -> Any:
+    defs = {"TA": a.dtype.wgsl, "TB": b.dtype.wgsl, "TC": out.dtype.wgsl, "TBIAS": bias.dtype.wgsl,
+            "B_KMAJOR": "true" if kmajor else "false"}
+    return ctx.kernel("matmul", 5, defs)
 
 
 GEMV_MAX_ROWS = 8  # up to this many rows of A, a bandwidth-bound GEMV beats the tiled kernel
+
+
+def gemv_lanes(ctx: WgpuContext, K: int) -> int:
+    """Threads per output row in gemv.wgsl. CPU-backed adapters: 1 (no reduction, no barriers).
+    GPUs: enough lanes that each keeps at most ~4 vec4 loads, 32 to 256."""
+    if ctx.info.is_software:
+        return 1
+    lanes, k4 = 32, K // 4
+    while lanes < 256 and k4 > 4 * lanes:
+        lanes *= 2
+    return lanes
+
+
+def gemv_kernel(ctx: WgpuContext, a_dtype: dt.DType, w_dtype: dt.DType, out_dtype: dt.DType, bias_dtype: dt.DType,
+                K: int, ln: bool = False) -> tuple[Any, int]:
+    """The gemv variant for these dtypes and K, and how many outputs one workgroup computes."""
+    lanes = gemv_lanes(ctx, K)
+    if ln and lanes == 1:
+        raise ValueError("the fused layer-norm prologue needs lanes > 1")
+    k = ctx.kernel("gemv", 7, {"TA": a_dtype.wgsl, "TB": w_dtype.wgsl, "TC": out_dtype.wgsl,
+                               "TBIAS": bias_dtype.wgsl, "LN": "true" if ln else "false", "LANES": f"{lanes}u"})
+    return k, 256 // lanes
 
 
 class _Epilogue:
@@ -308,14 +326,17 @@ def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor,
     kmajor = parts[0][5] == 1
     gemv = (M <= GEMV_MAX_ROWS and kmajor and K % 4 == 0 and lda % 4 == 0 and a._offset % 4 == 0
             and all(pt[4] % 4 == 0 and pt[6] == K for pt in parts))
-    k = _mm_kernel(ctx, a, b, out, epi.bias, kmajor, "gemv" if gemv else "matmul")
+    if gemv:
+        k, rows_per_wg = gemv_kernel(ctx, a.dtype, b.dtype, out.dtype, epi.bias.dtype, K)
+    else:
+        k = _mm_kernel(ctx, a, b, out, epi.bias, kmajor)
     for i, (k0, kn, n0, nn, b_off, ldb_k, ldb_n, buf) in enumerate(parts):
         acc = 1 if k0 > 0 else 0
         last = i == len(parts) - 1 or n0 > 0 or parts[-1][2] > 0  # K-chunks: epilogue on the last only
         bits = epi.bits if last else 0
         bufs = [a._storage.buffer, buf, out._storage.buffer, *bufs_tail]
         if gemv:  # (kn == K here: k-major chunks split N, never K)
-            x, y, _ = _grid(math.ceil(nn / 8), ctx)
+            x, y, _ = _grid(math.ceil(nn / rows_per_wg), ctx)
             ctx.dispatch(k, (M, nn, K // 4, acc, a._offset // 4, lda // 4, b_off // 4, n0, N, bits,
                              epi.bias._offset + n0, epi.res._offset + n0, epi.r_ld, 0.0),
                          bufs + [out._storage.buffer] * 2, (x, y, M))

@@ -45,7 +45,7 @@ def profile_decode_step(model: Any, ids: list[int], repeats: int = 5) -> dict[st
             raise RuntimeError("no decode graph on this device / model")
         list(model.generate_ids(ids, 2, stop_at_eos=False))  # fills the cache
         graph.set_state(len(ids), ids[-1])
-        cmds = [*graph.step_cmds, graph.argmax_cmd]
+        cmds = [*graph.step_cmds, *graph.argmax_cmds]
         runs = [time_commands(model.device.ctx, cmds) for _ in range(repeats)]
         per = [sorted(r[i] for r in runs)[len(runs) // 2] for i in range(len(cmds))]
     finally:

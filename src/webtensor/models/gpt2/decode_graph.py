@@ -18,18 +18,20 @@ import struct
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from ... import dtypes as dt
 from ...backends.wgpu.context import GpuBuffer, WgpuContext
+from ...backends.wgpu.ops import gemv_kernel, gemv_lanes
 
 if TYPE_CHECKING:
     from .model import GPT2, KVCache
 
 
 def supported(model: GPT2) -> bool:
-    """The graph needs 4-aligned widths (vec4 GEMV), head dims of at most 256, and a context whose
-    scores fit in workgroup memory."""
+    """The graph needs head dims that are multiples of 4 (everything moves as vec4) and at most 256,
+    and a context whose attention scores fit in workgroup memory (16 KiB, WebGPU's default)."""
     cfg = model.config
-    return (model.device.kind == "wgpu" and cfg.n_embd % 4 == 0 and cfg.head_dim <= 256
-            and cfg.n_positions * 4 + 3 * 1024 <= 16384)
+    return (model.device.kind == "wgpu" and cfg.head_dim % 4 == 0 and cfg.head_dim <= 256
+            and cfg.n_positions * 4 + 6 * 1024 <= 16384)
 
 
 class DecodeGraph:
@@ -46,9 +48,10 @@ class DecodeGraph:
         self.att = ctx.alloc(C * f32)
         self.h = ctx.alloc(4 * C * f32)
         self.logits = ctx.alloc(V * f32)
+        self.xn = ctx.alloc(C * f32)  # layer-norm output, where the GEMV cannot fuse it
         self.tokens = ctx.alloc(max(1, max_tokens) * 4)
         self.max_tokens = max_tokens
-        self._owned = [self.state, self.x, self.qkv, self.att, self.h, self.logits, self.tokens]
+        self._owned = [self.state, self.xn, self.x, self.qkv, self.att, self.h, self.logits, self.tokens]
         plan: list[tuple[Any, tuple, list[GpuBuffer], tuple[int, int, int]]] = []
         wte, wpe = model.wte, model.wpe
         emb = ctx.kernel("decode_embed", 4, {"TT": wte.dtype.wgsl, "TP": wpe.dtype.wgsl})
@@ -59,21 +62,25 @@ class DecodeGraph:
         eps = cfg.layer_norm_epsilon
         for layer, b in enumerate(model.blocks):
             plan += self._gemv(b.attn_w, self.x, self.qkv, bias=b.attn_b, ln=(b.ln1_w, b.ln1_b), eps=eps)
-            plan.append((attn, (cfg.n_head, cfg.head_dim, C, 1.0 / math.sqrt(cfg.head_dim)),
+            plan.append((attn, (cfg.n_head, cfg.head_dim // 4, C // 4, 1.0 / math.sqrt(cfg.head_dim)),
                          [self.state, self.qkv, cache.k[layer]._storage.buffer, cache.v[layer]._storage.buffer,
                           self.att], (cfg.n_head, 1, 1)))
             plan += self._gemv(b.proj_w, self.att, self.x, bias=b.proj_b, residual=True)
             plan += self._gemv(b.fc_w, self.x, self.h, bias=b.fc_b, ln=(b.ln2_w, b.ln2_b), eps=eps, gelu=True)
             plan += self._gemv(b.fc2_w, self.h, self.x, bias=b.fc2_b, residual=True)
         plan += self._gemv(wte.T, self.x, self.logits, ln=model.ln_f, eps=eps)  # the tied LM head
-        amax = ctx.kernel("decode_argmax", 3)
-        plan.append((amax, (V,), [self.state, self.logits, self.tokens], (1, 1, 1)))
+        parts = 64
+        self.part = ctx.alloc(parts * 8)
+        self._owned.append(self.part)
+        for stage, groups in ((1, parts), (2, 1)):
+            k = ctx.kernel("decode_argmax", 4, {"STAGE": f"{stage}u", "PARTS": f"{parts}u"})
+            plan.append((k, (V,), [self.state, self.logits, self.tokens, self.part], (groups, 1, 1)))
 
         self.names = [_short(k.name) for k, _, _, _ in plan]
         self.uniform, offsets = ctx.param_block([p for _, p, _, _ in plan])
         cmds = [ctx.prebuilt(k, self.uniform, off, bufs, groups)
                 for (k, _, bufs, groups), off in zip(plan, offsets, strict=True)]
-        self.step_cmds, self.argmax_cmd = cmds[:-1], cmds[-1]
+        self.step_cmds, self.argmax_cmds = cmds[:-2], cmds[-2:]
         self.dispatches_per_step = len(cmds)
 
     def _gemv(self, w: Any, a: GpuBuffer, out: GpuBuffer, *, bias: Any = None, ln: Any = None, eps: float = 0.0,
@@ -81,23 +88,30 @@ class DecodeGraph:
         """out = epilogue(LN?(a) @ w): one GEMV per row chunk of the k-major (N, K) storage.
         w is the model's (K, N) view of that storage."""
         K, N = w.shape
-        return [self._gemv_rows(buf, w.dtype, K, n0, n, a, out, bias=bias, ln=ln, eps=eps, gelu=gelu,
-                                residual=residual)
-                for n0, n, buf in w._storage.chunk_ranges(N)]
+        return [e for n0, n, buf in w._storage.chunk_ranges(N)
+                for e in self._gemv_rows(buf, w.dtype, K, n0, n, a, out, bias=bias, ln=ln, eps=eps, gelu=gelu,
+                                         residual=residual)]
 
     def _gemv_rows(self, wbuf: GpuBuffer, wdtype: Any, K: int, n0: int, n: int, a: GpuBuffer, out: GpuBuffer, *,
                    bias: Any = None, ln: Any = None, eps: float = 0.0, gelu: bool = False,
-                   residual: bool = False) -> tuple:
+                   residual: bool = False) -> list[tuple]:
         ctx = self.ctx
-        bias_dtype = bias.dtype.wgsl if bias is not None else "f32"
-        k = ctx.kernel("gemv", 7, {"TA": "f32", "TB": wdtype.wgsl, "TC": "f32", "TBIAS": bias_dtype,
-                                   "LN": "true" if ln else "false"})
+        f32 = dt.float32
+        fused_ln = ln is not None and gemv_lanes(ctx, K) > 1
+        entries = []
+        if ln is not None and not fused_ln:  # CPU-backed adapters: a separate layer norm, no barriers in the GEMV
+            lnk = ctx.kernel("layer_norm", 4, {"TX": "f32", "TW": "f32", "TO": "f32"})
+            entries.append((lnk, (1, K, 0, K, 0, float(eps), 0, 0),
+                            [a, ln[0]._storage.buffer, ln[1]._storage.buffer, self.xn], (1, 1, 1)))
+            a = self.xn
+        k, rows = gemv_kernel(ctx, f32, wdtype, f32, bias.dtype if bias is not None else f32, K, fused_ln)
         epi = (1 if bias is not None else 0) | (2 if gelu else 0) | (4 if residual else 0)
         bias_buf = bias._storage.buffer if bias is not None else out
-        lnw, lnb = (ln[0]._storage.buffer, ln[1]._storage.buffer) if ln else (out, out)
-        x, y, _ = _grid_xy(math.ceil(n / 8), ctx)
+        lnw, lnb = (ln[0]._storage.buffer, ln[1]._storage.buffer) if fused_ln else (out, out)
+        x, y, _ = _grid_xy(math.ceil(n / rows), ctx)
         params = (1, n, K // 4, 0, 0, 0, 0, n0, 0, epi, n0, n0, 0, float(eps))  # (see gemv.wgsl's P)
-        return (k, params, [a, wbuf, out, bias_buf, out, lnw, lnb], (x, y, 1))
+        entries.append((k, params, [a, wbuf, out, bias_buf, out, lnw, lnb], (x, y, 1)))
+        return entries
 
     def release(self) -> None:
         for b in self._owned:
@@ -121,7 +135,7 @@ class DecodeGraph:
         if n > self.max_tokens:
             raise ValueError(f"{n} tokens exceed this graph's output ring of {self.max_tokens}")
         self.set_state(pos, token)
-        step = [*self.step_cmds, self.argmax_cmd]
+        step = [*self.step_cmds, *self.argmax_cmds]
         queued, inflight, size = 0, [], 1
         try:
             while queued < n or inflight:

@@ -75,7 +75,9 @@ class GPT2Tokenizer:
                 s = self._tok.id_to_token(i)
                 if s is None:
                     raise TokenizerError(f"token id {i} is not in the vocabulary ({self.vocab_size} tokens)")
-                b = bytes(_BYTE_OF[c] for c in s)
+                # byte-level BPE spells each byte as one character; a vocabulary entry with other
+                # characters (a hand-edited or foreign tokenizer) stands for their UTF-8 bytes
+                b = b"".join(bytes((_BYTE_OF[c],)) if c in _BYTE_OF else c.encode("utf-8", "replace") for c in s)
             self._bytes_cache[i] = b
         return b
 

@@ -1,11 +1,14 @@
 // Matrix-vector products for decode (a few rows of A): C[m, n] = sum_k A'[m, k] W[n, k], with W
 // stored row-major as (N, K) ("k-major": each output reads one contiguous row), read as vec4.
-// A workgroup of 256 threads computes 8 outputs: 32 threads per W row, each summing K/4/32 vec4
-// products, then a tree reduction in workgroup memory. Bandwidth-bound by design: W is read once.
-// With const LN, A' = LayerNorm(A) (weights lnw, lnb; eps in p.eps) is computed in the prologue,
-// so "layer norm -> linear" is one dispatch. Epilogue: + bias[n], GELU, + residual[m, n] (p.epi
-// bits 1 / 2 / 4). C may alias the residual (each output is read, then written, by one thread).
-// Needs K % 4 == 0 and 4-aligned offsets. Header: alias TA, TB, TC, TBIAS; const LN.
+// A workgroup of 256 threads computes 256 / LANES outputs: LANES threads per W row, each summing
+// K/4/LANES vec4 products, then a tree reduction in workgroup memory (GPUs: LANES of 32..256,
+// chosen so each thread keeps a few loads in flight and many workgroups cover the memory system).
+// With LANES = 1 there is no reduction and no barrier at all: one thread per output, which is what
+// CPU-backed adapters (lavapipe, SwiftShader) run fastest. Bandwidth-bound by design: W is read once.
+// With const LN (LANES > 1 only), A' = LayerNorm(A) (weights lnw, lnb; eps in p.eps) is computed in
+// the prologue, so "layer norm -> linear" is one dispatch. Epilogue: + bias[n], GELU, + residual
+// (p.epi bits 1 / 2 / 4). C may alias the residual (each output is read, then written, by one
+// thread). Needs K % 4 == 0 and 4-aligned offsets. Header: alias TA, TB, TC, TBIAS; const LN, LANES.
 struct P {
   M: u32, N: u32, K4: u32, acc: u32,
   a_off4: u32, lda4: u32, b_off4: u32, c_off: u32,
@@ -39,12 +42,14 @@ fn block_sum(li: u32, v: f32) -> f32 {
   return r;
 }
 
+const ROWS: u32 = 256u / LANES;
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
-  let r = li / 32u;       // which of the 8 outputs
-  let lane = li % 32u;
-  let n = (wg.y * nwg.x + wg.x) * 8u + r;
+  let r = li / LANES;     // which of the ROWS outputs
+  let lane = li % LANES;
+  let n = (wg.y * nwg.x + wg.x) * ROWS + r;
   let m = wg.z;
   let ab = p.a_off4 + m * p.lda4;
   var mean = 0.0;
@@ -60,21 +65,37 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   var s = 0.0;
   if (n < p.N) {
     let wb = p.b_off4 + n * p.K4;
-    for (var k = lane; k < p.K4; k = k + 32u) {
-      var x = vec4<f32>(a[ab + k]);
-      if (LN) { x = (x - mean) * rstd * lnw[k] + lnb[k]; }
-      s = s + dot(x, vec4<f32>(w[wb + k]));
+    var s1 = 0.0;  // two accumulators: two independent loads in flight per iteration
+    var k = lane;
+    for (; k + LANES < p.K4; k = k + 2u * LANES) {
+      var x0 = vec4<f32>(a[ab + k]);
+      var x1 = vec4<f32>(a[ab + k + LANES]);
+      if (LN) {
+        x0 = (x0 - mean) * rstd * lnw[k] + lnb[k];
+        x1 = (x1 - mean) * rstd * lnw[k + LANES] + lnb[k + LANES];
+      }
+      s = s + dot(x0, vec4<f32>(w[wb + k]));
+      s1 = s1 + dot(x1, vec4<f32>(w[wb + k + LANES]));
     }
+    if (k < p.K4) {
+      var x0 = vec4<f32>(a[ab + k]);
+      if (LN) { x0 = (x0 - mean) * rstd * lnw[k] + lnb[k]; }
+      s = s + dot(x0, vec4<f32>(w[wb + k]));
+    }
+    s = s + s1;
   }
-  red[li] = s;
-  workgroupBarrier();
-  for (var st = 16u; st > 0u; st = st >> 1u) {
-    if (lane < st) { red[li] = red[li] + red[li + st]; }
+  if (LANES > 1u) {
+    red[li] = s;
     workgroupBarrier();
+    for (var st = LANES / 2u; st > 0u; st = st >> 1u) {
+      if (lane < st) { red[li] = red[li] + red[li + st]; }
+      workgroupBarrier();
+    }
+    s = red[li];
   }
   if (lane == 0u && n < p.N) {
     let ci = p.c_off + m * p.ldc + n;
-    var x = red[li];
+    var x = s;
     if (p.acc != 0u) { x = x + f32(c[ci]); }
     if ((p.epi & 1u) != 0u) { x = x + f32(bias[p.bias_off + n]); }
     if ((p.epi & 2u) != 0u) { x = gelu_tanh(x); }
