@@ -42,12 +42,16 @@ What it does
 Reproduce the shipped model (from the repository root, ~20 minutes on one CPU core)::
 
     .venv/bin/python tools/train_tiny_gpt2.py --out src/webtensor/models/gpt2/shipped \
-        --time-budget 1260 --seed 1234
+        --seed 1234 --steps 2600 --time-budget 1320 --bf16
 
 Everything is seeded (python ``random``, numpy, torch; the tokenizer trainer is
-deterministic); the number of optimizer steps is fixed by ``--steps`` and only capped by
-``--time-budget``, so a faster machine reproduces the same run exactly when the budget is not hit.
-The script uses ``torch.set_num_threads(1)`` unless ``--threads`` says otherwise.
+deterministic).  The number of optimizer steps is fixed by ``--steps`` and only capped by
+``--time-budget`` (if the run is projected to overshoot it, the cosine schedule is shortened so
+it still ends at ``--min-lr``; the log says so), so a machine at least as fast reproduces the
+same run when the budget is not hit.  The script uses ``torch.set_num_threads(1)`` unless
+``--threads`` says otherwise.  The training forward pass runs under bfloat16 autocast
+(``--no-bf16`` to disable); weights, optimizer state, evaluation and the saved checkpoint are
+float32.  Bit-exact results also depend on the CPU's kernels (oneDNN/MKL), as always with torch.
 """
 
 from __future__ import annotations
@@ -346,9 +350,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-head", type=int, default=4)
     ap.add_argument("--n-embd", type=int, default=160)
     ap.add_argument("--n-positions", type=int, default=256)
-    ap.add_argument("--seq-len", type=int, default=128)
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=2600)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--min-lr", type=float, default=1e-4)
@@ -357,9 +361,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--val-frac", type=float, default=0.04)
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--eval-batches", type=int, default=24)
-    ap.add_argument("--time-budget", type=float, default=1260.0,
+    ap.add_argument("--time-budget", type=float, default=1320.0,
                     help="seconds of training after which the LR schedule is compressed to end")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True,
+                    help="bfloat16 autocast for the training forward pass (fp32 master weights, "
+                         "optimizer, evaluation and checkpoint); ~1.6x faster on CPUs with "
+                         "AVX512-BF16/AMX (default: on)")
     ap.add_argument("--bench", action="store_true", help="time a few steps and exit")
     args = ap.parse_args(argv)
 
@@ -457,8 +465,10 @@ def main(argv: list[str] | None = None) -> int:
             if i == 1:
                 t0 = time.time()
             xb = batch(train_t, gen)
-            loss = torch.nn.functional.cross_entropy(
-                model(input_ids=xb[:, :-1]).logits.reshape(-1, vocab), xb[:, 1:].reshape(-1))
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+                logits = model(input_ids=xb[:, :-1]).logits
+            loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, vocab),
+                                                     xb[:, 1:].reshape(-1))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -470,14 +480,17 @@ def main(argv: list[str] | None = None) -> int:
     budget_start = time.time()
     model.train()
     history = []
+    best = None
     step = 0
     while step < total_steps:
         lr = lr_at(step, total_steps, args.warmup, args.lr, args.min_lr)
         for g_ in opt.param_groups:
             g_["lr"] = lr
         xb = batch(train_t, gen)
-        logits = model(input_ids=xb[:, :-1]).logits
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), xb[:, 1:].reshape(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            logits = model(input_ids=xb[:, :-1]).logits
+        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, vocab),
+                                                 xb[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -502,8 +515,14 @@ def main(argv: list[str] | None = None) -> int:
                             "elapsed_s": round(time.time() - budget_start, 1)})
             print(f"eval step {step}: train {tr:.4f} val {va:.4f} (ppl {math.exp(va):.1f})",
                   flush=True)
+            if best is None or va < best[0]:
+                best = (va, step, {k: v.detach().clone() for k, v in model.state_dict().items()})
     train_time = time.time() - budget_start
     final = history[-1]
+    if best[1] != step:  # never ship an over-fitted end point: keep the best-validation weights
+        print(f"restoring best-validation weights from step {best[1]} (val {best[0]:.4f})")
+        model.load_state_dict(best[2])
+        final = next(h for h in history if h["step"] == best[1])
 
     # (d) save
     out = args.out
@@ -513,6 +532,9 @@ def main(argv: list[str] | None = None) -> int:
     model.eval()
     model.save_pretrained(str(out), safe_serialization=True)
     save_tokenizer(tok, out, args.n_positions)
+    for f in out.iterdir():
+        if f.is_file():
+            f.chmod(0o644)
     meta = {
         "corpus": "Jane Austen, six completed novels (public domain)",
         "corpus_package": "r-cran-janeaustenr 1.0.0-1 (Debian 12), packaging janeaustenr 1.0.0 (MIT)",
@@ -524,6 +546,7 @@ def main(argv: list[str] | None = None) -> int:
         "batch_size": B,
         "seq_len": T,
         "train_seconds": round(train_time, 1),
+        "saved_step": final["step"],
         "final_train_loss": round(final["train_loss"], 4),
         "final_val_loss": round(final["val_loss"], 4),
         "history": history,
