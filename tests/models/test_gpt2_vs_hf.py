@@ -107,6 +107,22 @@ def test_decode_submits_and_reads_back_only_tokens(ckpt, gpu, use_graph):
     assert first + rest == m.generate(ids, max_new_tokens=n + 1, stop_at_eos=False)
 
 
+def test_gpu_kernel_variants_on_any_adapter(ckpt, gpu, monkeypatch):
+    """The decode graph picks GEMV variants per adapter (one thread per row with a separate layer
+    norm on CPU-backed adapters; lanes + a fused layer norm on GPUs). Run the GPU variants here too."""
+    from webtensor.backends.wgpu import ops as gops
+
+    d, hf = ckpt
+    monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", True)
+    m = GPT2.from_pretrained(d, device=gpu)
+    ids = prompt(6, m.config.vocab_size, seed=5)
+    got = m.generate(ids, max_new_tokens=20, stop_at_eos=False)
+    with torch.no_grad():
+        want = hf.generate(torch.tensor([ids]), max_new_tokens=20, do_sample=False, eos_token_id=None,
+                           pad_token_id=0, attention_mask=torch.ones(1, len(ids), dtype=torch.long))
+    assert got == want[0, len(ids):].tolist()
+
+
 def test_float16_top1_agreement(ckpt, gpu, tmp_path_factory):
     if not gpu.has_f16:
         pytest.skip("adapter has no shader-f16")

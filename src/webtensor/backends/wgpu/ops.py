@@ -275,13 +275,17 @@ def _mm_kernel(ctx: WgpuContext, a: Tensor, b: Tensor, out: Tensor, bias: Tensor
 
 
 GEMV_MAX_ROWS = 8  # up to this many rows of A, a bandwidth-bound GEMV beats the tiled kernel
+GPU_STYLE_ON_SOFTWARE = False  # tests set this to run the GPU kernel variants on lavapipe
 
 
-def gemv_lanes(ctx: WgpuContext, K: int) -> int:
+def gemv_lanes(ctx: WgpuContext, K: int, ln: bool = False) -> int:
     """Threads per output row in gemv.wgsl. CPU-backed adapters: 1 (no reduction, no barriers).
-    GPUs: enough lanes that each keeps at most ~4 vec4 loads, 32 to 256."""
-    if ctx.info.is_software:
+    GPUs: enough lanes that each keeps at most ~4 vec4 loads, 32 to 256; with the fused layer norm
+    32 (8 rows a workgroup), since every workgroup pays for the norm's statistics."""
+    if ctx.info.is_software and not GPU_STYLE_ON_SOFTWARE:
         return 1
+    if ln:
+        return 32
     lanes, k4 = 32, K // 4
     while lanes < 256 and k4 > 4 * lanes:
         lanes *= 2
@@ -291,7 +295,7 @@ def gemv_lanes(ctx: WgpuContext, K: int) -> int:
 def gemv_kernel(ctx: WgpuContext, a_dtype: dt.DType, w_dtype: dt.DType, out_dtype: dt.DType, bias_dtype: dt.DType,
                 K: int, ln: bool = False) -> tuple[Any, int]:
     """The gemv variant for these dtypes and K, and how many outputs one workgroup computes."""
-    lanes = gemv_lanes(ctx, K)
+    lanes = gemv_lanes(ctx, K, ln)
     if ln and lanes == 1:
         raise ValueError("the fused layer-norm prologue needs lanes > 1")
     k = ctx.kernel("gemv", 7, {"TA": a_dtype.wgsl, "TB": w_dtype.wgsl, "TC": out_dtype.wgsl,

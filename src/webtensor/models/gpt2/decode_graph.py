@@ -97,7 +97,7 @@ class DecodeGraph:
                    residual: bool = False) -> list[tuple]:
         ctx = self.ctx
         f32 = dt.float32
-        fused_ln = ln is not None and gemv_lanes(ctx, K) > 1
+        fused_ln = ln is not None and gemv_lanes(ctx, K, True) > 1
         entries = []
         if ln is not None and not fused_ln:  # CPU-backed adapters: a separate layer norm, no barriers in the GEMV
             lnk = ctx.kernel("layer_norm", 4, {"TX": "f32", "TW": "f32", "TO": "f32"})

@@ -30,16 +30,16 @@ fn gelu_tanh(v: f32) -> f32 {
   return v / (1.0 + exp(-2.0 * clamp(u, -40.0, 40.0)));
 }
 
-fn block_sum(li: u32, v: f32) -> f32 {
-  red[li] = v;
+var<workgroup> red2: array<vec2<f32>, 256>;
+
+fn block_sum2(li: u32, v: vec2<f32>) -> vec2<f32> {
+  red2[li] = v;
   workgroupBarrier();
   for (var st = 128u; st > 0u; st = st >> 1u) {
-    if (li < st) { red[li] = red[li] + red[li + st]; }
+    if (li < st) { red2[li] = red2[li] + red2[li + st]; }
     workgroupBarrier();
   }
-  let r = red[0];
-  workgroupBarrier();
-  return r;
+  return red2[0];
 }
 
 const ROWS: u32 = 256u / LANES;
@@ -55,12 +55,16 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   var mean = 0.0;
   var rstd = 1.0;
   if (LN) {
-    var s1 = 0.0;
-    for (var k = li; k < p.K4; k = k + 256u) { let v = vec4<f32>(a[ab + k]); s1 = s1 + v.x + v.y + v.z + v.w; }
-    mean = block_sum(li, s1) / f32(p.K4 * 4u);
-    var s2 = 0.0;
-    for (var k = li; k < p.K4; k = k + 256u) { let d = vec4<f32>(a[ab + k]) - mean; s2 = s2 + dot(d, d); }
-    rstd = inverseSqrt(block_sum(li, s2) / f32(p.K4 * 4u) + p.eps);
+    // one pass: sums of (x - x0) and (x - x0)^2, shifted by x0 = a[0] against cancellation
+    let x0 = vec4<f32>(a[ab]).x;
+    var acc = vec2<f32>();
+    for (var k = li; k < p.K4; k = k + 256u) {
+      let d = vec4<f32>(a[ab + k]) - x0;
+      acc = acc + vec2<f32>(d.x + d.y + d.z + d.w, dot(d, d));
+    }
+    let tot = block_sum2(li, acc) / f32(p.K4 * 4u);
+    mean = x0 + tot.x;
+    rstd = inverseSqrt(max(tot.y - tot.x * tot.x, 0.0) + p.eps);
   }
   var s = 0.0;
   if (n < p.N) {

@@ -1,0 +1,280 @@
+"""GPU faults surface as webtensor errors naming the op, never a hang or a crash, and the device
+stays usable: invalid WGSL, workgroup counts over the limit (caught by webtensor, and by wgpu's own
+validation at submit), failures inside a dispatch scope, a lost device, and interrupts
+(KeyboardInterrupt) in the middle of a generation or of a readback."""
+
+from __future__ import annotations
+
+import gc
+import json
+
+import numpy as np
+import pytest
+from reliability_helpers import run_python, tiny_checkpoint, watchdog
+
+import webtensor as wt
+from webtensor.backends.wgpu import ops as gops
+from webtensor.models.gpt2 import GPT2
+
+
+def _softmax_ok(dev):
+    """The device still computes a correct result, and nothing is left pending."""
+    x = np.random.default_rng(0).standard_normal((3, 40)).astype(np.float32)
+    got = wt.softmax(wt.tensor(x, device=dev)).numpy()
+    want = np.exp(x - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(got, want / want.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+    assert dev.stats()["pending"] == 0
+
+
+def _softmax_dispatcher(dev):
+    """A function recording one softmax dispatch with a given workgroup count (valid kernel and
+    buffers, made beforehand: an upload would flush what a scope has pending)."""
+    ctx = dev.ctx
+    x = wt.tensor(np.ones((4, 8), np.float32), device=dev)
+    out = gops.empty(dev, (4, 8), wt.float32)
+    k = ctx.kernel("softmax", 2, {"TX": "f32", "TO": "f32"})
+    return lambda groups: ctx.dispatch(k, (4, 8, 0, 8, 0), [x._storage.buffer, out._storage.buffer], groups)
+
+
+def _softmax_dispatch(dev, groups):
+    _softmax_dispatcher(dev)(groups)
+
+
+def test_invalid_wgsl_kernel(gpu, tmp_path):
+    (tmp_path / "broken_kernel.wgsl").write_text(
+        "@compute @workgroup_size(64)\nfn main() { let v: f32 = undefined_thing * 2.0; }\n")
+    with watchdog(60):
+        with pytest.raises(wt.GPUError, match=r"WebGPU error in .*broken_kernel(.|\n)*undefined_thing"):
+            gpu.ctx.kernel(str(tmp_path / "broken_kernel"), 1)  # an absolute path: KERNEL_DIR is not used
+        with pytest.raises(wt.GPUError, match=r"broken_kernel"):  # not cached as if it had compiled
+            gpu.ctx.kernel(str(tmp_path / "broken_kernel"), 1)
+        _softmax_ok(gpu)
+
+
+def test_workgroups_over_the_limit_checked(gpu):
+    limit = gpu.ctx.max_workgroups
+    with watchdog(60):
+        with pytest.raises(wt.GPUError, match=rf"softmax-f32-f32: \({limit + 1}, 1, 1\) workgroups is "
+                           rf"over the limit {limit}"):
+            _softmax_dispatch(gpu, (limit + 1, 1, 1))
+        _softmax_ok(gpu)
+
+
+def test_wgpu_validation_error_at_submit(gpu, monkeypatch):
+    """With webtensor's own check out of the way, wgpu's validation rejects the submit: a GPUError
+    that names the op, raised at once; the next op runs normally."""
+    limit = gpu.ctx.max_workgroups
+    monkeypatch.setattr(gpu.ctx, "max_workgroups", 2**31)
+    with watchdog(60):
+        with pytest.raises(wt.GPUError, match=r"WebGPU rejected a submit of 1 commands "
+                           r"\(ops: softmax-f32-f32\)(.|\n)*dispatch group size"):
+            _softmax_dispatch(gpu, (limit + 1, 1, 1))
+        assert gpu.stats()["pending"] == 0
+        monkeypatch.undo()
+        _softmax_ok(gpu)
+
+
+def test_failure_inside_a_dispatch_scope(gpu, monkeypatch):
+    """The failing command is submitted with the rest of the scope: the error comes at the scope's
+    end and names every op in the batch; the device is usable after it."""
+    limit = gpu.ctx.max_workgroups
+    monkeypatch.setattr(gpu.ctx, "max_workgroups", 2**31)
+    x = wt.tensor(np.ones((2, 8), np.float32), device=gpu)
+    with watchdog(60):
+        bad = _softmax_dispatcher(gpu)
+        with pytest.raises(wt.GPUError, match=r"rejected a submit of 3 commands "
+                           r"\(ops: softmax-f32-f32, unary-1u-f32-f32\)"):
+            with gpu.dispatch_scope():
+                wt.gelu(x)
+                wt.gelu(x)
+                bad((limit + 1, 1, 1))
+        assert gpu.stats()["pending"] == 0
+
+        # when the scope is already unwinding from another exception, that one wins
+        with pytest.raises(ZeroDivisionError):
+            with gpu.dispatch_scope():
+                bad((limit + 1, 1, 1))
+                raise ZeroDivisionError
+        assert gpu.stats()["pending"] == 0
+        monkeypatch.undo()
+        _softmax_ok(gpu)
+
+
+def test_wrong_binding_count(gpu):
+    k = gpu.ctx.kernel("softmax", 2, {"TX": "f32", "TO": "f32"})
+    buf = wt.tensor(np.ones(4, np.float32), device=gpu)._storage.buffer
+    with pytest.raises(wt.GPUError, match=r"softmax-f32-f32: binds 2 buffers, got 1"):
+        gpu.ctx.dispatch(k, (1, 4, 0, 4, 0), [buf], (1, 1, 1))
+    _softmax_ok(gpu)
+
+
+DEVICE_LOST = r"""
+import json, time
+import numpy as np, webtensor as wt
+dev = wt.Device.wgpu(max_binding_bytes=2_718_280)
+x = wt.tensor(np.ones((4, 8), np.float32), device=dev)
+wt.softmax(x).numpy()
+dev.ctx.api.device.destroy()  # what a driver reset / GPU hang recovery looks like from here
+out = []
+for what, fn in [("softmax", lambda: wt.softmax(x).numpy()), ("upload", lambda: wt.tensor([1.0], device=dev)),
+                 ("add", lambda: (x + x).numpy()), ("read", lambda: x.numpy())]:
+    t = time.perf_counter()
+    try:
+        fn()
+        out.append([what, "no error", 0])
+    except Exception as e:
+        out.append([what, f"{type(e).__name__}: {e}", time.perf_counter() - t])
+print(json.dumps(out))
+"""
+
+
+def test_device_lost():
+    """A lost device: every op fails fast with GPUError (in a subprocess: a crash must not take pytest)."""
+    r = run_python(DEVICE_LOST, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for what, err, secs in json.loads(r.stdout.strip().splitlines()[-1]):
+        assert err.startswith("GPUError: ") and "lost" in err, (what, err)
+        assert secs < 5, (what, secs)
+
+
+# -- interrupts ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def wmodel(gpu):
+    return GPT2.from_pretrained(tiny_checkpoint(), device=gpu)
+
+
+PROMPT = [5, 17, 42, 99, 3]
+
+
+def _reference(model, **kw):
+    return model.generate(PROMPT, 12, **kw)
+
+
+class _Interrupt:
+    """Wraps a function to raise KeyboardInterrupt on its `n`-th call (a Ctrl-C landing there)."""
+
+    def __init__(self, fn, n):
+        self.fn, self.n, self.calls = fn, n, 0
+
+    def __call__(self, *a, **k):
+        self.calls += 1
+        if self.calls == self.n:
+            raise KeyboardInterrupt
+        return self.fn(*a, **k)
+
+
+@pytest.mark.parametrize("nth", [2, 5, 9])
+def test_interrupt_inside_the_forward(gpu, wmodel, monkeypatch, nth):
+    """KeyboardInterrupt from inside an op in the middle of the prefill (in its dispatch scope)."""
+    want = _reference(wmodel)
+    hook = _Interrupt(wt.ops.linear, nth)
+    monkeypatch.setattr(wt.ops, "linear", hook)
+    with watchdog(60):
+        with pytest.raises(KeyboardInterrupt):
+            wmodel.generate(PROMPT, 12)
+        monkeypatch.undo()
+        assert hook.calls == nth
+        assert gpu.stats()["pending"] == 0  # the scope flushed (or dropped) what was recorded
+        assert _reference(wmodel) == want
+        _softmax_ok(gpu)
+
+
+def test_interrupt_between_tokens(gpu, wmodel):
+    """The consumer interrupts a long generation (a callback raising KeyboardInterrupt), or just
+    stops iterating and closes it: the device is clean and the next generation is unchanged."""
+    want = _reference(wmodel)
+    sampled = _reference(wmodel, temperature=0.9, top_k=20, seed=7)
+    with watchdog(60):
+        for kw in ({}, dict(temperature=0.9, top_k=20, seed=7)):
+            got = []
+            with pytest.raises(KeyboardInterrupt):
+                for i, tok in enumerate(wmodel.generate_ids(PROMPT, 12, **kw)):
+                    got.append(tok)
+                    if i == 4:
+                        raise KeyboardInterrupt
+            assert got == (want if not kw else sampled)[:5]
+            gc.collect()
+            gpu.synchronize()
+            assert gpu.stats()["pending"] == 0
+
+            gen = wmodel.generate_ids(PROMPT, 12, **kw)
+            assert [next(gen) for _ in range(3)] == (want if not kw else sampled)[:3]
+            gen.close()
+            gpu.synchronize()
+            assert gpu.stats()["pending"] == 0
+        assert _reference(wmodel) == want
+        assert _reference(wmodel, temperature=0.9, top_k=20, seed=7) == sampled
+        _softmax_ok(gpu)
+
+
+INTERRUPTED_READBACK = r"""
+import json, sys
+import numpy as np, wgpu, webtensor as wt
+from webtensor.models.gpt2 import GPT2
+dev = wt.Device.wgpu()
+model = GPT2.from_pretrained(CHECKPOINT, device=dev)
+prompt = [5, 17, 42, 99, 3]
+want = {"greedy": model.generate(prompt, 10), "sampled": model.generate(prompt, 10, temperature=0.8, seed=3)}
+cls = type(dev.ctx.api.device.create_buffer(size=256, usage=wgpu.BufferUsage.COPY_DST))
+real_map_sync = cls.map_sync
+out = {}
+for name, kw in [("greedy", {}), ("sampled", dict(temperature=0.8, seed=3))]:
+    for nth in (1, 3):
+        calls = [0]
+        def interrupted_map_sync(self, *a, **k):
+            calls[0] += 1
+            if calls[0] == nth:  # Ctrl-C while waiting for the GPU: the map is requested, never awaited
+                self.map_async(*a, **k)
+                raise KeyboardInterrupt
+            return real_map_sync(self, *a, **k)
+        cls.map_sync = interrupted_map_sync
+        try:
+            model.generate(prompt, 10, **kw)
+            res = "not interrupted"
+        except KeyboardInterrupt:
+            res = "interrupted"
+        cls.map_sync = real_map_sync
+        again = [model.generate(prompt, 10, **kw) for _ in range(2)]
+        x = np.arange(12, dtype=np.float32).reshape(3, 4)
+        ok = bool(np.allclose(wt.softmax(wt.tensor(x, device=dev)).numpy().sum(-1), 1.0))
+        out[f"{name}-{nth}"] = [res, again[0] == want[name] and again[1] == want[name], ok,
+                                dev.stats()["pending"]]
+print(json.dumps(out))
+"""
+
+
+def test_interrupt_during_readback():
+    """Ctrl-C while `.numpy()` / sampling waits for the GPU leaves a staging buffer mapping; the next
+    readback must not reuse it (wgpu-native aborts the process on a submit that writes a buffer that
+    is still mapped). In a subprocess, so an abort fails this test rather than killing pytest."""
+    r = run_python(INTERRUPTED_READBACK.replace("CHECKPOINT", repr(str(tiny_checkpoint()))), timeout=180)
+    assert r.returncode == 0, f"the interpreter died (rc {r.returncode}): {r.stderr[-2500:]}"
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    for case, (res, same, ok, pending) in out.items():
+        assert res == "interrupted", case
+        assert same and ok and pending == 0, (case, same, ok, pending)
+
+
+# -- tensors that die in a reference cycle ----------------------------------------------------------
+
+
+class _Cycle:
+    pass
+
+
+def test_pool_survives_tensors_dying_in_a_cycle():
+    """A tensor freed by the cycle collector (e.g. one held by a saved traceback) may have its wgpu
+    buffer finalised before its storage hands it back to the pool: that buffer must not be reused."""
+    dev = wt.Device.wgpu(max_binding_bytes=1_234_564)  # its own device: a regression poisons the pool
+    try:
+        holder = _Cycle()
+        holder.me = holder
+        holder.t = wt.tensor(np.ones(1000, np.float32), device=dev)
+        del holder
+        gc.collect()
+        y = wt.tensor(np.full(1000, 2.0, np.float32), device=dev)  # same size: the pooled buffer
+        np.testing.assert_array_equal(y.numpy(), 2.0)
+    finally:
+        dev.release()
