@@ -107,13 +107,19 @@ def test_decode_submits_and_reads_back_only_tokens(ckpt, gpu, use_graph):
     assert first + rest == m.generate(ids, max_new_tokens=n + 1, stop_at_eos=False)
 
 
-def test_gpu_kernel_variants_on_any_adapter(ckpt, gpu, monkeypatch):
+@pytest.mark.parametrize("subgroups", [False, True])
+def test_gpu_kernel_variants_on_any_adapter(ckpt, gpu, monkeypatch, subgroups):
     """The decode graph picks GEMV variants per adapter (one thread per row with a separate layer
-    norm on CPU-backed adapters; lanes + a fused layer norm on GPUs). Run the GPU variants here too."""
+    norm on CPU-backed adapters; lanes + a fused layer norm on GPUs, with subgroup reductions where
+    the subgroup size is fixed). Run the GPU variants here too (lavapipe's subgroups are 8 wide)."""
     from webtensor.backends.wgpu import ops as gops
 
     d, hf = ckpt
     monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", True)
+    if subgroups:
+        if not (gpu.ctx.has_subgroups and "llvmpipe" in gpu.ctx.info.name):
+            pytest.skip("needs an adapter whose subgroup size is known to the test (lavapipe: 8)")
+        monkeypatch.setattr(gpu.ctx, "subgroup_size", 8)
     m = GPT2.from_pretrained(d, device=gpu)
     ids = prompt(6, m.config.vocab_size, seed=5)
     got = m.generate(ids, max_new_tokens=20, stop_at_eos=False)

@@ -27,6 +27,7 @@ KERNEL_DIR = Path(__file__).parent / "kernels"
 PARAM_BYTES = 128  # one kernel's uniform parameters: 32 scalars
 ARENA_SLOTS = 2048  # dispatches per submit before an early flush
 BIND_GROUP_CACHE = 4096
+FORBID_SUBGROUPS = False  # tests can turn the subgroup kernels off
 
 
 class GpuBuffer:
@@ -70,6 +71,9 @@ class WgpuContext:
         self.max_workgroups = int(lim.get("max-compute-workgroups-per-dimension", 65535))
         self.has_f16 = "shader-f16" in api.features
         self.has_subgroups = "subgroup" in api.features
+        # a subgroup size the kernels may rely on: only when the adapter has exactly one
+        lo, hi = api.info.subgroup_sizes
+        self.subgroup_size = lo if self.has_subgroups and lo == hi and lo >= 4 and not FORBID_SUBGROUPS else 0
         self.lock = threading.RLock()
         self._local = threading.local()
         self.released = False

@@ -47,6 +47,7 @@ class AdapterInfo:
     driver: str = ""
     limits: dict[str, int] = field(default_factory=dict)
     features: frozenset[str] = frozenset()
+    subgroup_sizes: tuple[int, int] = (0, 0)  # (min, max) the adapter reports
 
     @property
     def is_software(self) -> bool:
@@ -76,6 +77,12 @@ class GpuApi(Protocol):
         ...
 
 
+def _subgroup_sizes(info: Any) -> tuple[int, int]:
+    lo = info.get("subgroup_min_size") or info.get("stackgroup_min_size") or 0
+    hi = info.get("subgroup_max_size") or info.get("stackgroup_max_size") or 0
+    return int(lo), int(hi)
+
+
 def _limits_to_request(adapter_limits: Any, max_binding: int | None) -> dict[str, int]:
     wanted = {k: int(adapter_limits[k]) for k in WANTED_LIMITS if adapter_limits.get(k) is not None}
     if max_binding is not None:
@@ -101,6 +108,7 @@ class NativeGpu:
             driver=str(raw.get("description", "")),
             limits={k: int(v) for k, v in adapter.limits.items() if isinstance(v, int)},
             features=frozenset(adapter.features),
+            subgroup_sizes=_subgroup_sizes(raw),
         )
         self.limits = dict(requested_limits)
         self.features = frozenset(device.features)

@@ -298,8 +298,10 @@ def gemv_kernel(ctx: WgpuContext, a_dtype: dt.DType, w_dtype: dt.DType, out_dtyp
     lanes = gemv_lanes(ctx, K, ln)
     if ln and lanes == 1:
         raise ValueError("the fused layer-norm prologue needs lanes > 1")
+    sg = ctx.subgroup_size if 1 < ctx.subgroup_size <= lanes else 0
     k = ctx.kernel("gemv", 7, {"TA": a_dtype.wgsl, "TB": w_dtype.wgsl, "TC": out_dtype.wgsl,
-                               "TBIAS": bias_dtype.wgsl, "LN": "true" if ln else "false", "LANES": f"{lanes}u"})
+                               "TBIAS": bias_dtype.wgsl, "LN": "true" if ln else "false", "LANES": f"{lanes}u",
+                               "SG": f"{sg}u"})
     return k, 256 // lanes
 
 

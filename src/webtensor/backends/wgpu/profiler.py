@@ -54,4 +54,4 @@ def profile_decode_step(model: Any, ids: list[int], repeats: int = 5) -> dict[st
     for name, us in zip(graph.names, per, strict=True):
         by_kind[name] += us
     return {"kernels": sorted(by_kind.items(), key=lambda kv: -kv[1]), "total_us": sum(per),
-            "dispatches": len(cmds)}
+            "dispatches": len(cmds), "per_dispatch": list(zip(graph.names, per, strict=True))}

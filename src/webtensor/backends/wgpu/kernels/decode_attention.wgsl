@@ -14,6 +14,7 @@ var<workgroup> qs: array<vec4<f32>, 64>;
 var<workgroup> sc: array<f32, MAX_CTX>;
 var<workgroup> red: array<f32, 256>;
 var<workgroup> acc4: array<vec4<f32>, 256>;
+var<workgroup> pos_sh: u32;
 
 fn reduce(li: u32, v: f32, is_max: bool) -> f32 {
   red[li] = v;
@@ -32,7 +33,8 @@ fn reduce(li: u32, v: f32, is_max: bool) -> f32 {
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
   let h = wg.x;
-  let pos = state[0];
+  if (li == 0u) { pos_sh = state[0]; }
+  let pos = workgroupUniformLoad(&pos_sh);  // uniform, so loops with barriers may depend on it
   let hb = h * p.D4;
   if (li < p.D4) {
     kc[pos * p.C4 + hb + li] = qkv[p.C4 + hb + li];
@@ -42,24 +44,29 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   storageBarrier();
   workgroupBarrier();
   let L = pos + 1u;
+  // scores: 4 threads per key (64 keys a pass), each a quarter of the head dim, summed in workgroup memory
+  let q4 = li % 4u;
   var m = -3.4028234663852886e38;
-  for (var j = li; j < L; j = j + 256u) {
-    let kb = j * p.C4 + hb;
-    var s0 = 0.0;
-    var s1 = 0.0;
-    var d = 0u;
-    for (; d + 1u < p.D4; d = d + 2u) {
-      s0 = s0 + dot(qs[d], kc[kb + d]);
-      s1 = s1 + dot(qs[d + 1u], kc[kb + d + 1u]);
+  for (var j0 = 0u; j0 < L; j0 = j0 + 64u) {
+    let j = j0 + li / 4u;
+    var s = 0.0;
+    if (j < L) {
+      let kb = j * p.C4 + hb;
+      for (var d = q4; d < p.D4; d = d + 4u) { s = s + dot(qs[d], kc[kb + d]); }
     }
-    if (d < p.D4) { s0 = s0 + dot(qs[d], kc[kb + d]); }
-    sc[j] = s0 + s1;
-    m = max(m, s0 + s1);
+    red[li] = s;
+    workgroupBarrier();
+    if (q4 == 0u && j < L) {
+      let t = red[li] + red[li + 1u] + red[li + 2u] + red[li + 3u];
+      sc[j] = t;
+      m = max(m, t);
+    }
+    workgroupBarrier();
   }
   m = reduce(li, m, true);
   var t = 0.0;
   for (var j = li; j < L; j = j + 256u) { let e = exp(sc[j] - m); sc[j] = e; t = t + e; }
-  let inv = 1.0 / reduce(li, t, false);  // (the reduction's barriers also publish sc)
+  let inv = 1.0 / reduce(li, t, false);  // (the reductions' barriers also publish sc)
   // output: G = 256 / D4 groups of D4 threads; group g sums positions j = g, g + G, ...
   let G = 256u / p.D4;
   let g = li / p.D4;

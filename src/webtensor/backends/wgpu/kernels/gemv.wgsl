@@ -8,7 +8,9 @@
 // With const LN (LANES > 1 only), A' = LayerNorm(A) (weights lnw, lnb; eps in p.eps) is computed in
 // the prologue, so "layer norm -> linear" is one dispatch. Epilogue: + bias[n], GELU, + residual
 // (p.epi bits 1 / 2 / 4). C may alias the residual (each output is read, then written, by one
-// thread). Needs K % 4 == 0 and 4-aligned offsets. Header: alias TA, TB, TC, TBIAS; const LN, LANES.
+// thread). Needs K % 4 == 0 and 4-aligned offsets. With const SG > 0 (the adapter's fixed subgroup
+// size, at most LANES) the reductions use subgroupAdd and a single barrier instead of a tree.
+// Header: alias TA, TB, TC, TBIAS; const LN, LANES, SG.
 struct P {
   M: u32, N: u32, K4: u32, acc: u32,
   a_off4: u32, lda4: u32, b_off4: u32, c_off: u32,
@@ -33,6 +35,14 @@ fn gelu_tanh(v: f32) -> f32 {
 var<workgroup> red2: array<vec2<f32>, 256>;
 
 fn block_sum2(li: u32, v: vec2<f32>) -> vec2<f32> {
+  if (SG > 0u) {
+    red2[li] = subgroupAdd(v);
+    workgroupBarrier();
+    var t = vec2<f32>();
+    for (var k = 0u; k < 256u; k = k + SG) { t = t + red2[k]; }
+    workgroupBarrier();
+    return t;
+  }
   red2[li] = v;
   workgroupBarrier();
   for (var st = 128u; st > 0u; st = st >> 1u) {
@@ -88,7 +98,16 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     }
     s = s + s1;
   }
-  if (LANES > 1u) {
+  if (LANES > 1u && SG > 0u) {
+    s = subgroupAdd(s);
+    if (LANES > SG) {  // combine the row's subgroups
+      red[li] = s;
+      workgroupBarrier();
+      if (lane == 0u) {
+        for (var k = SG; k < LANES; k = k + SG) { s = s + red[li + k]; }
+      }
+    }
+  } else if (LANES > 1u) {
     red[li] = s;
     workgroupBarrier();
     for (var st = LANES / 2u; st > 0u; st = st >> 1u) {
