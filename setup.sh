@@ -3,10 +3,16 @@
 # (Mesa's lavapipe, so WebGPU runs even without a GPU), Python's venv, and the project in .venv.
 #   bash setup.sh          runtime only
 #   bash setup.sh --test   also the test tools (pytest, hypothesis, ruff, torch CPU, transformers)
+#                          and everything --web installs (the browser tests run in CI)
+#   bash setup.sh --web    the web page's and browser tests' parts: Debian's chromium, Node.js and the
+#                          npm packages pinned in package.json (pyodide, playwright-core) in node_modules/
 # Re-running is fast: each step is skipped when its result is already there.
 set -euo pipefail
 cd "$(dirname "$0")"
-want_test=0; [ "${1:-}" = "--test" ] && want_test=1
+want_test=0; want_web=0
+for arg in "$@"; do
+  case "$arg" in --test) want_test=1; want_web=1 ;; --web) want_web=1 ;; esac
+done
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 apt_updated=0
 apt_install() {
@@ -16,11 +22,21 @@ apt_install() {
 need=()
 command -v python3 >/dev/null || need+=(python3)
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
-if ! ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json >/dev/null 2>&1; then
-  need+=(mesa-vulkan-drivers libvulkan1)
-fi
 ldconfig -p 2>/dev/null | grep -q 'libvulkan.so.1' || need+=(libvulkan1)
 if [ ${#need[@]} -gt 0 ]; then echo "setup: installing ${need[*]} (apt)"; apt_install "${need[@]}"; fi
+if ! ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json >/dev/null 2>&1; then
+  # No Vulkan driver: Mesa's lavapipe runs WebGPU on the CPU. On Debian 12 take Mesa 25 from
+  # bookworm-backports: it decodes GPT-2 ~1.3x and prefills ~2.4x faster than bookworm's Mesa 22.3.
+  if grep -q '^VERSION_CODENAME=bookworm' /etc/os-release 2>/dev/null; then
+    echo "setup: installing Mesa's Vulkan driver (lavapipe) from bookworm-backports (apt)"
+    echo "deb http://deb.debian.org/debian bookworm-backports main" | $SUDO tee /etc/apt/sources.list.d/webtensor-backports.list >/dev/null
+    apt_updated=0
+    apt_install -t bookworm-backports mesa-vulkan-drivers
+  else
+    echo "setup: installing Mesa's Vulkan driver (lavapipe) (apt)"
+    apt_install mesa-vulkan-drivers
+  fi
+fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
 stamp=".venv/.webtensor-setup-$want_test-$(cat pyproject.toml | sha1sum | cut -c1-12)"
@@ -33,4 +49,18 @@ if [ ! -f "$stamp" ]; then
     .venv/bin/python -m pip install -q -e .
   fi
   touch "$stamp"
+fi
+
+if [ $want_web = 1 ]; then
+  web_need=()
+  command -v chromium >/dev/null || web_need+=(chromium)
+  command -v node >/dev/null || web_need+=(nodejs)
+  command -v npm >/dev/null || web_need+=(npm)
+  if [ ${#web_need[@]} -gt 0 ]; then echo "setup: installing ${web_need[*]} (apt)"; apt_install "${web_need[@]}"; fi
+  web_stamp="node_modules/.webtensor-setup-$(cat package.json package-lock.json | sha1sum | cut -c1-12)"
+  if [ ! -f "$web_stamp" ]; then
+    echo "setup: npm ci (pyodide, playwright-core; no browser download)"
+    PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error
+    touch "$web_stamp"
+  fi
 fi

@@ -51,10 +51,12 @@ def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, use_gelu: bool, r
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
-    # GPT-2's tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), evaluated in
-    # float64 so the reference has no cancellation error where tanh is near -1
-    v = x.astype(np.float64)
-    return (0.5 * v * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (v + 0.044715 * v**3)))).astype(x.dtype)
+    # GPT-2's tanh approximation, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3),
+    # written as the identical x * sigmoid(2u): no cancellation where tanh(u) is near -1
+    v = _f32(x)
+    u = F32(np.sqrt(2.0 / np.pi)) * (v + F32(0.044715) * v * v * v)
+    with np.errstate(over="ignore"):
+        return (v / (F32(1.0) + np.exp(F32(-2.0) * u))).astype(x.dtype)
 
 
 def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:

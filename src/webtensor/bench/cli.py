@@ -97,12 +97,14 @@ def print_table(report: dict) -> None:
         print("  ".join(x.ljust(w) for x, w in zip(t, widths, strict=True)))
     for k, v in report.get("ratios_webtensor_over_hf", {}).items():
         print(f"ratio webtensor / hf  {k}: {v:.2f}x")
-    prof = rows[0].get("extra", {}).get("profile")
-    if prof:
-        print("\nGPU time per kernel, one decode step:")
-        for name, us in prof["kernels"]:
-            print(f"  {name:40s} {us:9.1f} us")
-        print(f"  {'total':40s} {prof['total_us']:9.1f} us")
+    extra = rows[0].get("extra", {})
+    for key, title in (("profile", "one decode step"), ("profile_prefill", "one prefill")):
+        prof = extra.get(key)
+        if prof:
+            print(f"\nGPU time per kernel, {title} ({prof['dispatches']} dispatches, each timed alone):")
+            for name, us in prof["kernels"]:
+                print(f"  {name:40s} {us:9.1f} us")
+            print(f"  {'total':40s} {prof['total_us']:9.1f} us")
 
 
 def plot(report: dict, path: str) -> None:

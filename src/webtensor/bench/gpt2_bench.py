@@ -93,7 +93,10 @@ def bench_webtensor(model: GPT2, prompts: list[int], decode_tokens: int, repeats
     if profile and dev.kind == "wgpu":
         from ..backends.wgpu.profiler import profile_decode_step
 
+        from ..backends.wgpu.profiler import profile_prefill
+
         res.extra["profile"] = profile_decode_step(model, ids)
+        res.extra["profile_prefill"] = profile_prefill(model, max(prompts))
     return res
 
 

@@ -55,3 +55,22 @@ def profile_decode_step(model: Any, ids: list[int], repeats: int = 5) -> dict[st
         by_kind[name] += us
     return {"kernels": sorted(by_kind.items(), key=lambda kv: -kv[1]), "total_us": sum(per),
             "dispatches": len(cmds), "per_dispatch": list(zip(graph.names, per, strict=True))}
+
+
+def profile_prefill(model: Any, n_tokens: int) -> dict[str, Any]:
+    """GPU time per kernel kind of one op-by-op prefill of `n_tokens` (the prompt pass)."""
+    ctx = model.device.ctx
+    ids = [i % model.config.vocab_size for i in range(n_tokens)]
+    cache = model.new_cache()
+    with ctx.lock, model.device.dispatch_scope():
+        model._forward(ids, cache, last_only=True)
+        cmds, names = ctx._pending, ctx._pending_names
+        ctx.api.write_buffer(ctx._uniform, 0, memoryview(ctx._arena)[: ctx._arena_used])
+        ctx._pending, ctx._pending_names, ctx._arena_used = [], [], 0
+    pairs = [(n.split("-")[0], c) for n, c in zip(names, cmds, strict=True) if c[0] == "dispatch"]
+    times = time_commands(ctx, [c for _, c in pairs])
+    by_kind: dict[str, float] = defaultdict(float)
+    for (name, _), us in zip(pairs, times, strict=True):
+        by_kind[name] += us
+    return {"kernels": sorted(by_kind.items(), key=lambda kv: -kv[1]), "total_us": sum(times),
+            "dispatches": len(pairs), "tokens": n_tokens}
