@@ -11,6 +11,7 @@
 from .device import Device
 from .dtypes import DType, float16, float32, int32
 from .errors import (
+    ArgumentError,
     BufferLimitError,
     CheckpointError,
     ContextLengthError,
@@ -49,7 +50,7 @@ __all__ = [
     "Device", "Tensor", "tensor", "DType", "float16", "float32", "int32",
     "add", "sub", "mul", "div", "matmul", "gelu", "layer_norm", "linear", "softmax", "attention", "embedding",
     "argmax", "cast", "copy", "copy_into", "broadcast_shapes",
-    "WebtensorError", "ShapeError", "DTypeError", "DeviceMismatchError", "NoAdapterError",
+    "WebtensorError", "ArgumentError", "ShapeError", "DTypeError", "DeviceMismatchError", "NoAdapterError",
     "DeviceReleasedError", "BufferLimitError", "GPUError", "CheckpointError", "TokenizerError",
     "ContextLengthError", "SamplingError",
 ]

@@ -30,8 +30,12 @@ dev = wt.Device.cpu() if sys.argv[1] == "cpu" else wt.Device.wgpu()
 if dev.kind == "wgpu":  # compile nothing during the load, but create the device and its arena first
     wt.tensor(np.ones(4, np.float32), device=dev).numpy()
 gc.collect()
-with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")  # reset the peak (VmHWM) to the current RSS
+try:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset the peak (VmHWM) to the current RSS
+except OSError as e:
+    print(json.dumps(dict(skip=f"cannot reset the peak RSS: {e}")))
+    sys.exit(0)
 base = status("VmRSS")
 model = GPT2.from_pretrained(sys.argv[2], device=dev)
 peak = status("VmHWM")
@@ -63,7 +67,10 @@ def _measure(kind, d):
     code = MEASURE.replace("sys.argv[1]", repr(kind)).replace("sys.argv[2]", repr(str(d)))
     r = run_python(code, timeout=180)
     assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    if "skip" in out:
+        pytest.skip(out["skip"])
+    return out
 
 
 def test_load_on_cpu_holds_the_weights_once(big_checkpoint):
@@ -74,7 +81,7 @@ def test_load_on_cpu_holds_the_weights_once(big_checkpoint):
     m = _measure("cpu", d)
     extra_peak = m["peak"] - size
     assert m["peak"] <= 1.2 * size, f"peak RSS +{m['peak'] / MiB:.1f} MiB for a {size / MiB:.1f} MiB file"
-    assert extra_peak <= 0.2 * size, f"{extra_peak / MiB:.1f} MiB beyond the weights while loading"
+    assert extra_peak <= 0.1 * size, f"{extra_peak / MiB:.1f} MiB beyond the weights while loading"  # ~2% seen
     assert m["after"] >= 0.9 * size  # (sanity: the weights really are held)
 
 
@@ -115,31 +122,44 @@ def _rounds(gpu, n=4):
     return out
 
 
-def test_load_generate_drop_is_flat(gpu):
+@pytest.fixture(scope="module")
+def own_gpu(gpu):
+    """A device of its own (unusual binding cap), so that other tests' buffers and bind groups do not
+    blur the counts; released at the end."""
+    dev = wt.Device.wgpu(max_binding_bytes=gpu.max_binding_bytes() - 4096)
+    assert dev.ctx is not gpu.ctx
+    yield dev
+    dev.release()
+
+
+def test_load_generate_drop_is_flat(own_gpu):
     """After gc, the device's bytes in use return to where they started and the live wgpu buffers
     do not grow: every buffer of a dropped model is freed (or pooled for reuse)."""
     gc.collect()
-    start = gpu.stats()["bytes_in_use"]
-    rounds = _rounds(gpu)
+    start = own_gpu.stats()["bytes_in_use"]
+    rounds = _rounds(own_gpu)
     assert [r["bytes_in_use"] for r in rounds] == [start] * len(rounds), rounds
-    assert len({r["Buffer"] for r in rounds[1:]}) == 1, rounds
-    gpu.empty_cache()
-    assert gpu.stats()["bytes_pooled"] == 0
+    assert all(r["Buffer"] <= rounds[1]["Buffer"] for r in rounds[1:]), rounds
+    own_gpu.empty_cache()
+    assert own_gpu.stats()["bytes_pooled"] == 0
 
 
-@pytest.mark.xfail(strict=True, reason="the bind-group cache keeps bind groups of buffers that were "
-                   "dropped instead of pooled (the GC path of WgpuContext.release): they pin the freed "
-                   "buffers' memory (lavapipe: RSS grows ~1x the model per reload of a 64 MB model) until "
-                   "LRU eviction after 4096 entries. Fix: evict a dropped buffer's bind groups, as "
-                   "empty_cache does")
-def test_reload_does_not_grow_bind_groups(gpu):
-    rounds = _rounds(gpu)
-    assert rounds[-1]["BindGroup"] <= rounds[1]["BindGroup"], rounds
+def test_reload_keeps_bind_groups_bounded_and_of_live_buffers(own_gpu, monkeypatch):
+    """Reloads reuse pooled buffers, but in another order, so the op-by-op path's bind-group cache
+    meets new keys: it is an LRU with a cap. Live bind groups stay under that cap (plus the decode
+    graph's own), and none references a buffer that was dropped (that would pin freed memory)."""
+    from webtensor.backends.wgpu import context
+
+    monkeypatch.setattr(context, "BIND_GROUP_CACHE", 48)
+    rounds = _rounds(own_gpu, n=6)
+    graph_groups = rounds[0]["BindGroup"]  # round 1: one graph's worth plus the cache's first fill
+    assert all(r["BindGroup"] <= graph_groups + 48 for r in rounds), rounds
+    ctx = own_gpu.ctx
+    alive = {b.id for bufs in ctx._pool.values() for b in bufs if ctx.api.buffer_alive(b.handle)}
+    dead = {b.id for bufs in ctx._pool.values() for b in bufs} - alive
+    assert not any(set(key[1]) & dead for key in ctx._bind_groups)
 
 
-@pytest.mark.xfail(strict=True, reason="GPT2 <-> its decode graph / workspace form a reference cycle, so "
-                   "a dropped model is freed only by the cycle collector, and its buffers are then dropped, "
-                   "not pooled (buffers_created grows on every reload)")
 def test_dropped_model_is_freed_at_once(gpu):
     import weakref
 

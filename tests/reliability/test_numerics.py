@@ -12,7 +12,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from reliability_helpers import is_software
 
 import webtensor as wt
 
@@ -83,8 +82,6 @@ def test_layer_norm_large_magnitudes(device, shape, exponent, seed, eps):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5 * max(1.0, float(np.abs(w).max())))
 
 
-@pytest.mark.xfail(strict=True, reason="layer_norm's float32 variance overflows for |x| >~ 1e19: the row "
-                   "comes out as `bias` (cpu.py and layer_norm.wgsl; fix: pre-scale each row by its max |x|)")
 @pytest.mark.parametrize("exponent", [20, 25, 30])
 def test_layer_norm_beyond_1e19(device, exponent):
     rng = np.random.default_rng(exponent)
@@ -141,7 +138,7 @@ SOFTMAX = {  # same on both devices
 }
 LAYER_NORM = {  # weight 2, bias 0.5; same on both devices
     "nan": ALL_NAN, "pinf": ALL_NAN, "two-pinf": ALL_NAN, "ninf": ALL_NAN, "all-ninf": ALL_NAN,
-    "mixed-inf": ALL_NAN, "constant": [0.5] * 4, "huge-finite": [0.5] * 4,  # (variance overflow: see xfail)
+    "mixed-inf": ALL_NAN, "constant": [0.5] * 4, "huge-finite": "float64",  # (pre-scaled: no overflow)
 }
 ARGMAX = {  # NaN rows: CPU only (see the xfail below for WebGPU)
     "nan": 1, "pinf": 1, "two-pinf": 0, "ninf": 3, "all-ninf": 0, "mixed-inf": 0, "constant": 0,
@@ -162,7 +159,13 @@ def test_layer_norm_nan_inf(device, row):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         got = wt.layer_norm(_t([ROWS[row]], device), _t([2.0] * 4, device), _t([0.5] * 4, device)).numpy()[0]
-    np.testing.assert_array_equal(got, LAYER_NORM[row])
+    want = LAYER_NORM[row]
+    if want == "float64":
+        x = np.array([ROWS[row]], np.float32)
+        want = _layer_norm64(x, np.full(4, 2.0, np.float32), np.full(4, 0.5, np.float32), 1e-5)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        return
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("row", [r for r in ROWS if r != "nan"])
@@ -175,11 +178,7 @@ def test_argmax_nan_cpu(cpu):
     assert wt.argmax(x).numpy().tolist() == [1, 2, 0]  # the first NaN wins, as in numpy
 
 
-@pytest.mark.xfail(strict=True, reason="argmax.wgsl's NaN test `v != v` is folded away by the shader "
-                   "compiler on lavapipe, so NaN does not win (backends/wgpu/kernels/argmax.wgsl)")
 def test_argmax_nan_wgpu(gpu):
-    if not is_software(gpu):
-        pytest.xfail("documented as unspecified off lavapipe")
     x = _t([[1.0, nan, 2.0, 3.0], [inf, nan, 1.0, 2.0]], gpu)
     assert wt.argmax(x).numpy().tolist() == [1, 1]
 
@@ -198,25 +197,18 @@ def test_gelu_nan_inf(device):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         got = wt.gelu(_t([inf, nan, -inf, 1e30, 0.0], device)).numpy()
-    np.testing.assert_array_equal(got[[0, 1, 3, 4]], [inf, nan, np.float32(1e30), 0.0])
-    if device.kind == "cpu":
-        assert np.isnan(got[2])
-    elif is_software(device):
-        assert got[2] == -inf
-    else:
-        assert not np.isfinite(got[2])
+    np.testing.assert_array_equal(got, [inf, nan, 0.0, np.float32(1e30), 0.0])  # gelu(-inf) = 0
 
 
-@pytest.mark.xfail(strict=True, reason="unary.wgsl's gelu clamps u to +-40, so gelu(x) for x < ~-1e30 is "
-                   "x / (1 + e^80), far from 0 (gelu(-3e38) = -5.4e3)")
 def test_gelu_huge_negative_wgpu(gpu):
     got = wt.gelu(_t([-1e30, -1e35, -3e38], gpu)).numpy()
     assert np.all(np.abs(got) < 1e-20), got
 
 
 def test_gelu_huge_negative_cpu(cpu):
-    got = wt.gelu(_t([-10.0, -1e4, -1e30, -3e38], cpu)).numpy()
-    assert np.all(got == 0.0) and np.all(np.signbit(got))
+    got = wt.gelu(_t([-10.0, -30.0, -1e4, -1e30, -3e38], cpu)).numpy()
+    assert np.all(np.abs(got) < 1e-30) and np.all(np.signbit(got))
+    assert np.all(got[1:] == 0.0)
 
 
 def test_attention_nan_inf(device):

@@ -53,19 +53,22 @@ def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, use_gelu: bool, r
 def gelu(x: np.ndarray) -> np.ndarray:
     # GPT-2's tanh approximation, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3),
     # written as the identical x * sigmoid(2u): no cancellation where tanh(u) is near -1
+    # (below u = -40 the value is under 1e-33 in magnitude and is -0.0, as in the WGSL kernel; gelu(-inf) = -0.0)
     v = _f32(x)
-    u = F32(np.sqrt(2.0 / np.pi)) * (v + F32(0.044715) * v * v * v)
-    with np.errstate(over="ignore"):
-        return (v / (F32(1.0) + np.exp(F32(-2.0) * u))).astype(x.dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        u = F32(np.sqrt(2.0 / np.pi)) * (v + F32(0.044715) * v * v * v)
+        y = np.where(u < -40, F32(-0.0), v / (F32(1.0) + np.exp(F32(-2.0) * np.maximum(u, -40))))
+    return y.astype(x.dtype)
 
 
 def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
-    # x: (..., C); normalise over C, then scale by w (C,) and shift by b (C,)
-    v = _f32(x)
+    # x: (..., C); normalise over C, then scale by w (C,) and shift by b (C,). Statistics in
+    # float64: no overflow of the variance for any float32 input.
+    v = x.astype(np.float64)
     mean = v.mean(axis=-1, keepdims=True)
     var = ((v - mean) ** 2).mean(axis=-1, keepdims=True)
-    y = (v - mean) / np.sqrt(var + F32(eps))
-    return (y * _f32(w) + _f32(b)).astype(x.dtype)
+    y = (v - mean) / np.sqrt(var + eps)
+    return (y * w.astype(np.float64) + b.astype(np.float64)).astype(x.dtype)
 
 
 def softmax(x: np.ndarray) -> np.ndarray:

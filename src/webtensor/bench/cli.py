@@ -117,11 +117,11 @@ def plot(report: dict, path: str) -> None:
         print("--plot needs matplotlib (pip install 'webtensor[bench]')", file=sys.stderr)
         return
     rows = report["results"]
-    metrics = [("decode tok/s", lambda r: r["decode_tok_s"])] + [
-        (f"prefill {k} tok/s", (lambda k: lambda r: r["prefill_tok_s"][k])(k)) for k in rows[0]["prefill_tok_s"]]
+    metrics = [("decode tok/s", "decode_tok_s", None)] + [
+        (f"prefill {k} tok/s", "prefill_tok_s", k) for k in rows[0]["prefill_tok_s"]]
     fig, axes = plt.subplots(1, len(metrics), figsize=(4 * len(metrics), 3.6))
-    for ax, (title, fn) in zip(axes, metrics, strict=True):
-        vals = [fn(r) for r in rows]
+    for ax, (title, field, key) in zip(axes, metrics, strict=True):
+        vals = [r[field] if key is None else r[field][key] for r in rows]
         ax.bar([r["engine"] for r in rows], vals, color=["#3465a4", "#cc7a00"][: len(rows)])
         ax.set_title(title)
         for i, v in enumerate(vals):

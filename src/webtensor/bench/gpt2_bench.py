@@ -91,9 +91,7 @@ def bench_webtensor(model: GPT2, prompts: list[int], decode_tokens: int, repeats
     st = dev.stats()
     res.memory_mb = st.get("peak_bytes_in_use", 0) / 2**20
     if profile and dev.kind == "wgpu":
-        from ..backends.wgpu.profiler import profile_decode_step
-
-        from ..backends.wgpu.profiler import profile_prefill
+        from ..backends.wgpu.profiler import profile_decode_step, profile_prefill
 
         res.extra["profile"] = profile_decode_step(model, ids)
         res.extra["profile_prefill"] = profile_prefill(model, max(prompts))

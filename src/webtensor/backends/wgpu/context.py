@@ -103,7 +103,7 @@ class WgpuContext:
         key = (file, n_storage, tuple(sorted((defines or {}).items())))
         k = self._pipelines.get(key)
         if k is None:
-            src = (KERNEL_DIR / f"{file}.wgsl").read_text()
+            src = (KERNEL_DIR / "common.wgsl").read_text() + (KERNEL_DIR / f"{file}.wgsl").read_text()
             head = []
             defs = dict(defines or {})
             if any("f16" in str(v) for v in defs.values()):
@@ -136,7 +136,7 @@ class WgpuContext:
             free = self._pool.get(size)
             alive = getattr(self.api, "buffer_alive", None)
             while free and alive is not None and not alive(free[-1].handle):
-                free.pop()
+                self._forget(free.pop())
                 self.bytes_pooled -= size
             if free:
                 buf = free.pop()
@@ -161,6 +161,11 @@ class WgpuContext:
             self.bytes_in_use -= buf.size
             self.bytes_pooled += buf.size
             self._pool.setdefault(buf.size, []).append(buf)
+
+    def _forget(self, buf: GpuBuffer) -> None:
+        """Drop the cached bind groups that bind `buf` (they would pin its memory)."""
+        for key in [k for k in self._bind_groups if buf.id in k[1]]:
+            del self._bind_groups[key]
 
     def empty_cache(self) -> None:
         """Destroy every pooled (unused) buffer and the bind groups that reference them."""
@@ -246,7 +251,8 @@ class WgpuContext:
         for i, prm in enumerate(params):
             _pack(data, i * self._slot, prm)
         with self.lock:
-            buf = self._guard("param_block", lambda: self.api.create_buffer(len(data), UNIFORM_USAGE, "webtensor-graph"))
+            buf = self._guard("param_block",
+                              lambda: self.api.create_buffer(len(data), UNIFORM_USAGE, "webtensor-graph"))
             self.api.write_buffer(buf, 0, data)
         return buf, [i * self._slot for i in range(len(params))]
 
@@ -304,9 +310,6 @@ class WgpuContext:
             err = self.api.pop_error()
         except Exception as e:  # validation error, out of memory, device lost
             raise GPUError(_describe_failure(names, e)) from e
-        except BaseException:  # KeyboardInterrupt while waiting for the GPU
-            self._after_interrupt()
-            raise
         if err:
             raise GPUError(_describe_failure(names, err))
         self.counters["submits"] += 1
@@ -319,17 +322,6 @@ class WgpuContext:
             raise
         except Exception as e:
             raise GPUError(f"WebGPU error in {what}: {e}") from e
-        except BaseException:  # KeyboardInterrupt while waiting for the GPU
-            self._after_interrupt()
-            raise
-
-    def _after_interrupt(self) -> None:
-        """An interrupt escaped an API call, perhaps while a readback waited for its staging buffer
-        to map: that buffer may be left mapping, and a later submit that copies into it makes
-        wgpu-native abort the process. Forget every cached staging buffer, so none is reused."""
-        staging = getattr(self.api, "_staging", None)
-        if isinstance(staging, dict):
-            staging.clear()
 
     # -- scopes ---------------------------------------------------------------------------------
     @property

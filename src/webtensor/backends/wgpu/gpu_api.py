@@ -268,16 +268,15 @@ class NativeGpu:
 
     def finish(self, token: Any) -> memoryview:
         staging, n = token
+        staging.map_sync(self._wgpu.MapMode.READ, 0, staging.size)
         try:
-            staging.map_sync(self._wgpu.MapMode.READ, 0, staging.size)
-            try:
-                return memoryview(bytes(staging.read_mapped(0, (n + 3) & ~3)))[:n]
-            finally:
-                staging.unmap()
+            data = memoryview(bytes(staging.read_mapped(0, (n + 3) & ~3)))[:n]
         finally:
-            self._staging.setdefault(staging.size, []).append(staging)
-
-
+            staging.unmap()
+        # only a cleanly unmapped buffer is reused: one left mapping by an interrupt (Ctrl-C in
+        # map_sync) would make a later copy into it abort wgpu-native
+        self._staging.setdefault(staging.size, []).append(staging)
+        return data
     def pop_error(self) -> str | None:
         return None  # wgpu-py raises validation errors as exceptions at the call site
 

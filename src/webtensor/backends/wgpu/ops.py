@@ -142,7 +142,8 @@ def _binary_flat(op: str, a: Tensor, b: Tensor, out: Tensor, ctx: WgpuContext) -
 _UNARY = {"copy": "0u", "gelu": "1u", "scale": "2u"}
 
 
-def unary(op: str, x: Tensor, out_dtype: dt.DType | None = None, alpha: float = 1.0, out: Tensor | None = None) -> Tensor:
+def unary(op: str, x: Tensor, out_dtype: dt.DType | None = None, alpha: float = 1.0,
+          out: Tensor | None = None) -> Tensor:
     """out = op(x) elementwise; `out` may be a strided view (copy into a slice), else a new tensor."""
     ctx = _ctx(x)
     if out is None:
@@ -275,6 +276,7 @@ def _mm_kernel(ctx: WgpuContext, a: Tensor, b: Tensor, out: Tensor, bias: Tensor
 
 
 GEMV_MAX_ROWS = 8  # up to this many rows of A, a bandwidth-bound GEMV beats the tiled kernel
+FLASH_MIN_QUERIES = 2  # attention over this many queries or more takes attention_flash.wgsl
 GPU_STYLE_ON_SOFTWARE = False  # tests set this to run the GPU kernel variants on lavapipe
 
 
@@ -363,6 +365,15 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Te
         raise ShapeError(f"attention on WebGPU supports head dims up to 256, got {D}")
     out = empty(q.device, (T, H, D), q.dtype)
     if T == 0 or H == 0:
+        return out
+    vec = [q._offset, *q._strides[:2], k._offset, *k._strides[:2], v._offset, *v._strides[:2]]
+    if (T >= FLASH_MIN_QUERIES and D % 4 == 0 and D <= 64 and all(x % 4 == 0 for x in vec)
+            and q.dtype is k.dtype is v.dtype is dt.float32):
+        kern = ctx.kernel("attention_flash", 4, {"D4": f"{D // 4}u"})
+        q4 = [x // 4 for x in vec]
+        ctx.dispatch(kern, (T, S, 1 if causal else 0, float(scale), *q4, H * D // 4, D // 4),
+                     [q._storage.buffer, k._storage.buffer, v._storage.buffer, out._storage.buffer],
+                     (math.ceil(T / 64), H, 1))
         return out
     kern = ctx.kernel("attention", 4, {"TQ": q.dtype.wgsl, "TK": k.dtype.wgsl, "TO": out.dtype.wgsl})
     if v.dtype is not k.dtype:

@@ -39,8 +39,9 @@ class DecodeGraph:
         dev = model.device
         ctx: WgpuContext = dev.ctx
         cfg = model.config
-        self.ctx, self.model, self.cache = ctx, model, cache
+        self.ctx, self.cache = ctx, cache  # (no reference to the model: no cycle, prompt frees)
         C, V = cfg.n_embd, cfg.vocab_size
+        self.vocab_size = V
         f32 = 4
         self.state = ctx.alloc(16)  # [pos, token, n_out, -]
         self.x = ctx.alloc(C * f32)
@@ -157,7 +158,7 @@ class DecodeGraph:
         """One step without the argmax; the logits (V float32) come back for sampling."""
         self.set_state(pos, token)
         self.ctx.enqueue(self.step_cmds, "gpt2-decode")
-        return self.ctx.read_async(self.logits, 0, self.model.config.vocab_size * 4).wait()
+        return self.ctx.read_async(self.logits, 0, self.vocab_size * 4).wait()
 
 
 def _short(kernel_name: str) -> str:

@@ -181,9 +181,9 @@ class GPT2:
                 return
             pos, rest = len(ids), n_new - 1
             if graph is not None and params.greedy:
-                for tok in graph.greedy(pos, tok, rest):
-                    yield tok
-                    if tok == eos:
+                for nxt in graph.greedy(pos, tok, rest):
+                    yield nxt
+                    if nxt == eos:
                         return
                 return
             for _ in range(rest):

@@ -7,10 +7,14 @@ struct P { rows: u32, cols: u32, x_off: u32, x_ld: u32, o_off: u32 }
 var<workgroup> best_v: array<f32, 256>;
 var<workgroup> best_i: array<u32, 256>;
 
+fn is_nan(x: f32) -> bool {
+  return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;  // by the bits: compilers may fold `x != x`
+}
+
 fn better(v: f32, i: u32, w: f32, j: u32) -> bool {
   // is (v, i) preferred over (w, j)?
-  let v_nan = v != v;
-  let w_nan = w != w;
+  let v_nan = is_nan(v);
+  let w_nan = is_nan(w);
   if (v_nan != w_nan) { return v_nan; }
   if (v_nan || v == w) { return i < j; }
   return v > w;

@@ -27,10 +27,6 @@ struct P {
 @group(0) @binding(7) var<storage, read_write> lnb: array<vec4<f32>>;
 var<workgroup> red: array<f32, 256>;
 
-fn gelu_tanh(v: f32) -> f32 {
-  let u = 0.7978845608028654 * (v + 0.044715 * v * v * v);
-  return v / (1.0 + exp(-2.0 * clamp(u, -40.0, 40.0)));
-}
 
 var<workgroup> red2: array<vec2<f32>, 256>;
 

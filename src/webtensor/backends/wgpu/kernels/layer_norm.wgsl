@@ -1,4 +1,5 @@
-// LayerNorm over the last axis: one workgroup of 256 threads per row; two-pass mean / variance.
+// LayerNorm over the last axis: one workgroup of 256 threads per row; two-pass mean / variance of
+// the row scaled by its largest magnitude (so no overflow).
 // Header: alias TX, TW, TO.
 struct P { rows: u32, cols: u32, x_off: u32, x_ld: u32, o_off: u32, eps: f32, w_off: u32, b_off: u32 }
 @group(0) @binding(0) var<uniform> p: P;
@@ -26,14 +27,27 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   let row = wg.y * nwg.x + wg.x;
   if (row >= p.rows) { return; }
   let base = p.x_off + row * p.x_ld;
+  // rows are pre-scaled by their largest |x|, so the variance cannot overflow for |x| up to f32's max
+  var mx = 0.0;
+  for (var c = li; c < p.cols; c = c + 256u) { mx = max(mx, abs(f32(x[base + c]))); }
+  red[li] = mx;
+  workgroupBarrier();
+  for (var s = 128u; s > 0u; s = s >> 1u) {
+    if (li < s) { red[li] = max(red[li], red[li + s]); }
+    workgroupBarrier();
+  }
+  var sc = red[0];
+  workgroupBarrier();
+  if (!(sc > 0.0 && sc <= 3.4028234663852886e38)) { sc = 1.0; }  // zero, inf or NaN rows: unscaled
+  let inv_sc = 1.0 / sc;
   var s = 0.0;
-  for (var c = li; c < p.cols; c = c + 256u) { s = s + f32(x[base + c]); }
+  for (var c = li; c < p.cols; c = c + 256u) { s = s + f32(x[base + c]) * inv_sc; }
   let mean = reduce_sum(li, s) / f32(p.cols);
   var q = 0.0;
-  for (var c = li; c < p.cols; c = c + 256u) { let d = f32(x[base + c]) - mean; q = q + d * d; }
-  let rstd = inverseSqrt(reduce_sum(li, q) / f32(p.cols) + p.eps);
+  for (var c = li; c < p.cols; c = c + 256u) { let d = f32(x[base + c]) * inv_sc - mean; q = q + d * d; }
+  let rstd = inverseSqrt(reduce_sum(li, q) / f32(p.cols) + p.eps * inv_sc * inv_sc);
   let ob = p.o_off + row * p.cols;
   for (var c = li; c < p.cols; c = c + 256u) {
-    o[ob + c] = TO((f32(x[base + c]) - mean) * rstd * f32(w[p.w_off + c]) + f32(bias[p.b_off + c]));
+    o[ob + c] = TO((f32(x[base + c]) * inv_sc - mean) * rstd * f32(w[p.w_off + c]) + f32(bias[p.b_off + c]));
   }
 }

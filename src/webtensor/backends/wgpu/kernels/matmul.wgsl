@@ -31,10 +31,6 @@ fn load_b(bb: u32, k: u32, n: u32) -> f32 {
   return 0.0;
 }
 
-fn gelu_tanh(v: f32) -> f32 {
-  let u = 0.7978845608028654 * (v + 0.044715 * v * v * v);
-  return v / (1.0 + exp(-2.0 * clamp(u, -40.0, 40.0)));
-}
 
 fn store(cb: u32, m: u32, n0: u32, v: vec4<f32>) {
   if (m >= p.M) { return; }

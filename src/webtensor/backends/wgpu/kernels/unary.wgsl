@@ -11,11 +11,6 @@ struct P {
 @group(0) @binding(1) var<storage, read_write> x: array<TI>;
 @group(0) @binding(2) var<storage, read_write> o: array<TO>;
 
-fn gelu_tanh(v: f32) -> f32 {
-  // 0.5 v (1 + tanh(u)) = v * sigmoid(2u), u = sqrt(2/pi) (v + 0.044715 v^3): no cancellation for v < 0
-  let u = 0.7978845608028654 * (v + 0.044715 * v * v * v);
-  return v / (1.0 + exp(-2.0 * clamp(u, -40.0, 40.0)));
-}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
