@@ -27,7 +27,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   let row = wg.y * nwg.x + wg.x;
   if (row >= p.rows) { return; }
   let base = p.x_off + row * p.x_ld;
-  // rows are pre-scaled by their largest |x|, so the variance cannot overflow for |x| up to f32's max
+  // rows whose largest |x| is over 1e18 are scaled by it, so the variance cannot overflow
   var mx = 0.0;
   for (var c = li; c < p.cols; c = c + 256u) { mx = max(mx, abs(f32(x[base + c]))); }
   red[li] = mx;
@@ -38,16 +38,17 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   }
   var sc = red[0];
   workgroupBarrier();
-  if (!(sc > 0.0 && sc <= 3.4028234663852886e38)) { sc = 1.0; }  // zero, inf or NaN rows: unscaled
-  let inv_sc = 1.0 / sc;
+  // only rows that could overflow are scaled (by division, which no compiler fuses into an FMA, so a
+  // constant row still gives exactly 0 deviations); other rows, and inf / NaN rows, are unscaled
+  if (!(sc > 1e18 && sc <= 3.4028234663852886e38)) { sc = 1.0; }
   var s = 0.0;
-  for (var c = li; c < p.cols; c = c + 256u) { s = s + f32(x[base + c]) * inv_sc; }
+  for (var c = li; c < p.cols; c = c + 256u) { s = s + f32(x[base + c]) / sc; }
   let mean = reduce_sum(li, s) / f32(p.cols);
   var q = 0.0;
-  for (var c = li; c < p.cols; c = c + 256u) { let d = f32(x[base + c]) * inv_sc - mean; q = q + d * d; }
-  let rstd = inverseSqrt(reduce_sum(li, q) / f32(p.cols) + p.eps * inv_sc * inv_sc);
+  for (var c = li; c < p.cols; c = c + 256u) { let d = f32(x[base + c]) / sc - mean; q = q + d * d; }
+  let rstd = inverseSqrt(reduce_sum(li, q) / f32(p.cols) + p.eps / (sc * sc));
   let ob = p.o_off + row * p.cols;
   for (var c = li; c < p.cols; c = c + 256u) {
-    o[ob + c] = TO((f32(x[base + c]) * inv_sc - mean) * rstd * f32(w[p.w_off + c]) + f32(bias[p.b_off + c]));
+    o[ob + c] = TO((f32(x[base + c]) / sc - mean) * rstd * f32(w[p.w_off + c]) + f32(bias[p.b_off + c]));
   }
 }
