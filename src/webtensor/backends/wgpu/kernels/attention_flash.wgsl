@@ -1,8 +1,10 @@
-// Scaled dot-product attention for many queries (prefill): one thread per query holds its q and
-// its output row in registers (D4 vec4s each) and streams the keys with an online softmax; a
-// workgroup of 64 queries of one head shares each tile of 32 keys and values through workgroup
-// memory (16 KiB), so K and V are read from memory once per 64 queries. Causal: query t sees keys
-// j <= t + (S - T). Strides and offsets in vec4 units. Header: const D4 (head dim / 4, at most 16).
+// Scaled dot-product attention for many queries (prefill). A workgroup of 256 threads takes 64
+// queries of one head; each query is shared by 4 threads that split the keys between them (key j
+// goes to thread j % 4), each holding q and a partial output row in registers (D4 vec4s) with its
+// own online softmax. Keys and values stream through workgroup memory in tiles of 32, so they are
+// read once per 64 queries; at the end the 4 partial (max, sum, row) of each query are merged.
+// Causal: query t sees keys j <= t + (S - T). Strides and offsets in vec4 units.
+// Header: const D4 (head dim / 4, at most 16).
 struct P {
   T: u32, S: u32, causal: u32, scale: f32,
   q_off: u32, q_ts: u32, q_hs: u32, k_off: u32,
@@ -14,13 +16,15 @@ struct P {
 @group(0) @binding(2) var<storage, read_write> k: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> v: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> o: array<vec4<f32>>;
-var<workgroup> ks: array<vec4<f32>, 512>;  // 32 keys x up to 16 vec4
-var<workgroup> vs: array<vec4<f32>, 512>;
+var<workgroup> kv: array<vec4<f32>, 1024>;  // keys [0, 512) and values [512, 1024) of a tile; then the merge
+var<workgroup> ml: array<vec2<f32>, 256>;   // each thread's (max, sum)
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
   let h = wg.y;
-  let t = wg.x * 64u + li;
+  let qi = li % 64u;
+  let sp = li / 64u;
+  let t = wg.x * 64u + qi;
   let live = t < p.T;
   var qr: array<vec4<f32>, D4>;
   var acc: array<vec4<f32>, D4>;
@@ -29,27 +33,25 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   }
   var m = -3.4028234663852886e38;
   var l = 0.0;
-  // keys this workgroup needs: up to its last query's causal limit
   let t_last = min(p.T, wg.x * 64u + 64u) - 1u;
-  var n_keys = p.S;
+  var n_keys = p.S;  // keys this workgroup needs: up to its last query's causal limit
   if (p.causal != 0u) { n_keys = min(p.S, t_last + (p.S - p.T) + 1u); }
-  var my_last = p.S;
-  if (p.causal != 0u) { my_last = t + (p.S - p.T) + 1u; }
+  var my_end = n_keys;  // this query's own limit
+  if (p.causal != 0u) { my_end = min(n_keys, t + (p.S - p.T) + 1u); }
   for (var j0 = 0u; j0 < n_keys; j0 = j0 + 32u) {
-    for (var e = li; e < 32u * D4; e = e + 64u) {
+    for (var e = li; e < 32u * D4; e = e + 256u) {
       let j = j0 + e / D4;
       let d = e % D4;
       if (j < p.S) {
-        ks[e] = k[p.k_off + j * p.k_ts + h * p.k_hs + d];
-        vs[e] = v[p.v_off + j * p.v_ts + h * p.v_hs + d];
+        kv[e] = k[p.k_off + j * p.k_ts + h * p.k_hs + d];
+        kv[512u + e] = v[p.v_off + j * p.v_ts + h * p.v_hs + d];
       }
     }
     workgroupBarrier();
     if (live) {
-      let jn = min(32u, min(n_keys, my_last) - min(j0, min(n_keys, my_last)));
-      for (var jj = 0u; jj < jn; jj = jj + 1u) {
+      for (var jj = sp; jj < 32u && j0 + jj < my_end; jj = jj + 4u) {
         var s = 0.0;
-        for (var d = 0u; d < D4; d = d + 1u) { s = s + dot(qr[d], ks[jj * D4 + d]); }
+        for (var d = 0u; d < D4; d = d + 1u) { s = s + dot(qr[d], kv[jj * D4 + d]); }
         if (s > m) {
           let c = exp(m - s);
           l = l * c;
@@ -58,13 +60,31 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
         let pj = exp(s - m);
         l = l + pj;
-        for (var d = 0u; d < D4; d = d + 1u) { acc[d] = acc[d] + pj * vs[jj * D4 + d]; }
+        for (var d = 0u; d < D4; d = d + 1u) { acc[d] = acc[d] + pj * kv[512u + jj * D4 + d]; }
       }
     }
     workgroupBarrier();
   }
-  if (live) {
-    let inv = 1.0 / l;
-    for (var d = 0u; d < D4; d = d + 1u) { o[t * p.o_ts + h * p.o_hs + d] = acc[d] * inv; }
+  // merge the 4 partials of each query: rescale to the common max, then sum rows through kv
+  ml[li] = vec2<f32>(m, l);
+  workgroupBarrier();
+  let mx = max(max(ml[qi].x, ml[qi + 64u].x), max(ml[qi + 128u].x, ml[qi + 192u].x));
+  var c = 0.0;
+  if (l > 0.0) { c = exp(m - mx); }
+  let total = ml[qi].y * select(0.0, exp(ml[qi].x - mx), ml[qi].y > 0.0)
+            + ml[qi + 64u].y * select(0.0, exp(ml[qi + 64u].x - mx), ml[qi + 64u].y > 0.0)
+            + ml[qi + 128u].y * select(0.0, exp(ml[qi + 128u].x - mx), ml[qi + 128u].y > 0.0)
+            + ml[qi + 192u].y * select(0.0, exp(ml[qi + 192u].x - mx), ml[qi + 192u].y > 0.0);
+  for (var r = 1u; r < 4u; r = r + 1u) {
+    if (sp == r) {
+      for (var d = 0u; d < D4; d = d + 1u) {
+        if (r == 1u) { kv[qi * D4 + d] = acc[d] * c; } else { kv[qi * D4 + d] = kv[qi * D4 + d] + acc[d] * c; }
+      }
+    }
+    workgroupBarrier();
+  }
+  if (sp == 0u && live) {
+    let inv = 1.0 / total;
+    for (var d = 0u; d < D4; d = d + 1u) { o[t * p.o_ts + h * p.o_hs + d] = (acc[d] * c + kv[qi * D4 + d]) * inv; }
   }
 }

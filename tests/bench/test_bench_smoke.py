@@ -1,0 +1,46 @@
+"""`webtensor bench` runs end to end on a tiny checkpoint and writes JSON with every field (and a
+PNG). A functional smoke test: no timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent.parent))
+from gpt2_fixtures import make_checkpoint  # noqa: E402
+
+FIELDS = {"engine", "device", "model", "dtype", "prefill_tok_s", "prefill_ms", "ttft_ms", "decode_tok_s",
+          "decode_ms_per_token", "decode_tokens", "per_step", "memory_mb", "extra"}
+
+
+@pytest.mark.parametrize("device", ["cpu", "wgpu"])
+def test_bench_writes_every_field(tmp_path, device, gpu):
+    pytest.importorskip("torch")
+    ckpt = make_checkpoint(tmp_path / "ckpt", vocab_size=300, n_embd=64, n_layer=2, n_head=4)
+    out, png = tmp_path / "bench.json", tmp_path / "bench.png"
+    cmd = [sys.executable, "-m", "webtensor.cli", "bench", "--model", str(ckpt), "--device", device,
+           "--prompts", "8,16", "--decode", "6", "--repeats", "1", "--json", str(out), "--compare"]
+    if device == "wgpu":
+        cmd += ["--profile"]
+    pytest.importorskip("matplotlib")
+    cmd += ["--plot", str(png)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert {"date", "machine", "command", "model", "dtype", "results", "ratios_webtensor_over_hf"} <= set(report)
+    ours, hf = report["results"]
+    assert FIELDS <= set(ours) and FIELDS <= set(hf)
+    assert ours["engine"] == "webtensor" and hf["engine"] == "hf-transformers"
+    assert set(ours["prefill_tok_s"]) == {"8", "16"} and ours["decode_tokens"] == 6
+    assert ours["decode_tok_s"] > 0 and hf["decode_tok_s"] > 0
+    if device == "wgpu":
+        assert ours["per_step"]["dispatches"] > 0 and ours["per_step"]["submits"] <= 1
+        assert ours["memory_mb"] > 0
+        prof = ours["extra"]["profile"]
+        assert prof["dispatches"] > 0 and len(prof["per_dispatch"]) == prof["dispatches"]
+    assert png.stat().st_size > 1000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "decode tok/s" in r.stdout
