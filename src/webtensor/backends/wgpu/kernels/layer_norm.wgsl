@@ -27,7 +27,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   let row = wg.y * nwg.x + wg.x;
   if (row >= p.rows) { return; }
   let base = p.x_off + row * p.x_ld;
-  // rows whose largest |x| is over 1e18 are scaled by it, so the variance cannot overflow
+  // the row's largest magnitude decides whether it must be scaled (the variance could overflow)
   var mx = 0.0;
   for (var c = li; c < p.cols; c = c + 256u) { mx = max(mx, abs(f32(x[base + c]))); }
   red[li] = mx;
@@ -36,19 +36,22 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     if (li < s) { red[li] = max(red[li], red[li + s]); }
     workgroupBarrier();
   }
-  var sc = red[0];
+  // rows whose largest |x| is over 1e18 are multiplied by 2^-100: exact (a power of two), never a
+  // denormal for the values that matter, and no reciprocal (GPUs flush 1/3e38 to zero); their eps is
+  // scaled with them (to a floor that keeps a constant row at exactly `bias`)
+  let big = red[0];
   workgroupBarrier();
-  // only rows that could overflow are scaled (by division, which no compiler fuses into an FMA, so a
-  // constant row still gives exactly 0 deviations); other rows, and inf / NaN rows, are unscaled
-  if (!(sc > 1e18 && sc <= 3.4028234663852886e38)) { sc = 1.0; }
+  var f = 1.0;
+  var eps = p.eps;
+  if (big > 1e18 && big <= 3.4028234663852886e38) { f = 7.888609052210118e-31; eps = 1e-30; }
   var s = 0.0;
-  for (var c = li; c < p.cols; c = c + 256u) { s = s + f32(x[base + c]) / sc; }
+  for (var c = li; c < p.cols; c = c + 256u) { s = s + f32(x[base + c]) * f; }
   let mean = reduce_sum(li, s) / f32(p.cols);
   var q = 0.0;
-  for (var c = li; c < p.cols; c = c + 256u) { let d = f32(x[base + c]) / sc - mean; q = q + d * d; }
-  let rstd = inverseSqrt(reduce_sum(li, q) / f32(p.cols) + p.eps / (sc * sc));
+  for (var c = li; c < p.cols; c = c + 256u) { let d = f32(x[base + c]) * f - mean; q = q + d * d; }
+  let rstd = inverseSqrt(reduce_sum(li, q) / f32(p.cols) + eps);
   let ob = p.o_off + row * p.cols;
   for (var c = li; c < p.cols; c = c + 256u) {
-    o[ob + c] = TO((f32(x[base + c]) / sc - mean) * rstd * f32(w[p.w_off + c]) + f32(bias[p.b_off + c]));
+    o[ob + c] = TO((f32(x[base + c]) * f - mean) * rstd * f32(w[p.w_off + c]) + f32(bias[p.b_off + c]));
   }
 }
