@@ -46,24 +46,29 @@ def _median_time(fn: Any, repeats: int) -> float:
     return statistics.median(times)
 
 
+def _prefill_table(res: BenchResult, prompts: list[int], make_prompt: Any, prefill: Any, repeats: int,
+                   progress: Any) -> None:
+    """Median time of `prefill(prompt)` for each prompt length; TTFT is the first length's."""
+    for T in prompts:
+        x = make_prompt(T)
+        sec = _median_time(lambda x=x: prefill(x), repeats)
+        res.prefill_ms[str(T)] = sec * 1e3
+        res.prefill_tok_s[str(T)] = T / sec
+        if progress:
+            progress.update(1)
+    res.ttft_ms = res.prefill_ms[str(prompts[0])]
+
+
 def bench_webtensor(model: GPT2, prompts: list[int], decode_tokens: int, repeats: int, progress: Any = None,
                     profile: bool = False) -> BenchResult:
     cfg, dev = model.config, model.device
     rng = np.random.default_rng(0)
     res = BenchResult("webtensor", dev.describe(), model.name, model.dtype.name)
 
-    for T in prompts:
-        ids = rng.integers(0, cfg.vocab_size, T).tolist()
+    def prefill(ids: list[int]) -> None:
+        next(model.generate_ids(ids, 1, temperature=0.0, stop_at_eos=False))
 
-        def prefill(ids: list[int] = ids) -> None:
-            next(model.generate_ids(ids, 1, temperature=0.0, stop_at_eos=False))
-
-        sec = _median_time(prefill, repeats)
-        res.prefill_ms[str(T)] = sec * 1e3
-        res.prefill_tok_s[str(T)] = T / sec
-        if progress:
-            progress.update(1)
-    res.ttft_ms = res.prefill_ms[str(prompts[0])]
+    _prefill_table(res, prompts, lambda T: rng.integers(0, cfg.vocab_size, T).tolist(), prefill, repeats, progress)
 
     ids = rng.integers(0, cfg.vocab_size, 8).tolist()
     n = decode_tokens
@@ -119,19 +124,12 @@ def bench_hf(cfg: GPT2Config, arrays: dict[str, np.ndarray], dtype: str, prompts
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     rng = np.random.default_rng(0)
     with torch.inference_mode():
-        for T in prompts:
-            x = torch.tensor([rng.integers(0, cfg.vocab_size, T).tolist()], device=dev)
+        def prefill(x: Any) -> None:
+            model(x).logits[:, -1].argmax(-1).item()
+            sync()
 
-            def prefill(x: Any = x) -> None:
-                model(x).logits[:, -1].argmax(-1).item()
-                sync()
-
-            sec = _median_time(prefill, repeats)
-            res.prefill_ms[str(T)] = sec * 1e3
-            res.prefill_tok_s[str(T)] = T / sec
-            if progress:
-                progress.update(1)
-        res.ttft_ms = res.prefill_ms[str(prompts[0])]
+        _prefill_table(res, prompts, lambda T: torch.tensor([rng.integers(0, cfg.vocab_size, T).tolist()], device=dev),
+                       prefill, repeats, progress)
         x = torch.tensor([rng.integers(0, cfg.vocab_size, 8).tolist()], device=dev)
         mask = torch.ones_like(x)
         n = decode_tokens

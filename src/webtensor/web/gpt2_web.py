@@ -14,14 +14,12 @@ without a browser.
 from __future__ import annotations
 
 import array
-import codecs
 import importlib
 import math
 import random
 import struct
 import sys
 import time
-import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,23 +38,9 @@ _BLOCK_PARAMS = ("ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.
 
 
 def _gpt2_module(name: str) -> Any:
-    """`webtensor.models.gpt2.<name>` (config, tokenizer, weights): stdlib-only modules, importable
-    even where the package's __init__ (which imports the numpy model) cannot run."""
-    pkg = "webtensor.models.gpt2"
-    try:
-        return importlib.import_module(f"{pkg}.{name}")
-    except ImportError as e:
-        if e.name != "numpy":
-            raise
-    # numpy is missing: stand in a bare package object, so submodules load without __init__.py
-    sys.modules.pop(pkg, None)
-    import webtensor.models as models_pkg
-
-    stub = types.ModuleType(pkg)
-    stub.__path__ = [str(Path(models_pkg.__file__).parent / "gpt2")]
-    stub.__package__ = pkg
-    sys.modules[pkg] = stub
-    return importlib.import_module(f"{pkg}.{name}")
+    """`webtensor.models.gpt2.<name>` (config, tokenizer, weights): numpy-free modules (the package
+    imports its numpy model lazily)."""
+    return importlib.import_module(f"webtensor.models.gpt2.{name}")
 
 
 def _to_float32(raw: memoryview, st_dtype: str, name: str) -> memoryview | bytes:
@@ -230,14 +214,8 @@ class WebGPT2:
     def stream(self, prompt: str, max_new_tokens: int = 50, **kw: Any) -> Iterator[str]:
         """Generated text, piece by piece, as soon as it forms whole UTF-8 characters."""
         tok = self.tokenizer
-        dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        for i in self.generate_ids(tok.encode(prompt), max_new_tokens, **kw):
-            piece = dec.decode(tok.token_bytes(i))
-            if piece:
-                yield piece
-        tail = dec.decode(b"", final=True)
-        if tail:
-            yield tail
+        yield from _gpt2_module("tokenizer").stream_text(
+            self.generate_ids(tok.encode(prompt), max_new_tokens, **kw), tok.token_bytes)
 
 
 def _sample(logits: Sequence[float], temperature: float, top_k: int | None, rng: random.Random) -> int:

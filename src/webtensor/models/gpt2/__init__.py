@@ -1,7 +1,17 @@
-"""GPT-2: Hugging Face checkpoints, tokenizer, KV-cached generation, sampling, CLI."""
+"""GPT-2: Hugging Face checkpoints, tokenizer, KV-cached generation, sampling, CLI.
 
-from .config import GPT2Config
-from .model import GPT2
-from .tokenizer import GPT2Tokenizer
+The names below are imported on first use (PEP 562), so the numpy-free modules (config,
+tokenizer, bpe, weights) load in the browser, where the numpy model cannot."""
+
+from typing import Any
 
 __all__ = ["GPT2", "GPT2Config", "GPT2Tokenizer"]
+_WHERE = {"GPT2": ".model", "GPT2Config": ".config", "GPT2Tokenizer": ".tokenizer"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        import importlib
+
+        return getattr(importlib.import_module(_WHERE[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,7 +5,7 @@ stands in; it gives the same ids. `token_bytes` lets a streamer emit only whole 
 from __future__ import annotations
 
 import codecs
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,11 +83,17 @@ class GPT2Tokenizer:
 
     def stream_decode(self, ids: Iterable[int]) -> Iterator[str]:
         """Text as soon as it forms whole UTF-8 characters; never a broken character."""
-        dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        for i in ids:
-            piece = dec.decode(self.token_bytes(i))
-            if piece:
-                yield piece
-        tail = dec.decode(b"", final=True)
-        if tail:
-            yield tail
+        return stream_text(ids, self.token_bytes)
+
+
+def stream_text(ids: Iterable[int], token_bytes: Callable[[int], bytes]) -> Iterator[str]:
+    """Decode token ids incrementally: yield text whenever the bytes so far end on a whole UTF-8
+    character (a character split over byte-level tokens comes out whole, never as U+FFFD)."""
+    dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    for i in ids:
+        piece = dec.decode(token_bytes(i))
+        if piece:
+            yield piece
+    tail = dec.decode(b"", final=True)
+    if tail:
+        yield tail

@@ -18,21 +18,6 @@ struct P {
 @group(0) @binding(4) var<storage, read_write> o: array<TO>;
 var<workgroup> qs: array<f32, 256>;
 var<workgroup> ps: array<f32, 256>;
-var<workgroup> red: array<f32, 256>;
-
-fn wg_reduce(li: u32, x: f32, is_max: bool) -> f32 {
-  red[li] = x;
-  workgroupBarrier();
-  for (var s = 128u; s > 0u; s = s >> 1u) {
-    if (li < s) {
-      if (is_max) { red[li] = max(red[li], red[li + s]); } else { red[li] = red[li] + red[li + s]; }
-    }
-    workgroupBarrier();
-  }
-  let r = red[0];
-  workgroupBarrier();
-  return r;
-}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
@@ -54,12 +39,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
       for (var d = 0u; d < p.D; d = d + 1u) { d0 = d0 + qs[d] * f32(k[kb + d]); }
       s = d0;
     }
-    let m_new = max(m, wg_reduce(li, s, true));
+    let m_new = max(m, wg_max(li, s));
     var e = 0.0;
     if (j < last) { e = exp(s - m_new); }
     ps[li] = e;
     let corr = exp(m - m_new);
-    l = l * corr + wg_reduce(li, e, false);
+    l = l * corr + wg_sum(li, e);
     acc = acc * corr;
     let n = min(256u, last - j0);
     if (li < p.D) {

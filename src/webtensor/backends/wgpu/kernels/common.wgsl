@@ -8,3 +8,31 @@ fn gelu_tanh(v: f32) -> f32 {
   if (u < -40.0) { return -0.0; }
   return v / (1.0 + exp(-2.0 * u));
 }
+
+// Index (i0, i1, i2, i3) of element i of a row-major tensor of (up to 4-d, left-padded) `shape`.
+fn unflatten4(i: u32, shape: vec4<u32>) -> vec4<u32> {
+  var r = i;
+  let i3 = r % shape.w; r = r / shape.w;
+  let i2 = r % shape.z; r = r / shape.z;
+  return vec4<u32>(r / shape.y, r % shape.y, i2, i3);
+}
+
+// Sum / max over a workgroup of 256 threads (call from uniform control flow; every thread gets it).
+var<workgroup> wg_red: array<f32, 256>;
+
+fn wg_reduce(li: u32, v: f32, is_max: bool) -> f32 {
+  wg_red[li] = v;
+  workgroupBarrier();
+  for (var s = 128u; s > 0u; s = s >> 1u) {
+    if (li < s) {
+      if (is_max) { wg_red[li] = max(wg_red[li], wg_red[li + s]); } else { wg_red[li] = wg_red[li] + wg_red[li + s]; }
+    }
+    workgroupBarrier();
+  }
+  let r = wg_red[0];
+  workgroupBarrier();
+  return r;
+}
+
+fn wg_sum(li: u32, v: f32) -> f32 { return wg_reduce(li, v, false); }
+fn wg_max(li: u32, v: f32) -> f32 { return wg_reduce(li, v, true); }

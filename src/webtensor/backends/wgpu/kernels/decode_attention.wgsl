@@ -12,23 +12,9 @@ struct P { H: u32, D4: u32, C4: u32, scale: f32 }
 @group(0) @binding(5) var<storage, read_write> out: array<vec4<f32>>;
 var<workgroup> qs: array<vec4<f32>, 64>;
 var<workgroup> sc: array<f32, MAX_CTX>;
-var<workgroup> red: array<f32, 256>;
 var<workgroup> acc4: array<vec4<f32>, 256>;
 var<workgroup> pos_sh: u32;
 
-fn reduce(li: u32, v: f32, is_max: bool) -> f32 {
-  red[li] = v;
-  workgroupBarrier();
-  for (var s = 128u; s > 0u; s = s >> 1u) {
-    if (li < s) {
-      if (is_max) { red[li] = max(red[li], red[li + s]); } else { red[li] = red[li] + red[li + s]; }
-    }
-    workgroupBarrier();
-  }
-  let r = red[0];
-  workgroupBarrier();
-  return r;
-}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
@@ -54,19 +40,19 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
       let kb = j * p.C4 + hb;
       for (var d = q4; d < p.D4; d = d + 4u) { s = s + dot(qs[d], kc[kb + d]); }
     }
-    red[li] = s;
+    wg_red[li] = s;
     workgroupBarrier();
     if (q4 == 0u && j < L) {
-      let t = red[li] + red[li + 1u] + red[li + 2u] + red[li + 3u];
+      let t = wg_red[li] + wg_red[li + 1u] + wg_red[li + 2u] + wg_red[li + 3u];
       sc[j] = t;
       m = max(m, t);
     }
     workgroupBarrier();
   }
-  m = reduce(li, m, true);
+  m = wg_max(li, m);
   var t = 0.0;
   for (var j = li; j < L; j = j + 256u) { let e = exp(sc[j] - m); sc[j] = e; t = t + e; }
-  let inv = 1.0 / reduce(li, t, false);  // (the reductions' barriers also publish sc)
+  let inv = 1.0 / wg_sum(li, t);  // (the reductions' barriers also publish sc)
   // output: G = 256 / D4 groups of D4 threads; group g sums positions j = g, g + G, ...
   let G = 256u / p.D4;
   let g = li / p.D4;

@@ -16,11 +16,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         @builtin(local_invocation_index) li: u32) {
   let i = (wg.y * nwg.x + wg.x) * 256u + li;
   if (i >= p.n) { return; }
-  var r = i;
-  let i3 = r % p.shape.w; r = r / p.shape.w;
-  let i2 = r % p.shape.z; r = r / p.shape.z;
-  let i1 = r % p.shape.y; let i0 = r / p.shape.y;
-  let idx = vec4<u32>(i0, i1, i2, i3);
+  let idx = unflatten4(i, p.shape);
   let x = f32(a[p.a_off + dot(idx, p.sa)]);
   let y = f32(b[p.b_off + dot(idx, p.sb)]);
   var z: f32;

@@ -25,7 +25,6 @@ struct P {
 @group(0) @binding(5) var<storage, read_write> res: array<TC>;
 @group(0) @binding(6) var<storage, read_write> lnw: array<vec4<f32>>;
 @group(0) @binding(7) var<storage, read_write> lnb: array<vec4<f32>>;
-var<workgroup> red: array<f32, 256>;
 
 
 var<workgroup> red2: array<vec2<f32>, 256>;
@@ -97,20 +96,20 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   if (LANES > 1u && SG > 0u) {
     s = subgroupAdd(s);
     if (LANES > SG) {  // combine the row's subgroups
-      red[li] = s;
+      wg_red[li] = s;
       workgroupBarrier();
       if (lane == 0u) {
-        for (var k = SG; k < LANES; k = k + SG) { s = s + red[li + k]; }
+        for (var k = SG; k < LANES; k = k + SG) { s = s + wg_red[li + k]; }
       }
     }
   } else if (LANES > 1u) {
-    red[li] = s;
+    wg_red[li] = s;
     workgroupBarrier();
     for (var st = LANES / 2u; st > 0u; st = st >> 1u) {
-      if (lane < st) { red[li] = red[li] + red[li + st]; }
+      if (lane < st) { wg_red[li] = wg_red[li] + wg_red[li + st]; }
       workgroupBarrier();
     }
-    s = red[li];
+    s = wg_red[li];
   }
   if (lane == 0u && n < p.N) {
     let ci = p.c_off + m * p.ldc + n;

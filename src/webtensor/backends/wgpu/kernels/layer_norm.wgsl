@@ -7,19 +7,6 @@ struct P { rows: u32, cols: u32, x_off: u32, x_ld: u32, o_off: u32, eps: f32, w_
 @group(0) @binding(2) var<storage, read_write> w: array<TW>;
 @group(0) @binding(3) var<storage, read_write> bias: array<TW>;
 @group(0) @binding(4) var<storage, read_write> o: array<TO>;
-var<workgroup> red: array<f32, 256>;
-
-fn reduce_sum(li: u32, v: f32) -> f32 {
-  red[li] = v;
-  workgroupBarrier();
-  for (var s = 128u; s > 0u; s = s >> 1u) {
-    if (li < s) { red[li] = red[li] + red[li + s]; }
-    workgroupBarrier();
-  }
-  let r = red[0];
-  workgroupBarrier();
-  return r;
-}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -30,26 +17,19 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   // the row's largest magnitude decides whether it must be scaled (the variance could overflow)
   var mx = 0.0;
   for (var c = li; c < p.cols; c = c + 256u) { mx = max(mx, abs(f32(x[base + c]))); }
-  red[li] = mx;
-  workgroupBarrier();
-  for (var s = 128u; s > 0u; s = s >> 1u) {
-    if (li < s) { red[li] = max(red[li], red[li + s]); }
-    workgroupBarrier();
-  }
   // rows whose largest |x| is over 1e18 are multiplied by 2^-100: exact (a power of two), never a
   // denormal for the values that matter, and no reciprocal (GPUs flush 1/3e38 to zero); their eps is
   // scaled with them (to a floor that keeps a constant row at exactly `bias`)
-  let big = red[0];
-  workgroupBarrier();
+  let big = wg_max(li, mx);
   var f = 1.0;
   var eps = p.eps;
   if (big > 1e18 && big <= 3.4028234663852886e38) { f = 7.888609052210118e-31; eps = 1e-30; }
   var s = 0.0;
   for (var c = li; c < p.cols; c = c + 256u) { s = s + f32(x[base + c]) * f; }
-  let mean = reduce_sum(li, s) / f32(p.cols);
+  let mean = wg_sum(li, s) / f32(p.cols);
   var q = 0.0;
   for (var c = li; c < p.cols; c = c + 256u) { let d = f32(x[base + c]) * f - mean; q = q + d * d; }
-  let rstd = inverseSqrt(reduce_sum(li, q) / f32(p.cols) + eps);
+  let rstd = inverseSqrt(wg_sum(li, q) / f32(p.cols) + eps);
   let ob = p.o_off + row * p.cols;
   for (var c = li; c < p.cols; c = c + 256u) {
     o[ob + c] = TO((f32(x[base + c]) * f - mean) * rstd * f32(w[p.w_off + c]) + f32(bias[p.b_off + c]));

@@ -4,7 +4,6 @@ struct P { rows: u32, cols: u32, x_off: u32, x_ld: u32, o_off: u32 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read_write> x: array<TX>;
 @group(0) @binding(2) var<storage, read_write> o: array<TO>;
-var<workgroup> red: array<f32, 256>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -14,23 +13,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   let base = p.x_off + row * p.x_ld;
   var m = -3.4028234663852886e38;
   for (var c = li; c < p.cols; c = c + 256u) { m = max(m, f32(x[base + c])); }
-  red[li] = m;
-  workgroupBarrier();
-  for (var s = 128u; s > 0u; s = s >> 1u) {
-    if (li < s) { red[li] = max(red[li], red[li + s]); }
-    workgroupBarrier();
-  }
-  m = red[0];
-  workgroupBarrier();
+  m = wg_max(li, m);
   var t = 0.0;
   for (var c = li; c < p.cols; c = c + 256u) { t = t + exp(f32(x[base + c]) - m); }
-  red[li] = t;
-  workgroupBarrier();
-  for (var s = 128u; s > 0u; s = s >> 1u) {
-    if (li < s) { red[li] = red[li] + red[li + s]; }
-    workgroupBarrier();
-  }
-  let inv = 1.0 / red[0];
+  let inv = 1.0 / wg_sum(li, t);
   let ob = p.o_off + row * p.cols;
   for (var c = li; c < p.cols; c = c + 256u) { o[ob + c] = TO(exp(f32(x[base + c]) - m) * inv); }
 }

@@ -17,11 +17,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         @builtin(local_invocation_index) li: u32) {
   let i = (wg.y * nwg.x + wg.x) * 256u + li;
   if (i >= p.n) { return; }
-  var r = i;
-  let i3 = r % p.shape.w; r = r / p.shape.w;
-  let i2 = r % p.shape.z; r = r / p.shape.z;
-  let i1 = r % p.shape.y; let i0 = r / p.shape.y;
-  let idx = vec4<u32>(i0, i1, i2, i3);
+  let idx = unflatten4(i, p.shape);
   let v = f32(x[p.i_off + dot(idx, p.si)]);
   var z = v;
   if (OP == 1u) { z = gelu_tanh(v); } else if (OP == 2u) { z = v * p.alpha; }
