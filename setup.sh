@@ -24,7 +24,14 @@ command -v python3 >/dev/null || need+=(python3)
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 ldconfig -p 2>/dev/null | grep -q 'libvulkan.so.1' || need+=(libvulkan1)
 if [ ${#need[@]} -gt 0 ]; then echo "setup: installing ${need[*]} (apt)"; apt_install "${need[@]}"; fi
-if ! ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json >/dev/null 2>&1; then
+has_vulkan_driver() {
+  local d
+  for d in /usr/share/vulkan/icd.d /etc/vulkan/icd.d /usr/local/share/vulkan/icd.d; do
+    compgen -G "$d/*.json" >/dev/null && return 0
+  done
+  return 1
+}
+if ! has_vulkan_driver; then
   # No Vulkan driver: Mesa's lavapipe runs WebGPU on the CPU. On Debian 12 take Mesa 25 from
   # bookworm-backports: it decodes GPT-2 ~1.3x and prefills ~2.4x faster than bookworm's Mesa 22.3.
   if grep -q '^VERSION_CODENAME=bookworm' /etc/os-release 2>/dev/null; then
@@ -39,8 +46,9 @@ if ! ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json >/dev/null 2>&1;
 fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
-stamp=".venv/.webtensor-setup-$want_test-$(cat pyproject.toml | sha1sum | cut -c1-12)"
-if [ ! -f "$stamp" ]; then
+hash=$(sha1sum pyproject.toml | cut -c1-12)
+stamp=".venv/.webtensor-setup-$want_test-$hash"
+if [ ! -f "$stamp" ] && [ ! -f ".venv/.webtensor-setup-1-$hash" ]; then  # (a --test install covers both)
   echo "setup: installing webtensor into .venv"
   .venv/bin/python -m pip install -q --upgrade pip
   if [ $want_test = 1 ]; then
