@@ -1,0 +1,55 @@
+"""Finding checkpoints: the shipped default, a directory, and ids in the local Hugging Face cache
+(offline); plus `webtensor devices`."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent.parent))
+from gpt2_fixtures import make_checkpoint  # noqa: E402
+
+import webtensor as wt  # noqa: E402
+from webtensor.models.gpt2 import GPT2  # noqa: E402
+from webtensor.models.gpt2.weights import SHIPPED, resolve  # noqa: E402
+
+
+def _fake_hf_cache(root: Path, repo: str, ckpt: Path) -> Path:
+    """The layout huggingface_hub writes: models--org--name/{refs/main, snapshots/<rev>/...}."""
+    base = root / ("models--" + repo.replace("/", "--"))
+    snap = base / "snapshots" / "0123abcd"
+    shutil.copytree(ckpt, snap)
+    (base / "refs").mkdir(parents=True)
+    (base / "refs" / "main").write_text("0123abcd")
+    return snap
+
+
+def test_model_ids_resolve_in_local_hf_cache(tmp_path, monkeypatch, cpu):
+    pytest.importorskip("torch")
+    ckpt = make_checkpoint(tmp_path / "ckpt", vocab_size=300, n_embd=32, n_layer=1, n_head=2)
+    cache = tmp_path / "hub"
+    snap = _fake_hf_cache(cache, "openai-community/gpt2-medium", ckpt)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    assert resolve("gpt2-medium") == snap  # short id -> openai-community/...
+    assert resolve("openai-community/gpt2-medium") == snap
+    m = GPT2.from_pretrained("gpt2-medium", device=cpu)
+    assert m.config.n_embd == 32 and len(m.generate([1, 2, 3], 4)) == 4
+    with pytest.raises(wt.CheckpointError, match=r"not in the local Hugging Face cache .*models--gpt2-xl"):
+        resolve("gpt2-xl")
+
+
+def test_default_model_is_the_shipped_one():
+    assert resolve(None) == SHIPPED and (SHIPPED / "model.safetensors").is_file()
+
+
+def test_devices_command_lists_adapters(gpu):
+    r = subprocess.run([sys.executable, "-m", "webtensor.cli", "devices"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert gpu.ctx.info.name in out and "backend=" in out and "type=" in out
+    assert "max-storage-buffer-binding-size" in out and "features:" in out and "default device:" in out
