@@ -125,18 +125,16 @@ def binary(op: str, a: Tensor, b: Tensor, out_shape: tuple[int, ...], out_dtype:
     out = empty(a.device, out_shape, out_dtype)
     sa, sb = _broadcast_strides(a, out_shape), _broadcast_strides(b, out_shape)
     shape, (sa2, sb2, _) = _collapse(out_shape, sa, sb, contiguous_strides(out_shape))
+    if len(shape) > 4 and not (a.is_contiguous() and b.is_contiguous()):
+        return binary(op, a.contiguous(), b.contiguous(), out_shape, out_dtype)  # contiguous dims merge
     if len(shape) > 4:
-        return binary(op, a.contiguous(), b.contiguous(), out_shape, out_dtype) if not (
-            a.is_contiguous() and b.is_contiguous()) else _binary_flat(op, a, b, out, ctx)
+        raise ShapeError(f"{op}: broadcasting over more than 4 dims that cannot be merged is not supported "
+                         f"on WebGPU ({a.shape} and {b.shape}); make the operands contiguous or reshape them")
     shape, (sa2, sb2) = _pad4(shape, [sa2, sb2])
     k = ctx.kernel("elementwise", 3, {"TA": a.dtype.wgsl, "TB": b.dtype.wgsl, "TO": out_dtype.wgsl, "OP": _BINARY[op]})
     ctx.dispatch(k, (*shape, *sa2, *sb2, a._offset, b._offset, 0, out.size),
                  [a._storage.buffer, b._storage.buffer, out._storage.buffer], _grid(math.ceil(out.size / WG), ctx))
     return out
-
-
-def _binary_flat(op: str, a: Tensor, b: Tensor, out: Tensor, ctx: WgpuContext) -> Tensor:
-    raise ShapeError(f"{op}: broadcasting over more than 4 non-mergeable dims is not supported ({out.shape})")
 
 
 _UNARY = {"copy": "0u", "gelu": "1u", "scale": "2u"}

@@ -82,7 +82,6 @@ class DecodeGraph:
         cmds = [ctx.prebuilt(k, self.uniform, off, bufs, groups)
                 for (k, _, bufs, groups), off in zip(plan, offsets, strict=True)]
         self.step_cmds, self.argmax_cmds = cmds[:-2], cmds[-2:]
-        self.dispatches_per_step = len(cmds)
 
     def _gemv(self, w: Any, a: GpuBuffer, out: GpuBuffer, *, bias: Any = None, ln: Any = None, eps: float = 0.0,
               gelu: bool = False, residual: bool = False) -> list[tuple]:

@@ -17,7 +17,6 @@ from ...errors import CheckpointError
 from .config import GPT2Config
 
 SHIPPED = Path(__file__).parent / "shipped"
-HF_IDS = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilgpt2")
 
 
 def hf_cache_dir() -> Path:
@@ -231,8 +230,3 @@ def check_checkpoint(reader: SafetensorsReader, cfg: GPT2Config, where: Path) ->
         got = reader.shape(name)
         if got != shape:
             raise CheckpointError(f"{where}: tensor {name!r} has shape {got}, expected {shape} from config.json")
-
-
-def iter_tensors(reader: SafetensorsReader, cfg: GPT2Config) -> Iterator[tuple[str, Any]]:
-    for name in expected_shapes(cfg):
-        yield name, reader.get(name)
