@@ -165,3 +165,10 @@ def test_linear_fused_on_chunked_weight(gpu_small):
     assert rel_err(wt.linear(*g[:3], "gelu", g[3]).numpy(), want) <= 1e-5
     wt_t = wt.tensor(np.ascontiguousarray(w.T), device=gpu_small)  # (90, 300) chunked along N rows
     assert rel_err(wt.linear(g[0], wt_t.T, g[2], "gelu", g[3]).numpy(), want) <= 1e-5
+
+
+def test_views_beyond_four_dims(gpu):
+    a = np.random.default_rng(9).standard_normal((2, 3, 4, 5, 6)).astype(np.float32)
+    t = wt.tensor(a, device=gpu).permute(4, 3, 2, 1, 0)  # no two dims merge: copied dim by dim
+    np.testing.assert_array_equal(t.numpy(), a.transpose(4, 3, 2, 1, 0))
+    np.testing.assert_allclose((t + 1.0).numpy(), a.transpose(4, 3, 2, 1, 0) + 1.0, rtol=1e-6)

@@ -149,8 +149,10 @@ def unary(op: str, x: Tensor, out_dtype: dt.DType | None = None, alpha: float = 
     if x.size == 0:
         return out
     shape, (si, so) = _collapse(x.shape, x._strides, out._strides)
-    if len(shape) > 4:
-        raise ShapeError(f"{op}: strided views over more than 4 non-mergeable dims are not supported ({x.shape})")
+    if len(shape) > 4:  # peel the outermost dim: one dispatch per index (rare: >4-d permuted views)
+        for i in range(x.shape[0]):
+            unary(op, x[i], alpha=alpha, out=out[i])
+        return out
     shape, (si, so) = _pad4(shape, [si, so])
     k = ctx.kernel("unary", 2, {"TI": x.dtype.wgsl, "TO": out.dtype.wgsl, "OP": _UNARY[op]})
     ctx.dispatch(k, (*shape, *si, *so, x._offset, out._offset, x.size, float(alpha)),
