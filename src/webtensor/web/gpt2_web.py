@@ -32,10 +32,6 @@ from ..errors import CheckpointError, ContextLengthError, SamplingError
 from ..io.safetensors_pure import SafetensorsFile, SafetensorsFormatError
 from ..tensor import Tensor, from_buffer
 
-_BLOCK_PARAMS = ("ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
-                 "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
-                 "mlp.c_proj.weight", "mlp.c_proj.bias")
-
 
 def _gpt2_module(name: str) -> Any:
     """`webtensor.models.gpt2.<name>` (config, tokenizer, weights): numpy-free modules (the package
@@ -87,7 +83,7 @@ class WebGPT2:
         self.config, self.device, self.tokenizer = cfg, device, tokenizer
         self.wte, self.wpe = params["wte.weight"], params["wpe.weight"]
         self.ln_f = (params["ln_f.weight"], params["ln_f.bias"])
-        self.blocks = [[params[f"h.{i}.{n}"] for n in _BLOCK_PARAMS] for i in range(cfg.n_layer)]
+        self.blocks = [[params[f"h.{i}.{n}"] for n in _gpt2_module("forward").BLOCK_PARAMS] for i in range(cfg.n_layer)]
         self.last_stats = GenerationStats()
 
     # -- loading --------------------------------------------------------------------------------
@@ -141,25 +137,10 @@ class WebGPT2:
     def forward(self, ids: Sequence[int], cache: tuple[list[Tensor], list[Tensor]], p0: int) -> Tensor:
         """Tokens `ids` at positions p0.. (their keys / values appended to `cache`) -> logits (1, V)
         of the last position."""
-        cfg = self.config
-        T, C, H, D, eps = len(ids), cfg.n_embd, cfg.n_head, cfg.head_dim, cfg.layer_norm_epsilon
-        S = p0 + T
-        idt = from_buffer(array.array("i", ids), (T,), dt.int32, self.device)
-        x = ops.add(ops.embedding(self.wte, idt), self.wpe[p0:S])
+        idt = from_buffer(array.array("i", ids), (len(ids),), dt.int32, self.device)
         kc, vc = cache
-        for layer, (ln1_w, ln1_b, attn_w, attn_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fc2_w, fc2_b) in (
-                enumerate(self.blocks)):
-            h = ops.layer_norm(x, ln1_w, ln1_b, eps)
-            qkv = ops.linear(h, attn_w, attn_b).reshape(T, 3, H, D)
-            ops.copy_into(kc[layer][p0:S], qkv[:, 1])
-            ops.copy_into(vc[layer][p0:S], qkv[:, 2])
-            a = ops.attention(qkv[:, 0], kc[layer][:S], vc[layer][:S], causal=True)
-            x = ops.linear(a.reshape(T, C), proj_w, proj_b, residual=x)
-            h = ops.layer_norm(x, ln2_w, ln2_b, eps)
-            f = ops.linear(h, fc_w, fc_b, activation="gelu")
-            x = ops.linear(f, fc2_w, fc2_b, residual=x)
-        x = ops.layer_norm(x[T - 1:T], *self.ln_f, eps)
-        return ops.linear(x, self.wte.T)
+        return _gpt2_module("forward").forward(self.config, self.wte, self.wpe, self.ln_f, self.blocks, idt, kc, vc,
+                                               p0, last_only=True)
 
     # -- generation -----------------------------------------------------------------------------
     def generate_ids(self, ids: Sequence[int], max_new_tokens: int = 32, temperature: float = 0.0,

@@ -21,6 +21,7 @@ from ...device import Device
 from ...errors import CheckpointError, ContextLengthError, SamplingError
 from ...tensor import Tensor, tensor
 from .config import GPT2Config
+from .forward import BLOCK_PARAMS, forward
 from .sampling import SamplingParams, check_max_new_tokens, sample
 from .tokenizer import GPT2Tokenizer
 from .weights import SafetensorsReader, check_checkpoint, expected_shapes, resolve, weight_files
@@ -40,6 +41,9 @@ class Block:
     fc_b: Tensor
     fc2_w: Tensor  # (4C, C)
     fc2_b: Tensor
+
+    def __iter__(self) -> Iterator[Tensor]:  # in BLOCK_PARAMS order, as forward() unpacks it
+        return iter(vars(self).values())
 
 
 @dataclass
@@ -73,13 +77,7 @@ class GPT2:
         self.config, self.device, self.dtype, self.tokenizer, self.name = cfg, device, dtype, tokenizer, name
         self.wte, self.wpe = params["wte.weight"], params["wpe.weight"]
         self.ln_f = (params["ln_f.weight"], params["ln_f.bias"])
-        self.blocks = [
-            Block(*(params[f"h.{i}.{n}"] for n in (
-                "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
-                "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
-                "mlp.c_proj.weight", "mlp.c_proj.bias")))
-            for i in range(cfg.n_layer)
-        ]
+        self.blocks = [Block(*(params[f"h.{i}.{n}"] for n in BLOCK_PARAMS)) for i in range(cfg.n_layer)]
         self._lock = threading.Lock()
         self._workspaces: list[Workspace] = []  # free KV caches (+ decode graphs), reused by generate()
         self.use_graph = True  # replay the prebuilt decode step on WebGPU (False: op by op)
@@ -114,28 +112,11 @@ class GPT2:
     def _forward(self, ids: Sequence[int], cache: KVCache, last_only: bool) -> Tensor:
         """Run tokens `ids` at positions cache.length.. and append their keys / values to the cache.
         Returns logits (T, V), or (1, V) for the last position only."""
-        cfg, dev = self.config, self.device
-        T, C, H, D = len(ids), cfg.n_embd, cfg.n_head, cfg.head_dim
-        p0 = cache.length
-        S = p0 + T
-        idt = tensor(np.asarray(ids, np.int32), device=dev)
-        x = ops.add(ops.embedding(self.wte, idt), self.wpe[p0:S])  # (T, C)
-        for layer, b in enumerate(self.blocks):
-            h = ops.layer_norm(x, b.ln1_w, b.ln1_b, cfg.layer_norm_epsilon)
-            qkv = ops.linear(h, b.attn_w, b.attn_b).reshape(T, 3, H, D)  # (T, 3C) viewed per head
-            ks, vs = cache.k[layer], cache.v[layer]
-            ops.copy_into(ks[p0:S], qkv[:, 1])
-            ops.copy_into(vs[p0:S], qkv[:, 2])
-            a = ops.attention(qkv[:, 0], ks[:S], vs[:S], causal=True)  # (T, H, D)
-            x = ops.linear(a.reshape(T, C), b.proj_w, b.proj_b, residual=x)
-            h = ops.layer_norm(x, b.ln2_w, b.ln2_b, cfg.layer_norm_epsilon)
-            f = ops.linear(h, b.fc_w, b.fc_b, activation="gelu")  # (T, 4C)
-            x = ops.linear(f, b.fc2_w, b.fc2_b, residual=x)
-        cache.length = S
-        if last_only:
-            x = x[T - 1:T]
-        x = ops.layer_norm(x, *self.ln_f, cfg.layer_norm_epsilon)
-        return ops.linear(x, self.wte.T)  # tied LM head: (T or 1, V)
+        idt = tensor(np.asarray(ids, np.int32), device=self.device)
+        logits = forward(self.config, self.wte, self.wpe, self.ln_f, self.blocks, idt, cache.k, cache.v,
+                         cache.length, last_only)
+        cache.length += len(ids)
+        return logits
 
     def new_cache(self) -> KVCache:
         return KVCache(self.config, self.device)
@@ -319,10 +300,7 @@ def _export_arrays(model: GPT2) -> dict[str, np.ndarray]:
     """The model's weights as float32 numpy arrays, by HF name (for side-by-side benchmarks)."""
     out = {"wte.weight": model.wte.numpy(), "wpe.weight": model.wpe.numpy(),
            "ln_f.weight": model.ln_f[0].numpy(), "ln_f.bias": model.ln_f[1].numpy()}
-    names = ("ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
-             "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
-             "mlp.c_proj.weight", "mlp.c_proj.bias")
     for i, b in enumerate(model.blocks):
-        for n, t in zip(names, vars(b).values(), strict=True):
+        for n, t in zip(BLOCK_PARAMS, b, strict=True):
             out[f"h.{i}.{n}"] = t.numpy()
     return {k: v.astype(np.float32) for k, v in out.items()}
