@@ -20,6 +20,7 @@ import random
 import struct
 import sys
 import time
+import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,7 +84,9 @@ class WebGPT2:
         self.config, self.device, self.tokenizer = cfg, device, tokenizer
         self.wte, self.wpe = params["wte.weight"], params["wpe.weight"]
         self.ln_f = (params["ln_f.weight"], params["ln_f.bias"])
-        self.blocks = [[params[f"h.{i}.{n}"] for n in _gpt2_module("forward").BLOCK_PARAMS] for i in range(cfg.n_layer)]
+        fwd = _gpt2_module("forward")
+        self.blocks = [fwd.Block(*(params[f"h.{i}.{n}"] for n in fwd.BLOCK_PARAMS)) for i in range(cfg.n_layer)]
+        self._graph: Any = None  # (KV cache, DecodeGraph), built on the first greedy generation
         self.last_stats = GenerationStats()
 
     # -- loading --------------------------------------------------------------------------------
@@ -119,7 +122,10 @@ class WebGPT2:
             if tuple(info.shape) != shape:
                 raise CheckpointError(f"{d}: tensor {name!r} has shape {tuple(info.shape)}, expected {shape} "
                                       "from config.json")
-            params[name] = from_buffer(_to_float32(sf.raw(key), info.dtype, name), shape, dt.float32, device)
+            t = from_buffer(_to_float32(sf.raw(key), info.dtype, name), shape, dt.float32, device)
+            if len(shape) == 2 and name.startswith("h."):  # k-major storage (a GPU transpose), as the native model
+                t = t.T.contiguous().T
+            params[name] = t
             done += math.prod(shape) * 4
             if progress is not None:
                 progress(name, done, total)
@@ -141,6 +147,18 @@ class WebGPT2:
         kc, vc = cache
         return _gpt2_module("forward").forward(self.config, self.wte, self.wpe, self.ln_f, self.blocks, idt, kc, vc,
                                                p0, last_only=True)
+
+    def _decode_graph(self) -> Any:
+        """(cache, DecodeGraph) for greedy decoding, built once; None where the graph does not apply."""
+        if self._graph is None:
+            dg = _gpt2_module("decode_graph")
+            if not dg.supported(self):
+                self._graph = False
+            else:
+                kc, vc = self.new_cache()
+                cache = types.SimpleNamespace(k=kc, v=vc)
+                self._graph = ((kc, vc), dg.DecodeGraph(self, cache, self.config.n_positions))
+        return self._graph or None
 
     # -- generation -----------------------------------------------------------------------------
     def generate_ids(self, ids: Sequence[int], max_new_tokens: int = 32, temperature: float = 0.0,
@@ -166,10 +184,20 @@ class WebGPT2:
         stats = self.last_stats = GenerationStats(prompt_tokens=len(ids))
         rng = random.Random(seed)
         eos = self.config.eos_token_id
-        cache = self.new_cache()
+        graph = self._decode_graph() if temperature == 0 else None
+        cache = graph[0] if graph is not None else self.new_cache()
         p0, tok_in = 0, ids
         t0 = time.perf_counter()
         for step in range(max_new_tokens):
+            if step == 1 and graph is not None:  # greedy decode replays the prebuilt step (as native)
+                for tok in graph[1].greedy(p0, tok_in[0], max_new_tokens - 1):
+                    stats.decode_s = time.perf_counter() - t0 - stats.prefill_s
+                    stats.new_tokens += 1
+                    stats.token_ids.append(tok)
+                    yield tok
+                    if stop_at_eos and eos is not None and tok == eos:
+                        return
+                return
             with self.device.dispatch_scope():
                 logits = self.forward(tok_in, cache, p0)
                 if temperature == 0:

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ... import ops
@@ -13,6 +14,27 @@ from ...tensor import Tensor
 BLOCK_PARAMS = ("ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
                 "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
                 "mlp.c_proj.weight", "mlp.c_proj.bias")
+
+
+@dataclass
+class Block:
+    """One transformer block's parameters (matrices as (K, N) views, HF Conv1D layout: x @ W)."""
+
+    ln1_w: Tensor
+    ln1_b: Tensor
+    attn_w: Tensor  # (C, 3C)
+    attn_b: Tensor
+    proj_w: Tensor  # (C, C)
+    proj_b: Tensor
+    ln2_w: Tensor
+    ln2_b: Tensor
+    fc_w: Tensor  # (C, 4C)
+    fc_b: Tensor
+    fc2_w: Tensor  # (4C, C)
+    fc2_b: Tensor
+
+    def __iter__(self) -> Iterator[Tensor]:  # in BLOCK_PARAMS order, as forward() unpacks it
+        return iter(vars(self).values())
 
 
 def forward(cfg: Any, wte: Tensor, wpe: Tensor, ln_f: tuple[Tensor, Tensor], blocks: Sequence[Sequence[Tensor]],

@@ -21,29 +21,10 @@ from ...device import Device
 from ...errors import CheckpointError, ContextLengthError, SamplingError
 from ...tensor import Tensor, tensor
 from .config import GPT2Config
-from .forward import BLOCK_PARAMS, forward
+from .forward import BLOCK_PARAMS, Block, forward
 from .sampling import SamplingParams, check_max_new_tokens, sample
 from .tokenizer import GPT2Tokenizer
 from .weights import SafetensorsReader, check_checkpoint, expected_shapes, resolve, weight_files
-
-
-@dataclass
-class Block:
-    ln1_w: Tensor
-    ln1_b: Tensor
-    attn_w: Tensor  # (C, 3C), HF Conv1D layout: x @ W
-    attn_b: Tensor
-    proj_w: Tensor  # (C, C)
-    proj_b: Tensor
-    ln2_w: Tensor
-    ln2_b: Tensor
-    fc_w: Tensor  # (C, 4C)
-    fc_b: Tensor
-    fc2_w: Tensor  # (4C, C)
-    fc2_b: Tensor
-
-    def __iter__(self) -> Iterator[Tensor]:  # in BLOCK_PARAMS order, as forward() unpacks it
-        return iter(vars(self).values())
 
 
 @dataclass
