@@ -3,8 +3,8 @@
 - a pipeline cache (one compute pipeline per kernel variant, compiled once),
 - a bind-group cache keyed by the buffers bound (whole buffers are always bound; element offsets
   and sizes travel in the uniform parameters, so steady-state loops hit the cache every time),
-- a parameter arena: one uniform buffer with a 256-byte slot per dispatch, bound with a dynamic
-  offset and uploaded once per submit,
+- a parameter arena: one uniform buffer with a slot per dispatch (128 bytes, or the adapter's uniform
+  offset alignment if larger), bound with a dynamic offset and uploaded once per submit,
 - a size-bucketed buffer pool (freed tensor buffers are reused, so the same loop binds the same
   buffers again: stable buffers, cached bind groups, no per-dispatch allocation),
 - the pending command list of the current dispatch scope, and counters (`stats()`).
@@ -27,7 +27,6 @@ KERNEL_DIR = Path(__file__).parent / "kernels"
 PARAM_BYTES = 128  # one kernel's uniform parameters: 32 scalars
 ARENA_SLOTS = 2048  # dispatches per submit before an early flush
 BIND_GROUP_CACHE = 4096
-FORBID_SUBGROUPS = False  # tests can turn the subgroup kernels off
 
 
 class GpuBuffer:
@@ -51,7 +50,8 @@ class Kernel:
 
 
 def _bucket(nbytes: int) -> int:
-    """Round a request up so similar sizes share pool entries (256 B grain, 1/16 grain above 64 KiB)."""
+    """Round a request up so similar sizes share pool entries (256 B grain; above 64 KiB, 1/16 to 1/32
+    of the size)."""
     n = max(16, (nbytes + 255) & ~255)
     if n > 65536:
         grain = 1 << max(8, n.bit_length() - 5)
@@ -73,7 +73,7 @@ class WgpuContext:
         self.has_subgroups = "subgroup" in api.features
         # a subgroup size the kernels may rely on: only when the adapter has exactly one
         lo, hi = api.info.subgroup_sizes
-        self.subgroup_size = lo if self.has_subgroups and lo == hi and lo >= 4 and not FORBID_SUBGROUPS else 0
+        self.subgroup_size = lo if self.has_subgroups and lo == hi and lo >= 4 else 0
         self.lock = threading.RLock()
         self._local = threading.local()
         self.released = False
