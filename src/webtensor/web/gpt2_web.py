@@ -184,12 +184,12 @@ class WebGPT2:
         stats = self.last_stats = GenerationStats(prompt_tokens=len(ids))
         rng = random.Random(seed)
         eos = self.config.eos_token_id
-        graph = self._decode_graph() if temperature == 0 else None
+        graph = self._decode_graph()
         cache = graph[0] if graph is not None else self.new_cache()
         p0, tok_in = 0, ids
         t0 = time.perf_counter()
         for step in range(max_new_tokens):
-            if step == 1 and graph is not None:  # greedy decode replays the prebuilt step (as native)
+            if step == 1 and graph is not None and temperature == 0:  # greedy: replay the prebuilt step
                 for tok in graph[1].greedy(p0, tok_in[0], max_new_tokens - 1):
                     stats.decode_s = time.perf_counter() - t0 - stats.prefill_s
                     stats.new_tokens += 1
@@ -198,12 +198,15 @@ class WebGPT2:
                     if stop_at_eos and eos is not None and tok == eos:
                         return
                 return
-            with self.device.dispatch_scope():
-                logits = self.forward(tok_in, cache, p0)
-                if temperature == 0:
-                    tok = int.from_bytes(ops.argmax(logits).tobytes()[:4], "little", signed=True)
-            if temperature != 0:
-                tok = _sample(array.array("f", logits.tobytes()), temperature, top_k, rng)
+            if step > 0 and graph is not None:  # sampling: the graph's step, logits read back
+                tok = _sample(array.array("f", bytes(graph[1].logits_after(p0, tok_in[0]))), temperature, top_k, rng)
+            else:
+                with self.device.dispatch_scope():
+                    logits = self.forward(tok_in, cache, p0)
+                    if temperature == 0:
+                        tok = int.from_bytes(ops.argmax(logits).tobytes()[:4], "little", signed=True)
+                if temperature != 0:
+                    tok = _sample(array.array("f", logits.tobytes()), temperature, top_k, rng)
             p0 += len(tok_in)
             now = time.perf_counter()
             if step == 0:
