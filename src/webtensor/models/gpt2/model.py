@@ -1,8 +1,11 @@
 """GPT-2 on webtensor: the same model code runs on the CPU reference and on WebGPU.
 
 Prefill runs the prompt in one pass; decode runs one token per step against a KV cache
-preallocated on the device, each step inside one dispatch scope (one submit), reading back only
-what sampling needs (4 bytes for greedy, one row of logits otherwise).
+preallocated on the device, reading back only what sampling needs (4 bytes a token for greedy, one
+row of logits otherwise). On WebGPU a decode step replays the prebuilt `DecodeGraph` (several
+greedy steps per submit); op by op (`use_graph = False`, and on the CPU) each step is one dispatch
+scope, one submit. KV caches (and graphs) live in workspaces reused across calls, one per
+concurrent generation.
 """
 
 from __future__ import annotations
@@ -134,7 +137,7 @@ class GPT2:
         eos = self.config.eos_token_id if stop_at_eos else None
         ws = self._acquire_workspace()
         try:
-            cache, graph = ws.cache, ws.graph
+            cache, graph = ws.cache, (ws.graph if self.use_graph else None)
             cache.length = 0
             with self.device.dispatch_scope():  # prefill: the whole prompt in one pass, one submit
                 tok = self._pick(self._forward(ids, cache, last_only=True), params, rng)
