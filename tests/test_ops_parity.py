@@ -4,6 +4,7 @@ many shapes (odd sizes included), fp32 relative error <= 1e-5."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from conftest import rel_err
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -172,3 +173,21 @@ def test_views_beyond_four_dims(gpu):
     t = wt.tensor(a, device=gpu).permute(4, 3, 2, 1, 0)  # no two dims merge: copied dim by dim
     np.testing.assert_array_equal(t.numpy(), a.transpose(4, 3, 2, 1, 0))
     np.testing.assert_allclose((t + 1.0).numpy(), a.transpose(4, 3, 2, 1, 0) + 1.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dev_name", ["gpu", "gpu_small"])
+def test_linear_against_k_major_weights(request, dev_name):
+    """Weights stored k-major (N, K) and used through their (K, N) view, as the GPT-2 model keeps
+    them: the GEMV (few rows), the tiled matmul or, on CPU-backed adapters, the barrier-free
+    register-blocked one (many rows); also with the weight row-chunked under a 64 KiB cap."""
+    dev = request.getfixturevalue(dev_name)
+    rng = np.random.default_rng(12)
+    for m in (3, 37):
+        x, w = rng.standard_normal((m, 256)).astype(np.float32), rng.standard_normal((90, 256)).astype(np.float32)
+        b, r = rng.standard_normal(90).astype(np.float32), rng.standard_normal((m, 90)).astype(np.float32)
+        wk = wt.tensor(w, device=dev).T  # (256, 90) view of (90, 256) storage
+        got = wt.linear(wt.tensor(x, device=dev), wk, wt.tensor(b, device=dev), "gelu", wt.tensor(r, device=dev))
+        c = wt.Device.cpu()
+        want = wt.linear(wt.tensor(x, device=c), wt.tensor(w.T.copy(), device=c), wt.tensor(b, device=c), "gelu",
+                         wt.tensor(r, device=c))
+        assert rel_err(got.numpy(), want.numpy()) <= 1e-5

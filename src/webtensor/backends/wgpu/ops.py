@@ -332,10 +332,15 @@ def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor,
     else:  # b = table.T, table (N, K) stored in chunks of N-rows: each chunk fills a column block
         parts = [(0, K, r0, n, 0, 1, K, buf) for r0, n, buf in st.chunk_ranges(N)]
     kmajor = parts[0][5] == 1
-    gemv = (M <= GEMV_MAX_ROWS and kmajor and K % 4 == 0 and lda % 4 == 0 and a._offset % 4 == 0
-            and all(pt[4] % 4 == 0 and pt[6] == K for pt in parts))
+    vec_ok = (kmajor and K % 4 == 0 and lda % 4 == 0 and a._offset % 4 == 0
+              and all(pt[4] % 4 == 0 and pt[6] == K for pt in parts))
+    gemv = M <= GEMV_MAX_ROWS and vec_ok
+    regs = not gemv and vec_ok and ctx.info.is_software and not GPU_STYLE_ON_SOFTWARE
     if gemv:
         k, rows_per_wg = gemv_kernel(ctx, a.dtype, b.dtype, out.dtype, epi.bias.dtype, K)
+    elif regs:  # CPU-backed adapters: no workgroup memory, no barriers
+        k = ctx.kernel("matmul_regs", 5, {"TA": a.dtype.wgsl, "TB": b.dtype.wgsl, "TC": out.dtype.wgsl,
+                                          "TBIAS": epi.bias.dtype.wgsl})
     else:
         k = _mm_kernel(ctx, a, b, out, epi.bias, kmajor)
     for i, (k0, kn, n0, nn, b_off, ldb_k, ldb_n, buf) in enumerate(parts):
@@ -348,6 +353,10 @@ def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor,
             ctx.dispatch(k, (M, nn, K // 4, acc, a._offset // 4, lda // 4, b_off // 4, n0, N, bits,
                              epi.bias._offset + n0, epi.res._offset + n0, epi.r_ld, 0.0),
                          bufs + [out._storage.buffer] * 2, (x, y, M))
+        elif regs:
+            ctx.dispatch(k, (M, nn, K // 4, acc, a._offset // 4, lda // 4, b_off // 4, n0, N, bits,
+                             epi.bias._offset + n0, epi.res._offset + n0, epi.r_ld),
+                         bufs, (math.ceil(nn / 256), math.ceil(M / 4), 1))
         else:
             ctx.dispatch(k, (M, nn, kn, acc, a._offset + k0, lda, b_off, ldb_k, ldb_n, n0, N, 0, 0, 0,
                              bits, epi.bias._offset + n0, epi.res._offset + n0, epi.r_ld),
