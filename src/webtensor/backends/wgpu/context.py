@@ -14,6 +14,7 @@ Thread model: one re-entrant lock serialises every use of the device; scopes nes
 
 from __future__ import annotations
 
+import re
 import struct
 import threading
 from collections import OrderedDict
@@ -27,6 +28,14 @@ KERNEL_DIR = Path(__file__).parent / "kernels"
 PARAM_BYTES = 128  # one kernel's uniform parameters: 32 scalars
 ARENA_SLOTS = 2048  # dispatches per submit before an early flush
 BIND_GROUP_CACHE = 4096
+
+
+def kernel_source(file: str) -> str:
+    """A kernel's WGSL as compiled: common.wgsl, then `file`.wgsl with each `// #include NAME` line
+    replaced by kernels/NAME (shared pieces such as the matmul epilogue)."""
+    text = (KERNEL_DIR / f"{file}.wgsl").read_text()
+    text = re.sub(r"^// #include (\S+)$", lambda m: (KERNEL_DIR / m.group(1)).read_text(), text, flags=re.M)
+    return (KERNEL_DIR / "common.wgsl").read_text() + text
 
 
 class GpuBuffer:
@@ -103,7 +112,7 @@ class WgpuContext:
         key = (file, n_storage, tuple(sorted((defines or {}).items())))
         k = self._pipelines.get(key)
         if k is None:
-            src = (KERNEL_DIR / "common.wgsl").read_text() + (KERNEL_DIR / f"{file}.wgsl").read_text()
+            src = kernel_source(file)
             head = []
             defs = dict(defines or {})
             if any("f16" in str(v) for v in defs.values()):
@@ -280,11 +289,7 @@ class WgpuContext:
         bytes. Meanwhile the CPU may encode and submit more work."""
         with self.lock:
             self.check_alive()
-            commands, names = self._pending, self._pending_names
-            self._pending, self._pending_names = [], []
-            if self._arena_used:
-                self.api.write_buffer(self._uniform, 0, memoryview(self._arena)[: self._arena_used])
-                self._arena_used = 0
+            commands, names = self.take_pending()
             self.counters["submits"] += 1
             self.counters["readbacks"] += 1
             self.counters["bytes_read"] += nbytes
@@ -299,13 +304,20 @@ class WgpuContext:
             if self._pending:
                 self._submit()
 
-    def _submit(self, read: tuple | None = None) -> Any:
+    def take_pending(self) -> tuple[list[tuple], list[str]]:
+        """Hand over the pending batch (commands, op names) for submission, uploading the parameter
+        arena its dispatches point into; the context starts an empty batch."""
         commands, names = self._pending, self._pending_names
         self._pending, self._pending_names = [], []
+        used, self._arena_used = self._arena_used, 0
+        if used:
+            arena = memoryview(self._arena)[:used]
+            self._guard(",".join(names), lambda: self.api.write_buffer(self._uniform, 0, arena))
+        return commands, names
+
+    def _submit(self, read: tuple | None = None) -> Any:
+        commands, names = self.take_pending()
         try:
-            if self._arena_used:
-                self.api.write_buffer(self._uniform, 0, memoryview(self._arena)[: self._arena_used])
-            self._arena_used = 0
             out = self.api.submit(commands, read)
             err = self.api.pop_error()
         except Exception as e:  # validation error, out of memory, device lost

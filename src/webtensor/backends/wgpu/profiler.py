@@ -64,9 +64,7 @@ def profile_prefill(model: Any, n_tokens: int) -> dict[str, Any]:
     cache = model.new_cache()
     with ctx.lock, model.device.dispatch_scope():
         model._forward(ids, cache, last_only=True)
-        cmds, names = ctx._pending, ctx._pending_names
-        ctx.api.write_buffer(ctx._uniform, 0, memoryview(ctx._arena)[: ctx._arena_used])
-        ctx._pending, ctx._pending_names, ctx._arena_used = [], [], 0
+        cmds, names = ctx.take_pending()  # timed below instead of submitted by the scope
     pairs = [(n.split("-")[0], c) for n, c in zip(names, cmds, strict=True) if c[0] == "dispatch"]
     times = time_commands(ctx, [c for _, c in pairs])
     by_kind: dict[str, float] = defaultdict(float)

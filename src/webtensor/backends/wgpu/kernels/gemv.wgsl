@@ -11,6 +11,7 @@
 // thread). Needs K % 4 == 0 and 4-aligned offsets. With const SG > 0 (the adapter's fixed subgroup
 // size, at most LANES) the reductions use subgroupAdd and a single barrier instead of a tree.
 // Header: alias TA, TB, TC, TBIAS; const LN, LANES, SG.
+// #include epilogue.wgsl
 struct P {
   M: u32, N: u32, K4: u32, acc: u32,
   a_off4: u32, lda4: u32, b_off4: u32, c_off: u32,
@@ -113,11 +114,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   }
   if (lane == 0u && n < p.N) {
     let ci = p.c_off + m * p.ldc + n;
-    var x = s;
-    if (p.acc != 0u) { x = x + f32(c[ci]); }
-    if ((p.epi & 1u) != 0u) { x = x + f32(bias[p.bias_off + n]); }
-    if ((p.epi & 2u) != 0u) { x = gelu_tanh(x); }
-    if ((p.epi & 4u) != 0u) { x = x + f32(res[p.r_off + m * p.r_ld + n]); }
-    c[ci] = TC(x);
+    write_out(ci, m, n, s);
   }
 }

@@ -5,6 +5,7 @@
 // (x @ W.T) costs nothing extra; const B_KMAJOR picks the coalesced load pattern for B.
 // Epilogue (the fused `linear`): + bias[n], then GELU, then + residual[m, n], chosen by p.epi bits
 // 1 / 2 / 4; unused bindings receive any buffer. Header: alias TA, TB, TC, TBIAS; const B_KMAJOR.
+// #include epilogue.wgsl
 struct P {
   M: u32, N: u32, K: u32, acc: u32,
   a_off: u32, lda: u32, b_off: u32, ldb_k: u32,
@@ -38,12 +39,7 @@ fn store(cb: u32, m: u32, n0: u32, v: vec4<f32>) {
     let n = n0 + j;
     if (n >= p.N) { return; }
     let ci = cb + m * p.ldc + n;
-    var x = v[j];
-    if (p.acc != 0u) { x = x + f32(c[ci]); }
-    if ((p.epi & 1u) != 0u) { x = x + f32(bias[p.bias_off + n]); }
-    if ((p.epi & 2u) != 0u) { x = gelu_tanh(x); }
-    if ((p.epi & 4u) != 0u) { x = x + f32(res[p.r_off + m * p.r_ld + n]); }
-    c[ci] = TC(x);
+    write_out(ci, m, n, v[j]);
   }
 }
 

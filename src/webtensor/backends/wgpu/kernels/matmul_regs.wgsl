@@ -3,6 +3,7 @@
 // of C = A @ W^T from four rows of A and four rows of a k-major W (N, K), read as vec4 along K.
 // Same epilogue as matmul.wgsl (bias, GELU, residual). Needs K % 4 == 0 and 4-aligned offsets.
 // Header: alias TA, TB, TC, TBIAS.
+// #include epilogue.wgsl
 struct P {
   M: u32, N: u32, K4: u32, acc: u32,
   a_off4: u32, lda4: u32, b_off4: u32, c_off: u32,
@@ -32,12 +33,7 @@ fn store(m: u32, n0: u32, v: vec4<f32>) {
     let n = n0 + j;
     if (n >= p.N) { return; }
     let ci = p.c_off + m * p.ldc + n;
-    var x = v[j];
-    if (p.acc != 0u) { x = x + f32(c[ci]); }
-    if ((p.epi & 1u) != 0u) { x = x + f32(bias[p.bias_off + n]); }
-    if ((p.epi & 2u) != 0u) { x = gelu_tanh(x); }
-    if ((p.epi & 4u) != 0u) { x = x + f32(res[p.r_off + m * p.r_ld + n]); }
-    c[ci] = TC(x);
+    write_out(ci, m, n, v[j]);
   }
 }
 
