@@ -134,18 +134,27 @@ def bench_hf(cfg: GPT2Config, arrays: dict[str, np.ndarray], dtype: str, prompts
         mask = torch.ones_like(x)
         n = decode_tokens
 
-        def gen(k: int) -> float:
-            sync()
-            t0 = time.perf_counter()
-            model.generate(x, attention_mask=mask, max_new_tokens=k, min_new_tokens=k, do_sample=False,
-                           pad_token_id=0)
-            sync()
-            return time.perf_counter() - t0
+        from transformers import LogitsProcessor, LogitsProcessorList
 
-        gen(4)
-        # decode time = generate(1 + n) - generate(1): prefill and first token cancel out
-        dts = [gen(n + 1) - gen(1) for _ in range(repeats)]
-        dt = statistics.median(dts)
+        class StepClock(LogitsProcessor):
+            """Timestamps each generated token (called after every forward, before the choice)."""
+
+            def __init__(self) -> None:
+                self.times: list[float] = []
+
+            def __call__(self, input_ids: Any, scores: Any) -> Any:
+                sync()
+                self.times.append(time.perf_counter())
+                return scores
+
+        def decode_time() -> float:
+            clock = StepClock()
+            model.generate(x, attention_mask=mask, max_new_tokens=n + 1, min_new_tokens=n + 1, do_sample=False,
+                           pad_token_id=0, logits_processor=LogitsProcessorList([clock]))
+            return clock.times[-1] - clock.times[0]  # the n decode steps after the prefill's token
+
+        decode_time()  # warm-up
+        dt = statistics.median(decode_time() for _ in range(repeats))
         if progress:
             progress.update(1)
     res.decode_tokens = n
