@@ -1,0 +1,116 @@
+"""q8_0 quantization: bit-equal to the gguf package's (ggml's reference rounding), the padding
+rule, the byte layout, and the numpy q8_matmul reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize as gguf_dequantize
+from gguf.quants import quantize as gguf_quantize
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from webtensor.errors import ArgumentError, CheckpointError, WebtensorError
+from webtensor.formats import q8_0
+
+Q8 = GGMLQuantizationType.Q8_0
+
+
+@st.composite
+def matrices(draw: st.DrawFn, k_multiple: bool = True) -> np.ndarray:
+    n = draw(st.integers(1, 6))
+    k = draw(st.integers(1, 4)) * 32 if k_multiple else draw(st.integers(1, 100))
+    scale = draw(st.sampled_from([1e-6, 1e-2, 1.0, 3e3]))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((n, k)) * scale).astype(np.float32)
+    if draw(st.booleans()):  # an all-zero block and exact ties (x / d = m + 0.5)
+        w[0, : min(k, 32)] = 0
+        if n > 1 and k >= 32:
+            w[1, :32] = np.float32(scale) * np.array([127] + [i + 0.5 for i in range(-15, 16)], np.float32)
+    return w
+
+
+@settings(max_examples=60, deadline=None)
+@given(matrices())
+def test_bytes_and_values_equal_gguf_package(w: np.ndarray) -> None:
+    ours = q8_0.quantize(w)
+    theirs = gguf_quantize(w, Q8)
+    assert np.array_equal(ours.to_blocks(), theirs)
+    assert np.array_equal(ours.dequantize(), gguf_dequantize(theirs, Q8))
+    back = q8_0.Q8Weight.from_blocks(theirs, w.shape)
+    assert np.array_equal(back.qs, ours.qs) and np.array_equal(back.d.view(np.uint16), ours.d.view(np.uint16))
+
+
+def test_ties_round_half_away_from_zero() -> None:
+    w = np.zeros((1, 32), np.float32)
+    w[0, :5] = [127, 2.5, -2.5, 0.5, -0.49999997]
+    q = q8_0.quantize(w)
+    assert q.d[0, 0] == 1.0
+    assert q.qs[0, :5].tolist() == [127, 3, -3, 1, 0]
+
+
+@settings(max_examples=30, deadline=None)
+@given(matrices(k_multiple=False))
+def test_padding_rule(w: np.ndarray) -> None:
+    n, k = w.shape
+    q = q8_0.quantize(w)
+    assert q.padded_k == q8_0.padded(k) and q.padded_k % 32 == 0 and q.padded_k - k < 32
+    assert np.all(q.qs[:, k:] == 0)
+    wide = np.zeros((n, q.padded_k), np.float32)
+    wide[:, :k] = w
+    assert np.array_equal(q.to_blocks(), gguf_quantize(wide, Q8))  # same as quantizing the zero-padded rows
+    assert q.dequantize().shape == (n, k)
+    # error bound of q8_0: half a step of the block's scale, plus 127 times the float16 rounding
+    # of that scale (relative 2**-11, or 2**-25 absolute where it is subnormal)
+    d = np.repeat(q.d.astype(np.float32), 32, axis=1)[:, :k]
+    assert np.all(np.abs(q.dequantize() - w) <= 0.5 * d + 127 * (d * 2.0**-11 + 2.0**-25))
+
+
+@settings(max_examples=30, deadline=None)
+@given(matrices(k_multiple=False), st.integers(1, 5), st.integers(0, 1000))
+def test_q8_matmul_is_x_times_dequantized_transpose(w: np.ndarray, m: int, seed: int) -> None:
+    q = q8_0.quantize(w)
+    x = np.random.default_rng(seed).standard_normal((m, w.shape[1])).astype(np.float32)
+    want = x.astype(np.float64) @ q.dequantize().astype(np.float64).T
+    got = q8_0.q8_matmul(x, q)
+    assert got.dtype == np.float32 and got.shape == (m, w.shape[0])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max() + 1e-30)
+
+
+def test_q8_matmul_chunks_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((37, 64)).astype(np.float32)
+    x = rng.standard_normal((2, 3, 64)).astype(np.float32)
+    q = q8_0.quantize(w)
+    whole = q8_0.q8_matmul(x, q)
+    monkeypatch.setattr(q8_0, "_MATMUL_CHUNK_BYTES", 64 * 4 * 5)  # 5 rows a slab, a ragged last one
+    chunked = q8_0.q8_matmul(x, q)
+    assert chunked.shape == (2, 3, 37)
+    np.testing.assert_allclose(chunked, whole, rtol=1e-6, atol=1e-6)
+
+
+def test_row_dequantize_is_an_embedding_lookup() -> None:
+    w = np.random.default_rng(2).standard_normal((10, 64)).astype(np.float32)
+    q = q8_0.quantize(w)
+    ids = np.array([3, 0, 3, 9])
+    assert np.array_equal(q.dequantize(ids), q.dequantize()[ids])
+
+
+def test_bad_inputs_are_refused() -> None:
+    with pytest.raises(ArgumentError, match="non-finite"):
+        q8_0.quantize(np.array([[1.0, np.nan]], np.float32))
+    with pytest.raises(ArgumentError, match="overflows"):
+        q8_0.quantize(np.full((1, 32), 1e7, np.float32))
+    with pytest.raises(ArgumentError, match="2-D float"):
+        q8_0.quantize(np.ones(32, np.float32))
+    q = q8_0.quantize(np.ones((2, 32), np.float32))
+    with pytest.raises(ArgumentError, match=r"expected \(\.\.\., 32\)"):
+        q8_0.q8_matmul(np.ones((1, 31), np.float32), q)
+    with pytest.raises(CheckpointError, match="needs 68 bytes"):
+        q8_0.Q8Weight.from_blocks(b"\0" * 67, (2, 32))
+    with pytest.raises(CheckpointError, match="multiple of 32"):
+        q8_0.Q8Weight.from_blocks(b"\0" * 34, (1, 31))
+    with pytest.raises(WebtensorError, match="int8"):
+        q8_0.Q8Weight(np.zeros((1, 32), np.int16), np.zeros((1, 1), np.float16), (1, 32))
