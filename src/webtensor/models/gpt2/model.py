@@ -22,9 +22,12 @@ from ... import dtypes as dt
 from ... import ops
 from ...device import Device
 from ...errors import CheckpointError, ContextLengthError, SamplingError
+from ...formats.gguf_reader import GGUFCheckpoint, find_gguf
+from ...formats.q8_0 import Q8Weight
 from ...tensor import Tensor, tensor
 from .config import GPT2Config
 from .forward import BLOCK_PARAMS, Block, forward
+from .quantized import Int8Reader, is_int8
 from .sampling import SamplingParams, check_max_new_tokens, sample
 from .tokenizer import GPT2Tokenizer
 from .weights import SafetensorsReader, check_checkpoint, expected_shapes, resolve, weight_files
@@ -65,22 +68,37 @@ class GPT2:
         self._lock = threading.Lock()
         self._workspaces: list[Workspace] = []  # free KV caches (+ decode graphs), reused by generate()
         self.use_graph = True  # replay the prebuilt decode step on WebGPU (False: op by op)
+        self.quant: str | None = None  # "q8_0": wte and block matrices are Q8Weight (dtype="int8")
 
     # -- loading --------------------------------------------------------------------------------
     @classmethod
     def from_pretrained(cls, model: str | Path | None = None, device: Device | str | None = None,
                         dtype: Any = "float32", progress: bool | None = None) -> GPT2:
         """Load a Hugging Face GPT-2: a directory, an id in the local HF cache ("gpt2", "gpt2-xl",
-        "openai-community/gpt2"), or None for the small model shipped with webtensor."""
+        "openai-community/gpt2"), or None for the small model shipped with webtensor; or a llama.cpp
+        GGUF file (F32, F16, Q8_0), or a directory holding one .gguf and no safetensors.
+
+        dtype "int8" (or "q8_0"): wte and the block matrices are held as q8_0 `Q8Weight`s (see
+        `quantized.py`; taken as stored from a Q8_0 GGUF, else quantized at load), everything else
+        float32. Otherwise Q8_0 GGUF tensors are dequantized at load."""
         dev = Device.parse(device)
-        dtype = _check_dtype(dt.as_dtype(dtype), dev)
-        d = resolve(model)
-        cfg = GPT2Config.from_file(d / "config.json")
-        tok = GPT2Tokenizer.from_dir(d)
-        reader = SafetensorsReader(weight_files(d))
-        check_checkpoint(reader, cfg, d)
-        params = _upload(reader, cfg, dev, dtype, progress, label=d.name)
-        return cls(cfg, params, dev, dtype, tok, name=str(model) if model else "webtensor-shipped")
+        int8 = is_int8(dtype)
+        dtype = _check_dtype(dt.float32 if int8 else dt.as_dtype(dtype), dev)
+        gguf_file = find_gguf(model)
+        if gguf_file is not None:
+            ck = GGUFCheckpoint(gguf_file)
+            cfg, tok, reader, label = ck.config, ck.tokenizer, ck, gguf_file.name
+        else:
+            d = resolve(model)
+            cfg = GPT2Config.from_file(d / "config.json")
+            tok = GPT2Tokenizer.from_dir(d)
+            reader = SafetensorsReader(weight_files(d))
+            check_checkpoint(reader, cfg, d)
+            label = d.name
+        params = _upload(Int8Reader(reader) if int8 else reader, cfg, dev, dtype, progress, label=label)
+        m = cls(cfg, params, dev, dtype, tok, name=str(model) if model else "webtensor-shipped")
+        m.quant = "q8_0" if int8 else None
+        return m
 
     @classmethod
     def random(cls, cfg: GPT2Config, device: Device | str | None = None, dtype: Any = "float32",
@@ -266,7 +284,12 @@ def _upload(reader: Any, cfg: GPT2Config, dev: Device, dtype: dt.DType, progress
     params: dict[str, Tensor] = {}
     with tqdm(total=total, unit="B", unit_scale=True, desc=f"loading {label}", disable=disable, leave=False) as bar:
         for name in shapes:
-            arr = np.asarray(reader.get(name))
+            value = reader.get(name)
+            if isinstance(value, Q8Weight):  # dtype="int8": handed through as is (numpy, on any device)
+                params[name] = value
+                bar.update(value.nbytes)
+                continue
+            arr = np.asarray(value)
             if not np.issubdtype(arr.dtype, np.floating):
                 raise CheckpointError(f"tensor {name!r} has dtype {arr.dtype}, expected a float type")
             arr = arr.astype(_stored_dtype(name, dtype).name, copy=False)

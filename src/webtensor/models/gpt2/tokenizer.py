@@ -5,7 +5,7 @@ stands in; it gives the same ids. `token_bytes` lets a streamer emit only whole 
 from __future__ import annotations
 
 import codecs
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,41 @@ class GPT2Tokenizer:
                     tok.add_special_tokens(["<|endoftext|>"])
         except Exception as e:
             raise TokenizerError(f"tokenizer files in {d} could not be read: {e}") from e
+        return cls(tok, "tokenizers")
+
+    @classmethod
+    def from_vocab(cls, tokens: Sequence[str], merges: Sequence[tuple[str, str]], special: Iterable[int] = (),
+                   added: Iterable[int] = (), source: str = "vocabulary") -> GPT2Tokenizer:
+        """A byte-level BPE from memory (e.g. a GGUF file's metadata): `tokens` in id order, in
+        byte-level spelling ("Ġthe"), `merges` in rank order; ids in `special` are special added
+        tokens (<|endoftext|>), ids in `added` ordinary added tokens, both matched literally."""
+        vocab = {t: i for i, t in enumerate(tokens)}
+        if len(vocab) != len(tokens):
+            dup = next(t for i, t in enumerate(tokens) if vocab[t] != i)
+            raise TokenizerError(f"{source}: token {dup!r} appears more than once in the vocabulary")
+        special, added = sorted(set(special)), sorted(set(added) - set(special))
+        bad = [i for i in (*special, *added) if not 0 <= i < len(tokens)]
+        if bad:
+            raise TokenizerError(f"{source}: added token id {bad[0]} is outside the vocabulary of {len(tokens)}")
+        try:
+            import tokenizers
+        except ImportError:
+            from .bpe import AddedToken, ByteLevelBPE
+
+            extra = [AddedToken(tokens[i], i, special=True) for i in special]
+            extra += [AddedToken(tokens[i], i, special=False) for i in added]
+            try:
+                return cls(ByteLevelBPE(vocab, merges, extra), "pure-python")
+            except Exception as e:
+                raise TokenizerError(f"{source}: the tokenizer could not be built: {e}") from e
+        try:
+            tok = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=[tuple(m) for m in merges]))
+            tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+            tok.decoder = tokenizers.decoders.ByteLevel()
+            tok.add_special_tokens([tokens[i] for i in special])
+            tok.add_tokens([tokenizers.AddedToken(tokens[i], special=False) for i in added])
+        except Exception as e:
+            raise TokenizerError(f"{source}: the tokenizer could not be built: {e}") from e
         return cls(tok, "tokenizers")
 
     def encode(self, text: str) -> list[int]:
