@@ -176,6 +176,7 @@ class GGUFFile:
             vtype = cur.scalar("I", f"type of {key!r}")
             self.metadata[key], self.value_types[key] = _value(cur, vtype, f"value of {key!r}")
         infos = [self._tensor_info(cur, i) for i in range(n_tensors)]
+        self.header_size = cur.pos  # bytes before the alignment padding and the data section
         align = self.metadata.get("general.alignment", DEFAULT_ALIGNMENT)
         if "general.alignment" in self.metadata and self.value_types["general.alignment"] != (4,):
             raise GGUFFormatError("general.alignment must be a UINT32")

@@ -1,0 +1,125 @@
+"""The pure-Python GGUF reader (for the browser) against the gguf package's GGUFReader, on random
+files written by the gguf package's GGUFWriter: the same metadata (values and types), tensor
+names, types, shapes and bytes; and only GGUFFormatError on truncated or corrupted bytes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from webtensor.formats.gguf_pure import GGUFFile, GGUFFormatError
+
+gguf = pytest.importorskip("gguf")
+VT = gguf.GGUFValueType
+Q = gguf.GGMLQuantizationType
+
+_INT_RANGES = {VT.UINT8: (0, 2**8 - 1), VT.INT8: (-(2**7), 2**7 - 1), VT.UINT16: (0, 2**16 - 1),
+               VT.INT16: (-(2**15), 2**15 - 1), VT.UINT32: (0, 2**32 - 1), VT.INT32: (-(2**31), 2**31 - 1),
+               VT.UINT64: (0, 2**64 - 1), VT.INT64: (-(2**63), 2**63 - 1)}
+_f32 = st.floats(allow_nan=False, width=32)
+_f64 = st.floats(allow_nan=False)
+_text = st.text(max_size=12)
+
+
+def _scalar(vtype: VT) -> st.SearchStrategy:
+    if vtype in _INT_RANGES:
+        return st.integers(*_INT_RANGES[vtype])
+    return {VT.FLOAT32: _f32, VT.FLOAT64: _f64, VT.BOOL: st.booleans(), VT.STRING: _text}[vtype]
+
+
+@st.composite
+def values(draw: st.DrawFn) -> tuple[VT, object, VT | None]:
+    vtype = draw(st.sampled_from([*_INT_RANGES, VT.FLOAT32, VT.FLOAT64, VT.BOOL, VT.STRING, VT.ARRAY]))
+    if vtype != VT.ARRAY:
+        return vtype, draw(_scalar(vtype)), None
+    sub = draw(st.sampled_from([VT.UINT8, VT.INT32, VT.UINT64, VT.FLOAT32, VT.BOOL, VT.STRING]))
+    return vtype, draw(st.lists(_scalar(sub), min_size=1, max_size=6)), sub
+
+
+@st.composite
+def tensors(draw: st.DrawFn) -> tuple[np.ndarray, Q | None]:
+    kind = draw(st.sampled_from(["F32", "F16", "I8", "I32", "Q8_0", "Q4_0"]))
+    lead = draw(st.lists(st.integers(1, 3), max_size=2))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    if kind in ("Q8_0", "Q4_0"):
+        x = rng.standard_normal((*lead, 32 * draw(st.integers(1, 3)))).astype(np.float32)
+        return gguf.quants.quantize(x, Q[kind]), Q[kind]
+    x = rng.standard_normal((*lead, draw(st.integers(1, 9)))) * 50
+    return x.astype({"F32": np.float32, "F16": np.float16, "I8": np.int8, "I32": np.int32}[kind]), None
+
+
+@st.composite
+def gguf_files(draw: st.DrawFn) -> dict:
+    keys = draw(st.lists(st.text("abcdefgh.", min_size=1, max_size=8), max_size=6, unique=True))
+    return {
+        "meta": {k: draw(values()) for k in keys},
+        "tensors": draw(st.lists(tensors(), max_size=4)),
+        "align": draw(st.sampled_from([None, 8, 64])),
+    }
+
+
+def _write(path: Path, spec: dict) -> None:
+    w = gguf.GGUFWriter(str(path), "gpt2")
+    if spec["align"]:
+        w.add_custom_alignment(spec["align"])
+    for k, (vtype, v, sub) in spec["meta"].items():
+        w.add_key_value("x." + k, v, vtype, sub_type=sub)
+    for i, (arr, qtype) in enumerate(spec["tensors"]):
+        w.add_tensor(f"t{i}", arr, raw_shape=arr.shape if qtype else None, raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def _same(path: Path) -> GGUFFile:
+    ref = gguf.GGUFReader(str(path))
+    pure = GGUFFile.from_path(path)
+    fields = {k: f for k, f in ref.fields.items() if not k.startswith("GGUF.")}
+    assert list(pure.metadata) == list(fields)
+    for k, f in fields.items():
+        assert pure.metadata[k] == f.contents(), k
+        assert pure.value_types[k] == tuple(int(t) for t in f.types), k
+    assert list(pure.tensors) == [t.name for t in ref.tensors]
+    assert pure.data_offset == ref.data_offset and pure.alignment == ref.alignment
+    for t in ref.tensors:
+        p = pure.tensors[t.name]
+        assert p.type_name == t.tensor_type.name
+        assert p.shape == tuple(int(s) for s in reversed(t.shape.tolist()))
+        assert p.n_elements == t.n_elements and p.nbytes == t.n_bytes
+        assert bytes(pure.raw(t.name)) == t.data.tobytes()
+    return pure
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(gguf_files())
+def test_pure_reader_equals_gguf_package(tmp_path: Path, spec: dict) -> None:
+    path = tmp_path / "f.gguf"
+    _write(path, spec)
+    pure = _same(path)
+    assert GGUFFile.from_bytes(path.read_bytes()).metadata == pure.metadata
+    pure.close()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(gguf_files(), st.data())
+def test_damaged_bytes_raise_only_format_errors(tmp_path: Path, spec: dict, data: st.DataObject) -> None:
+    path = tmp_path / "f.gguf"
+    _write(path, spec)
+    raw = bytearray(path.read_bytes())
+    f = GGUFFile.from_bytes(bytes(raw))
+    needed = max([f.header_size, *(t.offset + t.nbytes for t in f.tensors.values())])  # then padding only
+    cut = data.draw(st.integers(0, needed - 1))
+    with pytest.raises(GGUFFormatError):
+        GGUFFile.from_bytes(bytes(raw[:cut]))
+    # a flipped byte may still parse (a value changed) but must never escape as another exception
+    i = data.draw(st.integers(0, len(raw) - 1))
+    raw[i] ^= data.draw(st.integers(1, 255))
+    try:
+        GGUFFile.from_bytes(bytes(raw))
+    except GGUFFormatError:
+        pass
