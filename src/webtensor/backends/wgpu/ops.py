@@ -336,6 +336,9 @@ def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor,
               and all(pt[4] % 4 == 0 and pt[6] == K for pt in parts))
     gemv = M <= GEMV_MAX_ROWS and vec_ok
     regs = not gemv and vec_ok and ctx.info.is_software and not GPU_STYLE_ON_SOFTWARE
+    if not gemv and not regs and engine_fits(ctx, a, lda, parts):
+        _matmul_engine(ctx, a, lda, M, b.dtype, parts, out, epi)
+        return
     if gemv:
         k, rows_per_wg = gemv_kernel(ctx, a.dtype, b.dtype, out.dtype, epi.bias.dtype, K)
     elif regs:  # CPU-backed adapters: no workgroup memory, no barriers
@@ -361,6 +364,65 @@ def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor,
             ctx.dispatch(k, (M, nn, kn, acc, a._offset + k0, lda, b_off, ldb_k, ldb_n, n0, N, 0, 0, 0,
                              bits, epi.bias._offset + n0, epi.res._offset + n0, epi.r_ld),
                          bufs, (math.ceil(nn / 64), math.ceil(M / 64), 1))
+
+
+# -- matmul engine: matmul_engine.wgsl, the register-tiled kernel for GPUs ------------------------
+ENGINE = True  # False: GPUs use matmul.wgsl for M > GEMV_MAX_ROWS (the benchmark compares both)
+ENGINE_F16_CHUNKED = True  # float16: packed f16 FMAs summed into f32 every BK step; False: f32 FMAs
+ENGINE_WAVE = 264  # a larger tile is taken only when its grid has this many workgroups (H200: 2 x 132 SMs)
+_Part = tuple[int, int, int, int, int, int, int, Any]  # (k0, kn, n0, nn, b_off, ldb_k, ldb_n, buffer)
+
+
+def engine_tile(M: int, N: int) -> tuple[int, int]:
+    """(MT, NT): the workgroup tile is (64 MT) x (64 NT); the largest whose grid fills the GPU."""
+    for mt, nt in ((2, 2), (1, 2)):
+        if math.ceil(M / (64 * mt)) * math.ceil(N / (64 * nt)) >= ENGINE_WAVE:
+            return mt, nt
+    return 1, 1
+
+
+def engine_fits(ctx: WgpuContext, a: Tensor, lda: int, parts: list[_Part]) -> bool:
+    """Whether matmul_engine.wgsl can run this product: a GPU (or tests asking for GPU kernels on a
+    CPU adapter), vec4-aligned rows and offsets, and B with a unit stride along K or along N."""
+    if not ENGINE or (ctx.info.is_software and not GPU_STYLE_ON_SOFTWARE):
+        return False
+    if lda % 4 or any((a._offset + pt[0]) % 4 for pt in parts):
+        return False
+    for _, _, _, _, b_off, ldb_k, ldb_n, _ in parts:
+        ldb = ldb_n if ldb_k == 1 else ldb_k if ldb_n == 1 else 1
+        if (ldb_k != 1 and ldb_n != 1) or ldb % 4 or b_off % 4:
+            return False
+    return True
+
+
+def engine_kernel(ctx: WgpuContext, a_dtype: dt.DType, b_dtype: dt.DType, c_dtype: dt.DType,
+                  bias_dtype: dt.DType, kmajor: bool, tile: tuple[int, int]) -> Any:
+    """The matmul_engine variant: float16 operands get f16 workgroup tiles and BK = 16 (16 KiB of
+    workgroup memory either way), and packed f16 FMAs when ENGINE_F16_CHUNKED."""
+    f16 = a_dtype is dt.float16 and b_dtype is dt.float16
+    chunked = f16 and ENGINE_F16_CHUNKED
+    defs = {"TA": a_dtype.wgsl, "TB": b_dtype.wgsl, "TC": c_dtype.wgsl, "TBIAS": bias_dtype.wgsl,
+            "TS": "f16" if f16 else "f32", "CT": "f16" if chunked else "f32", "MT": f"{tile[0]}u",
+            "NT": f"{tile[1]}u", "BK": "16u" if f16 else "8u", "B_KMAJOR": "true" if kmajor else "false",
+            "CHUNKED": "true" if chunked else "false"}
+    return ctx.kernel("matmul_engine", 5, defs)
+
+
+def _matmul_engine(ctx: WgpuContext, a: Tensor, lda: int, M: int, b_dtype: dt.DType, parts: list[_Part],
+                   out: Tensor, epi: _Epilogue) -> None:
+    """out (M, N) = epilogue(a @ b): a's rows `lda` apart, b given as `parts` (see _matmul_2d), one
+    dispatch per part."""
+    N = out.shape[-1]
+    for i, (k0, kn, n0, nn, b_off, ldb_k, ldb_n, buf) in enumerate(parts):
+        kmajor = ldb_k == 1
+        tile = engine_tile(M, nn)
+        k = engine_kernel(ctx, a.dtype, b_dtype, out.dtype, epi.bias.dtype, kmajor, tile)
+        last = i == len(parts) - 1 or n0 > 0 or parts[-1][2] > 0  # K-chunks: epilogue on the last only
+        ctx.dispatch(k, (M, nn, kn, 1 if k0 > 0 else 0, (a._offset + k0) // 4, lda // 4, b_off // 4,
+                         (ldb_n if kmajor else ldb_k) // 4, n0, N, epi.bits if last else 0,
+                         epi.bias._offset + n0, epi.res._offset + n0, epi.r_ld),
+                     [a._storage.buffer, buf, out._storage.buffer, epi.bias._storage.buffer, epi.res._storage.buffer],
+                     (math.ceil(nn / (64 * tile[1])), math.ceil(M / (64 * tile[0])), 1))
 
 
 # -- attention and embedding --------------------------------------------------------------------
