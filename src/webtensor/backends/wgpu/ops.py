@@ -438,6 +438,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Te
     if T == 0 or H == 0:
         return out
     vec = [q._offset, *q._strides[:2], k._offset, *k._strides[:2], v._offset, *v._strides[:2]]
+    if T >= FLASH_MIN_QUERIES and prefill_fits(ctx, q, k, v, vec):
+        _attention_prefill(ctx, q, k, v, out, causal, scale)
+        return out
     if (T >= FLASH_MIN_QUERIES and D % 4 == 0 and D <= 64 and all(x % 4 == 0 for x in vec)
             and q.dtype is k.dtype is v.dtype is dt.float32):
         kern = ctx.kernel("attention_flash", 4, {"D4": f"{D // 4}u"})
@@ -456,6 +459,45 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Te
                         H * D, D),
                  [q._storage.buffer, k._storage.buffer, v._storage.buffer, out._storage.buffer], (T, H, 1))
     return out
+
+
+# -- prefill attention: attention_prefill.wgsl, the flash-style kernel for GPUs -----------------
+PREFILL = True  # False: GPUs use attention_flash.wgsl / attention.wgsl for T > 1
+
+
+def prefill_fits(ctx: WgpuContext, q: Tensor, k: Tensor, v: Tensor, offsets: list[int]) -> bool:
+    """Whether attention_prefill.wgsl runs this: a GPU (or tests asking for GPU kernels on a CPU
+    adapter), one dtype, head dim a multiple of 16 up to 128, vec4-aligned offsets and strides."""
+    if not PREFILL or (ctx.info.is_software and not GPU_STYLE_ON_SOFTWARE):
+        return False
+    D = q.shape[2]
+    return (D % 16 == 0 and D <= 128 and q.dtype is k.dtype is v.dtype and all(x % 4 == 0 for x in offsets)
+            and prefill_keys_per_tile(ctx, D, q.dtype) > 0)
+
+
+def prefill_keys_per_tile(ctx: WgpuContext, D: int, dtype: dt.DType) -> int:
+    """BKV: the most keys a tile (32, 16, 8 or 4) whose workgroup memory fits the device's limit
+    (K and V tiles plus 64 x (BKV + 1) vec4 partial scores); 0 if none does."""
+    limit = int(ctx.api.limits.get("max-compute-workgroup-storage-size", 16384))
+    tile_item = 2 if dtype is dt.float16 else 4
+    for bkv in (32, 16, 8, 4):
+        if 2 * bkv * D * tile_item + 64 * (bkv + 1) * 16 <= limit:
+            return bkv
+    return 0
+
+
+def _attention_prefill(ctx: WgpuContext, q: Tensor, k: Tensor, v: Tensor, out: Tensor, causal: bool,
+                       scale: float) -> None:
+    T, H, D = q.shape
+    S = k.shape[0]
+    ts = "f16" if q.dtype is dt.float16 else "f32"
+    kern = ctx.kernel("attention_prefill", 4, {"TQ": q.dtype.wgsl, "TO": out.dtype.wgsl, "TS": ts,
+                                               "D4": f"{D // 4}u", "DT": f"{D // 16}u",
+                                               "BKV": f"{prefill_keys_per_tile(ctx, D, q.dtype)}u"})
+    vec = [x // 4 for x in (q._offset, *q._strides[:2], k._offset, *k._strides[:2], v._offset, *v._strides[:2])]
+    ctx.dispatch(kern, (T, S, 1 if causal else 0, float(scale), *vec, out._offset // 4, H * D // 4, D // 4),
+                 [q._storage.buffer, k._storage.buffer, v._storage.buffer, out._storage.buffer],
+                 (math.ceil(T / 64), H, 1))
 
 
 def embedding(table: Tensor, ids: Tensor) -> Tensor:
