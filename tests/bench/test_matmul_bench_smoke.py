@@ -9,9 +9,11 @@ from webtensor.bench import matmul_bench
 
 
 def test_variants_run_the_kernels_they_name(gpu):
-    report = matmul_bench.measure([9], [(64, 72)], ["float32"], ["engine", "tiled64", "gemv"], reps=1, device=gpu)
+    variants = ["engine", "engine-128x128", "tiled64", "gemv"]
+    report = matmul_bench.measure([9], [(64, 72)], ["float32"], variants, reps=1, device=gpu)
     kernels = {r["variant"]: r["kernel"] for r in report["rows"]}
-    assert kernels == {"engine": "matmul_engine", "tiled64": "matmul", "gemv": "gemv"}
+    assert kernels == {"engine": "matmul_engine", "engine-128x128": "matmul_engine", "tiled64": "matmul",
+                       "gemv": "gemv"}
     assert all(r["us"] > 0 and r["gflops"] > 0 and (r["M"], r["K"], r["N"]) == (9, 64, 72) for r in report["rows"])
 
 

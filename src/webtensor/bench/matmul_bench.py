@@ -10,6 +10,8 @@ through the switches in `backends.wgpu.ops`:
 - `default`:       what ops picks on this adapter today
 - `engine`:        matmul_engine.wgsl (register-tiled, double-buffered; float16: packed f16 FMAs)
 - `engine-f32fma`: matmul_engine.wgsl for float16 with f32 FMAs (f16 tiles, f32 arithmetic)
+- `engine-RxC`:    matmul_engine.wgsl with the workgroup tile forced to R x C (64x64, 64x128,
+                   128x64, 128x128) instead of `engine_tile`'s choice (for tuning ENGINE_WAVE)
 - `tiled64`:       matmul.wgsl (64x64 tiles, 4x4 a thread), the GPU kernel before the engine
 - `regs`:          matmul_regs.wgsl (no workgroup memory), CPU adapters only
 - `gemv`:          gemv.wgsl for every row (M <= 64 only)
@@ -32,12 +34,15 @@ from typing import Any
 
 SHAPES = [(768, 2304), (768, 3072), (3072, 768), (768, 50257)]
 MS = [1, 16, 128, 512, 1023, 4096]
-VARIANTS = ["default", "engine", "engine-f32fma", "tiled64", "regs", "gemv"]
+TILES = {"64x64": (1, 1), "64x128": (1, 2), "128x64": (2, 1), "128x128": (2, 2)}
+VARIANTS = ["default", "engine", "engine-f32fma", *(f"engine-{t}" for t in TILES), "tiled64", "regs", "gemv"]
 # ops switches per variant (unlisted ones keep their values)
 _SWITCHES: dict[str, dict[str, Any]] = {
     "default": {},
     "engine": {"ENGINE": True, "GPU_STYLE_ON_SOFTWARE": True, "GEMV_MAX_ROWS": 0},
     "engine-f32fma": {"ENGINE": True, "GPU_STYLE_ON_SOFTWARE": True, "GEMV_MAX_ROWS": 0, "ENGINE_F16_CHUNKED": False},
+    **{f"engine-{name}": {"ENGINE": True, "GPU_STYLE_ON_SOFTWARE": True, "GEMV_MAX_ROWS": 0,
+                          "engine_tile": lambda m, n, t=tile: t} for name, tile in TILES.items()},
     "tiled64": {"ENGINE": False, "GPU_STYLE_ON_SOFTWARE": True, "GEMV_MAX_ROWS": 0},
     "regs": {"GEMV_MAX_ROWS": 0, "GPU_STYLE_ON_SOFTWARE": False},
     "gemv": {"GEMV_MAX_ROWS": 1 << 30},
