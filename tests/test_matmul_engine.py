@@ -1,7 +1,7 @@
 """Parity of the GPU prefill kernels against float64 numpy: matmul_engine.wgsl (every workgroup
 tile, k-major and n-major B, the fused epilogue, row-chunked weights; float32, float16 with packed
 f16 FMAs and with f32 FMAs) and attention_prefill.wgsl (float32 / float16, head dims 16..128,
-causal or not, T from 1 to 300). On CPU adapters (lavapipe) the tests ask for the GPU kernel
+causal or not, T from 1 to 300, with and without subgroups). On CPU adapters (lavapipe) the tests ask for the GPU kernel
 variants explicitly; each test checks that the kernel under test really ran.
 
 Bounds: float32, norm-wise relative error <= 1e-5. float16 matmul, element-wise:
@@ -172,14 +172,19 @@ def attention_ref(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> 
     return np.einsum("hts,shd->thd", e / e.sum(-1, keepdims=True), v.astype(np.float64))
 
 
+@pytest.mark.parametrize("subgroups", [True, False])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-@settings(SETTINGS, max_examples=8)
+@settings(SETTINGS, max_examples=4)
 @given(seed=st.integers(0, 2**31), T=st.integers(1, 300), extra=st.integers(0, 9), H=st.integers(1, 2),
        D=st.sampled_from([16, 64, 80, 128]), causal=st.booleans())
-def test_attention_prefill(gpu, calls, dtype, seed, T, extra, H, D, causal):
-    """q from the fused qkv layout (T, 3, H, D), k and v the first S rows of a (S + 3, H, D) cache."""
+def test_attention_prefill(gpu, calls, monkeypatch, subgroups, dtype, seed, T, extra, H, D, causal):
+    """q from the fused qkv layout (T, 3, H, D), k and v the first S rows of a (S + 3, H, D) cache;
+    partial scores summed by subgroup shuffles or through workgroup memory."""
     if dtype == "float16" and not gpu.ctx.has_f16:
         pytest.skip("this adapter has no shader-f16")
+    if subgroups and not gpu.ctx.has_subgroups:
+        pytest.skip("this adapter has no subgroups")
+    monkeypatch.setattr(gops, "PREFILL_SUBGROUPS", subgroups)
     S = T + extra
     rng = np.random.default_rng(seed)
     qkv = rng.standard_normal((T, 3, H, D)).astype(dtype)

@@ -475,13 +475,22 @@ def prefill_fits(ctx: WgpuContext, q: Tensor, k: Tensor, v: Tensor, offsets: lis
             and prefill_keys_per_tile(ctx, D, q.dtype) > 0)
 
 
+PREFILL_SUBGROUPS = True  # False: the partial scores go through workgroup memory even with subgroups
+
+
+def prefill_subgroups(ctx: WgpuContext) -> bool:
+    """Whether attention_prefill sums partial scores with subgroup shuffles (needs the feature)."""
+    return PREFILL_SUBGROUPS and ctx.has_subgroups
+
+
 def prefill_keys_per_tile(ctx: WgpuContext, D: int, dtype: dt.DType) -> int:
     """BKV: the most keys a tile (32, 16, 8 or 4) whose workgroup memory fits the device's limit
-    (K and V tiles plus 64 x (BKV + 1) vec4 partial scores); 0 if none does."""
+    (K and V tiles, plus 64 x (BKV + 1) vec4 partial scores without subgroups); 0 if none does."""
     limit = int(ctx.api.limits.get("max-compute-workgroup-storage-size", 16384))
     tile_item = 2 if dtype is dt.float16 else 4
+    sg = prefill_subgroups(ctx)
     for bkv in (32, 16, 8, 4):
-        if 2 * bkv * D * tile_item + 64 * (bkv + 1) * 16 <= limit:
+        if 2 * bkv * D * tile_item + (16 if sg else 64 * (bkv + 1) * 16) <= limit:
             return bkv
     return 0
 
@@ -493,7 +502,8 @@ def _attention_prefill(ctx: WgpuContext, q: Tensor, k: Tensor, v: Tensor, out: T
     ts = "f16" if q.dtype is dt.float16 else "f32"
     kern = ctx.kernel("attention_prefill", 4, {"TQ": q.dtype.wgsl, "TO": out.dtype.wgsl, "TS": ts,
                                                "D4": f"{D // 4}u", "DT": f"{D // 16}u",
-                                               "BKV": f"{prefill_keys_per_tile(ctx, D, q.dtype)}u"})
+                                               "BKV": f"{prefill_keys_per_tile(ctx, D, q.dtype)}u",
+                                               "SG": "true" if prefill_subgroups(ctx) else "false"})
     vec = [x // 4 for x in (q._offset, *q._strides[:2], k._offset, *k._strides[:2], v._offset, *v._strides[:2])]
     ctx.dispatch(kern, (T, S, 1 if causal else 0, float(scale), *vec, out._offset // 4, H * D // 4, D // 4),
                  [q._storage.buffer, k._storage.buffer, v._storage.buffer, out._storage.buffer],

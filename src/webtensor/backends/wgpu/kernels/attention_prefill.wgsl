@@ -5,11 +5,13 @@
 // each thread writes its partial dot products with the tile's keys to `sp`, a barrier later every
 // thread of the query sums the 4 partials into the full scores, and the online softmax (running
 // max m and sum l, rescaled once per tile) folds the tile's values into the output slice.
+// With const SG (devices with subgroups), the 4 partials are summed by two subgroup shuffles
+// instead, key by key, and `sp` with its barrier goes (the 4 threads of a query are adjacent lanes).
 // Causal: query t sees keys j <= t + (S - T). q, k, v: (T or S, H, D) views with row / head
 // strides and unit stride along D (column slices of the fused qkv, rows of a KV cache); output
 // (T, H, D) with its own strides. Offsets and strides in vec4 units (D % 16 == 0, D <= 128).
 // Header: alias TQ (q, k, v), TO (output), TS (workgroup tile: f16 for float16 inputs); const D4
-// (D / 4), DT (D4 / 4), BKV (keys a tile).
+// (D / 4), DT (D4 / 4), BKV (keys a tile), SG.
 struct P {
   T: u32, S: u32, causal: u32, scale: f32,
   q_off: u32, q_ts: u32, q_hs: u32, k_off: u32,
@@ -25,7 +27,15 @@ struct P {
 const SPQ = BKV + 1u;  // sp's row stride per query (padded against bank conflicts)
 var<workgroup> ks: array<vec4<TS>, BKV * D4>;  // [key][d / 4]
 var<workgroup> vs: array<vec4<TS>, BKV * D4>;
-var<workgroup> sp: array<vec4<f32>, 64u * SPQ>;  // [query][key]: the 4 slices' partial scores
+const SP_LEN = select(64u * SPQ, 1u, SG);
+var<workgroup> sp: array<vec4<f32>, SP_LEN>;  // [query][key]: the 4 slices' partial scores (not with SG)
+
+// the partial dot product of this thread's q slice with key jj of the tile
+fn partial_score(qr: ptr<function, array<vec4<f32>, DT>>, jj: u32, d0: u32) -> f32 {
+  var s = 0.0;
+  for (var d = 0u; d < DT; d = d + 1u) { s = s + dot((*qr)[d], vec4<f32>(ks[jj * D4 + d0 + d])); }
+  return s;
+}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
@@ -59,14 +69,30 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
       }
     }
     workgroupBarrier();
-    for (var jj = 0u; jj < BKV; jj = jj + 1u) {
-      var s = 0.0;
-      for (var d = 0u; d < DT; d = d + 1u) { s = s + dot(qr[d], vec4<f32>(ks[jj * D4 + d0 + d])); }
-      sp[qi * SPQ + jj][g] = s;
-    }
-    workgroupBarrier();
     var jn = 0u;  // keys of this tile the query sees
     if (my_end > j0) { jn = min(BKV, my_end - j0); }
+    if (SG) {
+      for (var jj = 0u; jj < BKV; jj = jj + 1u) {  // (uniform: every lane shuffles)
+        var s = partial_score(&qr, jj, d0);
+        s = s + subgroupShuffleXor(s, 1u);
+        s = s + subgroupShuffleXor(s, 2u);
+        if (jj < jn) {
+          if (s > m) {
+            let corr = exp(m - s);
+            l = l * corr;
+            for (var d = 0u; d < DT; d = d + 1u) { acc[d] = acc[d] * corr; }
+            m = s;
+          }
+          let pj = exp(s - m);
+          l = l + pj;
+          for (var d = 0u; d < DT; d = d + 1u) { acc[d] = acc[d] + pj * vec4<f32>(vs[jj * D4 + d0 + d]); }
+        }
+      }
+      workgroupBarrier();
+      continue;
+    }
+    for (var jj = 0u; jj < BKV; jj = jj + 1u) { sp[qi * SPQ + jj][g] = partial_score(&qr, jj, d0); }
+    workgroupBarrier();
     var tmax = m;
     for (var jj = 0u; jj < jn; jj = jj + 1u) { tmax = max(tmax, dot(sp[qi * SPQ + jj], vec4<f32>(1.0))); }
     if (jn > 0u) {
