@@ -336,6 +336,9 @@ def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor,
               and all(pt[4] % 4 == 0 and pt[6] == K for pt in parts))
     gemv = M <= GEMV_MAX_ROWS and vec_ok
     regs = not gemv and vec_ok and ctx.info.is_software and not GPU_STYLE_ON_SOFTWARE
+    if not gemv and not regs and engine_fits(ctx, a, lda, parts):
+        _matmul_engine(ctx, a, lda, M, b.dtype, parts, out, epi)
+        return
     if gemv:
         k, rows_per_wg = gemv_kernel(ctx, a.dtype, b.dtype, out.dtype, epi.bias.dtype, K)
     elif regs:  # CPU-backed adapters: no workgroup memory, no barriers
@@ -363,6 +366,65 @@ def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor,
                          bufs, (math.ceil(nn / 64), math.ceil(M / 64), 1))
 
 
+# -- matmul engine: matmul_engine.wgsl, the register-tiled kernel for GPUs ------------------------
+ENGINE = True  # False: GPUs use matmul.wgsl for M > GEMV_MAX_ROWS (the benchmark compares both)
+ENGINE_F16_CHUNKED = True  # float16: packed f16 FMAs summed into f32 every BK step; False: f32 FMAs
+ENGINE_WAVE = 264  # a larger tile is taken only when its grid has this many workgroups (H200: 2 x 132 SMs)
+_Part = tuple[int, int, int, int, int, int, int, Any]  # (k0, kn, n0, nn, b_off, ldb_k, ldb_n, buffer)
+
+
+def engine_tile(M: int, N: int) -> tuple[int, int]:
+    """(MT, NT): the workgroup tile is (64 MT) x (64 NT); the largest whose grid fills the GPU."""
+    for mt, nt in ((2, 2), (1, 2)):
+        if math.ceil(M / (64 * mt)) * math.ceil(N / (64 * nt)) >= ENGINE_WAVE:
+            return mt, nt
+    return 1, 1
+
+
+def engine_fits(ctx: WgpuContext, a: Tensor, lda: int, parts: list[_Part]) -> bool:
+    """Whether matmul_engine.wgsl can run this product: a GPU (or tests asking for GPU kernels on a
+    CPU adapter), vec4-aligned rows and offsets, and B with a unit stride along K or along N."""
+    if not ENGINE or (ctx.info.is_software and not GPU_STYLE_ON_SOFTWARE):
+        return False
+    if lda % 4 or any((a._offset + pt[0]) % 4 for pt in parts):
+        return False
+    for _, _, _, _, b_off, ldb_k, ldb_n, _ in parts:
+        ldb = ldb_n if ldb_k == 1 else ldb_k if ldb_n == 1 else 1
+        if (ldb_k != 1 and ldb_n != 1) or ldb % 4 or b_off % 4:
+            return False
+    return True
+
+
+def engine_kernel(ctx: WgpuContext, a_dtype: dt.DType, b_dtype: dt.DType, c_dtype: dt.DType,
+                  bias_dtype: dt.DType, kmajor: bool, tile: tuple[int, int]) -> Any:
+    """The matmul_engine variant: float16 operands get f16 workgroup tiles and BK = 16 (16 KiB of
+    workgroup memory either way), and packed f16 FMAs when ENGINE_F16_CHUNKED."""
+    f16 = a_dtype is dt.float16 and b_dtype is dt.float16
+    chunked = f16 and ENGINE_F16_CHUNKED
+    defs = {"TA": a_dtype.wgsl, "TB": b_dtype.wgsl, "TC": c_dtype.wgsl, "TBIAS": bias_dtype.wgsl,
+            "TS": "f16" if f16 else "f32", "CT": "f16" if chunked else "f32", "MT": f"{tile[0]}u",
+            "NT": f"{tile[1]}u", "BK": "16u" if f16 else "8u", "B_KMAJOR": "true" if kmajor else "false",
+            "CHUNKED": "true" if chunked else "false"}
+    return ctx.kernel("matmul_engine", 5, defs)
+
+
+def _matmul_engine(ctx: WgpuContext, a: Tensor, lda: int, M: int, b_dtype: dt.DType, parts: list[_Part],
+                   out: Tensor, epi: _Epilogue) -> None:
+    """out (M, N) = epilogue(a @ b): a's rows `lda` apart, b given as `parts` (see _matmul_2d), one
+    dispatch per part."""
+    N = out.shape[-1]
+    for i, (k0, kn, n0, nn, b_off, ldb_k, ldb_n, buf) in enumerate(parts):
+        kmajor = ldb_k == 1
+        tile = engine_tile(M, nn)
+        k = engine_kernel(ctx, a.dtype, b_dtype, out.dtype, epi.bias.dtype, kmajor, tile)
+        last = i == len(parts) - 1 or n0 > 0 or parts[-1][2] > 0  # K-chunks: epilogue on the last only
+        ctx.dispatch(k, (M, nn, kn, 1 if k0 > 0 else 0, (a._offset + k0) // 4, lda // 4, b_off // 4,
+                         (ldb_n if kmajor else ldb_k) // 4, n0, N, epi.bits if last else 0,
+                         epi.bias._offset + n0, epi.res._offset + n0, epi.r_ld),
+                     [a._storage.buffer, buf, out._storage.buffer, epi.bias._storage.buffer, epi.res._storage.buffer],
+                     (math.ceil(nn / (64 * tile[1])), math.ceil(M / (64 * tile[0])), 1))
+
+
 # -- attention and embedding --------------------------------------------------------------------
 def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Tensor:
     """q: (T, H, D), k, v: (S, H, D) -> (T, H, D)."""
@@ -376,6 +438,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Te
     if T == 0 or H == 0:
         return out
     vec = [q._offset, *q._strides[:2], k._offset, *k._strides[:2], v._offset, *v._strides[:2]]
+    if T >= FLASH_MIN_QUERIES and prefill_fits(ctx, q, k, v, vec):
+        _attention_prefill(ctx, q, k, v, out, causal, scale)
+        return out
     if (T >= FLASH_MIN_QUERIES and D % 4 == 0 and D <= 64 and all(x % 4 == 0 for x in vec)
             and q.dtype is k.dtype is v.dtype is dt.float32):
         kern = ctx.kernel("attention_flash", 4, {"D4": f"{D // 4}u"})
@@ -394,6 +459,55 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Te
                         H * D, D),
                  [q._storage.buffer, k._storage.buffer, v._storage.buffer, out._storage.buffer], (T, H, 1))
     return out
+
+
+# -- prefill attention: attention_prefill.wgsl, the flash-style kernel for GPUs -----------------
+PREFILL = True  # False: GPUs use attention_flash.wgsl / attention.wgsl for T > 1
+
+
+def prefill_fits(ctx: WgpuContext, q: Tensor, k: Tensor, v: Tensor, offsets: list[int]) -> bool:
+    """Whether attention_prefill.wgsl runs this: a GPU (or tests asking for GPU kernels on a CPU
+    adapter), one dtype, head dim a multiple of 16 up to 128, vec4-aligned offsets and strides."""
+    if not PREFILL or (ctx.info.is_software and not GPU_STYLE_ON_SOFTWARE):
+        return False
+    D = q.shape[2]
+    return (D % 16 == 0 and D <= 128 and q.dtype is k.dtype is v.dtype and all(x % 4 == 0 for x in offsets)
+            and prefill_keys_per_tile(ctx, D, q.dtype) > 0)
+
+
+PREFILL_SUBGROUPS = True  # False: the partial scores go through workgroup memory even with subgroups
+
+
+def prefill_subgroups(ctx: WgpuContext) -> bool:
+    """Whether attention_prefill sums partial scores with subgroup shuffles (needs the feature)."""
+    return PREFILL_SUBGROUPS and ctx.has_subgroups
+
+
+def prefill_keys_per_tile(ctx: WgpuContext, D: int, dtype: dt.DType) -> int:
+    """BKV: the most keys a tile (32, 16, 8 or 4) whose workgroup memory fits the device's limit
+    (K and V tiles, plus 64 x (BKV + 1) vec4 partial scores without subgroups); 0 if none does."""
+    limit = int(ctx.api.limits.get("max-compute-workgroup-storage-size", 16384))
+    tile_item = 2 if dtype is dt.float16 else 4
+    sg = prefill_subgroups(ctx)
+    for bkv in (32, 16, 8, 4):
+        if 2 * bkv * D * tile_item + (16 if sg else 64 * (bkv + 1) * 16) <= limit:
+            return bkv
+    return 0
+
+
+def _attention_prefill(ctx: WgpuContext, q: Tensor, k: Tensor, v: Tensor, out: Tensor, causal: bool,
+                       scale: float) -> None:
+    T, H, D = q.shape
+    S = k.shape[0]
+    ts = "f16" if q.dtype is dt.float16 else "f32"
+    kern = ctx.kernel("attention_prefill", 4, {"TQ": q.dtype.wgsl, "TO": out.dtype.wgsl, "TS": ts,
+                                               "D4": f"{D // 4}u", "DT": f"{D // 16}u",
+                                               "BKV": f"{prefill_keys_per_tile(ctx, D, q.dtype)}u",
+                                               "SG": "true" if prefill_subgroups(ctx) else "false"})
+    vec = [x // 4 for x in (q._offset, *q._strides[:2], k._offset, *k._strides[:2], v._offset, *v._strides[:2])]
+    ctx.dispatch(kern, (T, S, 1 if causal else 0, float(scale), *vec, out._offset // 4, H * D // 4, D // 4),
+                 [q._storage.buffer, k._storage.buffer, v._storage.buffer, out._storage.buffer],
+                 (math.ceil(T / 64), H, 1))
 
 
 def embedding(table: Tensor, ids: Tensor) -> Tensor:

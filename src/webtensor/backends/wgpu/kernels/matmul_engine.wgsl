@@ -1,0 +1,242 @@
+// Register-tiled SIMT matmul for GPUs (prefill, batches): C[M, N] = A[M, K] @ B[K, N] + epilogue.
+// A workgroup of 256 threads (16 x 16) computes a (64 MT) x (64 NT) tile of C; each thread holds a
+// (4 MT) x (4 NT) block of outputs in named vec4 registers (no indexed private arrays). K advances
+// in steps of BK through double-buffered workgroup tiles of A and B: the next step's vec4 global
+// loads are issued into registers before the current step's FMAs, stored into the other buffer
+// after them, and one barrier a step separates the two (at most 16 KiB of workgroup memory).
+// A is read through (row stride lda, unit K stride); B either k-major (B_KMAJOR: W stored (N, K),
+// row stride ldb, the layout WebGPU keeps weights in) or n-major (stored (K, N), row stride ldb).
+// Loads are vec4 along the unit-stride dim: rows and offsets must be 4-aligned (in elements); the
+// dims themselves are arbitrary (tails masked by bounds checks). Offsets and strides are in vec4s.
+// Arithmetic: products in CT (f32, or f16 for packed `vec4<f16>` FMAs). With CHUNKED, the CT
+// accumulators cover one BK step only and are then added into f32 accumulators, which bounds the
+// f16 accumulation error to sums of BK terms. Epilogue: + bias, GELU, + residual (epilogue.wgsl).
+// Header: alias TA, TB, TC, TBIAS, TS (workgroup tile type), CT; const MT, NT (1 or 2), BK (8 or
+// 16), B_KMAJOR, CHUNKED.
+// #include epilogue.wgsl
+struct P {
+  M: u32, N: u32, K: u32, acc: u32,
+  a_off4: u32, lda4: u32, b_off4: u32, ldb4: u32,
+  c_off: u32, ldc: u32, epi: u32, bias_off: u32,
+  r_off: u32, r_ld: u32,
+}
+@group(0) @binding(0) var<uniform> p: P;
+@group(0) @binding(1) var<storage, read_write> a: array<vec4<TA>>;
+@group(0) @binding(2) var<storage, read_write> b: array<vec4<TB>>;
+@group(0) @binding(3) var<storage, read_write> c: array<TC>;
+@group(0) @binding(4) var<storage, read_write> bias: array<TBIAS>;
+@group(0) @binding(5) var<storage, read_write> res: array<TC>;
+
+const MV = 16u * MT;            // the A tile's rows / 4 (vec4s along M in workgroup memory)
+const NV = 16u * NT;            // the B tile's columns / 4
+const KQ = BK / 4u;             // vec4s along K per tile row
+const A_VEC = 4u * MV * KQ;     // vec4 global loads per A tile
+const B_VEC = 4u * NV * KQ;
+// workgroup tiles, [buffer][k][m / 4] and [buffer][k][n / 4]
+var<workgroup> As: array<vec4<TS>, 2u * BK * MV>;
+var<workgroup> Bs: array<vec4<TS>, 2u * BK * NV>;
+
+// this thread's prefetch registers (at most two vec4 loads per operand per step)
+var<private> pa0: vec4<TS>; var<private> pa1: vec4<TS>;
+var<private> pb0: vec4<TS>; var<private> pb1: vec4<TS>;
+// accumulators: row r of the thread's block (0..3: from a0, 4..7: from a1), column half h
+var<private> c00: vec4<CT>; var<private> c01: vec4<CT>; var<private> c10: vec4<CT>; var<private> c11: vec4<CT>;
+var<private> c20: vec4<CT>; var<private> c21: vec4<CT>; var<private> c30: vec4<CT>; var<private> c31: vec4<CT>;
+var<private> c40: vec4<CT>; var<private> c41: vec4<CT>; var<private> c50: vec4<CT>; var<private> c51: vec4<CT>;
+var<private> c60: vec4<CT>; var<private> c61: vec4<CT>; var<private> c70: vec4<CT>; var<private> c71: vec4<CT>;
+// f32 totals of the CT accumulators (CHUNKED only)
+var<private> o00: vec4<f32>; var<private> o01: vec4<f32>; var<private> o10: vec4<f32>; var<private> o11: vec4<f32>;
+var<private> o20: vec4<f32>; var<private> o21: vec4<f32>; var<private> o30: vec4<f32>; var<private> o31: vec4<f32>;
+var<private> o40: vec4<f32>; var<private> o41: vec4<f32>; var<private> o50: vec4<f32>; var<private> o51: vec4<f32>;
+var<private> o60: vec4<f32>; var<private> o61: vec4<f32>; var<private> o70: vec4<f32>; var<private> o71: vec4<f32>;
+
+// lanes of the vec4 starting at element i0 that lie below lim
+fn lanes_below(i0: u32, lim: u32) -> vec4<bool> {
+  return (vec4<u32>(i0) + vec4<u32>(0u, 1u, 2u, 3u)) < vec4<u32>(lim);
+}
+
+// vec4 kq (elements 4 kq ..) of row m of A, zero outside [0, M) x [0, K)
+fn load_a(m: u32, kq: u32) -> vec4<TS> {
+  if (m >= p.M || kq * 4u >= p.K) { return vec4<TS>(); }
+  let v = vec4<TS>(a[p.a_off4 + m * p.lda4 + kq]);
+  return select(vec4<TS>(), v, lanes_below(kq * 4u, p.K));
+}
+
+// k-major B: vec4 kq of stored row n
+fn load_bk(n: u32, kq: u32) -> vec4<TS> {
+  if (n >= p.N || kq * 4u >= p.K) { return vec4<TS>(); }
+  let v = vec4<TS>(b[p.b_off4 + n * p.ldb4 + kq]);
+  return select(vec4<TS>(), v, lanes_below(kq * 4u, p.K));
+}
+
+// n-major B: vec4 nq (columns 4 nq ..) of stored row k
+fn load_bn(k: u32, nq: u32) -> vec4<TS> {
+  if (k >= p.K || nq * 4u >= p.N) { return vec4<TS>(); }
+  let v = vec4<TS>(b[p.b_off4 + k * p.ldb4 + nq]);
+  return select(vec4<TS>(), v, lanes_below(nq * 4u, p.N));
+}
+
+fn fetch_a(e: u32, m0: u32, k0: u32) -> vec4<TS> {
+  if (e >= A_VEC) { return vec4<TS>(); }
+  return load_a(m0 + e / KQ, k0 / 4u + e % KQ);
+}
+
+fn fetch_b(e: u32, n0: u32, k0: u32) -> vec4<TS> {
+  if (e >= B_VEC) { return vec4<TS>(); }
+  if (B_KMAJOR) { return load_bk(n0 + e / KQ, k0 / 4u + e % KQ); }
+  return load_bn(k0 + e / NV, n0 / 4u + e % NV);
+}
+
+// global -> registers for the step starting at k0
+fn fetch(li: u32, m0: u32, n0: u32, k0: u32) {
+  pa0 = fetch_a(li, m0, k0);
+  pb0 = fetch_b(li, n0, k0);
+  if (A_VEC > 256u) { pa1 = fetch_a(li + 256u, m0, k0); }
+  if (B_VEC > 256u) { pb1 = fetch_b(li + 256u, n0, k0); }
+}
+
+// A vec4 (row r, k = 4 kq ..) goes to As[buf][k][r / 4] component r % 4 (transposed)
+fn put_a(e: u32, buf: u32, v: vec4<TS>) {
+  if (e >= A_VEC) { return; }
+  let r = e / KQ;
+  let k = (e % KQ) * 4u;
+  let base = (buf * BK + k) * MV + r / 4u;
+  As[base][r % 4u] = v.x;
+  As[base + MV][r % 4u] = v.y;
+  As[base + 2u * MV][r % 4u] = v.z;
+  As[base + 3u * MV][r % 4u] = v.w;
+}
+
+fn put_b(e: u32, buf: u32, v: vec4<TS>) {
+  if (e >= B_VEC) { return; }
+  if (B_KMAJOR) {
+    let r = e / KQ;
+    let k = (e % KQ) * 4u;
+    let base = (buf * BK + k) * NV + r / 4u;
+    Bs[base][r % 4u] = v.x;
+    Bs[base + NV][r % 4u] = v.y;
+    Bs[base + 2u * NV][r % 4u] = v.z;
+    Bs[base + 3u * NV][r % 4u] = v.w;
+  } else {
+    Bs[(buf * BK + e / NV) * NV + e % NV] = v;
+  }
+}
+
+// registers -> workgroup buffer `buf`
+fn put(li: u32, buf: u32) {
+  put_a(li, buf, pa0);
+  put_b(li, buf, pb0);
+  if (A_VEC > 256u) { put_a(li + 256u, buf, pa1); }
+  if (B_VEC > 256u) { put_b(li + 256u, buf, pb1); }
+}
+
+// the FMAs of one BK step from workgroup buffer `buf`
+fn mma(buf: u32, tx: u32, ty: u32) {
+  for (var k = 0u; k < BK; k = k + 1u) {
+    let ar = (buf * BK + k) * MV;
+    let br = (buf * BK + k) * NV;
+    let a0 = vec4<CT>(As[ar + ty]);
+    let b0 = vec4<CT>(Bs[br + tx]);
+    var b1 = vec4<CT>();
+    if (NT == 2u) { b1 = vec4<CT>(Bs[br + 16u + tx]); }
+    c00 = fma(vec4<CT>(a0.x), b0, c00);
+    c10 = fma(vec4<CT>(a0.y), b0, c10);
+    c20 = fma(vec4<CT>(a0.z), b0, c20);
+    c30 = fma(vec4<CT>(a0.w), b0, c30);
+    if (NT == 2u) {
+      c01 = fma(vec4<CT>(a0.x), b1, c01);
+      c11 = fma(vec4<CT>(a0.y), b1, c11);
+      c21 = fma(vec4<CT>(a0.z), b1, c21);
+      c31 = fma(vec4<CT>(a0.w), b1, c31);
+    }
+    if (MT == 2u) {
+      let a1 = vec4<CT>(As[ar + 16u + ty]);
+      c40 = fma(vec4<CT>(a1.x), b0, c40);
+      c50 = fma(vec4<CT>(a1.y), b0, c50);
+      c60 = fma(vec4<CT>(a1.z), b0, c60);
+      c70 = fma(vec4<CT>(a1.w), b0, c70);
+      if (NT == 2u) {
+        c41 = fma(vec4<CT>(a1.x), b1, c41);
+        c51 = fma(vec4<CT>(a1.y), b1, c51);
+        c61 = fma(vec4<CT>(a1.z), b1, c61);
+        c71 = fma(vec4<CT>(a1.w), b1, c71);
+      }
+    }
+  }
+}
+
+// CHUNKED: add the step's CT sums into the f32 totals and restart them
+fn flush() {
+  o00 += vec4<f32>(c00); o10 += vec4<f32>(c10); o20 += vec4<f32>(c20); o30 += vec4<f32>(c30);
+  c00 = vec4<CT>(); c10 = vec4<CT>(); c20 = vec4<CT>(); c30 = vec4<CT>();
+  if (NT == 2u) {
+    o01 += vec4<f32>(c01); o11 += vec4<f32>(c11); o21 += vec4<f32>(c21); o31 += vec4<f32>(c31);
+    c01 = vec4<CT>(); c11 = vec4<CT>(); c21 = vec4<CT>(); c31 = vec4<CT>();
+  }
+  if (MT == 2u) {
+    o40 += vec4<f32>(c40); o50 += vec4<f32>(c50); o60 += vec4<f32>(c60); o70 += vec4<f32>(c70);
+    c40 = vec4<CT>(); c50 = vec4<CT>(); c60 = vec4<CT>(); c70 = vec4<CT>();
+    if (NT == 2u) {
+      o41 += vec4<f32>(c41); o51 += vec4<f32>(c51); o61 += vec4<f32>(c61); o71 += vec4<f32>(c71);
+      c41 = vec4<CT>(); c51 = vec4<CT>(); c61 = vec4<CT>(); c71 = vec4<CT>();
+    }
+  }
+}
+
+fn total(cv: vec4<CT>, ov: vec4<f32>) -> vec4<f32> {
+  if (CHUNKED) { return ov; }
+  return vec4<f32>(cv);
+}
+
+fn store(m: u32, n0: u32, v: vec4<f32>) {
+  if (m >= p.M) { return; }
+  for (var j = 0u; j < 4u; j = j + 1u) {
+    let n = n0 + j;
+    if (n >= p.N) { return; }
+    write_out(p.c_off + m * p.ldc + n, m, n, v[j]);
+  }
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+  let tx = li % 16u;  // columns n0 + 4 tx .. (+ 64 when NT == 2)
+  let ty = li / 16u;  // rows m0 + 4 ty .. (+ 64 when MT == 2)
+  let m0 = wg.y * 64u * MT;
+  let n0 = wg.x * 64u * NT;
+  let steps = (p.K + BK - 1u) / BK;
+  fetch(li, m0, n0, 0u);
+  put(li, 0u);
+  workgroupBarrier();
+  for (var s = 0u; s < steps; s = s + 1u) {
+    let more = s + 1u < steps;
+    if (more) { fetch(li, m0, n0, (s + 1u) * BK); }
+    mma(s % 2u, tx, ty);
+    if (CHUNKED) { flush(); }
+    if (more) { put(li, (s + 1u) % 2u); }
+    workgroupBarrier();
+  }
+  let m = m0 + 4u * ty;
+  let n = n0 + 4u * tx;
+  store(m, n, total(c00, o00));
+  store(m + 1u, n, total(c10, o10));
+  store(m + 2u, n, total(c20, o20));
+  store(m + 3u, n, total(c30, o30));
+  if (NT == 2u) {
+    store(m, n + 64u, total(c01, o01));
+    store(m + 1u, n + 64u, total(c11, o11));
+    store(m + 2u, n + 64u, total(c21, o21));
+    store(m + 3u, n + 64u, total(c31, o31));
+  }
+  if (MT == 2u) {
+    store(m + 64u, n, total(c40, o40));
+    store(m + 65u, n, total(c50, o50));
+    store(m + 66u, n, total(c60, o60));
+    store(m + 67u, n, total(c70, o70));
+    if (NT == 2u) {
+      store(m + 64u, n + 64u, total(c41, o41));
+      store(m + 65u, n + 64u, total(c51, o51));
+      store(m + 66u, n + 64u, total(c61, o61));
+      store(m + 67u, n + 64u, total(c71, o71));
+    }
+  }
+}
