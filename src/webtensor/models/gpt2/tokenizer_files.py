@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import TokenizerError
+from .unicode_norm import make_normalizer
 
 __all__ = [
     "GPT2_SPLIT_PATTERN",
@@ -103,10 +104,17 @@ class TokenizerSpec:
     fuse_unk: bool = False
     ignore_merges: bool = False
     source: str = "tokenizer"
+    # id -> token as tokenizers' id_to_token spells it (normalized added tokens normalized).
     id_to_token: dict[int, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "id_to_token", _check_model(self))
+        id_to_token = _check_model(self)
+        if self.normalizers:  # tokenizers spells a normalized added token normalized (decode too)
+            norm = make_normalizer(self.normalizers)
+            for tok in self.added_tokens:
+                if tok.normalized:
+                    id_to_token[tok.id] = norm(tok.content)
+        object.__setattr__(self, "id_to_token", id_to_token)
 
     @property
     def vocab_size(self) -> int:
@@ -196,10 +204,11 @@ class _Reader:
     def fail(self, msg: str) -> TokenizerFormatError:
         return _fail(self.source, msg)
 
-    def obj(self, value: Any, where: str, keys: set[str]) -> dict[str, Any]:
+    def obj(self, value: Any, where: str, keys: set[str] | None) -> dict[str, Any]:
+        """A JSON object whose fields are all in `keys` (None: any fields, checked later by type)."""
         if not isinstance(value, dict):
             raise self.fail(f"{where} must be a JSON object, got {value!r:.60}")
-        unknown = sorted(set(value) - keys)
+        unknown = sorted(set(value) - keys) if keys is not None else []
         if unknown:
             raise self.fail(f"{where}.{unknown[0]} is not a field webtensor knows (refused, not ignored)")
         return value
@@ -291,14 +300,17 @@ class _Reader:
     def normalizer(self, value: Any, where: str) -> tuple[str, ...]:
         if value is None:
             return ()
-        d = self.obj(value, where, {"type", "normalizers"})
+        d = self.obj(value, where, None)
         kind = self.typed(d, where)
+        if kind in NORMALIZERS:
+            self.obj(d, where, {"type"})
         if kind == "Sequence":
+            self.obj(d, where, {"type", "normalizers"})
             items = d.get("normalizers")
             if not isinstance(items, list):
                 raise self.fail(f"{where}.normalizers must be a list")
             return tuple(n for i, item in enumerate(items) for n in self.normalizer(item, f"{where}.normalizers[{i}]"))
-        if kind not in NORMALIZERS or "normalizers" in d:
+        if kind not in NORMALIZERS:
             raise self.fail(f"{where} {kind!r} is not supported (need null, {', '.join(NORMALIZERS)} "
                             "or a Sequence of them)")
         return (kind,)
@@ -307,7 +319,7 @@ class _Reader:
         where = "pre_tokenizer"
         if value is None:
             raise self.fail("pre_tokenizer is null (need ByteLevel: this is not a byte-level BPE)")
-        d = self.obj(value, where, {"type", "pretokenizers", *_BYTE_LEVEL_KEYS, "pattern", "behavior", "invert"})
+        d = self.obj(value, where, None)
         items = [d]
         if self.typed(d, where) == "Sequence":
             self.obj(d, where, {"type", "pretokenizers"})
@@ -318,7 +330,7 @@ class _Reader:
         steps: list[PreStep] = []
         for i, item in enumerate(items):
             at = f"{where}[{i}]" if where.endswith("pretokenizers") else where
-            kind = self.typed(self.obj(item, at, {"type", *_BYTE_LEVEL_KEYS, "pattern", "behavior", "invert"}), at)
+            kind = self.typed(self.obj(item, at, None), at)
             if steps and isinstance(steps[-1], ByteLevelStep):
                 raise self.fail(f"{at}: {kind!r} after ByteLevel is not supported (ByteLevel must come last)")
             if kind == "ByteLevel":
@@ -347,7 +359,7 @@ class _Reader:
         """The ids a processor (chain) puts before and after the text."""
         if value is None:
             return (), ()
-        d = self.obj(value, where, {"type", "processors", "single", "pair", "special_tokens", *_BYTE_LEVEL_KEYS})
+        d = self.obj(value, where, None)
         kind = self.typed(d, where)
         if kind == "ByteLevel":  # trims offsets only
             self.byte_level_flags(self.obj(d, where, _BYTE_LEVEL_KEYS), where)
@@ -404,9 +416,10 @@ class _Reader:
     def decoder(self, value: Any) -> None:
         if value is None:
             raise self.fail("decoder is null (need ByteLevel: this is not a byte-level BPE)")
-        d = self.obj(value, "decoder", _BYTE_LEVEL_KEYS)
+        d = self.obj(value, "decoder", None)
         if self.typed(d, "decoder") != "ByteLevel":
             raise self.fail(f"decoder {d['type']!r} is not supported (need ByteLevel)")
+        self.obj(d, "decoder", _BYTE_LEVEL_KEYS)
         self.byte_level_flags(d, "decoder")
 
     def byte_level_flags(self, d: dict[str, Any], where: str) -> None:
