@@ -295,3 +295,84 @@ def test_shipped_tokenizer_is_read_by_hf_and_matches() -> None:
     page = GPT2Tokenizer.from_dir(SHIPPED, native=False)
     text = f"It's 2024 — naïve café!{EOT}  \n\tcode()  日本"
     assert page.encode(text) == ref.encode(text, add_special_tokens=False).ids
+
+
+# --- the page's own Python (Pyodide, another Unicode version) -----------------------------------
+
+_PYODIDE_SCRIPT = """
+import { loadPyodide } from "%(pyodide)s/pyodide.mjs";
+const py = await loadPyodide({ indexURL: "%(pyodide)s/" });
+py.FS.mkdirTree("/src"); py.FS.mount(py.FS.filesystems.NODEFS, { root: "%(src)s" }, "/src");
+py.FS.mkdirTree("/cases"); py.FS.mount(py.FS.filesystems.NODEFS, { root: "%(cases)s" }, "/cases");
+py.runPython(`
+import json, sys, unicodedata
+sys.path.insert(0, "/src")
+from webtensor.models.gpt2.tokenizer import GPT2Tokenizer
+data = json.load(open("/cases/cases.json"))
+out = {"unicode": unicodedata.unidata_version, "ids": {}, "text": {}}
+for name in data["names"]:
+    tok = GPT2Tokenizer.from_dir("/cases/" + name)
+    assert tok.kind == "pure-python", tok.kind
+    out["ids"][name] = [tok.encode(t) for t in data["texts"]]
+    out["text"][name] = [tok.decode(ids) for ids in data["ids"][name]]
+json.dump(out, open("/cases/out.json", "w"))
+`);
+"""
+
+
+def _page_texts(n: int, seed: int) -> list[str]:
+    """Texts rich in what the Unicode versions disagree on (seeded; the inert table in full)."""
+    import random
+
+    from webtensor.models.gpt2 import unicode_norm
+
+    rng = random.Random(seed)
+    odd = [chr(c) for lo, hi in unicode_norm._NORM_INERT for c in range(lo, hi + 1)]
+    odd += [chr(c) for c in unicode_norm._LOWER_PATCH]
+    texts = ["a" + ch + "\u0334" + ch.upper() for ch in odd]
+    for _ in range(n):
+        parts = [rng.choice(FRAGMENTS) if rng.random() < 0.5 else rng.choice(odd) + rng.choice(["", "\u0301", "A"])
+                 for _ in range(rng.randrange(1, 8))]
+        parts.append("".join(chr(rng.choice([rng.randrange(0x80, 0x3000), rng.randrange(0x10000, 0x30000)]))
+                             for _ in range(3)))
+        texts.append("".join(parts))
+    return texts
+
+
+def test_page_python_matches_tokenizers(tmp_path: Path, checkpoints: dict[str, Path],
+                                        loaded: dict[str, tuple[GPT2Tokenizer, GPT2Tokenizer]]) -> None:
+    """The pure-Python BPE inside Pyodide (the page's Python and Unicode database) gives
+    `tokenizers`' ids and text on the normalizer variants, added tokens and the shipped model."""
+    import shutil
+    import subprocess
+
+    from webtensor.web.server import find_pyodide
+
+    node = shutil.which("node")
+    try:
+        pyodide = find_pyodide()
+    except Exception as e:  # noqa: BLE001 - SetupError: Pyodide is not installed here
+        pytest.skip(str(e))
+    if node is None or not (pyodide / "pyodide.mjs").is_file():
+        pytest.skip("node or pyodide.mjs missing")
+    names = ["NFKC+Lowercase", "NFD", "NFKD", "added tokens", "split + prefix + regex",
+             "transformers legacy_format=False", "shipped"]
+    texts = _page_texts(120, seed=11)
+    cases = tmp_path / "cases"
+    ids = {}
+    for i, name in enumerate(names):
+        shutil.copytree(checkpoints[name], cases / str(i), ignore=shutil.ignore_patterns("*.safetensors"))
+        ids[str(i)] = [loaded[name][1]._tok.encode(t, add_special_tokens=False).ids for t in texts]
+    (cases / "cases.json").write_text(json.dumps({"names": list(ids), "texts": texts, "ids": ids}), encoding="utf-8")
+    script = tmp_path / "run.mjs"
+    src = Path(__file__).resolve().parents[1] / "src"
+    script.write_text(_PYODIDE_SCRIPT % {"pyodide": pyodide, "src": src, "cases": cases}, encoding="utf-8")
+    run = subprocess.run([node, str(script)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads((cases / "out.json").read_text(encoding="utf-8"))
+    for i, name in enumerate(names):
+        hf = loaded[name][1]._tok
+        for text, want, got in zip(texts, ids[str(i)], out["ids"][str(i)], strict=True):
+            assert got == want, (name, out["unicode"], text)
+        for want, got in zip(ids[str(i)], out["text"][str(i)], strict=True):
+            assert got == hf.decode(want, skip_special_tokens=False), (name, want)
