@@ -388,7 +388,7 @@ def _write_tokenizer_json(tmp_path: Path, trained_dir: Path, mutate) -> Path:
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda d: d.update(normalizer={"type": "NFC"}), "normalizer 'NFC' is not supported"),
+        (lambda d: d.update(normalizer={"type": "Replace"}), "normalizer 'Replace' is not supported"),
         (lambda d: d.update(pre_tokenizer={"type": "Whitespace"}), "pre_tokenizer 'Whitespace'"),
         (lambda d: d["model"].update(type="WordPiece"), "model type 'WordPiece'"),
         (lambda d: d["model"].update(dropout=0.1), "dropout"),
@@ -396,9 +396,9 @@ def _write_tokenizer_json(tmp_path: Path, trained_dir: Path, mutate) -> Path:
         (lambda d: d["model"].update(byte_fallback=True), "byte_fallback"),
         (lambda d: d["model"]["merges"].append(["Ġ", "zzzz"]), "token 'zzzz' is not in the vocabulary"),
         (lambda d: d["model"]["merges"].append("a b c"), "exactly two string parts"),
-        (lambda d: d["model"]["vocab"].update(dup=5), "vocabulary id 5 is used by both"),
+        (lambda d: d["model"]["vocab"].update(dup=5), "model.vocab: id 5 is used by both"),
         (lambda d: d.pop("model"), "missing 'model'"),
-        (lambda d: d["added_tokens"][0].update(id=7), "added token '<|endoftext|>' has id 7"),
+        (lambda d: d["added_tokens"][0].update(id=7), "added_tokens: '<|endoftext|>' has id 7"),
         (lambda d: d.update(post_processor={"type": "TemplateProcessing"}), "post_processor"),
     ],
 )

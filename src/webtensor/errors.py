@@ -43,8 +43,8 @@ class CheckpointError(WebtensorError, ValueError):
     """A model checkpoint is missing, unsafe (pickle) or corrupt; says where and what."""
 
 
-class TokenizerError(WebtensorError, ValueError):
-    """Tokenizer files are missing or unreadable."""
+class TokenizerError(CheckpointError):
+    """Tokenizer files are missing, unreadable or of a kind webtensor refuses (a CheckpointError)."""
 
 
 class ContextLengthError(WebtensorError, ValueError):

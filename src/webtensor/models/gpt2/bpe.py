@@ -7,10 +7,12 @@ GPT-2 style ``tokenizer.json`` (``BPE`` model + ``ByteLevel`` pre-tokenizer/deco
 Pipeline of :meth:`ByteLevelBPE.encode`:
 
 1. **Added tokens** (``<|endoftext|>`` and friends) are found literally in the raw text,
-   leftmost-longest, the way ``tokenizers``' ``AddedVocabulary`` does (first the tokens with
-   ``normalized=false``, then the ``normalized=true`` ones; no normalizer is supported, so both
-   passes see the raw text).  ``lstrip``/``rstrip``/``single_word`` are honoured.
-2. Every remaining piece is split by GPT-2's pre-tokenization regex::
+   leftmost-longest, the way ``tokenizers``' ``AddedVocabulary`` does: first the tokens with
+   ``normalized=false`` in the raw text, then the rest of the text is normalized (``unicode_norm``)
+   and the ``normalized=true`` ones are found in it.  ``lstrip``/``rstrip``/``single_word`` are
+   honoured.
+2. Every remaining piece goes through the pre-tokenizer steps (a ``Split`` with GPT-2's regex,
+   then ``ByteLevel``: an optional prefix space and, with ``use_regex``, the same regex)::
 
        's|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+
 
@@ -38,34 +40,40 @@ them with ``errors="replace"`` like ``tokenizers``' ``ByteLevel`` decoder.
 from __future__ import annotations
 
 import heapq
-import json
 import re
 import unicodedata
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from os import PathLike
 from pathlib import Path
+
+from .tokenizer_files import (
+    ENDOFTEXT,
+    AddedToken,
+    ByteLevelStep,
+    TokenizerFormatError,
+    TokenizerSpec,
+    parse_tokenizer_json,
+    read_tokenizer_dir,
+    read_tokenizer_json,
+    read_vocab_merges,
+)
+from .unicode_norm import make_normalizer
 
 __all__ = [
     "AddedToken",
     "ByteLevelBPE",
     "TokenizerFormatError",
+    "byte_level_bytes",
     "bytes_to_unicode",
     "pretokenize",
 ]
 
 StrPath = str | PathLike[str]
 
-ENDOFTEXT = "<|endoftext|>"
-
 # Words longer than this many characters are not cached (same idea as tokenizers' MAX_LENGTH).
 _CACHE_MAX_WORD_LEN = 256
 _CACHE_MAX_ENTRIES = 10_000
-
-
-class TokenizerFormatError(ValueError):
-    """A tokenizer file (tokenizer.json, vocab.json, merges.txt) is malformed or unsupported."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -97,6 +105,18 @@ _BYTE_ENCODER: dict[int, str] = bytes_to_unicode()
 _BYTE_DECODER: dict[str, int] = {c: b for b, c in _BYTE_ENCODER.items()}
 # str.translate table applied to ``utf8_bytes.decode("latin-1")``: latin-1 char -> byte-level char.
 _LATIN1_TO_BYTELEVEL: dict[int, str] = dict(_BYTE_ENCODER)
+
+
+def byte_level_bytes(token: str) -> bytes:
+    """The bytes a token stands for, as ``tokenizers``' ByteLevel decoder reads it.
+
+    A token made only of bytes-to-unicode characters yields those bytes; any other token (e.g.
+    an added token with arbitrary text) yields its UTF-8 encoding, whole.
+    """
+    dec = _BYTE_DECODER
+    if all(ch in dec for ch in token):
+        return bytes(dec[ch] for ch in token)
+    return token.encode("utf-8")
 
 
 def _to_byte_level(text: str) -> str:
@@ -215,25 +235,14 @@ def _is_word_char(ch: str) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class AddedToken:
-    """A token matched literally in the input before pre-tokenization (HF ``added_tokens``)."""
-
-    content: str
-    id: int
-    special: bool = True
-    single_word: bool = False
-    lstrip: bool = False
-    rstrip: bool = False
-    normalized: bool = False
-
-
 class _AddedTokenMatcher:
     """Leftmost-longest literal matcher for one set of added tokens (one AddedVocabulary trie)."""
 
-    def __init__(self, tokens: Sequence[AddedToken]) -> None:
-        # Same content twice: the last definition wins (like tokenizers' maps).
-        by_content = {t.content: t for t in tokens if t.content}
+    def __init__(self, tokens: Sequence[AddedToken], normalize: Callable[[str], str] | None = None) -> None:
+        # Contents are matched as `normalize` spells them (tokenizers normalizes the contents of
+        # `normalized` tokens too).  Same content twice: the last definition wins.
+        by_content = {(normalize(t.content) if normalize else t.content): t for t in tokens}
+        by_content.pop("", None)
         self.by_content = by_content
         if by_content:
             # Python's alternation takes the first alternative that matches at the leftmost
@@ -278,7 +287,8 @@ class _AddedTokenMatcher:
 class ByteLevelBPE:
     """GPT-2 byte-level BPE tokenizer, id-for-id compatible with Hugging Face ``tokenizers``.
 
-    Build it with :meth:`from_dir`, :meth:`from_tokenizer_json` or :meth:`from_files`.
+    Build it with :meth:`from_dir`, :meth:`from_tokenizer_json`, :meth:`from_files` or
+    :meth:`from_spec` (a :class:`TokenizerSpec` checked by ``tokenizer_files``).
     """
 
     def __init__(
@@ -309,79 +319,53 @@ class ByteLevelBPE:
         Raises:
             TokenizerFormatError: invalid vocabulary, merge or added token.
         """
-        self._vocab: dict[str, int] = {}
-        for token, idx in vocab.items():
-            if not isinstance(token, str) or type(idx) is not int or idx < 0:
-                raise TokenizerFormatError(
-                    f"vocabulary entry {token!r}: {idx!r} must map a string to a non-negative int"
-                )
-            self._vocab[token] = idx
-        self._id_to_token: dict[int, str] = {}
-        for token, idx in self._vocab.items():
-            if idx in self._id_to_token:
-                raise TokenizerFormatError(
-                    f"vocabulary id {idx} is used by both {self._id_to_token[idx]!r} and {token!r}"
-                )
-            self._id_to_token[idx] = token
+        spec = TokenizerSpec(
+            dict(vocab), [tuple(m) for m in merges], tuple(added_tokens),  # type: ignore[misc]
+            pre_steps=(ByteLevelStep(add_prefix_space, use_regex),), unk_token=unk_token,
+            fuse_unk=fuse_unk, ignore_merges=ignore_merges, source="ByteLevelBPE",
+        )
+        self._build(spec)
 
+    def _build(self, spec: TokenizerSpec) -> None:
+        """Set up the lookup tables of an already checked spec."""
+        self.spec = spec
+        self._vocab: dict[str, int] = dict(spec.vocab)
+        self._id_to_token: dict[int, str] = spec.id_to_token
         # (left_id, right_id) -> (rank, merged_id); a repeated pair keeps its last rank.
-        self._merges: dict[tuple[int, int], tuple[int, int]] = {}
-        for rank, pair in enumerate(merges):
-            if len(pair) != 2:
-                raise TokenizerFormatError(f"merge #{rank} must have two parts, got {pair!r}")
-            left, right = pair
-            ids = []
-            for part in (left, right):
-                if part not in self._vocab:
-                    raise TokenizerFormatError(
-                        f"merge #{rank} {left!r} + {right!r}: token {part!r} is not in the vocabulary"
-                    )
-                ids.append(self._vocab[part])
-            merged = left + right
-            if merged not in self._vocab:
-                raise TokenizerFormatError(
-                    f"merge #{rank} {left!r} + {right!r}: result {merged!r} is not in the vocabulary"
-                )
-            self._merges[(ids[0], ids[1])] = (rank, self._vocab[merged])
-
-        if unk_token is not None and unk_token not in self._vocab:
-            raise TokenizerFormatError(f"unk_token {unk_token!r} is not in the vocabulary")
-        self._unk_id = None if unk_token is None else self._vocab[unk_token]
-        self._fuse_unk = fuse_unk
-        self._ignore_merges = ignore_merges
-        self.add_prefix_space = add_prefix_space
-        self.use_regex = use_regex
-
+        vocab = self._vocab
+        self._merges: dict[tuple[int, int], tuple[int, int]] = {
+            (vocab[a], vocab[b]): (rank, vocab[a + b]) for rank, (a, b) in enumerate(spec.merges)
+        }
+        self._unk_id = vocab[spec.unk_token] if spec.unk_token is not None else None
+        self._fuse_unk = spec.fuse_unk
+        self._ignore_merges = spec.ignore_merges
+        self._normalize = make_normalizer(spec.normalizers)
+        self._pre_steps = spec.pre_steps
         # Added tokens: content -> AddedToken, id -> AddedToken.
-        self._added: dict[str, AddedToken] = {}
-        self._added_by_id: dict[int, AddedToken] = {}
-        for tok in added_tokens:
-            if type(tok.id) is not int or tok.id < 0:
-                raise TokenizerFormatError(f"added token {tok.content!r} has an invalid id {tok.id!r}")
-            if not tok.content:
-                continue
-            if tok.content in self._vocab and self._vocab[tok.content] != tok.id:
-                raise TokenizerFormatError(
-                    f"added token {tok.content!r} has id {tok.id} but the vocabulary "
-                    f"says {self._vocab[tok.content]}"
-                )
-            other = self._id_to_token.get(tok.id)
-            if other is not None and other != tok.content:
-                raise TokenizerFormatError(
-                    f"added token {tok.content!r} reuses id {tok.id} of vocabulary token {other!r}"
-                )
-            self._added[tok.content] = tok
-            self._added_by_id[tok.id] = tok
+        self._added: dict[str, AddedToken] = {t.content: t for t in spec.added_tokens}
+        self._added_by_id: dict[int, AddedToken] = {t.id: t for t in spec.added_tokens}
         toks = list(self._added.values())
         self._raw_matcher = _AddedTokenMatcher([t for t in toks if not t.normalized])
-        self._norm_matcher = _AddedTokenMatcher([t for t in toks if t.normalized])
-        self._special_ids = frozenset(t.id for t in toks if t.special)
-        self._vocab_size = max([-1, *self._id_to_token, *self._added_by_id]) + 1
-
+        # Normalized added tokens are matched on normalized text, by their normalized content.
+        self._norm_matcher = _AddedTokenMatcher([t for t in toks if t.normalized], self._normalize)
+        self._special_ids = spec.special_ids
+        self._vocab_size = spec.vocab_size
         self._cache: dict[str, tuple[int, ...]] = {}
         self._bytes_cache: dict[int, bytes] = {}
 
+    @property
+    def add_prefix_space(self) -> bool:
+        """Whether the ByteLevel pre-tokenizer prepends a space to pieces that lack one."""
+        return any(isinstance(s, ByteLevelStep) and s.add_prefix_space for s in self._pre_steps)
+
     # -- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def from_spec(cls, spec: TokenizerSpec) -> ByteLevelBPE:
+        """Build from a checked :class:`TokenizerSpec` (see ``tokenizer_files``)."""
+        self = cls.__new__(cls)
+        self._build(spec)
+        return self
 
     @classmethod
     def from_dir(cls, path: StrPath) -> ByteLevelBPE:
@@ -392,11 +376,9 @@ class ByteLevelBPE:
         d = Path(path)
         if not d.is_dir():
             raise FileNotFoundError(f"tokenizer directory not found: {d}")
-        if (d / "tokenizer.json").is_file():
-            return cls.from_tokenizer_json(d / "tokenizer.json")
-        if (d / "vocab.json").is_file() and (d / "merges.txt").is_file():
-            return cls.from_files(d / "vocab.json", d / "merges.txt")
-        raise FileNotFoundError(f"{d} contains neither tokenizer.json nor vocab.json + merges.txt")
+        if not (d / "tokenizer.json").is_file() and not ((d / "vocab.json").is_file() and (d / "merges.txt").is_file()):
+            raise FileNotFoundError(f"{d} contains neither tokenizer.json nor vocab.json + merges.txt")
+        return cls.from_spec(read_tokenizer_dir(d))
 
     @classmethod
     def from_files(
@@ -412,21 +394,7 @@ class ByteLevelBPE:
         registered as special added tokens, matched literally in the text; the others are ignored,
         so :attr:`eos_token_id` is ``None`` for a vocabulary without ``<|endoftext|>``.
         """
-        vocab = _load_json(vocab_json)
-        if not isinstance(vocab, dict):
-            raise TokenizerFormatError(f"{vocab_json}: expected a JSON object mapping token -> id")
-        merges: list[tuple[str, str]] = []
-        text = Path(merges_txt).read_text(encoding="utf-8")
-        for lineno, line in enumerate(text.splitlines(), start=1):
-            line = line.rstrip("\r\n")
-            if (lineno == 1 and line.startswith("#version")) or not line:
-                continue
-            parts = line.split(" ")
-            if len(parts) != 2:
-                raise TokenizerFormatError(f"{merges_txt}:{lineno}: expected 'left right', got {line!r}")
-            merges.append((parts[0], parts[1]))
-        added = [AddedToken(t, vocab[t], special=True) for t in special_tokens if t in vocab]
-        return cls(vocab, merges, added)
+        return cls.from_spec(read_vocab_merges(vocab_json, merges_txt, special_tokens=special_tokens))
 
     @classmethod
     def from_tokenizer_json(cls, path: StrPath) -> ByteLevelBPE:
@@ -434,103 +402,14 @@ class ByteLevelBPE:
 
         Raises:
             TokenizerFormatError: the file is not a byte-level BPE tokenizer this class supports
-                (e.g. it has a normalizer, BPE dropout, a subword prefix/suffix or byte fallback).
+                (``tokenizer_files`` lists what is); the message names the field.
         """
-        data = _load_json(path)
-        return cls.from_tokenizer_dict(data, source=str(path))
+        return cls.from_spec(read_tokenizer_json(path))
 
     @classmethod
     def from_tokenizer_dict(cls, data: object, *, source: str = "tokenizer.json") -> ByteLevelBPE:
         """Same as :meth:`from_tokenizer_json` for an already parsed JSON document."""
-
-        def fail(msg: str) -> TokenizerFormatError:
-            return TokenizerFormatError(f"{source}: {msg}")
-
-        if not isinstance(data, dict):
-            raise fail("top level must be a JSON object")
-        model = data.get("model")
-        if not isinstance(model, dict):
-            raise fail("missing 'model' object")
-        if model.get("type", "BPE") != "BPE":
-            raise fail(f"model type {model.get('type')!r} is not supported (need 'BPE')")
-        vocab = model.get("vocab")
-        if not isinstance(vocab, dict):
-            raise fail("'model.vocab' must be an object mapping token -> id")
-        raw_merges = model.get("merges", [])
-        if not isinstance(raw_merges, list):
-            raise fail("'model.merges' must be a list")
-        merges: list[tuple[str, str]] = []
-        for i, m in enumerate(raw_merges):
-            if isinstance(m, str):
-                parts = m.split(" ")
-            elif isinstance(m, list):
-                parts = m
-            else:
-                raise fail(f"merge #{i} must be a 'a b' string or an [a, b] pair, got {m!r}")
-            if len(parts) != 2 or not all(isinstance(p, str) for p in parts):
-                raise fail(f"merge #{i} must have exactly two string parts, got {m!r}")
-            merges.append((parts[0], parts[1]))
-        for key in ("continuing_subword_prefix", "end_of_word_suffix"):
-            if model.get(key):
-                raise fail(f"'model.{key}' = {model[key]!r} is not supported")
-        if model.get("byte_fallback"):
-            raise fail("'model.byte_fallback' is not supported")
-        dropout = model.get("dropout")
-        if dropout not in (None, 0, 0.0):
-            raise fail(f"BPE dropout {dropout!r} is not supported (encoding must be deterministic)")
-
-        if data.get("normalizer") is not None:
-            raise fail(f"normalizer {data['normalizer'].get('type')!r} is not supported")
-        pre = data.get("pre_tokenizer")
-        add_prefix_space, use_regex = False, True
-        if pre is not None:
-            if not isinstance(pre, dict) or pre.get("type") != "ByteLevel":
-                kind = pre.get("type") if isinstance(pre, dict) else pre
-                raise fail(f"pre_tokenizer {kind!r} is not supported (need 'ByteLevel')")
-            add_prefix_space = bool(pre.get("add_prefix_space", False))
-            use_regex = bool(pre.get("use_regex", True))
-        post = data.get("post_processor")
-        if post is not None and (not isinstance(post, dict) or post.get("type") != "ByteLevel"):
-            kind = post.get("type") if isinstance(post, dict) else post
-            raise fail(f"post_processor {kind!r} is not supported (need null or 'ByteLevel')")
-        dec = data.get("decoder")
-        if dec is not None and (not isinstance(dec, dict) or dec.get("type") != "ByteLevel"):
-            kind = dec.get("type") if isinstance(dec, dict) else dec
-            raise fail(f"decoder {kind!r} is not supported (need null or 'ByteLevel')")
-
-        added: list[AddedToken] = []
-        raw_added = data.get("added_tokens") or []
-        if not isinstance(raw_added, list):
-            raise fail("'added_tokens' must be a list")
-        for i, entry in enumerate(raw_added):
-            if not isinstance(entry, dict) or not isinstance(entry.get("content"), str):
-                raise fail(f"added token #{i} needs a string 'content'")
-            if type(entry.get("id")) is not int:
-                raise fail(f"added token {entry['content']!r} needs an integer 'id'")
-            added.append(
-                AddedToken(
-                    content=entry["content"],
-                    id=entry["id"],
-                    special=bool(entry.get("special", False)),
-                    single_word=bool(entry.get("single_word", False)),
-                    lstrip=bool(entry.get("lstrip", False)),
-                    rstrip=bool(entry.get("rstrip", False)),
-                    normalized=bool(entry.get("normalized", not entry.get("special", False))),
-                )
-            )
-        try:
-            return cls(
-                vocab,
-                merges,
-                added,
-                add_prefix_space=add_prefix_space,
-                use_regex=use_regex,
-                unk_token=model.get("unk_token"),
-                fuse_unk=bool(model.get("fuse_unk", False)),
-                ignore_merges=bool(model.get("ignore_merges", False)),
-            )
-        except TokenizerFormatError as e:
-            raise fail(str(e)) from None
+        return cls.from_spec(parse_tokenizer_json(data, source=source))
 
     # -- vocabulary ---------------------------------------------------------------------------
 
@@ -553,9 +432,6 @@ class ByteLevelBPE:
 
     def id_to_token(self, idx: int) -> str | None:
         """Token string for an id, or ``None`` if the id is unknown."""
-        tok = self._added_by_id.get(idx)
-        if tok is not None:
-            return tok.content
         return self._id_to_token.get(idx)
 
     def is_special(self, idx: int) -> bool:
@@ -569,35 +445,52 @@ class ByteLevelBPE:
 
     # -- encoding -----------------------------------------------------------------------------
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids for ``text`` (added/special tokens in the text are recognised literally)."""
+    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+        """Token ids for ``text`` (added/special tokens in the text are recognised literally).
+
+        ``add_special_tokens``: wrap the ids in the post-processor's template (e.g. a BOS token),
+        as ``tokenizers``' ``encode(text, add_special_tokens=True)`` does.
+        """
         if not isinstance(text, str):
             raise TypeError(f"encode() expects str, got {type(text).__name__}")
-        ids: list[int] = []
+        ids: list[int] = list(self.spec.prefix_ids) if add_special_tokens else []
         for piece, tid in self._split_added(text):
             if tid is not None:
                 ids.append(tid)
             else:
                 self._encode_ordinary(piece, ids)
+        if add_special_tokens:
+            ids.extend(self.spec.suffix_ids)
         return ids
 
     def _split_added(self, text: str) -> list[tuple[str, int | None]]:
+        """Raw-text added tokens first; then normalize the rest and find the normalized ones."""
         out: list[tuple[str, int | None]] = []
         for piece, tid in self._raw_matcher.split(text):
             if tid is None:
-                out.extend(self._norm_matcher.split(piece))
+                out.extend(self._norm_matcher.split(self._normalize(piece)))
             else:
                 out.append((piece, tid))
         return out
 
+    def _pretokenize(self, text: str) -> list[str]:
+        """Run the pre-tokenizer steps (GPT-2 regex splits, then ByteLevel) over one piece."""
+        pieces = [text]
+        for step in self._pre_steps:
+            if isinstance(step, ByteLevelStep):
+                if step.add_prefix_space:
+                    pieces = [p if p.startswith(" ") else " " + p for p in pieces]
+                if step.use_regex:
+                    pieces = [w for p in pieces for w in pretokenize(p)]
+            else:  # a Split with GPT-2's regex, Isolated
+                pieces = [w for p in pieces for w in pretokenize(p)]
+        return pieces
+
     def _encode_ordinary(self, text: str, out: list[int]) -> None:
         if not text:
             return
-        if self.add_prefix_space and not text.startswith(" "):
-            text = " " + text
-        words = pretokenize(text) if self.use_regex else [text]
         cache = self._cache
-        for word in words:
+        for word in self._pretokenize(text):
             bl = _to_byte_level(word)
             hit = cache.get(bl)
             if hit is None:
@@ -688,11 +581,7 @@ class ByteLevelBPE:
         token = self.id_to_token(idx)
         if token is None:
             raise ValueError(f"token id {idx!r} is not in the vocabulary (size {self.vocab_size})")
-        dec = _BYTE_DECODER
-        if all(ch in dec for ch in token):
-            raw = bytes(dec[ch] for ch in token)
-        else:
-            raw = token.encode("utf-8")
+        raw = byte_level_bytes(token)
         self._bytes_cache[idx] = raw
         return raw
 
@@ -715,13 +604,3 @@ class ByteLevelBPE:
             f"{type(self).__name__}(vocab_size={self.vocab_size}, merges={len(self._merges)}, "
             f"added_tokens={len(self._added)})"
         )
-
-
-def _load_json(path: StrPath) -> object:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except json.JSONDecodeError as e:
-        raise TokenizerFormatError(f"{path}: invalid JSON: {e}") from None
-    except UnicodeDecodeError as e:
-        raise TokenizerFormatError(f"{path}: not valid UTF-8: {e}") from None

@@ -1,6 +1,10 @@
-"""The GPT-2 tokenizer: byte-level BPE through the `tokenizers` library, from tokenizer.json or
-vocab.json + merges.txt. Where `tokenizers` is missing (the browser) the pure-Python `bpe` module
-stands in; it gives the same ids. `token_bytes` lets a streamer emit only whole UTF-8 characters."""
+"""The GPT-2 tokenizer: byte-level BPE from tokenizer.json or vocab.json + merges.txt.
+
+The files are read and checked once by `tokenizer_files` (the same checker the page uses), then
+encoded by Hugging Face `tokenizers` where it is installed, else (the browser) by the pure-Python
+`bpe` module, which gives the same ids.  Decoding is the same code on both paths (the ByteLevel
+decoder's rule over the checked vocabulary).  `token_bytes` lets a streamer emit only whole
+UTF-8 characters."""
 
 from __future__ import annotations
 
@@ -10,50 +14,37 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import TokenizerError
-from .bpe import bytes_to_unicode
-
-_BYTE_OF = {ch: b for b, ch in bytes_to_unicode().items()}
+from .bpe import ByteLevelBPE, byte_level_bytes
+from .tokenizer_files import TokenizerSpec, read_tokenizer_dir
 
 
 class GPT2Tokenizer:
-    def __init__(self, backend: Any, kind: str):
-        self._tok, self.kind = backend, kind  # kind: "tokenizers" or "pure-python"
-        if kind == "tokenizers":
-            self._special = {i: t.content for i, t in backend.get_added_tokens_decoder().items()}
-            self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
-            self.eos_token_id = backend.token_to_id("<|endoftext|>")
-        else:
-            self._special = {}
-            self.vocab_size = backend.vocab_size
-            self.eos_token_id = backend.eos_token_id
+    """Encode with `tokenizers` (kind "tokenizers") or the pure-Python BPE (kind "pure-python")."""
+
+    def __init__(self, backend: Any, kind: str, spec: TokenizerSpec):
+        self._tok, self.kind, self.spec = backend, kind, spec
+        self.vocab_size = spec.vocab_size
+        ids = {t.content: t.id for t in spec.added_tokens}
+        self.eos_token_id: int | None = ids.get("<|endoftext|>", spec.vocab.get("<|endoftext|>"))
+        self._special = spec.special_ids
         self._bytes_cache: dict[int, bytes] = {}
 
     @classmethod
-    def from_dir(cls, d: Path) -> GPT2Tokenizer:
-        tj, vj, mt = d / "tokenizer.json", d / "vocab.json", d / "merges.txt"
-        if not tj.is_file() and not (vj.is_file() and mt.is_file()):
-            raise TokenizerError(f"{d} has no tokenizer: it needs tokenizer.json, or vocab.json and merges.txt")
-        try:
-            import tokenizers
-        except ImportError:
-            from .bpe import ByteLevelBPE
-
+    def from_dir(cls, d: Path, *, native: bool | None = None) -> GPT2Tokenizer:
+        """Read the tokenizer of checkpoint directory `d`. `native`: use `tokenizers` (None: where
+        installed). Files outside what `tokenizer_files` accepts raise a TokenizerError (a
+        CheckpointError) naming the field, on both paths alike."""
+        spec = read_tokenizer_dir(d)
+        if native is None:
             try:
-                return cls(ByteLevelBPE.from_dir(d), "pure-python")
-            except Exception as e:
-                raise TokenizerError(f"tokenizer files in {d} could not be read: {e}") from e
-        try:
-            if tj.is_file():
-                tok = tokenizers.Tokenizer.from_file(str(tj))
+                import tokenizers  # noqa: F401
+            except ImportError:
+                native = False
             else:
-                tok = tokenizers.Tokenizer(tokenizers.models.BPE.from_file(str(vj), str(mt)))
-                tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
-                tok.decoder = tokenizers.decoders.ByteLevel()
-                if tok.token_to_id("<|endoftext|>") is not None:
-                    tok.add_special_tokens(["<|endoftext|>"])
-        except Exception as e:
-            raise TokenizerError(f"tokenizer files in {d} could not be read: {e}") from e
-        return cls(tok, "tokenizers")
+                native = True
+        if not native:
+            return cls(ByteLevelBPE.from_spec(spec), "pure-python", spec)
+        return cls(_native_tokenizer(Path(d), spec), "tokenizers", spec)
 
     @classmethod
     def from_vocab(cls, tokens: Sequence[str], merges: Sequence[tuple[str, str]], special: Iterable[int] = (),
@@ -91,34 +82,49 @@ class GPT2Tokenizer:
         return cls(tok, "tokenizers")
 
     def encode(self, text: str) -> list[int]:
+        if not isinstance(text, str):
+            raise TokenizerError(f"the text to encode must be a str, got {type(text).__name__}")
         if self.kind == "tokenizers":
             return list(self._tok.encode(text, add_special_tokens=False).ids)
         return self._tok.encode(text)
 
-    def decode(self, ids: Iterable[int]) -> str:
-        return b"".join(self.token_bytes(i) for i in ids).decode("utf-8", errors="replace")
+    def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = False) -> str:
+        """Text for `ids` like `tokenizers`' decode (invalid UTF-8 becomes U+FFFD)."""
+        special = self._special if skip_special_tokens else frozenset()
+        raw = b"".join(self.token_bytes(i) for i in ids if i not in special)
+        return raw.decode("utf-8", errors="replace")
 
     def token_bytes(self, i: int) -> bytes:
-        """The exact bytes token `i` stands for (special tokens: their text in UTF-8)."""
+        """The exact bytes token `i` stands for (ByteLevel decoding; other tokens: their UTF-8)."""
         b = self._bytes_cache.get(i)
         if b is None:
-            if self.kind != "tokenizers":
-                b = self._tok.token_bytes(i)
-            elif i in self._special:
-                b = self._special[i].encode("utf-8")
-            else:
-                s = self._tok.id_to_token(i)
-                if s is None:
-                    raise TokenizerError(f"token id {i} is not in the vocabulary ({self.vocab_size} tokens)")
-                # byte-level BPE spells each byte as one character; a vocabulary entry with other
-                # characters (a hand-edited or foreign tokenizer) stands for their UTF-8 bytes
-                b = b"".join(bytes((_BYTE_OF[c],)) if c in _BYTE_OF else c.encode("utf-8", "replace") for c in s)
-            self._bytes_cache[i] = b
+            s = self.spec.token_of(i) if type(i) is int else None
+            if s is None:
+                raise TokenizerError(f"token id {i!r} is not in the vocabulary ({self.vocab_size} tokens)")
+            b = self._bytes_cache[i] = byte_level_bytes(s)
         return b
 
     def stream_decode(self, ids: Iterable[int]) -> Iterator[str]:
         """Text as soon as it forms whole UTF-8 characters; never a broken character."""
         return stream_text(ids, self.token_bytes)
+
+
+def _native_tokenizer(d: Path, spec: TokenizerSpec) -> Any:
+    """A `tokenizers.Tokenizer` for a checked spec: tokenizer.json read by `tokenizers` itself;
+    vocab.json + merges.txt built from the checked spec (one parse of merges.txt for both paths)."""
+    import tokenizers
+
+    try:
+        if (d / "tokenizer.json").is_file():
+            return tokenizers.Tokenizer.from_file(str(d / "tokenizer.json"))
+        tok = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=dict(spec.vocab), merges=list(spec.merges)))
+        tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = tokenizers.decoders.ByteLevel()
+        tok.add_special_tokens([tokenizers.AddedToken(t.content, special=True, normalized=False)
+                                for t in spec.added_tokens])
+        return tok
+    except Exception as e:  # noqa: BLE001 - tokenizers raises plain Exception
+        raise TokenizerError(f"tokenizer files in {d} could not be read by tokenizers: {e}") from e
 
 
 def stream_text(ids: Iterable[int], token_bytes: Callable[[int], bytes]) -> Iterator[str]:
