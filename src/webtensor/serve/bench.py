@@ -17,7 +17,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np

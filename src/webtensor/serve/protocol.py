@@ -39,7 +39,7 @@ class APIError(WebtensorError):
 def validation_error(errors: list[dict[str, Any]]) -> APIError:
     """An APIError (400) from pydantic / FastAPI validation errors: the first one, by field."""
     e = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": "invalid"}
-    loc = [str(p) for p in e.get("loc", ()) if p != "body"]
+    loc = [str(p) for p in e.get("loc", ()) if p != "body" and not _type_tag(str(p))]
     if e.get("type") == "json_invalid":
         return APIError(400, f"malformed JSON in the request body: {e.get('ctx', {}).get('error', e['msg'])}",
                         code="invalid_json")
@@ -48,6 +48,11 @@ def validation_error(errors: list[dict[str, Any]]) -> APIError:
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
     return APIError(400, f"{param}: {msg}" if param else msg, param=param, code=str(e.get("type", "invalid")))
+
+
+def _type_tag(part: str) -> bool:
+    """pydantic names the union member that failed in an error's location ("str", "list[int]"): skip it."""
+    return part in ("str", "int", "float", "bool", "list", "dict", "none") or "[" in part or "-" in part
 
 
 # -- requests -----------------------------------------------------------------------------------------
