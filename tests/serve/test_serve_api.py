@@ -93,8 +93,8 @@ def test_32_concurrent_streams_get_what_they_get_alone(server):
     aclient = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
 
     def job(i: int) -> dict:
-        prompt = " ".join(["word"] * (1 + (i * 7) % 90)) + f" {i}:"
-        kw = dict(model=MODEL, prompt=prompt, max_tokens=4 + i % 13, ignore_eos=i % 3 == 0)
+        prompt = " ".join(["word"] * (1 + (i * 7) % 90 if i % 4 == 0 else 1 + i % 9)) + f" {i}:"
+        kw = dict(model=MODEL, prompt=prompt, max_tokens=3 + i % 9, ignore_eos=i % 3 == 0)
         sampling = dict(temperature=0) if i % 2 == 0 else dict(temperature=0.9, top_k=40, seed=1000 + i)
         return {**kw, **sampling}
 
