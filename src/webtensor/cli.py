@@ -1,4 +1,4 @@
-"""The `webtensor` command line: `devices`, `generate`, `bench`, `web`."""
+"""The `webtensor` command line: `devices`, `generate`, `bench`, `serve`, `bench-serve`, `web`."""
 
 from __future__ import annotations
 
@@ -45,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         bench_cli.add_parser(sub)
     except ImportError:
         pass
+    from .serve import cli as serve_cli
+
+    serve_cli.add_parsers(sub)
     try:
         from .web import server as web_server
 

@@ -123,6 +123,16 @@ class GPT2:
     def new_cache(self) -> KVCache:
         return KVCache(self.config, self.device)
 
+    def forward_cached(self, ids: Sequence[int], cache: KVCache) -> Tensor:
+        """Run `ids` at positions cache.length.. against `cache` (appending their keys / values) and
+        return the last position's logits (1, V), for callers that drive their own decode loop (the
+        server's engine). Call inside a dispatch scope."""
+        ids = self._check_ids(ids)
+        if cache.length + len(ids) > self.config.n_positions:
+            raise ContextLengthError(f"{cache.length} cached + {len(ids)} new tokens exceed the context of "
+                                     f"{self.config.n_positions} positions")
+        return self._forward(ids, cache, last_only=True)
+
     def logits(self, ids: Sequence[int]) -> np.ndarray:
         """Full forward over `ids`: logits (T, V) as float32 numpy."""
         ids = self._check_ids(ids)

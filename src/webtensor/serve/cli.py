@@ -1,0 +1,108 @@
+"""`webtensor serve` and `webtensor bench-serve`: arguments, checked before any model loads (a bad
+one is a single line on stderr and exit status 2), then the server or the load generator."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import WebtensorError
+
+DEVICES = ("auto", "cpu", "wgpu", "lavapipe")
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (continuous batching on one device)")
+    p.add_argument("--model", "-m", default=None,
+                   help="checkpoint directory or Hugging Face id in the local cache (default: the shipped model)")
+    p.add_argument("--device", "-d", default="auto", help="auto (default), cpu, wgpu, lavapipe")
+    p.add_argument("--dtype", default="float32", help="float32 (default) or float16")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--max-batch", type=int, default=32, help="sequences decoded together (KV-cache slots)")
+    p.add_argument("--max-queue", type=int, default=256, help="requests waiting for a slot before 429")
+    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/*")
+    p.add_argument("--grace", type=float, default=30.0, help="seconds running streams get to finish on SIGTERM")
+    p.set_defaults(func=run_serve)
+
+    b = sub.add_parser("bench-serve", help="load-test a running server: tokens/s, TTFT, inter-token latency")
+    b.add_argument("--url", default="http://127.0.0.1:8000", help="the server (default http://127.0.0.1:8000)")
+    b.add_argument("--concurrency", default="1,8,32,64", help="comma-separated levels (default 1,8,32,64)")
+    b.add_argument("--max-tokens", type=int, default=128)
+    b.add_argument("--rounds", type=int, default=1, help="requests per client at each level (default 1)")
+    b.add_argument("--model", "-m", default=None, help="the server's checkpoint, for --hf (default: shipped)")
+    b.add_argument("--api-key", default=None)
+    b.add_argument("--json", default=None, help="write the figures to this JSON file")
+    b.add_argument("--plot", default=None, help="draw tokens/s and latency per level to this image file")
+    b.add_argument("--hf", action="store_true", help="also time HF transformers' batched generate, same prompts")
+    b.set_defaults(func=run_bench)
+
+
+def _fail(msg: str) -> int:
+    print(f"webtensor: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def _check_serve(a: argparse.Namespace) -> str | None:
+    if a.device.lower() not in DEVICES:
+        return f"--device must be one of {', '.join(DEVICES)}, got {a.device!r}"
+    if a.dtype not in ("float32", "float16"):
+        return f"--dtype must be float32 or float16, got {a.dtype!r}"
+    if not 0 <= a.port <= 65535:
+        return f"--port must be in 0..65535, got {a.port}"
+    if a.max_batch < 1:
+        return f"--max-batch must be >= 1, got {a.max_batch}"
+    if a.max_queue < 0:
+        return f"--max-queue must be >= 0, got {a.max_queue}"
+    if a.grace < 0:
+        return f"--grace must be >= 0, got {a.grace}"
+    if not a.host:
+        return "--host must not be empty"
+    if a.api_key is not None and not a.api_key:
+        return "--api-key must not be empty"
+    if a.model is not None and (Path(a.model).exists() and not Path(a.model).is_dir()):
+        return f"--model {a.model!r} is a file; give the checkpoint's directory"
+    return None
+
+
+def run_serve(a: argparse.Namespace) -> int:
+    if (msg := _check_serve(a)) is not None:
+        return _fail(msg)
+    try:
+        from ..device import Device
+        from ..models.gpt2.model import GPT2
+        from .engine import GPT2Engine
+
+        device = Device.parse(a.device)
+        model = GPT2.from_pretrained(a.model, device=device, dtype=a.dtype)
+        name = "webtensor-shipped" if a.model is None else Path(a.model).name or str(a.model)
+        engine = GPT2Engine(model, a.max_batch, name=name)
+    except WebtensorError as e:
+        return _fail(str(e))
+    print(f"[webtensor] serving {engine.name} ({a.dtype}) on {device.describe()} at http://{a.host}:{a.port} "
+          f"(max batch {a.max_batch}, queue {a.max_queue})", file=sys.stderr)
+    from .server import serve
+
+    serve(engine, a.host, a.port, a.max_queue, a.api_key, a.grace)
+    return 0
+
+
+def run_bench(a: argparse.Namespace) -> int:
+    try:
+        levels = [int(c) for c in a.concurrency.split(",") if c.strip()]
+    except ValueError:
+        return _fail(f"--concurrency must be comma-separated integers, got {a.concurrency!r}")
+    if not levels or min(levels) < 1:
+        return _fail(f"--concurrency levels must be >= 1, got {a.concurrency!r}")
+    if not a.url.startswith("http://"):
+        return _fail(f"--url must start with http://, got {a.url!r}")
+    if a.max_tokens < 1 or a.rounds < 1:
+        return _fail("--max-tokens and --rounds must be >= 1")
+    from . import bench
+
+    try:
+        return bench.main(a.url, levels, a.max_tokens, a.rounds, a.model, a.api_key, a.json, a.plot, a.hf)
+    except WebtensorError as e:
+        return _fail(str(e))

@@ -1,0 +1,134 @@
+"""What the scheduler drives: the `Engine` protocol, and `GPT2Engine`, its reference implementation.
+
+An engine owns `max_batch` sequence slots, each with its own KV cache. Each scheduler step hands it
+a list of `Row`s, at most one per slot: the tokens to feed that slot this step (a prefill chunk or
+one decoded token) at the positions `start`.., and whether to choose a next token after them. The
+engine returns, per row in order, the chosen token id (or None where `sample` is False). When a
+sequence is done the scheduler calls `release(slot)`; the slot's next row starts at position 0.
+
+All engine calls come from one worker thread, one at a time.
+
+Sampling is per row: greedy (temperature 0) or seeded, the random draw for the token at position p
+taken from a generator seeded by (seed, p) alone, so a request yields the same tokens whether it runs
+alone or among others and whatever steps its prefill was cut into.
+
+`GPT2Engine` runs rows one after another through the GPT2 model's public cached forward. A batched
+engine (one decode step for every row, the weights read once) implements the same protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from .. import ops
+from ..errors import ArgumentError
+from ..models.gpt2.model import GPT2, KVCache
+from ..models.gpt2.sampling import SamplingParams, sample
+
+
+class Tokenizer(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+
+    def token_bytes(self, i: int) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How to choose a sequence's tokens: temperature 0 is greedy; `seed` drives the rest."""
+
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int = 0
+
+    def params(self) -> SamplingParams:
+        return SamplingParams(self.temperature, self.top_k, self.top_p, self.seed)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One sequence's work in one step."""
+
+    slot: int  # 0 <= slot < engine.max_batch
+    ids: tuple[int, ...]  # tokens to feed: a prefill chunk or the one token decoded last step
+    start: int  # the position of ids[0]; the slot holds exactly this many tokens before the step
+    sampling: Sampling
+    sample: bool = True  # choose the token after ids (False: a prefill chunk that is not the last)
+
+    @property
+    def next_position(self) -> int:
+        """The position the chosen token will take."""
+        return self.start + len(self.ids)
+
+
+class Engine(Protocol):
+    name: str  # the model's name, as /v1/models lists it
+    max_batch: int  # slots
+    n_ctx: int  # positions per slot (prompt + generated tokens)
+    vocab_size: int
+    eos_token_id: int | None
+    tokenizer: Tokenizer
+
+    def step(self, rows: Sequence[Row]) -> list[int | None]:
+        """Run `rows` (at most one per slot); per row in order, the chosen token or None."""
+        ...
+
+    def release(self, slot: int) -> None:
+        """The slot's sequence is done (finished, cancelled or failed); it may be reused from position 0."""
+        ...
+
+
+def choose(logits: np.ndarray, s: Sampling, position: int) -> int:
+    """The token for `position` from its logits (V,): argmax, or a draw seeded by (seed, position)."""
+    p = s.params()
+    if p.greedy:
+        return int(np.argmax(logits))
+    rng = np.random.default_rng([s.seed % 2**64, position])
+    return sample(logits, p, rng)
+
+
+class GPT2Engine:
+    """The reference engine: one KV cache per slot (made on first use), rows run one at a time."""
+
+    def __init__(self, model: GPT2, max_batch: int, name: str | None = None):
+        if model.tokenizer is None:
+            raise ArgumentError("serving needs a model with a tokenizer")
+        if max_batch < 1:
+            raise ArgumentError(f"max_batch must be >= 1, got {max_batch}")
+        self.model, self.max_batch = model, max_batch
+        self.name = name or model.name
+        cfg = model.config
+        self.n_ctx, self.vocab_size = cfg.n_positions, cfg.vocab_size
+        self.eos_token_id = cfg.eos_token_id
+        self.tokenizer = model.tokenizer
+        self._caches: list[KVCache | None] = [None] * max_batch
+
+    def step(self, rows: Sequence[Row]) -> list[int | None]:
+        return [self._run(r) for r in rows]
+
+    def release(self, slot: int) -> None:
+        cache = self._caches[slot]
+        if cache is not None:
+            cache.length = 0
+
+    def _run(self, row: Row) -> int | None:
+        if not 0 <= row.slot < self.max_batch:
+            raise ArgumentError(f"slot {row.slot} is out of range for {self.max_batch} slots")
+        cache = self._caches[row.slot]
+        if cache is None:
+            cache = self._caches[row.slot] = self.model.new_cache()
+        if row.start == 0:
+            cache.length = 0
+        elif cache.length != row.start:
+            raise ArgumentError(f"slot {row.slot} holds {cache.length} tokens, the row starts at {row.start}")
+        with self.model.device.dispatch_scope():
+            logits = self.model.forward_cached(row.ids, cache)
+            if not row.sample:
+                return None
+            if row.sampling.temperature == 0:
+                return int(ops.argmax(logits).numpy()[0])  # a 4-byte readback
+            return choose(logits.numpy()[0].astype(np.float32, copy=False), row.sampling, row.next_position)

@@ -1,0 +1,247 @@
+"""Continuous batching: one asyncio scheduler owns the engine (and so the device).
+
+Each step the scheduler admits waiting requests into free slots, then gives the engine one row per
+active sequence: a decode token for each running sequence and a prefill chunk (at most
+`prefill_chunk` tokens, up to `prefill_budget` prefill tokens a step) for each arriving one, so
+running streams keep flowing while long prompts are read. The engine runs in one worker thread; the
+event loop stays free for HTTP. Sequences leave as soon as they finish, are cancelled (a client that
+went away) or fail; their slots are released before the next step runs.
+
+Chunk boundaries depend only on the request (its prompt is cut every `prefill_chunk` tokens from the
+start), never on the load, so a request computes the same thing alone or in company.
+
+A step that raises fails the requests that were in it (each gets an error event) and the scheduler
+goes on with the rest. `begin_drain()` stops admission of new requests (503); running ones finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from .engine import Engine, Row, Sampling
+from .metrics import Metrics
+from .protocol import APIError, FinishReason
+from .textstream import TextStream
+
+log = logging.getLogger("webtensor.serve")
+
+
+@dataclass
+class Event:
+    """What a request's consumer receives: new text (possibly empty) for `tokens` new tokens; the last
+    event has `finish` (or `error`)."""
+
+    text: str = ""
+    tokens: int = 0
+    finish: FinishReason | None = None
+    error: APIError | None = None
+
+
+class Generation:
+    """One sequence to generate: its prompt, limits and sampling, and the events it produces."""
+
+    _ids = itertools.count()
+
+    def __init__(self, prompt: Sequence[int], max_tokens: int, sampling: Sampling, stops: Sequence[str] = (),
+                 ignore_eos: bool = False):
+        self.id = next(self._ids)
+        self.prompt, self.max_tokens, self.sampling = tuple(prompt), max_tokens, sampling
+        self.ignore_eos = ignore_eos
+        self.text = TextStream(stops)
+        self.events: asyncio.Queue[Event] = asyncio.Queue()
+        self.slot: int | None = None
+        self.fed = 0  # prompt tokens already in the slot's cache
+        self.generated: list[int] = []
+        self.cancelled = self.done = False
+        self.arrived = time.perf_counter()
+        self.last_token_at: float | None = None
+
+    async def stream(self) -> AsyncIterator[Event]:
+        """The events, until the last one."""
+        while True:
+            ev = await self.events.get()
+            yield ev
+            if ev.finish is not None or ev.error is not None:
+                return
+
+
+class Scheduler:
+    def __init__(self, engine: Engine, max_queue: int, metrics: Metrics | None = None, prefill_chunk: int = 64,
+                 prefill_budget: int = 256):
+        self.engine, self.max_queue = engine, max_queue
+        self.metrics = metrics or Metrics()
+        self.prefill_chunk, self.prefill_budget = prefill_chunk, prefill_budget
+        self._waiting: deque[Generation] = deque()
+        self._active: dict[int, Generation] = {}
+        self._free = list(range(engine.max_batch - 1, -1, -1))  # pop() gives slot 0 first
+        self._to_release: list[int] = []
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="webtensor-engine")
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.draining = False
+        self.steps = 0
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._wake = asyncio.Event()
+        self._task = asyncio.create_task(self._run(), name="webtensor-scheduler")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        for r in [*self._waiting, *self._active.values()]:
+            r.events.put_nowait(Event(error=APIError(503, "the server is shutting down", code="shutdown")))
+        self._executor.shutdown(wait=True)
+
+    def begin_drain(self) -> None:
+        """Refuse new requests from now on; those admitted or waiting run to the end."""
+        self.draining = True
+
+    # -- requests ---------------------------------------------------------------------------------
+    def submit(self, req: Generation) -> None:
+        if self.draining:
+            raise APIError(503, "the server is shutting down and takes no new requests", code="shutdown")
+        if len(self._waiting) >= self.max_queue and not self._free:
+            raise APIError(429, f"the server is busy: {len(self._active)} running, {len(self._waiting)} queued "
+                           f"(--max-queue {self.max_queue}); retry later", code="queue_full",
+                           headers={"Retry-After": "1"})
+        self._waiting.append(req)
+        self.metrics.prompt_tokens.inc(len(req.prompt))
+        self.metrics.queue_depth.set(len(self._waiting))
+        self._poke()
+
+    def cancel(self, req: Generation) -> None:
+        """The client went away: free its slot at the next step boundary."""
+        if not req.done:
+            req.cancelled = True
+            self._poke()
+
+    @property
+    def active(self) -> int:
+        return len(self._active)
+
+    @property
+    def queued(self) -> int:
+        return len(self._waiting)
+
+    def _poke(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    # -- the loop ---------------------------------------------------------------------------------
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._wake is not None
+        while True:
+            self._wake.clear()
+            self._admit()
+            work = self._plan()
+            if not work and not self._to_release:
+                await self._wake.wait()
+                continue
+            releases, self._to_release = self._to_release, []
+            rows = [row for _, row in work]
+            t0 = time.perf_counter()
+            try:
+                results = await loop.run_in_executor(self._executor, self._job, releases, rows)
+            except Exception as e:  # the engine failed: only this step's requests fail
+                log.exception("engine step failed (%d rows)", len(rows))
+                self.metrics.step_failures.inc()
+                err = APIError(500, f"the engine failed during a step: {type(e).__name__}: {e}",
+                               code="engine_error")
+                for req, _ in work:
+                    self._retire(req, Event(error=err))
+                continue
+            if rows:
+                self.steps += 1
+                self.metrics.step_seconds.observe(time.perf_counter() - t0)
+                self.metrics.batch_size.observe(len(rows))
+            for (req, row), tok in zip(work, results, strict=True):
+                self._advance(req, row, tok)
+
+    def _job(self, releases: list[int], rows: list[Row]) -> list[int | None]:
+        for slot in releases:
+            self.engine.release(slot)
+        return self.engine.step(rows) if rows else []
+
+    def _admit(self) -> None:
+        while self._waiting and (self._free or self._waiting[0].cancelled):
+            req = self._waiting.popleft()
+            if req.cancelled:
+                req.done = True
+                continue
+            req.slot = self._free.pop()
+            self._active[req.slot] = req
+        self.metrics.queue_depth.set(len(self._waiting))
+        self.metrics.active.set(len(self._active))
+
+    def _plan(self) -> list[tuple[Generation, Row]]:
+        work: list[tuple[Generation, Row]] = []
+        budget = self.prefill_budget
+        for req in list(self._active.values()):
+            if req.cancelled:
+                self._retire(req, None)
+                continue
+            n_prompt = len(req.prompt)
+            if req.fed < n_prompt:
+                chunk = req.prompt[req.fed: req.fed + self.prefill_chunk]
+                if len(chunk) > budget and budget < self.prefill_budget:
+                    continue  # over this step's prefill budget: next step (at least one chunk always runs)
+                budget -= len(chunk)
+                row = Row(req.slot, chunk, req.fed, req.sampling, sample=req.fed + len(chunk) == n_prompt)
+            else:
+                pos = n_prompt + len(req.generated) - 1
+                row = Row(req.slot, (req.generated[-1],), pos, req.sampling)
+            work.append((req, row))  # type: ignore[arg-type]
+        self.metrics.active.set(len(self._active))
+        return work
+
+    def _advance(self, req: Generation, row: Row, tok: int | None) -> None:
+        if req.fed < len(req.prompt):
+            req.fed += len(row.ids)
+        if tok is None:
+            return
+        now = time.perf_counter()
+        if req.last_token_at is None:
+            self.metrics.ttft.observe(now - req.arrived)
+        else:
+            self.metrics.inter_token.observe(now - req.last_token_at)
+        req.last_token_at = now
+        req.generated.append(tok)
+        self.metrics.generated_tokens.inc()
+        finish: FinishReason | None = None
+        if tok == self.engine.eos_token_id and not req.ignore_eos:
+            text, finish = req.text.finish(), "stop"
+        else:
+            text = req.text.push(self.engine.tokenizer.token_bytes(tok))
+            if req.text.stopped:
+                finish = "stop"
+            elif len(req.generated) >= req.max_tokens or row.next_position + 1 >= self.engine.n_ctx:
+                text += req.text.finish()
+                finish = "stop" if req.text.stopped else "length"
+        ev = Event(text, 1, finish)
+        if finish is None:
+            req.events.put_nowait(ev)
+        else:
+            self._retire(req, ev)
+
+    def _retire(self, req: Generation, last: Event | None) -> None:
+        req.done = True
+        if last is not None:
+            req.events.put_nowait(last)
+        if req.slot is not None and self._active.get(req.slot) is req:
+            del self._active[req.slot]
+            self._to_release.append(req.slot)
+            self._free.append(req.slot)
+        self.metrics.active.set(len(self._active))

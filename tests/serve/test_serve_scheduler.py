@@ -1,0 +1,86 @@
+"""The scheduler in-process, on a recording fake engine: long prompts are read in request-fixed chunks
+interleaved with the running sequences' decode rows; sequences leave when done; slots are released."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from webtensor.serve.engine import Row, Sampling
+from webtensor.serve.scheduler import Generation, Scheduler
+
+
+class _Tok:
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) for c in text]
+
+    def token_bytes(self, i: int) -> bytes:
+        return b"x"
+
+
+class RecordingEngine:
+    name, n_ctx, vocab_size, eos_token_id = "fake", 512, 100, None
+
+    def __init__(self, max_batch: int, delay: float = 0.0):
+        self.max_batch, self.tokenizer, self.delay = max_batch, _Tok(), delay
+        self.steps: list[list[Row]] = []
+        self.released: list[int] = []
+        self.length = [0] * max_batch
+
+    def step(self, rows: Sequence[Row]) -> list[int | None]:
+        assert len({r.slot for r in rows}) == len(rows)
+        for r in rows:
+            assert r.start == (0 if r.start == 0 else self.length[r.slot])  # rows continue their slot
+            self.length[r.slot] = r.start + len(r.ids)
+        self.steps.append(list(rows))
+        time.sleep(self.delay)
+        return [(r.next_position % 7) if r.sample else None for r in rows]
+
+    def release(self, slot: int) -> None:
+        self.released.append(slot)
+
+
+async def _run(engine: RecordingEngine, jobs: list[tuple[float, int, int]]) -> list[list[str]]:
+    """jobs: (delay before submit, prompt length, max_tokens). The events' texts per job."""
+    sched = Scheduler(engine, max_queue=64, prefill_chunk=64, prefill_budget=128)
+    sched.start()
+
+    async def one(delay: float, n_prompt: int, max_tokens: int) -> list[str]:
+        await asyncio.sleep(delay)
+        g = Generation(list(range(1, n_prompt + 1)), max_tokens, Sampling())
+        sched.submit(g)
+        return [ev.text async for ev in g.stream()]
+
+    try:
+        out = list(await asyncio.gather(*(one(*j) for j in jobs)))
+        await asyncio.sleep(0.05)  # the last slots are released in the engine thread, just after
+        return out
+    finally:
+        await sched.stop()
+
+
+def test_long_prefill_is_chunked_and_interleaved_with_decode():
+    eng = RecordingEngine(max_batch=4, delay=0.002)  # the short one runs ~60 steps of 2 ms
+    out = asyncio.run(_run(eng, [(0, 3, 60), (0.01, 300, 5)]))
+    assert [len(o) for o in out] == [60, 5]
+    long_rows = [(i, r) for i, rows in enumerate(eng.steps) for r in rows if len(r.ids) > 3]
+    assert [r.start for _, r in long_rows] == [0, 64, 128, 192, 256]  # cut from the request's start
+    assert all(not r.sample for _, r in long_rows[:-1]) and long_rows[-1][1].sample
+    for i, _ in long_rows:  # the short sequence decoded in every step the long prompt was read
+        assert any(len(r.ids) == 1 for r in eng.steps[i])
+    assert sorted(eng.released) == [0, 1]
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 200), st.integers(1, 30)), min_size=1, max_size=10),
+       st.integers(1, 4))
+def test_every_request_gets_its_tokens_whatever_the_batch(jobs, max_batch):
+    eng = RecordingEngine(max_batch)
+    out = asyncio.run(_run(eng, [(0, n, m) for n, m in jobs]))
+    assert [len(o) for o in out] == [m for _, m in jobs]
+    assert max(len(rows) for rows in eng.steps) <= max_batch
+    assert len(eng.released) == len(jobs)
