@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import sys
 import traceback
 import warnings
@@ -124,7 +125,7 @@ def _flag(name: str) -> Callable[[str], None]:
 def _device_env(value: str) -> None:
     from .device import env_device
 
-    env_device()
+    env_device()  # reads the variable itself
 
 
 # Environment variables every command checks before it starts: name -> check(value), which
@@ -180,12 +181,17 @@ def _say(line: str) -> None:
 
 
 def _stdout_closed() -> bool:
-    """After a BrokenPipeError: was it stdout? (Its buffered bytes cannot be flushed then.)"""
+    """After a BrokenPipeError: is it stdout whose reader went? (A pipe without readers polls as
+    an error.) False when that cannot be told, so the error is reported rather than hidden."""
     try:
-        sys.stdout.flush()
-    except (BrokenPipeError, ValueError):
-        return True
-    return False
+        fd = sys.stdout.fileno()
+        if not hasattr(select, "poll"):
+            return True  # no poll (Windows): stdout is the likeliest pipe
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _silence_stdout() -> None:
@@ -206,7 +212,7 @@ def exit_code(e: BaseException) -> int:
 
 def run_main(build: Callable[[], argparse.ArgumentParser], argv: list[str] | None = None) -> int:
     """Parse `argv`, check, run; every failure becomes one stderr line and an exit code (above)."""
-    warnings.showwarning = _one_line_warning
+    shown, warnings.showwarning = warnings.showwarning, _one_line_warning
     try:
         check_environment()
         args = build().parse_args(argv)
@@ -230,6 +236,8 @@ def run_main(build: Callable[[], argparse.ArgumentParser], argv: list[str] | Non
     except Exception as e:
         hint = "" if debug() else "; WEBTENSOR_DEBUG=1 shows the traceback"
         return _fail(f"internal error: {type(e).__name__}: {e} (a bug: please report it{hint})", EXIT_RUNTIME)
+    finally:
+        warnings.showwarning = shown
 
 
 def _describe_os_error(e: BaseException | None) -> str:
