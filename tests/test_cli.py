@@ -334,3 +334,13 @@ def test_cli_and_api_give_the_same_message(capsys, model, name, x):
     err = capsys.readouterr().err.strip()
     rule = str(e.value).split(", got ")[0]  # the value's spelling differs: the CLI parsed text
     assert err.startswith("webtensor: error: argument ") and f": {rule}, got " in err, (err, rule)
+
+
+def test_ctrl_c_stops_the_web_server(tmp_path):
+    for name in ("pyodide.js", "pyodide.asm.wasm"):  # enough of a Pyodide folder to start serving
+        (tmp_path / name).write_bytes(b"")
+    p = subprocess.Popen([sys.executable, "-m", "webtensor", "web", "--no-open", "--port", "0", "--pyodide",
+                          str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         stdin=subprocess.DEVNULL, env=_env())
+    rc, err = _interrupt(p, b"Ctrl-C stops")
+    assert rc == INTERRUPTED and err.strip() == "webtensor: interrupted", (rc, err)
