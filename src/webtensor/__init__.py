@@ -23,6 +23,7 @@ from .errors import (
     SamplingError,
     ShapeError,
     TokenizerError,
+    UsageError,
     WebtensorError,
 )
 from .ops import (
@@ -52,5 +53,5 @@ __all__ = [
     "argmax", "cast", "copy", "copy_into", "broadcast_shapes",
     "WebtensorError", "ArgumentError", "ShapeError", "DTypeError", "DeviceMismatchError", "NoAdapterError",
     "DeviceReleasedError", "BufferLimitError", "GPUError", "CheckpointError", "TokenizerError",
-    "ContextLengthError", "SamplingError",
+    "ContextLengthError", "SamplingError", "UsageError",
 ]

@@ -6,7 +6,13 @@ import argparse
 import os
 import sys
 
+from . import cmdline
+
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+
+EPILOG = """exit codes: 0 success, 1 runtime error (checkpoint, adapter, GPU, OS), 2 usage error (bad
+argument, environment value or input), 130 interrupted, 141 stdout closed early.
+WEBTENSOR_DEBUG=1 shows the traceback of an error."""
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
@@ -32,10 +38,12 @@ def cmd_devices(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="webtensor", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("devices", help="list WebGPU adapters with backend, type, limits and features")
+def build_parser() -> cmdline.Parser:
+    p = cmdline.Parser(prog=cmdline.PROG, description=__doc__, epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    cmdline.add_command(sub, "devices", run=cmd_devices,
+                        help="list WebGPU adapters with backend, type, limits and features")
     from .models.gpt2 import cli as gpt2_cli
 
     gpt2_cli.add_generate_parser(sub)
@@ -54,10 +62,12 @@ def main(argv: list[str] | None = None) -> int:
         web_server.add_parser(sub)
     except ImportError:
         pass
-    args = p.parse_args(argv)
-    if args.cmd == "devices":
-        return cmd_devices(args)
-    return args.func(args)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The `webtensor` command: the exit code (see `cmdline`), never a traceback."""
+    return cmdline.run_main(build_parser, argv)
 
 
 if __name__ == "__main__":

@@ -11,13 +11,37 @@ import os
 import warnings
 from typing import Any
 
-from .errors import NoAdapterError, WebtensorError
+from .errors import NoAdapterError, UsageError
 
 _NO_ADAPTER_HELP = (
     "no WebGPU adapter was found. Install a Vulkan driver (on Debian/Ubuntu: "
     "`apt-get install mesa-vulkan-drivers libvulkan1` for the lavapipe software driver, or your GPU "
     "vendor's driver), or use Device.cpu()"
 )
+
+
+_SPECS = {"auto": "auto", "cpu": "cpu", "wgpu": "wgpu", "gpu": "wgpu", "webgpu": "wgpu",
+          "lavapipe": "lavapipe", "software": "lavapipe"}
+
+
+def device_spec(spec: object) -> str:
+    """The kind a device name asks for: 'auto', 'cpu', 'wgpu' or 'lavapipe' (None means 'auto').
+    Checks the name only; no device is created. UsageError for anything else."""
+    if spec is None:
+        return "auto"
+    kind = _SPECS.get(spec.strip().lower()) if isinstance(spec, str) else None
+    if kind is None:
+        raise UsageError(f"unknown device {spec!r}: expected cpu, wgpu, lavapipe or auto")
+    return kind
+
+
+def env_device() -> str | None:
+    """WEBTENSOR_DEVICE as 'cpu' or 'wgpu', or None when unset or empty; UsageError otherwise."""
+    raw = os.environ.get("WEBTENSOR_DEVICE", "")
+    kind = _SPECS.get(raw.strip().lower()) if raw.strip() else None
+    if raw.strip() and kind not in ("cpu", "wgpu"):
+        raise UsageError(f"WEBTENSOR_DEVICE={raw!r}: expected 'cpu' or 'wgpu' (or unset: the best device)")
+    return kind
 
 
 class Device:
@@ -82,13 +106,11 @@ class Device:
     def default(cls) -> Device:
         """A hardware GPU adapter if there is one (discrete or integrated), else the CPU.
         `WEBTENSOR_DEVICE=cpu|wgpu` overrides; a software adapter is used only when asked for."""
-        choice = os.environ.get("WEBTENSOR_DEVICE", "").strip().lower()
+        choice = env_device()
         if choice == "cpu":
             return cls.cpu()
-        if choice in ("wgpu", "gpu", "webgpu"):
+        if choice == "wgpu":
             return cls.wgpu()
-        if choice:
-            raise WebtensorError(f"WEBTENSOR_DEVICE={choice!r}: expected 'cpu' or 'wgpu'")
         try:
             return cls.wgpu(software=False)
         except NoAdapterError:
@@ -104,16 +126,12 @@ class Device:
         """'cpu', 'wgpu', 'lavapipe' (software WebGPU), 'auto'/None (Device.default()), or a Device."""
         if isinstance(spec, Device):
             return spec
-        s = (spec or "auto").lower()
-        if s == "auto":
+        kind = device_spec(spec)
+        if kind == "auto":
             return Device.default()
-        if s == "cpu":
+        if kind == "cpu":
             return Device.cpu()
-        if s in ("wgpu", "gpu", "webgpu"):
-            return Device.wgpu()
-        if s in ("lavapipe", "software"):
-            return Device.wgpu(software=True)
-        raise WebtensorError(f"unknown device {spec!r}: expected cpu, wgpu, lavapipe or auto")
+        return Device.wgpu(software=True) if kind == "lavapipe" else Device.wgpu()
 
     # -- what it is -----------------------------------------------------------------------------
     def describe(self) -> str:

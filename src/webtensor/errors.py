@@ -53,3 +53,8 @@ class ContextLengthError(WebtensorError, ValueError):
 
 class SamplingError(WebtensorError, ValueError):
     """Invalid generation parameters (temperature, top-k, top-p, max_new_tokens, prompt)."""
+
+
+class UsageError(WebtensorError, ValueError):
+    """A setting the user chose is invalid: a command-line argument, an environment variable
+    (WEBTENSOR_DEVICE=...), or input such as non-UTF-8 text on stdin; the message names it."""

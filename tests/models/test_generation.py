@@ -108,4 +108,4 @@ def test_cli_generate_streams_and_reports_device(ckpt):
     assert r2.returncode == 0 and r2.stdout.startswith("From stdin")
     bad = subprocess.run([sys.executable, "-m", "webtensor.cli", "generate", "--model", "/nonexistent/dir", "x"],
                          capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "does not exist" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.returncode == 1 and "does not exist" in bad.stderr and "Traceback" not in bad.stderr

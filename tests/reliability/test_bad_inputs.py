@@ -145,7 +145,7 @@ def test_unknown_device_names():
         wt.Device.parse("tpu")
     r = run_python("import webtensor as wt; wt.Device.default()", env={"WEBTENSOR_DEVICE": "quantum"})
     assert r.returncode != 0
-    assert "WebtensorError: WEBTENSOR_DEVICE='quantum': expected 'cpu' or 'wgpu'" in r.stderr
+    assert "UsageError: WEBTENSOR_DEVICE='quantum': expected 'cpu' or 'wgpu'" in r.stderr
 
 
 def test_tensor_used_after_device_released(gpu):
@@ -397,19 +397,21 @@ GEN_CASES = [
     ("nan-temperature", dict(temperature=float("nan")), wt.SamplingError,
      r"temperature must be a finite number"),
     ("top_p-zero", dict(temperature=1.0, top_p=0.0), wt.SamplingError,
-     r"top_p must be in \(0, 1\] \(or None\), got 0\.0"),
+     r"top_p must be in \(0, 1\] \(or None = off\), got 0\.0"),
     ("top_p-over-one", dict(temperature=1.0, top_p=1.5), wt.SamplingError,
      r"top_p must be in \(0, 1\].*got 1\.5"),
-    ("top_k-zero", dict(temperature=1.0, top_k=0), wt.SamplingError,
-     r"top_k must be an integer >= 1 \(or None\), got 0"),
+    ("top_k-negative", dict(temperature=1.0, top_k=-3), wt.SamplingError,
+     r"top_k must be an integer >= 0 \(0 or None = off\), got -3"),
     ("top_k-float", dict(temperature=1.0, top_k=2.5), wt.SamplingError,
-     r"top_k must be an integer >= 1.*got 2\.5"),
+     r"top_k must be an integer >= 0.*got 2\.5"),
     ("max_new_tokens-float", dict(max_new_tokens=2.5), wt.SamplingError,
-     r"max_new_tokens must be a non-negative integer, got 2\.5"),
+     r"max_new_tokens must be an integer >= 1, got 2\.5"),
     ("max_new_tokens-str", dict(max_new_tokens="8"), wt.SamplingError,
-     r"max_new_tokens must be a non-negative integer, got '8'"),
+     r"max_new_tokens must be an integer >= 1, got '8'"),
     ("max_new_tokens-negative", dict(max_new_tokens=-1), wt.SamplingError,
-     r"max_new_tokens must be a non-negative integer, got -1"),
+     r"max_new_tokens must be an integer >= 1, got -1"),
+    ("max_new_tokens-zero", dict(max_new_tokens=0), wt.SamplingError,
+     r"max_new_tokens must be an integer >= 1, got 0"),
 ]
 
 
@@ -441,16 +443,16 @@ def _cli(*args):
         "sys.argv[1:]", repr(list(args))))
 
 
-@pytest.mark.parametrize("args, pattern", [
-    (["--model", "/nonexistent/model-dir"], r"webtensor: error: checkpoint directory /nonexistent/model-dir "
+@pytest.mark.parametrize("args, code, pattern", [
+    (["--model", "/nonexistent/model-dir"], 1, r"webtensor: error: checkpoint directory /nonexistent/model-dir "
      r"does not exist"),
-    (["--temperature", "-1", "--model", "TINY"],
-     r"webtensor: error: temperature must be a finite number >= 0"),
+    (["--temperature", "-1", "--model", "TINY"], 2,
+     r"webtensor: error: argument --temperature/-t: temperature must be a finite number >= 0"),
 ], ids=["bad-model", "bad-temperature"])
-def test_cli_error_exit_code_2(args, pattern):
+def test_cli_error_exit_code(args, code, pattern):
     args = [str(tiny_checkpoint()) if a == "TINY" else a for a in args]
     r = _cli("generate", "hello", "--device", "cpu", *args)
-    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert r.returncode == code, (r.returncode, r.stderr)
     assert "Traceback" not in r.stderr
     errors = [line for line in r.stderr.splitlines() if line.startswith("webtensor: error:")]
     assert len(errors) == 1 and re.match(pattern, errors[0]), r.stderr

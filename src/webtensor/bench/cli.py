@@ -3,41 +3,86 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
 import platform
 import sys
 import time
+from pathlib import Path
 from typing import Any
+
+from .. import cmdline
+from ..errors import UsageError, WebtensorError
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("bench", help="benchmark GPT-2 prefill and decode (optionally against HF transformers)")
+    p = cmdline.add_command(sub, "bench", run=run_bench, check=check_bench,
+                            help="benchmark GPT-2 prefill and decode (optionally against HF transformers)")
     p.add_argument("--model", "-m", default="gpt2",
                    help="gpt2, gpt2-medium, gpt2-large, gpt2-xl (random weights) or a checkpoint directory")
-    p.add_argument("--device", "-d", default="auto", help="auto, cpu, wgpu, lavapipe")
+    p.add_argument("--device", "-d", default="auto", type=cmdline.device_name, help="auto, cpu, wgpu, lavapipe")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16"])
-    p.add_argument("--prompts", default="128,1024", help="prefill prompt lengths, comma-separated")
-    p.add_argument("--decode", type=int, default=128, help="tokens to decode (batch 1, greedy)")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--prompts", default=[128, 1023], type=cmdline.int_list("--prompts"),
+                   help="prefill prompt lengths, comma-separated, each < the context (default 128,1023)")
+    p.add_argument("--decode", type=cmdline.integer("--decode", 1), default=128,
+                   help="tokens to decode (batch 1, greedy)")
+    p.add_argument("--repeats", type=cmdline.integer("--repeats", 1), default=3)
     p.add_argument("--compare", action="store_true", help="also run HF transformers (torch) on the same weights")
     p.add_argument("--profile", action="store_true", help="GPU time per kernel of one decode step (timestamps)")
     p.add_argument("--json", dest="json_path", default=None)
     p.add_argument("--plot", dest="plot_path", default=None)
-    p.set_defaults(func=run_bench)
+
+
+def check_bench(args: argparse.Namespace) -> None:
+    """Everything the run needs, before the (long) run: sizes within the model's context, output
+    paths writable, optional packages present, the device and its dtype support."""
+    from ..device import Device
+
+    n_ctx = _cfg(args.model, []).n_positions  # CheckpointError for a missing checkpoint
+    too_long = [n for n in args.prompts if n > n_ctx - 1]
+    if too_long:
+        raise UsageError(f"--prompts {too_long[0]}: a prefill of {too_long[0]} tokens does not fit the model's "
+                         f"context of {n_ctx} (at most {n_ctx - 1})")
+    if args.decode > n_ctx - 9:
+        raise UsageError(f"--decode {args.decode}: decoding after an 8-token prompt fits at most {n_ctx - 9} "
+                         f"tokens in the model's context of {n_ctx}")
+    for flag, path in (("--json", args.json_path), ("--plot", args.plot_path)):
+        if path is not None:
+            _check_writable(flag, path)
+    if args.plot_path and importlib.util.find_spec("matplotlib") is None:
+        raise WebtensorError("--plot needs matplotlib (pip install 'webtensor[bench]')")
+    if args.compare:
+        missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise WebtensorError(f"--compare needs {' and '.join(missing)} (pip install 'webtensor[test]')")
+    args.device_obj = Device.parse(args.device)
+    if args.profile and args.device_obj.kind != "wgpu":
+        raise UsageError(f"--profile times GPU kernels: it needs a WebGPU device, not {args.device_obj.describe()}")
+    if args.dtype == "float16" and not args.device_obj.has_f16:
+        raise UsageError(f"--dtype float16: {args.device_obj.describe()} has no shader-f16 feature; "
+                         "use --dtype float32")
+
+
+def _check_writable(flag: str, path: str) -> None:
+    p = Path(path)
+    folder = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise UsageError(f"{flag} {path}: is a directory; give a file name")
+    if not folder.is_dir():
+        raise UsageError(f"{flag} {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise UsageError(f"{flag} {path}: not writable")
 
 
 def run_bench(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
-    from ..device import Device
     from .gpt2_bench import bench_hf, bench_webtensor, build_model
 
-    device = Device.parse(args.device)
-    prompts = [int(x) for x in args.prompts.split(",") if x]
+    device = args.device_obj
     model, arrays = build_model(args.model, device, args.dtype)
-    n_ctx = model.config.n_positions
-    prompts = [min(p, n_ctx - 1) for p in prompts]
-    decode = min(args.decode, n_ctx - 9)
+    prompts, decode = args.prompts, args.decode  # check_bench: both fit the context
     steps = (len(prompts) + 1) * (2 if args.compare else 1)
     results = []
     with tqdm(total=steps, desc="bench", file=sys.stderr) as bar:

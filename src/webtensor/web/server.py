@@ -29,6 +29,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from .. import cmdline
+from ..errors import UsageError, WebtensorError
+
 WEB_DIR = Path(__file__).resolve().parent
 PACKAGE_DIR = WEB_DIR.parent
 PAGE_FILES = {"index.html", "app.js", "gpu_helper.js"}
@@ -38,7 +41,7 @@ MIME = {".wasm": "application/wasm", ".mjs": "text/javascript", ".js": "text/jav
         ".map": "application/json", ".txt": "text/plain; charset=utf-8"}
 
 
-class SetupError(RuntimeError):
+class SetupError(WebtensorError, RuntimeError):
     """Something the page needs is not installed or not found; the message says how to fix it."""
 
 
@@ -189,41 +192,53 @@ def serve_in_thread(**kw: Any) -> tuple[ThreadingHTTPServer, str]:
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("web", help="serve the GPT-2 web page (Pyodide + the browser's WebGPU) on 127.0.0.1",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks a free one)")
+    p = cmdline.add_command(sub, "web", run=cmd_web, check=check_web,
+                            help="serve the GPT-2 web page (Pyodide + the browser's WebGPU) on 127.0.0.1",
+                            description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--port", type=cmdline.integer("--port", 0, 65535), default=8765,
+                   help="port (default 8765; 0 picks a free one)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--no-open", action="store_true", help="do not open the page in a browser")
     p.add_argument("--model", default=None, help="GPT-2 checkpoint directory (default: the shipped model)")
     p.add_argument("--pyodide", default=None,
                    help="Pyodide distribution folder (default: node_modules/pyodide)")
-    p.set_defaults(func=cmd_web)
+
+
+def _is_pyodide(d: Path) -> bool:
+    return (d / "pyodide.js").is_file() and (d / "pyodide.asm.wasm").is_file()
+
+
+def check_web(args: argparse.Namespace) -> None:
+    """A Pyodide folder or checkpoint that was named explicitly must be one (no silent fallback)."""
+    env = os.environ.get("WEBTENSOR_PYODIDE_DIR")
+    for what, value in ((f"--pyodide {args.pyodide}", args.pyodide), (f"WEBTENSOR_PYODIDE_DIR={env}", env)):
+        if value and not _is_pyodide(Path(value)):
+            raise UsageError(f"{what}: not a Pyodide distribution (no pyodide.js and pyodide.asm.wasm)")
+    if args.model is not None:
+        if not Path(args.model).is_dir():
+            raise SetupError(f"checkpoint directory {args.model} does not exist")
+        model_files(Path(args.model))  # SetupError when it lacks config.json or weights
 
 
 def cmd_web(args: argparse.Namespace) -> int:
+    srv = None
     try:
         srv = make_server(args.host, args.port, Path(args.model) if args.model else None,
                           Path(args.pyodide) if args.pyodide else None, quiet=False)
-    except SetupError as e:
-        print(f"webtensor web: {e}")
-        return 2
     except OSError as e:
-        print(f"webtensor web: cannot listen on {args.host}:{args.port}: {e}")
-        return 2
+        raise SetupError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}") from e
     host, port = srv.server_address[:2]
     url = f"http://{host}:{port}/"
     app = srv.webtensor_app  # type: ignore[attr-defined]
     print(f"webtensor web: serving {url}  (Pyodide from {app.pyodide_dir}; model {app.model_dir})")
     if app.model_error:
         print(f"webtensor web: warning: {app.model_error}; the page will say the model failed to load")
-    print("Open it in a browser with WebGPU (Chrome/Edge 113+, Safari 26+). Ctrl-C stops.")
+    print("Open it in a browser with WebGPU (Chrome/Edge 113+, Safari 26+). Ctrl-C stops.", flush=True)
     if not args.no_open:
         threading.Timer(0.5, lambda: webbrowser.open(url)).start()
     try:
-        srv.serve_forever()
-    except KeyboardInterrupt:
-        pass
+        srv.serve_forever()  # Ctrl-C: KeyboardInterrupt, exit 130 (cmdline)
     finally:
         srv.server_close()
     return 0

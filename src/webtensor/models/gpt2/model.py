@@ -30,6 +30,7 @@ from .forward import BLOCK_PARAMS, Block, forward
 from .quantized import Int8Reader, is_int8
 from .sampling import SamplingParams, check_max_new_tokens, sample
 from .tokenizer import GPT2Tokenizer
+from .validate import check_ids, check_text, fit_context
 from .weights import SafetensorsReader, check_checkpoint, expected_shapes, resolve, weight_files
 
 
@@ -150,17 +151,7 @@ class GPT2:
         params = SamplingParams(temperature, top_k, top_p, seed)
         n_new = check_max_new_tokens(max_new_tokens)
         ids = self._check_ids(ids)
-        n_ctx = self.config.n_positions
-        if len(ids) + n_new > n_ctx:
-            if not truncate_prompt or n_new >= n_ctx:
-                raise ContextLengthError(
-                    f"prompt of {len(ids)} tokens + {n_new} new tokens = {len(ids) + n_new} exceeds the model's "
-                    f"context of {n_ctx} positions; shorten the prompt, lower max_new_tokens, or pass "
-                    "truncate_prompt=True to keep the prompt's last tokens"
-                )
-            ids = ids[len(ids) + n_new - n_ctx:]
-        if n_new == 0:
-            return
+        ids = fit_context(ids, n_new, self.config.n_positions, truncate_prompt)
         rng = np.random.default_rng(seed)
         eos = self.config.eos_token_id if stop_at_eos else None
         ws = self._acquire_workspace()
@@ -222,10 +213,10 @@ class GPT2:
     def stream(self, prompt: str, max_new_tokens: int = 50, **kw: Any) -> Iterator[str]:
         """Generated text, piece by piece, as soon as it forms whole UTF-8 characters."""
         tok = self._need_tokenizer()
-        yield from tok.stream_decode(self.generate_ids(tok.encode(prompt), max_new_tokens, **kw))
+        yield from tok.stream_decode(self.generate_ids(tok.encode(check_text(prompt)), max_new_tokens, **kw))
 
     def encode(self, text: str) -> list[int]:
-        return self._need_tokenizer().encode(text)
+        return self._need_tokenizer().encode(check_text(text))
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._need_tokenizer().decode(ids)
@@ -236,16 +227,7 @@ class GPT2:
         return self.tokenizer
 
     def _check_ids(self, ids: Sequence[int]) -> list[int]:
-        if isinstance(ids, str):
-            raise SamplingError("expected token ids; use model.stream(text) or model.encode(text) for text")
-        ids = [int(i) for i in np.asarray(ids).reshape(-1)]
-        if not ids:
-            raise SamplingError("the prompt is empty: give at least one token")
-        V = self.config.vocab_size
-        bad = [i for i in ids if not 0 <= i < V]
-        if bad:
-            raise SamplingError(f"token id {bad[0]} is out of range for a vocabulary of {V}")
-        return ids
+        return check_ids(ids, self.config.vocab_size)
 
 
 # -- weights upload -------------------------------------------------------------------------------

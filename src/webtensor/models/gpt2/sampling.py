@@ -6,36 +6,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...errors import SamplingError
+from .validate import check_max_new_tokens, check_sampling
+
+__all__ = ["SamplingParams", "check_max_new_tokens", "sample"]
 
 
 @dataclass(frozen=True)
 class SamplingParams:
     temperature: float = 1.0  # 0 means greedy
-    top_k: int | None = None
+    top_k: int | None = None  # 0 or None: off
     top_p: float | None = None
     seed: int | None = None
 
-    def __post_init__(self) -> None:
-        t = self.temperature
-        if isinstance(t, bool) or not isinstance(t, int | float) or not np.isfinite(t) or t < 0:
-            raise SamplingError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}")
-        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int)
-                                       or self.top_k < 1):
-            raise SamplingError(f"top_k must be an integer >= 1 (or None), got {self.top_k!r}")
-        if self.top_p is not None and (isinstance(self.top_p, bool) or not isinstance(self.top_p, int | float)
-                                       or not 0 < self.top_p <= 1):
-            raise SamplingError(f"top_p must be in (0, 1] (or None), got {self.top_p!r}")
+    def __post_init__(self) -> None:  # the checks and their messages live in validate.py
+        t, k, p, seed = check_sampling(self.temperature, self.top_k, self.top_p, self.seed)
+        for name, value in (("temperature", t), ("top_k", k), ("top_p", p), ("seed", seed)):
+            object.__setattr__(self, name, value)
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
-
-
-def check_max_new_tokens(n: object) -> int:
-    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
-        raise SamplingError(f"max_new_tokens must be a non-negative integer, got {n!r}")
-    return int(n)
 
 
 def sample(logits: np.ndarray, p: SamplingParams, rng: np.random.Generator) -> int:

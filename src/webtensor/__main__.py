@@ -1,0 +1,7 @@
+"""`python -m webtensor`: the `webtensor` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
