@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ... import dtypes as dt
 from ...backends.wgpu.context import GpuBuffer, WgpuContext
-from ...backends.wgpu.ops import gemv_kernel, gemv_lanes
+from ...backends.wgpu.ops import epilogue_bits, gemv_kernel, gemv_lanes
 
 if TYPE_CHECKING:
     from .model import GPT2, KVCache
@@ -105,7 +105,7 @@ class DecodeGraph:
                             [a, ln[0]._storage.buffer, ln[1]._storage.buffer, self.xn], (1, 1, 1)))
             a = self.xn
         k, rows = gemv_kernel(ctx, f32, wdtype, f32, bias.dtype if bias is not None else f32, K, fused_ln)
-        epi = (1 if bias is not None else 0) | (2 if gelu else 0) | (4 if residual else 0)
+        epi = epilogue_bits(bias is not None, "gelu_tanh" if gelu else None, residual)
         bias_buf = bias._storage.buffer if bias is not None else out
         lnw, lnb = (ln[0]._storage.buffer, ln[1]._storage.buffer) if fused_ln else (out, out)
         x, y, _ = _grid_xy(math.ceil(n / rows), ctx)

@@ -53,7 +53,7 @@ def forward(cfg: Any, wte: Tensor, wpe: Tensor, ln_f: tuple[Tensor, Tensor], blo
         a = ops.attention(qkv[:, 0], kc[:S], vc[:S], causal=True)  # (T, H, D)
         x = ops.linear(a.reshape(T, C), proj_w, proj_b, residual=x)
         h = ops.layer_norm(x, ln2_w, ln2_b, eps)
-        f = ops.linear(h, fc_w, fc_b, activation="gelu")  # (T, 4C)
+        f = ops.linear(h, fc_w, fc_b, act="gelu_tanh")  # (T, 4C)
         x = ops.linear(f, fc2_w, fc2_b, residual=x)
     if last_only:
         x = x[T - 1:T]
