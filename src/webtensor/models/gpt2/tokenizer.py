@@ -20,7 +20,8 @@ class GPT2Tokenizer:
         self._tok, self.kind = backend, kind  # kind: "tokenizers" or "pure-python"
         if kind == "tokenizers":
             self._special = {i: t.content for i, t in backend.get_added_tokens_decoder().items()}
-            self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
+            # ids the embedding must have rows for: the largest id + 1 (ids need not be dense)
+            self.vocab_size = max(backend.get_vocab(with_added_tokens=True).values(), default=-1) + 1
             self.eos_token_id = backend.token_to_id("<|endoftext|>")
         else:
             self._special = {}
