@@ -278,3 +278,18 @@ def test_attn_scale_is_hf_scaling(layer, scale, inverse, n_head):
     kw = dict(n_embd=32, n_head=n_head, scale_attn_weights=scale, scale_attn_by_inverse_layer_idx=inverse)
     hf = GPT2Attention(transformers.GPT2Config(n_layer=48, **kw), layer_idx=layer)
     assert GPT2Config.from_dict(dict(vocab_size=10, n_layer=48, **kw)).attn_scale(layer) == pytest.approx(hf.scaling)
+
+
+def test_released_checkpoints_configs_are_accepted():
+    """The keys of openai-community/gpt2-medium's and distilgpt2's config.json (legacy ones included)."""
+    raw = {"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,
+           "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256, "initializer_range": 0.02,
+           "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_ctx": 1024, "n_embd": 1024, "n_head": 16,
+           "n_layer": 24, "n_positions": 1024, "n_special": 0, "predict_special_tokens": True, "resid_pdrop": 0.1,
+           "summary_activation": None, "summary_first_dropout": 0.1, "summary_proj_to_labels": True,
+           "summary_type": "cls_index", "summary_use_proj": True, "_num_labels": 1, "id2label": {"0": "LABEL_0"},
+           "label2id": {"LABEL_0": 0}, "vocab_size": 50257,
+           "task_specific_params": {"text-generation": {"do_sample": True, "max_length": 50}}}
+    cfg = GPT2Config.from_dict(raw)
+    assert (cfg.n_layer, cfg.inner_dim, cfg.act, cfg.eos_ids) == (24, 4096, "gelu_tanh", {50256})
+    assert cfg.attn_scale(5) == pytest.approx(64 ** -0.5)

@@ -119,6 +119,10 @@ def _fields() -> dict[str, Field]:
         "transformers_version": ignored(_META), "_name_or_path": ignored(_META), "_commit_hash": ignored(_META),
         "tokenizer_class": ignored(_META + ": the tokenizer files decide"),
         "prefix": ignored("a prompt prefix for Hugging Face pipelines"),
+        # legacy keys of the released checkpoints' configs (gpt2-medium / -large, distilgpt2)
+        "n_special": ignored("an OpenAI-GPT field; Hugging Face's GPT-2 does not read it"),
+        "predict_special_tokens": ignored("an OpenAI-GPT field; Hugging Face's GPT-2 does not read it"),
+        "_num_labels": ignored(_HEADS),
         "task_specific_params": ignored("defaults for Hugging Face pipelines"),
     }
     for key in ("max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
