@@ -24,15 +24,16 @@ def make_tokenizer(d: Path, vocab_size: int) -> None:
 
 
 def make_checkpoint(d: Path, *, vocab_size: int, n_embd: int, n_layer: int, n_head: int, n_positions: int = 96,
-                    seed: int = 0, init: float = 0.3) -> Path:
-    """A GPT2LMHeadModel with random weights (std `init`, large enough that greedy text varies)."""
+                    seed: int = 0, init: float = 0.3, **config: object) -> Path:
+    """A GPT2LMHeadModel with random weights (std `init`, large enough that greedy text varies);
+    `config`: further GPT2Config fields."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(seed)
     eos = 256  # the tokenizer's <|endoftext|> (first id after the 256 byte tokens)
-    cfg = GPT2Config(vocab_size=vocab_size, n_positions=n_positions, n_embd=n_embd, n_layer=n_layer,
-                     n_head=n_head, initializer_range=init, bos_token_id=eos, eos_token_id=eos)
+    cfg = GPT2Config(**{**dict(vocab_size=vocab_size, n_positions=n_positions, n_embd=n_embd, n_layer=n_layer,
+                               n_head=n_head, initializer_range=init, bos_token_id=eos, eos_token_id=eos), **config})
     model = GPT2LMHeadModel(cfg).eval()
     d.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(d), safe_serialization=True)

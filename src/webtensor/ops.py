@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from . import activations
 from . import dtypes as dt
 from .errors import ArgumentError, DTypeError, ShapeError
 from .tensor import Tensor, check_same_device, tensor
@@ -193,12 +194,13 @@ def matmul(a: Any, b: Any) -> Tensor:
     return out.reshape(out.shape[:-2] + out.shape[-1:]) if squeeze else out
 
 
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation: str | None = None,
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, act: str | None = None,
            residual: Tensor | None = None) -> Tensor:
-    """Fused x @ weight (+ bias) (-> gelu) (+ residual), one kernel on WebGPU.
+    """Fused x @ weight (+ bias) (-> act) (+ residual), one kernel on WebGPU.
 
     x: (..., K), weight: (K, N) (HF Conv1D layout; pass `w.T` for torch Linear's (N, K)),
-    bias: (N,), residual: (..., N). activation: None or "gelu" (tanh form)."""
+    bias: (N,), residual: (..., N). act: None or a name in `webtensor.activations.CODES`
+    ("gelu" is "gelu_tanh")."""
     ts = [t for t in (x, weight, bias, residual) if t is not None]
     check_same_device("linear", *ts)
     _need_float("linear", *ts)
@@ -210,15 +212,14 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation: st
     out_shape = (*x.shape[:-1], N)
     if residual is not None and residual.shape != out_shape:
         raise ShapeError(f"linear: residual must have the output's shape {out_shape}, got {residual.shape}")
-    if activation not in (None, "gelu"):
-        raise ArgumentError(f"linear: activation must be None or 'gelu', got {activation!r}")
+    act = activations.canonical(act)
     out_dtype = _result_dtype(x, weight)
     if _is_cpu(x):
-        arr = _cpu().linear(x._array, weight._array, None if bias is None else bias._array, activation == "gelu",
+        arr = _cpu().linear(x._array, weight._array, None if bias is None else bias._array, act,
                             None if residual is None else residual._array, out_dtype.name)
         return _wrap(x.device, arr)
     x2 = x.reshape(1, x.shape[0]) if x.ndim == 1 else x
-    out = _gpu().matmul(x2, weight, out_dtype, bias=bias, gelu=activation == "gelu",
+    out = _gpu().matmul(x2, weight, out_dtype, bias=bias, act=act,
                         residual=None if residual is None else residual.reshape(x2.shape[:-1] + (N,)))
     return out.reshape(out_shape)
 

@@ -37,14 +37,14 @@ def matmul(a: np.ndarray, b: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
     return np.matmul(_f32(a), _f32(b)).astype(out_dtype)
 
 
-def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, use_gelu: bool, residual: np.ndarray | None,
+def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, act: str | None, residual: np.ndarray | None,
            out_dtype: np.dtype) -> np.ndarray:
-    # x: (..., K) @ w: (K, N) + b: (N,) -> gelu -> + residual: (..., N)
+    # x: (..., K) @ w: (K, N) + b: (N,) -> act -> + residual: (..., N)
     y = _f32(x) @ _f32(w)
     if b is not None:
         y = y + _f32(b)
-    if use_gelu:
-        y = gelu(y)
+    if act is not None:
+        y = activation(act, y)
     if residual is not None:
         y = y + _f32(residual)
     return y.astype(out_dtype)
@@ -59,6 +59,54 @@ def gelu(x: np.ndarray) -> np.ndarray:
         u = F32(np.sqrt(2.0 / np.pi)) * (v + F32(0.044715) * v * v * v)
         y = np.where(u < -40, F32(-0.0), v / (F32(1.0) + np.exp(F32(-2.0) * np.maximum(u, -40))))
     return y.astype(x.dtype)
+
+
+def _erfc(x: np.ndarray) -> np.ndarray:
+    # erfc to ~1.2e-7 relative, the Chebyshev fit epilogue.wgsl uses (numpy has no erf); in float64
+    z = np.abs(x)
+    t = 1.0 / (1.0 + 0.5 * z)
+    poly = -1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806 + t * (
+        0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))))
+    r = t * np.exp(-z * z + poly)
+    return np.where(x >= 0, r, 2.0 - r)
+
+
+def _softplus(x: np.ndarray) -> np.ndarray:
+    return np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20))))  # torch's threshold of 20
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # no overflow of exp(-x)
+
+
+def _gelu_erf(v: np.ndarray) -> np.ndarray:
+    return 0.5 * v * _erfc(-v / np.sqrt(2.0))
+
+
+_ACTS = {  # the activations of webtensor.activations.CODES (gelu_tanh is `gelu` above), in float64
+    "gelu_erf": _gelu_erf,
+    "gelu_erf_clip10": lambda v: np.clip(_gelu_erf(v), -10.0, 10.0),
+    "quick_gelu": lambda v: v * _sigmoid(1.702 * v),
+    "relu": lambda v: np.maximum(v, 0.0),
+    "relu2": lambda v: np.maximum(v, 0.0) ** 2,
+    "relu6": lambda v: np.clip(v, 0.0, 6.0),
+    "leaky_relu": lambda v: np.where(v >= 0, v, 0.01 * v),
+    "sigmoid": _sigmoid,
+    "tanh": np.tanh,
+    "silu": lambda v: v * _sigmoid(v),
+    "hardswish": lambda v: v * np.clip(v + 3.0, 0.0, 6.0) / 6.0,
+    "mish": lambda v: v * np.tanh(_softplus(v)),
+    "laplace": lambda v: 0.5 * _erfc(-(v - 0.707107) / (0.282095 * np.sqrt(2.0))),
+    "sqrt_softplus": lambda v: np.sqrt(_softplus(v)),
+}
+
+
+def activation(name: str, x: np.ndarray) -> np.ndarray:
+    """The activation `name` (a key of webtensor.activations.CODES) elementwise, in x's dtype."""
+    if name == "gelu_tanh":
+        return gelu(x)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _ACTS[name](x.astype(np.float64)).astype(x.dtype)
 
 
 def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:

@@ -2,8 +2,8 @@
 
 It runs the same forward pass as `webtensor.models.gpt2.model.GPT2` (embedding + positions, per
 block layer norm -> fused QKV linear -> KV-cache rows -> causal attention -> fused projection with
-residual -> layer norm -> fused linear+GELU -> fused linear with residual, then the final layer
-norm and the tied LM head), through `webtensor.ops` on a WebGPU device, but loads the checkpoint
+residual -> layer norm -> fused linear + activation -> fused linear with residual, then the final layer
+norm and the LM head, wte when tied), through `webtensor.ops` on a WebGPU device, but loads the checkpoint
 with the pure-Python safetensors reader, tokenizes with the pure-Python BPE where `tokenizers` is
 missing, and samples with the standard library (`random`): nothing here imports numpy.
 
@@ -58,6 +58,11 @@ def _to_float32(raw: memoryview, st_dtype: str, name: str) -> memoryview | bytes
     raise CheckpointError(f"tensor {name!r} has dtype {st_dtype}; GPT-2 weights must be F32, F16 or BF16")
 
 
+def _stored_float32(where: dict[str, tuple[SafetensorsFile, str]], name: str) -> memoryview | bytes:
+    sf, key = where[name]
+    return _to_float32(sf.raw(key), sf.info(key).dtype, name)
+
+
 @dataclass
 class GenerationStats:
     prompt_tokens: int = 0
@@ -83,6 +88,7 @@ class WebGPT2:
     def __init__(self, cfg: Any, params: dict[str, Tensor], device: Device, tokenizer: Any = None):
         self.config, self.device, self.tokenizer = cfg, device, tokenizer
         self.wte, self.wpe = params["wte.weight"], params["wpe.weight"]
+        self.lm_head = params.get("lm_head.weight", self.wte)  # (V, C); wte itself when tied
         self.ln_f = (params["ln_f.weight"], params["ln_f.bias"])
         fwd = _gpt2_module("forward")
         self.blocks = [fwd.Block(*(params[f"h.{i}.{n}"] for n in fwd.BLOCK_PARAMS)) for i in range(cfg.n_layer)]
@@ -99,6 +105,7 @@ class WebGPT2:
         config, tokenizer_mod, weights = (_gpt2_module(m) for m in ("config", "tokenizer", "weights"))
         cfg = config.GPT2Config.from_file(d / "config.json")
         tok = tokenizer_mod.GPT2Tokenizer.from_dir(d)
+        weights.check_tokenizer(cfg, tok.vocab_size, d)
         files = sorted(d.glob("*.safetensors"))
         if not files:
             raise CheckpointError(f"{d} has no model.safetensors")
@@ -109,19 +116,18 @@ class WebGPT2:
             except (SafetensorsFormatError, OSError) as e:
                 raise CheckpointError(f"{f} could not be read as safetensors: {e}") from e
             for key in sf.keys():
-                where[key.removeprefix("transformer.")] = (sf, key)
+                weights.add_tensor(where, key, (sf, key), f)
+        weights.check_shapes({n: tuple(sf.info(k).shape) for n, (sf, k) in where.items()}, cfg, d)
+        if cfg.tie_word_embeddings and "lm_head.weight" in where:
+            same = bytes(_stored_float32(where, "lm_head.weight")) == bytes(_stored_float32(where, "wte.weight"))
+            weights.check_tied_head(same, d)
         shapes = weights.expected_shapes(cfg)
         total = sum(math.prod(s) * 4 for s in shapes.values())
         done = 0
         params: dict[str, Tensor] = {}
         for name, shape in shapes.items():
-            if name not in where:
-                raise CheckpointError(f"{d}: tensor {name!r} is missing from the checkpoint")
             sf, key = where[name]
             info = sf.info(key)
-            if tuple(info.shape) != shape:
-                raise CheckpointError(f"{d}: tensor {name!r} has shape {tuple(info.shape)}, expected {shape} "
-                                      "from config.json")
             t = from_buffer(_to_float32(sf.raw(key), info.dtype, name), shape, dt.float32, device)
             if len(shape) == 2 and name.startswith("h."):  # k-major storage (a GPU transpose), as the native model
                 t = t.T.contiguous().T
@@ -146,7 +152,7 @@ class WebGPT2:
         idt = from_buffer(array.array("i", ids), (len(ids),), dt.int32, self.device)
         kc, vc = cache
         return _gpt2_module("forward").forward(self.config, self.wte, self.wpe, self.ln_f, self.blocks, idt, kc, vc,
-                                               p0, last_only=True)
+                                               p0, last_only=True, lm_head=self.lm_head)
 
     def _decode_graph(self) -> Any:
         """(cache, DecodeGraph) for greedy decoding, built once; None where the graph does not apply."""
@@ -183,7 +189,7 @@ class WebGPT2:
                                      f"model's context of {n_ctx} positions")
         stats = self.last_stats = GenerationStats(prompt_tokens=len(ids))
         rng = random.Random(seed)
-        eos = self.config.eos_token_id
+        eos = self.config.eos_ids if stop_at_eos else frozenset()
         graph = self._decode_graph()
         cache = graph[0] if graph is not None else self.new_cache()
         p0, tok_in = 0, ids
@@ -195,7 +201,7 @@ class WebGPT2:
                     stats.new_tokens += 1
                     stats.token_ids.append(tok)
                     yield tok
-                    if stop_at_eos and eos is not None and tok == eos:
+                    if tok in eos:
                         return
                 return
             if step > 0 and graph is not None:  # sampling: the graph's step, logits read back
@@ -216,7 +222,7 @@ class WebGPT2:
             stats.new_tokens += 1
             stats.token_ids.append(tok)
             yield tok
-            if stop_at_eos and eos is not None and tok == eos:
+            if tok in eos:
                 return
             tok_in = [tok]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ... import activations
 from ... import dtypes as dt
 from ...errors import DTypeError, ShapeError
 from ...tensor import Tensor, contiguous_strides
@@ -215,10 +216,11 @@ def argmax(x: Tensor) -> Tensor:
 
 
 # -- matmul -------------------------------------------------------------------------------------
-def matmul(a: Tensor, b: Tensor, out_dtype: dt.DType, bias: Tensor | None = None, gelu: bool = False,
+def matmul(a: Tensor, b: Tensor, out_dtype: dt.DType, bias: Tensor | None = None, act: str | None = None,
            residual: Tensor | None = None) -> Tensor:
     """a: (..., M, K) @ b: (K, N) or (..., K, N) with the same batch dims -> (..., M, N).
-    With b 2-d, the fused epilogue may add `bias` (N,), apply GELU, then add `residual` (..., M, N)."""
+    With b 2-d, the fused epilogue may add `bias` (N,), apply the activation `act` (a canonical
+    name of `webtensor.activations`), then add `residual` (..., M, N)."""
     ctx = _ctx(a)
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
     batch_shape = a.shape[:-2]
@@ -237,7 +239,7 @@ def matmul(a: Tensor, b: Tensor, out_dtype: dt.DType, bias: Tensor | None = None
             a = a.contiguous()
             shape, (st,) = _collapse(a.shape[:-1], a._strides[:-1])
         lda = st[0] if st else K
-        epi = _Epilogue(out, bias, gelu, residual)
+        epi = _Epilogue(out, bias, act, residual)
         _matmul_2d(ctx, a, lda, batch * M, K, b, out, epi)
         return out
     # batched b: same batch dims as a, each operand one batch stride
@@ -307,11 +309,16 @@ def gemv_kernel(ctx: WgpuContext, a_dtype: dt.DType, w_dtype: dt.DType, out_dtyp
     return k, 256 // lanes
 
 
-class _Epilogue:
-    """What the fused matmul epilogue adds: bias (N,), GELU, residual (rows with one stride)."""
+def epilogue_bits(bias: bool, act: str | None, residual: bool) -> int:
+    """epilogue.wgsl's p.epi: bit 1 bias, bit 4 residual, the activation's code from bit 8."""
+    return (1 if bias else 0) | (4 if residual else 0) | (activations.code(act) << 8)
 
-    def __init__(self, out: Tensor, bias: Tensor | None, gelu: bool, residual: Tensor | None):
-        self.bits = (1 if bias is not None else 0) | (2 if gelu else 0) | (4 if residual is not None else 0)
+
+class _Epilogue:
+    """What the fused matmul epilogue adds: bias (N,), an activation, residual (rows with one stride)."""
+
+    def __init__(self, out: Tensor, bias: Tensor | None, act: str | None, residual: Tensor | None):
+        self.bits = epilogue_bits(bias is not None, act, residual is not None)
         self.bias = bias.contiguous() if bias is not None else out
         if residual is not None:
             residual, _, _, self.r_ld = _rows(residual)

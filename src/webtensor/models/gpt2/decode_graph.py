@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ... import dtypes as dt
 from ...backends.wgpu.context import GpuBuffer, WgpuContext
-from ...backends.wgpu.ops import gemv_kernel, gemv_lanes
+from ...backends.wgpu.ops import epilogue_bits, gemv_kernel, gemv_lanes
 
 if TYPE_CHECKING:
     from .model import GPT2, KVCache
@@ -47,7 +47,7 @@ class DecodeGraph:
         self.x = ctx.alloc(C * f32)
         self.qkv = ctx.alloc(3 * C * f32)
         self.att = ctx.alloc(C * f32)
-        self.h = ctx.alloc(4 * C * f32)
+        self.h = ctx.alloc(cfg.inner_dim * f32)
         self.logits = ctx.alloc(V * f32)
         self.xn = ctx.alloc(C * f32)  # layer-norm output, where the GEMV cannot fuse it
         self.tokens = ctx.alloc(max(1, max_tokens) * 4)
@@ -63,13 +63,13 @@ class DecodeGraph:
         eps = cfg.layer_norm_epsilon
         for layer, b in enumerate(model.blocks):
             plan += self._gemv(b.attn_w, self.x, self.qkv, bias=b.attn_b, ln=(b.ln1_w, b.ln1_b), eps=eps)
-            plan.append((attn, (cfg.n_head, cfg.head_dim // 4, C // 4, 1.0 / math.sqrt(cfg.head_dim)),
+            plan.append((attn, (cfg.n_head, cfg.head_dim // 4, C // 4, cfg.attn_scale(layer)),
                          [self.state, self.qkv, cache.k[layer]._storage.buffer, cache.v[layer]._storage.buffer,
                           self.att], (cfg.n_head, 1, 1)))
             plan += self._gemv(b.proj_w, self.att, self.x, bias=b.proj_b, residual=True)
-            plan += self._gemv(b.fc_w, self.x, self.h, bias=b.fc_b, ln=(b.ln2_w, b.ln2_b), eps=eps, gelu=True)
+            plan += self._gemv(b.fc_w, self.x, self.h, bias=b.fc_b, ln=(b.ln2_w, b.ln2_b), eps=eps, act=cfg.act)
             plan += self._gemv(b.fc2_w, self.h, self.x, bias=b.fc2_b, residual=True)
-        plan += self._gemv(wte.T, self.x, self.logits, ln=model.ln_f, eps=eps)  # the tied LM head
+        plan += self._gemv(model.lm_head.T, self.x, self.logits, ln=model.ln_f, eps=eps)  # (wte when tied)
         parts = 64
         self.part = ctx.alloc(parts * 8)
         self._owned.append(self.part)
@@ -84,16 +84,16 @@ class DecodeGraph:
         self.step_cmds, self.argmax_cmds = cmds[:-2], cmds[-2:]
 
     def _gemv(self, w: Any, a: GpuBuffer, out: GpuBuffer, *, bias: Any = None, ln: Any = None, eps: float = 0.0,
-              gelu: bool = False, residual: bool = False) -> list[tuple]:
+              act: str | None = None, residual: bool = False) -> list[tuple]:
         """out = epilogue(LN?(a) @ w): one GEMV per row chunk of the k-major (N, K) storage.
         w is the model's (K, N) view of that storage."""
         K, N = w.shape
         return [e for n0, n, buf in w._storage.chunk_ranges(N)
-                for e in self._gemv_rows(buf, w.dtype, K, n0, n, a, out, bias=bias, ln=ln, eps=eps, gelu=gelu,
+                for e in self._gemv_rows(buf, w.dtype, K, n0, n, a, out, bias=bias, ln=ln, eps=eps, act=act,
                                          residual=residual)]
 
     def _gemv_rows(self, wbuf: GpuBuffer, wdtype: Any, K: int, n0: int, n: int, a: GpuBuffer, out: GpuBuffer, *,
-                   bias: Any = None, ln: Any = None, eps: float = 0.0, gelu: bool = False,
+                   bias: Any = None, ln: Any = None, eps: float = 0.0, act: str | None = None,
                    residual: bool = False) -> list[tuple]:
         ctx = self.ctx
         f32 = dt.float32
@@ -105,7 +105,7 @@ class DecodeGraph:
                             [a, ln[0]._storage.buffer, ln[1]._storage.buffer, self.xn], (1, 1, 1)))
             a = self.xn
         k, rows = gemv_kernel(ctx, f32, wdtype, f32, bias.dtype if bias is not None else f32, K, fused_ln)
-        epi = (1 if bias is not None else 0) | (2 if gelu else 0) | (4 if residual else 0)
+        epi = epilogue_bits(bias is not None, act, residual)
         bias_buf = bias._storage.buffer if bias is not None else out
         lnw, lnb = (ln[0]._storage.buffer, ln[1]._storage.buffer) if fused_ln else (out, out)
         x, y, _ = _grid_xy(math.ceil(n / rows), ctx)

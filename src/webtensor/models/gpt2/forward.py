@@ -38,24 +38,26 @@ class Block:
 
 
 def forward(cfg: Any, wte: Tensor, wpe: Tensor, ln_f: tuple[Tensor, Tensor], blocks: Sequence[Sequence[Tensor]],
-            ids: Tensor, k_cache: Sequence[Tensor], v_cache: Sequence[Tensor], p0: int, last_only: bool) -> Tensor:
+            ids: Tensor, k_cache: Sequence[Tensor], v_cache: Sequence[Tensor], p0: int, last_only: bool,
+            lm_head: Tensor | None = None) -> Tensor:
     """Tokens `ids` (T,) at positions p0.. -> logits (T, V), or (1, V) for the last position only.
-    Their keys and values are written into rows p0.. of the caches, (n_positions, H, D) per layer."""
+    Their keys and values are written into rows p0.. of the caches, (n_positions, H, D) per layer.
+    The LM head is `lm_head` (V, C) where the checkpoint has its own, else wte (tied)."""
     T, C, H, D, eps = ids.shape[0], cfg.n_embd, cfg.n_head, cfg.head_dim, cfg.layer_norm_epsilon
     S = p0 + T
     x = ops.add(ops.embedding(wte, ids), wpe[p0:S])  # (T, C)
-    for kc, vc, (ln1_w, ln1_b, attn_w, attn_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fc2_w, fc2_b) in zip(
-            k_cache, v_cache, blocks, strict=True):
+    for layer, (kc, vc, (ln1_w, ln1_b, attn_w, attn_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fc2_w, fc2_b)) in \
+            enumerate(zip(k_cache, v_cache, blocks, strict=True)):
         h = ops.layer_norm(x, ln1_w, ln1_b, eps)
         qkv = ops.linear(h, attn_w, attn_b).reshape(T, 3, H, D)  # (T, 3C) viewed per head
         ops.copy_into(kc[p0:S], qkv[:, 1])
         ops.copy_into(vc[p0:S], qkv[:, 2])
-        a = ops.attention(qkv[:, 0], kc[:S], vc[:S], causal=True)  # (T, H, D)
+        a = ops.attention(qkv[:, 0], kc[:S], vc[:S], causal=True, scale=cfg.attn_scale(layer))  # (T, H, D)
         x = ops.linear(a.reshape(T, C), proj_w, proj_b, residual=x)
         h = ops.layer_norm(x, ln2_w, ln2_b, eps)
-        f = ops.linear(h, fc_w, fc_b, activation="gelu")  # (T, 4C)
+        f = ops.linear(h, fc_w, fc_b, act=cfg.act)  # (T, inner_dim)
         x = ops.linear(f, fc2_w, fc2_b, residual=x)
     if last_only:
         x = x[T - 1:T]
     x = ops.layer_norm(x, *ln_f, eps)
-    return ops.linear(x, wte.T)  # tied LM head: (T or 1, V)
+    return ops.linear(x, (wte if lm_head is None else lm_head).T)  # (T or 1, V)

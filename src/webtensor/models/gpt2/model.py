@@ -31,7 +31,15 @@ from .quantized import Int8Reader, is_int8
 from .sampling import SamplingParams, check_max_new_tokens, sample
 from .tokenizer import GPT2Tokenizer
 from .validate import check_ids, check_text, fit_context
-from .weights import SafetensorsReader, check_checkpoint, expected_shapes, resolve, weight_files
+from .weights import (
+    SafetensorsReader,
+    check_checkpoint,
+    check_tied_head,
+    check_tokenizer,
+    expected_shapes,
+    resolve,
+    weight_files,
+)
 
 
 @dataclass
@@ -64,6 +72,7 @@ class GPT2:
                  tokenizer: GPT2Tokenizer | None = None, name: str = "gpt2"):
         self.config, self.device, self.dtype, self.tokenizer, self.name = cfg, device, dtype, tokenizer, name
         self.wte, self.wpe = params["wte.weight"], params["wpe.weight"]
+        self.lm_head = params.get("lm_head.weight", self.wte)  # (V, C); wte itself when tied
         self.ln_f = (params["ln_f.weight"], params["ln_f.bias"])
         self.blocks = [Block(*(params[f"h.{i}.{n}"] for n in BLOCK_PARAMS)) for i in range(cfg.n_layer)]
         self._lock = threading.Lock()
@@ -93,8 +102,11 @@ class GPT2:
             d = resolve(model)
             cfg = GPT2Config.from_file(d / "config.json")
             tok = GPT2Tokenizer.from_dir(d)
+            check_tokenizer(cfg, tok.vocab_size, d)
             reader = SafetensorsReader(weight_files(d))
             check_checkpoint(reader, cfg, d)
+            if cfg.tie_word_embeddings and "lm_head.weight" in reader.names():
+                check_tied_head(np.array_equal(reader.get("lm_head.weight"), reader.get("wte.weight")), d)
             label = d.name
         params = _upload(Int8Reader(reader) if int8 else reader, cfg, dev, dtype, progress, label=label)
         m = cls(cfg, params, dev, dtype, tok, name=str(model) if model else "webtensor-shipped")
@@ -117,7 +129,7 @@ class GPT2:
         Returns logits (T, V), or (1, V) for the last position only."""
         idt = tensor(np.asarray(ids, np.int32), device=self.device)
         logits = forward(self.config, self.wte, self.wpe, self.ln_f, self.blocks, idt, cache.k, cache.v,
-                         cache.length, last_only)
+                         cache.length, last_only, lm_head=self.lm_head)
         cache.length += len(ids)
         return logits
 
@@ -153,7 +165,7 @@ class GPT2:
         ids = self._check_ids(ids)
         ids = fit_context(ids, n_new, self.config.n_positions, truncate_prompt)
         rng = np.random.default_rng(seed)
-        eos = self.config.eos_token_id if stop_at_eos else None
+        eos = self.config.eos_ids if stop_at_eos else frozenset()
         ws = self._acquire_workspace()
         try:
             cache, graph = ws.cache, (ws.graph if self.use_graph else None)
@@ -161,13 +173,13 @@ class GPT2:
             with self.device.dispatch_scope():  # prefill: the whole prompt in one pass, one submit
                 tok = self._pick(self._forward(ids, cache, last_only=True), params, rng)
             yield tok
-            if tok == eos:
+            if tok in eos:
                 return
             pos, rest = len(ids), n_new - 1
             if graph is not None and params.greedy:
                 for nxt in graph.greedy(pos, tok, rest):
                     yield nxt
-                    if nxt == eos:
+                    if nxt in eos:
                         return
                 return
             for _ in range(rest):
@@ -179,7 +191,7 @@ class GPT2:
                         tok = self._pick(self._forward([tok], cache, last_only=True), params, rng)
                 pos += 1
                 yield tok
-                if tok == eos:
+                if tok in eos:
                     return
         finally:
             self._release_workspace(ws)
@@ -299,6 +311,8 @@ def _export_arrays(model: GPT2) -> dict[str, np.ndarray]:
     """The model's weights as float32 numpy arrays, by HF name (for side-by-side benchmarks)."""
     out = {"wte.weight": model.wte.numpy(), "wpe.weight": model.wpe.numpy(),
            "ln_f.weight": model.ln_f[0].numpy(), "ln_f.bias": model.ln_f[1].numpy()}
+    if model.lm_head is not model.wte:
+        out["lm_head.weight"] = model.lm_head.numpy()
     for i, b in enumerate(model.blocks):
         for n, t in zip(BLOCK_PARAMS, b, strict=True):
             out[f"h.{i}.{n}"] = t.numpy()

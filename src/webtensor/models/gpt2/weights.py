@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -87,16 +88,18 @@ def expected_shapes(cfg: GPT2Config) -> dict[str, tuple[int, ...]]:
 
 def _iter_expected(cfg: GPT2Config) -> Iterator[tuple[str, tuple[int, ...]]]:
     """Lazily, so that checking a config.json with an absurd n_layer stops at the first missing layer."""
-    C, V, P = cfg.n_embd, cfg.vocab_size, cfg.n_positions
+    C, V, P, F = cfg.n_embd, cfg.vocab_size, cfg.n_positions, cfg.inner_dim
     yield from {"wte.weight": (V, C), "wpe.weight": (P, C), "ln_f.weight": (C,), "ln_f.bias": (C,)}.items()
+    if not cfg.tie_word_embeddings:
+        yield "lm_head.weight", (V, C)  # torch Linear layout (V, C), like wte
     for i in range(cfg.n_layer):
         h = f"h.{i}."
         yield from {
             h + "ln_1.weight": (C,), h + "ln_1.bias": (C,), h + "ln_2.weight": (C,), h + "ln_2.bias": (C,),
             h + "attn.c_attn.weight": (C, 3 * C), h + "attn.c_attn.bias": (3 * C,),
             h + "attn.c_proj.weight": (C, C), h + "attn.c_proj.bias": (C,),
-            h + "mlp.c_fc.weight": (C, 4 * C), h + "mlp.c_fc.bias": (4 * C,),
-            h + "mlp.c_proj.weight": (4 * C, C), h + "mlp.c_proj.bias": (C,),
+            h + "mlp.c_fc.weight": (C, F), h + "mlp.c_fc.bias": (F,),
+            h + "mlp.c_proj.weight": (F, C), h + "mlp.c_proj.bias": (C,),
         }.items()
 
 
@@ -110,8 +113,7 @@ class SafetensorsReader:
         for f in files:
             handle = _open(f)
             for key in handle.keys():
-                name = key.removeprefix("transformer.")
-                self._where[name] = (handle, key)
+                add_tensor(self._where, key, (handle, key), f)
 
     def names(self) -> set[str]:
         return set(self._where)
@@ -222,11 +224,84 @@ class _RawTensor:
         self.data, self.dtype, self.shape = data, dtype, shape
 
 
+# tensors a GPT-2 checkpoint may hold that do not take part in generation: the causal-mask buffers
+# of old checkpoints (Hugging Face ignores them too) and GPT2DoubleHeadsModel's multiple-choice head
+IGNORED_TENSORS = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)|multiple_choice_head\..*")
+
+
+def gpt2_name(key: str) -> str:
+    """A checkpoint key as webtensor names it: GPT2LMHeadModel's "transformer." prefix dropped."""
+    return key.removeprefix("transformer.")
+
+
+def add_tensor(index: dict[str, Any], key: str, value: Any, where: Path) -> None:
+    """index[gpt2_name(key)] = value, refusing a second tensor of the same name (a key stored both
+    with and without the prefix, or in two files)."""
+    name = gpt2_name(key)
+    if name in index:
+        raise CheckpointError(f"{where}: tensor {name!r} is stored twice (as {key!r} and before that with "
+                              "or without the 'transformer.' prefix, or in another file)")
+    index[name] = value
+
+
 def check_checkpoint(reader: SafetensorsReader, cfg: GPT2Config, where: Path) -> None:
-    names = reader.names()
+    check_shapes({n: reader.shape(n) for n in reader.names()}, cfg, where)
+
+
+def check_shapes(shapes: Mapping[str, tuple[int, ...]], cfg: GPT2Config, where: Path) -> None:
+    """Refuse a checkpoint whose tensors (`shapes`, by GPT-2 name) disagree with config.json: the
+    sizes they imply first (naming both values), then each tensor, then tensors nobody would read."""
+    _check_implied_sizes(shapes, cfg, where)
+    expected = set()
     for name, shape in _iter_expected(cfg):
-        if name not in names:
+        expected.add(name)
+        if name not in shapes:
             raise CheckpointError(f"{where}: tensor {name!r} is missing from the checkpoint")
-        got = reader.shape(name)
+        got = tuple(shapes[name])
         if got != shape:
             raise CheckpointError(f"{where}: tensor {name!r} has shape {got}, expected {shape} from config.json")
+    extra = sorted(n for n in shapes if n not in expected and not IGNORED_TENSORS.fullmatch(n)
+                   and not (n == "lm_head.weight" and cfg.tie_word_embeddings))
+    if extra:
+        more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
+        raise CheckpointError(f"{where}: the checkpoint holds tensors a GPT-2 LM does not have: "
+                              f"{', '.join(map(repr, extra[:3]))}{more} (another architecture, or an extra head?)")
+
+
+def _check_implied_sizes(shapes: Mapping[str, tuple[int, ...]], cfg: GPT2Config, where: Path) -> None:
+    layers = {int(m.group(1)) for n in shapes if (m := re.match(r"h\.(\d+)\.", n))}
+    n_layer = max(layers) + 1 if layers else 0
+    if n_layer != cfg.n_layer:
+        raise CheckpointError(f"{where}: config.json says n_layer = {cfg.n_layer} but the checkpoint has "
+                              f"{n_layer} layers (h.0 .. h.{n_layer - 1})")
+    implied = [("vocab_size", "wte.weight", 0, cfg.vocab_size), ("n_embd", "wte.weight", 1, cfg.n_embd),
+               ("n_positions", "wpe.weight", 0, cfg.n_positions),
+               ("n_inner", "h.0.mlp.c_fc.weight", 1, cfg.inner_dim)]
+    if not cfg.tie_word_embeddings:
+        implied.append(("vocab_size", "lm_head.weight", 0, cfg.vocab_size))
+    for field, name, axis, want in implied:
+        shape = shapes.get(name)
+        if shape is not None and len(shape) == 2 and shape[axis] != want:
+            said = f"{cfg.n_inner} ({want})" if field == "n_inner" and cfg.n_inner is None else str(want)
+            raise CheckpointError(f"{where}: config.json says {field} = {said} but tensor {name!r} has shape "
+                                  f"{tuple(shape)}, i.e. {field} = {shape[axis]}")
+    if cfg.tie_word_embeddings and "lm_head.weight" in shapes and "wte.weight" in shapes \
+            and tuple(shapes["lm_head.weight"]) != tuple(shapes["wte.weight"]):
+        raise CheckpointError(f"{where}: tie_word_embeddings = true but lm_head.weight has shape "
+                              f"{tuple(shapes['lm_head.weight'])}, wte.weight {tuple(shapes['wte.weight'])}")
+
+
+def check_tied_head(same: bool, where: Path) -> None:
+    """With tie_word_embeddings a stored lm_head.weight must equal wte.weight (the loaders compare
+    them): otherwise which one the head should be is ambiguous."""
+    if not same:
+        raise CheckpointError(f"{where}: tie_word_embeddings = true, but the checkpoint's lm_head.weight differs "
+                              "from wte.weight; set tie_word_embeddings to false to use lm_head.weight")
+
+
+def check_tokenizer(cfg: GPT2Config, tokenizer_ids: int, where: Path) -> None:
+    """The tokenizer's ids (largest + 1) must have embedding rows; a padded embedding (more rows
+    than the tokenizer uses) is fine."""
+    if tokenizer_ids > cfg.vocab_size:
+        raise CheckpointError(f"{where}: the tokenizer has {tokenizer_ids} token ids but config.json's vocab_size "
+                              f"= {cfg.vocab_size}: ids {cfg.vocab_size}.. would have no embedding row")
