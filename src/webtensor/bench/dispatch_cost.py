@@ -46,7 +46,8 @@ def _timed(dev: Any, wgpu: Any, record: Any, n_passes: int, reps: int) -> tuple[
         record(enc, qs)
         out = None
         if qs is not None:
-            out = dev.create_buffer(size=16 * n_passes, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+            usage = wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC
+            out = dev.create_buffer(size=16 * n_passes, usage=usage)
             enc.resolve_query_set(qs, 0, 2 * n_passes, out, 0)
         dev.queue.submit([enc.finish()])
         raw = bytes(dev.queue.read_buffer(out)) if out is not None else None

@@ -15,7 +15,7 @@ from typing import Any
 
 from ...errors import TokenizerError
 from .bpe import ByteLevelBPE, byte_level_bytes
-from .tokenizer_files import TokenizerSpec, read_tokenizer_dir
+from .tokenizer_files import AddedToken, TokenizerSpec, read_tokenizer_dir
 
 
 class GPT2Tokenizer:
@@ -35,14 +35,7 @@ class GPT2Tokenizer:
         installed). Files outside what `tokenizer_files` accepts raise a TokenizerError (a
         CheckpointError) naming the field, on both paths alike."""
         spec = read_tokenizer_dir(d)
-        if native is None:
-            try:
-                import tokenizers  # noqa: F401
-            except ImportError:
-                native = False
-            else:
-                native = True
-        if not native:
+        if not (_have_tokenizers() if native is None else native):
             return cls(ByteLevelBPE.from_spec(spec), "pure-python", spec)
         return cls(_native_tokenizer(Path(d), spec), "tokenizers", spec)
 
@@ -60,26 +53,12 @@ class GPT2Tokenizer:
         bad = [i for i in (*special, *added) if not 0 <= i < len(tokens)]
         if bad:
             raise TokenizerError(f"{source}: added token id {bad[0]} is outside the vocabulary of {len(tokens)}")
-        try:
-            import tokenizers
-        except ImportError:
-            from .bpe import AddedToken, ByteLevelBPE
-
-            extra = [AddedToken(tokens[i], i, special=True) for i in special]
-            extra += [AddedToken(tokens[i], i, special=False) for i in added]
-            try:
-                return cls(ByteLevelBPE(vocab, merges, extra), "pure-python")
-            except Exception as e:
-                raise TokenizerError(f"{source}: the tokenizer could not be built: {e}") from e
-        try:
-            tok = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=[tuple(m) for m in merges]))
-            tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
-            tok.decoder = tokenizers.decoders.ByteLevel()
-            tok.add_special_tokens([tokens[i] for i in special])
-            tok.add_tokens([tokenizers.AddedToken(tokens[i], special=False) for i in added])
-        except Exception as e:
-            raise TokenizerError(f"{source}: the tokenizer could not be built: {e}") from e
-        return cls(tok, "tokenizers")
+        extra = [AddedToken(tokens[i], i, special=True) for i in special]
+        extra += [AddedToken(tokens[i], i, special=False) for i in added]
+        spec = TokenizerSpec(vocab, list(merges), extra, source=source)
+        if not _have_tokenizers():
+            return cls(ByteLevelBPE.from_spec(spec), "pure-python", spec)
+        return cls(_native_from_spec(spec), "tokenizers", spec)
 
     def encode(self, text: str) -> list[int]:
         if not isinstance(text, str):
@@ -114,17 +93,38 @@ def _native_tokenizer(d: Path, spec: TokenizerSpec) -> Any:
     vocab.json + merges.txt built from the checked spec (one parse of merges.txt for both paths)."""
     import tokenizers
 
+    if not (d / "tokenizer.json").is_file():
+        return _native_from_spec(spec)
     try:
-        if (d / "tokenizer.json").is_file():
-            return tokenizers.Tokenizer.from_file(str(d / "tokenizer.json"))
+        return tokenizers.Tokenizer.from_file(str(d / "tokenizer.json"))
+    except Exception as e:  # noqa: BLE001 - tokenizers raises plain Exception
+        raise TokenizerError(f"tokenizer files in {d} could not be read by tokenizers: {e}") from e
+
+
+def _native_from_spec(spec: TokenizerSpec) -> Any:
+    """A `tokenizers.Tokenizer` built from a checked vocabulary + merges (vocab.json + merges.txt,
+    or a GGUF file's metadata): GPT-2's ByteLevel pre-tokenizer and decoder, added tokens literal."""
+    import tokenizers
+
+    try:
         tok = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=dict(spec.vocab), merges=list(spec.merges)))
         tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = tokenizers.decoders.ByteLevel()
         tok.add_special_tokens([tokenizers.AddedToken(t.content, special=True, normalized=False)
-                                for t in spec.added_tokens])
+                                for t in spec.added_tokens if t.special])
+        tok.add_tokens([tokenizers.AddedToken(t.content, special=False, normalized=False)
+                        for t in spec.added_tokens if not t.special])
         return tok
     except Exception as e:  # noqa: BLE001 - tokenizers raises plain Exception
-        raise TokenizerError(f"tokenizer files in {d} could not be read by tokenizers: {e}") from e
+        raise TokenizerError(f"{spec.source}: the tokenizer could not be built by tokenizers: {e}") from e
+
+
+def _have_tokenizers() -> bool:
+    try:
+        import tokenizers  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def stream_text(ids: Iterable[int], token_bytes: Callable[[int], bytes]) -> Iterator[str]:
