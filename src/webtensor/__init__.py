@@ -19,6 +19,7 @@ from .errors import (
     DeviceReleasedError,
     DTypeError,
     GPUError,
+    GraphCaptureError,
     NoAdapterError,
     SamplingError,
     ShapeError,
@@ -28,9 +29,12 @@ from .errors import (
 )
 from .ops import (
     add,
+    advance_tokens,
     argmax,
     attention,
     broadcast_shapes,
+    cache_write,
+    cached_attention,
     cast,
     copy,
     copy_into,
@@ -44,14 +48,14 @@ from .ops import (
     softmax,
     sub,
 )
-from .tensor import Tensor, tensor
+from .tensor import Tensor, empty, from_buffer, tensor, zeros
 
 __version__ = "0.1.0"
 __all__ = [
-    "Device", "Tensor", "tensor", "DType", "float16", "float32", "int32",
+    "Device", "Tensor", "tensor", "empty", "zeros", "from_buffer", "DType", "float16", "float32", "int32",
     "add", "sub", "mul", "div", "matmul", "gelu", "layer_norm", "linear", "softmax", "attention", "embedding",
-    "argmax", "cast", "copy", "copy_into", "broadcast_shapes",
+    "argmax", "cast", "copy", "copy_into", "broadcast_shapes", "cache_write", "cached_attention", "advance_tokens",
     "WebtensorError", "ArgumentError", "ShapeError", "DTypeError", "DeviceMismatchError", "NoAdapterError",
-    "DeviceReleasedError", "BufferLimitError", "GPUError", "CheckpointError", "TokenizerError",
+    "DeviceReleasedError", "BufferLimitError", "GPUError", "GraphCaptureError", "CheckpointError", "TokenizerError",
     "ContextLengthError", "SamplingError", "UsageError",
 ]

@@ -6,9 +6,9 @@ Tensors on devices that are not `same_as` each other cannot be combined.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import warnings
+from collections.abc import Iterable
 from typing import Any
 
 from .errors import NoAdapterError, UsageError
@@ -45,62 +45,87 @@ def env_device() -> str | None:
 
 
 class Device:
-    """A compute device: `kind` is "cpu" or "wgpu"; a wgpu device owns one WgpuContext."""
+    """A compute device: `kind` is "cpu" or "wgpu"; its ops run on `backend` (a
+    `backends.base.Backend`); a wgpu device also has `ctx`, its WgpuContext.
 
-    __slots__ = ("kind", "ctx")
+    There is one Device per adapter (and per `max_binding_bytes` / `features` choice), however it
+    is asked for: `Device.default()`, `Device.parse("wgpu")` and `Device.wgpu()` on one GPU give
+    the same object, so their tensors mix."""
+
+    __slots__ = ("kind", "backend", "ctx")
     _cpu: Device | None = None
     _wgpu_cache: dict[tuple, Device] = {}
     _warned_fallback = False
 
-    def __init__(self, kind: str, ctx: Any = None):
-        self.kind, self.ctx = kind, ctx
+    def __init__(self, kind: str, backend: Any, ctx: Any = None):
+        self.kind, self.backend, self.ctx = kind, backend, ctx
 
     # -- creation -------------------------------------------------------------------------------
     @classmethod
     def cpu(cls) -> Device:
         if cls._cpu is None:
-            cls._cpu = cls("cpu")
+            from .backends.cpu import CpuBackend
+
+            cls._cpu = cls("cpu", CpuBackend())
         return cls._cpu
 
     @classmethod
-    def wgpu(cls, max_binding_bytes: int | None = None, software: bool | None = None) -> Device:
+    def wgpu(cls, max_binding_bytes: int | None = None, software: bool | None = None,
+             features: Iterable[str] | None = None) -> Device:
         """The WebGPU device (sync facade, native only). Picks the highest-performance adapter;
-        `software=True` asks for a software adapter (lavapipe), `False` refuses one. The device is
-        created once per argument set and shared; `max_binding_bytes` caps the binding size."""
-        key = (max_binding_bytes, software)
+        `software=True` asks for a software adapter (lavapipe), `False` refuses one.
+        `max_binding_bytes` caps the binding size (any value: tensors over it are row-chunked);
+        `features` (a subset of "shader-f16", "subgroup", "timestamp-query") withholds the others,
+        as an adapter without them would (default: every one the adapter has)."""
+        from .backends.wgpu.gpu_api import NativeGpu
+
+        feats = _check_features(features)
+        adapter = NativeGpu.pick(software)
+        if adapter is None:
+            raise _no_adapter(software)
+        key = (NativeGpu.adapter_key(adapter), _check_binding(max_binding_bytes), feats)
         dev = cls._wgpu_cache.get(key)
         if dev is None or dev.ctx.released:
-            from .backends.wgpu.gpu_api import NativeGpu
-
-            api = NativeGpu.create_sync(software, max_binding_bytes)
-            dev = cls._wgpu_cache[key] = cls._from_api(api, max_binding_bytes, software)
+            dev = cls._wgpu_cache[key] = cls._from_api(NativeGpu.open(adapter, max_binding_bytes, feats),
+                                                       max_binding_bytes)
         return dev
 
     @classmethod
-    async def wgpu_async(cls, max_binding_bytes: int | None = None, software: bool | None = None) -> Device:
+    async def wgpu_async(cls, max_binding_bytes: int | None = None, software: bool | None = None,
+                         features: Iterable[str] | None = None) -> Device:
         """The primary form: works under any running event loop, natively and in the browser."""
-        key = (max_binding_bytes, software)
+        feats = _check_features(features)
+        binding = _check_binding(max_binding_bytes)
+        if _in_browser():
+            from .web.browser_gpu import BrowserGpu
+
+            key: tuple = ("browser", binding, feats)
+            dev = cls._wgpu_cache.get(key)
+            if dev is None or dev.ctx.released:
+                api = await BrowserGpu.create_async(max_binding_bytes, feats)
+                if api is None:
+                    raise _no_adapter(software)
+                dev = cls._wgpu_cache[key] = cls._from_api(api, max_binding_bytes)
+            return dev
+        from .backends.wgpu.gpu_api import NativeGpu
+
+        adapter = await NativeGpu.pick_async(software)
+        if adapter is None:
+            raise _no_adapter(software)
+        key = (NativeGpu.adapter_key(adapter), binding, feats)
         dev = cls._wgpu_cache.get(key)
         if dev is None or dev.ctx.released:
-            if _in_browser():
-                from .web.browser_gpu import BrowserGpu
-
-                api = await BrowserGpu.create_async(max_binding_bytes)
-            else:
-                from .backends.wgpu.gpu_api import NativeGpu
-
-                api = await NativeGpu.create_async(software, max_binding_bytes)
-            dev = cls._wgpu_cache[key] = cls._from_api(api, max_binding_bytes, software)
+            api = await NativeGpu.open_async(adapter, max_binding_bytes, feats)
+            dev = cls._wgpu_cache[key] = cls._from_api(api, max_binding_bytes)
         return dev
 
     @classmethod
-    def _from_api(cls, api: Any, max_binding_bytes: int | None, software: bool | None) -> Device:
-        if api is None:
-            what = {True: "software ", False: "hardware "}.get(software, "")  # type: ignore[arg-type]
-            raise NoAdapterError(f"no {what}WebGPU adapter: " + _NO_ADAPTER_HELP)
+    def _from_api(cls, api: Any, max_binding_bytes: int | None) -> Device:
+        from .backends.wgpu.backend import WgpuBackend
         from .backends.wgpu.context import WgpuContext
 
-        return cls("wgpu", WgpuContext(api, max_binding_bytes))
+        ctx = WgpuContext(api, max_binding_bytes)
+        return cls("wgpu", WgpuBackend(ctx), ctx)
 
     @classmethod
     def default(cls) -> Device:
@@ -135,57 +160,84 @@ class Device:
 
     # -- what it is -----------------------------------------------------------------------------
     def describe(self) -> str:
-        if self.kind == "cpu":
-            return "CPU (reference)"
-        i = self.ctx.info
-        return f"WebGPU: {i.name} ({i.backend})"
+        return self.backend.describe()
 
     def max_binding_bytes(self) -> int:
         """Largest single buffer binding, in bytes; larger tensors are stored in row chunks."""
-        return 2**63 - 1 if self.kind == "cpu" else self.ctx.max_binding_bytes
+        return self.backend.max_binding_bytes()
 
     def same_as(self, other: Device) -> bool:
-        if self.kind != other.kind:
-            return False
-        return self.kind == "cpu" or self.ctx is other.ctx
+        return self is other or self.backend.same_as(other.backend)
 
     @property
     def has_f16(self) -> bool:
-        return self.kind == "cpu" or self.ctx.has_f16
+        return self.backend.has_f16()
 
-    # -- batching and counters ------------------------------------------------------------------
+    @property
+    def has_subgroups(self) -> bool:
+        return self.backend.has_subgroups()
+
+    # -- batching, graphs and counters ----------------------------------------------------------
     def dispatch_scope(self) -> Any:
         """Batch every dispatch made while held into one command buffer and one submit. Nested
         scopes join the outer one; `.numpy()` inside submits first. A no-op on the CPU."""
-        return contextlib.nullcontext() if self.kind == "cpu" else self.ctx.scope()
+        return self.backend.scope()
+
+    def capture(self, fn: Any) -> Any:
+        """Record `fn()` (ops on this device's tensors, no uploads or readbacks) as a graph:
+        `g.replay(times)` runs the same work again and returns fn's outputs (on WebGPU the same
+        tensors, rewritten in place; inputs that change between replays must be tensors that fn
+        reads, written with `ops.copy_into` or uploads between replays). `g.release()` frees it."""
+        return self.backend.capture(fn)
 
     def stats(self) -> dict[str, int]:
         """Counters: dispatches, submits, readbacks, bytes_uploaded, bytes_read, memory in use."""
-        if self.kind == "cpu":
-            return dict(dispatches=0, submits=0, readbacks=0, bytes_uploaded=0, bytes_read=0, bytes_in_use=0)
-        return self.ctx.stats()
+        return self.backend.stats()
 
     def synchronize(self) -> None:
         """Submit pending work and wait for the GPU to finish it."""
-        if self.kind == "wgpu":
-            from .backends.wgpu import ops as gops
-
-            gops.synchronize(self)
+        self.backend.synchronize()
 
     def empty_cache(self) -> None:
-        if self.kind == "wgpu":
-            self.ctx.empty_cache()
+        self.backend.empty_cache()
 
     def release(self) -> None:
         """Free this device's GPU resources; tensors on it become unusable (DeviceReleasedError)."""
-        if self.kind == "wgpu":
-            self.ctx.release_device()
-            for k, d in list(Device._wgpu_cache.items()):
-                if d is self:
-                    del Device._wgpu_cache[k]
+        self.backend.release()
+        for k, d in list(Device._wgpu_cache.items()):
+            if d is self:
+                del Device._wgpu_cache[k]
 
     def __repr__(self) -> str:
         return f"Device({self.describe()!r})"
+
+
+_FEATURES = ("shader-f16", "subgroup", "timestamp-query")
+
+
+def _check_features(features: Iterable[str] | None) -> tuple[str, ...] | None:
+    if features is None:
+        return None
+    if isinstance(features, str):
+        features = (features,)
+    feats = tuple(sorted(set(features)))
+    bad = [f for f in feats if f not in _FEATURES]
+    if bad:
+        raise UsageError(f"unknown WebGPU feature(s) {bad}: expected a subset of {list(_FEATURES)}")
+    return feats
+
+
+def _check_binding(max_binding_bytes: int | None) -> int | None:
+    if max_binding_bytes is None:
+        return None
+    if isinstance(max_binding_bytes, bool) or not isinstance(max_binding_bytes, int) or max_binding_bytes < 16:
+        raise UsageError(f"max_binding_bytes must be an int >= 16, got {max_binding_bytes!r}")
+    return max_binding_bytes
+
+
+def _no_adapter(software: bool | None) -> NoAdapterError:
+    what = {True: "software ", False: "hardware "}.get(software, "")  # type: ignore[arg-type]
+    return NoAdapterError(f"no {what}WebGPU adapter: " + _NO_ADAPTER_HELP)
 
 
 def _in_browser() -> bool:

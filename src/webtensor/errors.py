@@ -58,3 +58,7 @@ class SamplingError(WebtensorError, ValueError):
 class UsageError(WebtensorError, ValueError):
     """A setting the user chose is invalid: a command-line argument, an environment variable
     (WEBTENSOR_DEVICE=...), or input such as non-UTF-8 text on stdin; the message names it."""
+
+
+class GraphCaptureError(WebtensorError, RuntimeError):
+    """A graph capture was misused: an upload or readback inside it, or a capture inside a capture."""

@@ -1,6 +1,7 @@
 """webtensor's ops, named like torch.nn.functional. Each validates its inputs (shapes, dtypes,
-devices) here, once, then runs on the tensors' device: the numpy reference (`backends.cpu`) or the
-WGSL kernels (`backends.wgpu.ops`).
+devices, option values) here, once, for every device, then calls the method of the same name on
+the tensors' backend (`backends.base.Backend`: the numpy reference or the WGSL planners). Nothing
+here branches on the device kind, so both devices accept and refuse exactly the same inputs.
 """
 
 from __future__ import annotations
@@ -12,26 +13,6 @@ from . import activations
 from . import dtypes as dt
 from .errors import ArgumentError, DTypeError, ShapeError
 from .tensor import Tensor, check_same_device, tensor
-
-
-def _is_cpu(t: Tensor) -> bool:
-    return t.device.kind == "cpu"
-
-
-def _gpu() -> Any:
-    from .backends.wgpu import ops as gops
-
-    return gops
-
-
-def _cpu() -> Any:
-    from .backends import cpu
-
-    return cpu
-
-
-def _wrap(device: Any, arr: Any) -> Tensor:
-    return Tensor(device, arr.shape, dt.as_dtype(arr.dtype), array=arr)
 
 
 def _need_float(op: str, *ts: Tensor) -> None:
@@ -70,10 +51,7 @@ def _binary(op: str, a: Any, b: Any) -> Tensor:
     dev = check_same_device(op, a, b)
     _need_float(op, a, b)
     shape = broadcast_shapes(op, a.shape, b.shape)
-    out_dtype = _result_dtype(a, b)
-    if _is_cpu(a):
-        return _wrap(dev, getattr(_cpu(), op)(a._array, b._array, out_dtype.name))
-    return _gpu().binary(op, a, b, shape, out_dtype)
+    return dev.backend.binary(op, a, b, shape, _result_dtype(a, b))
 
 
 def add(a: Any, b: Any) -> Tensor:
@@ -97,26 +75,23 @@ def div(a: Any, b: Any) -> Tensor:
 def gelu(x: Tensor) -> Tensor:
     """GELU, tanh approximation (GPT-2's `gelu_new`)."""
     _need_float("gelu", x)
-    if _is_cpu(x):
-        return _wrap(x.device, _cpu().gelu(x._array))
-    return _gpu().unary("gelu", x)
+    return x.device.backend.gelu(x)
 
 
 def cast(x: Tensor, dtype: dt.DType) -> Tensor:
+    dtype = dt.as_dtype(dtype)
     if dtype is x.dtype:
         return x
-    if _is_cpu(x):
-        return _wrap(x.device, _cpu().cast(x._array, dtype.name))
     if dtype is dt.int32 or x.dtype is dt.int32:
-        raise DTypeError(f"cast between {x.dtype.name} and {dtype.name} is not supported on WebGPU")
-    return _gpu().copy(x, dtype)
+        raise DTypeError(f"cast between {x.dtype.name} and {dtype.name} is not supported (float types only)")
+    if dtype is dt.float16 and not x.device.has_f16:
+        raise DTypeError(f"{x.device.describe()} has no shader-f16 feature: float16 tensors are not supported there")
+    return x.device.backend.cast(x, dtype)
 
 
 def copy(x: Tensor) -> Tensor:
     """A contiguous copy."""
-    if _is_cpu(x):
-        return _wrap(x.device, x._array.copy())
-    return _gpu().copy(x)
+    return x.device.backend.copy(x)
 
 
 def copy_into(dst: Tensor, src: Tensor) -> None:
@@ -126,10 +101,7 @@ def copy_into(dst: Tensor, src: Tensor) -> None:
         raise ShapeError(f"copy_into: destination shape {dst.shape} != source shape {src.shape}")
     if dst.dtype is not src.dtype and not (dst.dtype.is_float and src.dtype.is_float):
         raise DTypeError(f"copy_into: cannot copy {src.dtype.name} into {dst.dtype.name}")
-    if _is_cpu(dst):
-        dst._array[...] = src._array.astype(dst._array.dtype)
-    else:
-        _gpu().copy_into(dst, src)
+    dst.device.backend.copy_into(dst, src)
 
 
 # -- reductions over the last axis --------------------------------------------------------------
@@ -142,11 +114,8 @@ def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Te
         raise ShapeError(
             f"layer_norm: x {x.shape} needs weight and bias of shape ({C},), got {weight.shape} and {bias.shape}"
         )
-    if isinstance(eps, bool) or not isinstance(eps, int | float) or not eps >= 0:
-        raise ArgumentError(f"layer_norm: eps must be a number >= 0, got {eps!r}")
-    if _is_cpu(x):
-        return _wrap(x.device, _cpu().layer_norm(x._array, weight._array, bias._array, eps))
-    return _gpu().layer_norm(x, weight, bias, eps)
+    eps = _check_eps("layer_norm", eps)
+    return x.device.backend.layer_norm(x, weight, bias, float(eps))
 
 
 def softmax(x: Tensor) -> Tensor:
@@ -154,9 +123,7 @@ def softmax(x: Tensor) -> Tensor:
     _need_float("softmax", x)
     if x.ndim < 1:
         raise ShapeError(f"softmax needs at least 1 dim, got shape {x.shape}")
-    if _is_cpu(x):
-        return _wrap(x.device, _cpu().softmax(x._array))
-    return _gpu().softmax(x)
+    return x.device.backend.softmax(x)
 
 
 def argmax(x: Tensor) -> Tensor:
@@ -164,9 +131,7 @@ def argmax(x: Tensor) -> Tensor:
     _need_float("argmax", x)
     if x.ndim < 1 or x.shape[-1] == 0:
         raise ShapeError(f"argmax needs a non-empty last axis, got shape {x.shape}")
-    if _is_cpu(x):
-        return _wrap(x.device, _cpu().argmax(x._array))
-    return _gpu().argmax(x)
+    return x.device.backend.argmax(x)
 
 
 # -- matmul, attention, embedding ---------------------------------------------------------------
@@ -186,42 +151,39 @@ def matmul(a: Any, b: Any) -> Tensor:
         raise ShapeError(f"matmul: inner dims differ: {a.shape} @ {b.shape} ({a.shape[-1]} != {b.shape[-2]})")
     if b.ndim > 2 and a.shape[:-2] != b.shape[:-2]:
         raise ShapeError(f"matmul: batch dims differ: {a.shape} @ {b.shape} (b must be 2-d or share a's batch dims)")
-    out_dtype = _result_dtype(a, b)
-    if _is_cpu(a):
-        out = _wrap(dev, _cpu().matmul(a._array, b._array, out_dtype.name))
-    else:
-        out = _gpu().matmul(a, b, out_dtype)
+    out = dev.backend.matmul(a, b, _result_dtype(a, b))
     return out.reshape(out.shape[:-2] + out.shape[-1:]) if squeeze else out
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, act: str | None = None,
-           residual: Tensor | None = None) -> Tensor:
-    """Fused x @ weight (+ bias) (-> act) (+ residual), one kernel on WebGPU.
+           residual: Tensor | None = None, ln: tuple[Tensor, Tensor, float] | None = None) -> Tensor:
+    """Fused (layer_norm(x) if ln) @ weight (+ bias) (-> act) (+ residual), one kernel where the
+    device can (the GEMV of a decode step takes the layer norm in its prologue).
 
     x: (..., K), weight: (K, N) (HF Conv1D layout; pass `w.T` for torch Linear's (N, K)),
-    bias: (N,), residual: (..., N). act: None or a name in `webtensor.activations.CODES`
-    ("gelu" is "gelu_tanh")."""
+    bias: (N,), residual: (..., N), ln: (weight (K,), bias (K,), eps). act: None or a name in
+    `webtensor.activations.CODES` ("gelu" is "gelu_tanh")."""
     ts = [t for t in (x, weight, bias, residual) if t is not None]
-    check_same_device("linear", *ts)
+    if ln is not None:
+        if not (isinstance(ln, tuple) and len(ln) == 3 and all(isinstance(t, Tensor) for t in ln[:2])):
+            raise ArgumentError("linear: ln must be (weight, bias, eps)")
+        ts += list(ln[:2])
+    dev = check_same_device("linear", *ts)
     _need_float("linear", *ts)
     if x.ndim < 1 or weight.ndim != 2 or x.shape[-1] != weight.shape[0]:
         raise ShapeError(f"linear: x {x.shape} @ weight {weight.shape}: needs weight (K, N) with K = x.shape[-1]")
-    N = weight.shape[1]
+    K, N = weight.shape
     if bias is not None and bias.shape != (N,):
         raise ShapeError(f"linear: bias must have shape ({N},), got {bias.shape}")
     out_shape = (*x.shape[:-1], N)
     if residual is not None and residual.shape != out_shape:
         raise ShapeError(f"linear: residual must have the output's shape {out_shape}, got {residual.shape}")
+    if ln is not None:
+        if ln[0].shape != (K,) or ln[1].shape != (K,):
+            raise ShapeError(f"linear: ln weight and bias must have shape ({K},), got {ln[0].shape}, {ln[1].shape}")
+        ln = (ln[0], ln[1], _check_eps("linear", ln[2]))
     act = activations.canonical(act)
-    out_dtype = _result_dtype(x, weight)
-    if _is_cpu(x):
-        arr = _cpu().linear(x._array, weight._array, None if bias is None else bias._array, act,
-                            None if residual is None else residual._array, out_dtype.name)
-        return _wrap(x.device, arr)
-    x2 = x.reshape(1, x.shape[0]) if x.ndim == 1 else x
-    out = _gpu().matmul(x2, weight, out_dtype, bias=bias, act=act,
-                        residual=None if residual is None else residual.reshape(x2.shape[:-1] + (N,)))
-    return out.reshape(out_shape)
+    return dev.backend.linear(x, weight, bias, act, residual, ln, _result_dtype(x, weight))
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, scale: float | None = None) -> Tensor:
@@ -241,10 +203,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, scale: float
         raise ShapeError(f"attention: causal attention needs at least as many keys as queries (S={S} < T={T})")
     if S == 0:
         raise ShapeError("attention: no keys (S = 0)")
-    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    if _is_cpu(q):
-        return _wrap(q.device, _cpu().attention(q._array, k._array, v._array, causal, scale))
-    return _gpu().attention(q, k, v, causal, scale)
+    return q.device.backend.attention(q, k, v, bool(causal), _scale(scale, D))
 
 
 def embedding(table: Tensor, ids: Any) -> Tensor:
@@ -262,10 +221,96 @@ def embedding(table: Tensor, ids: Any) -> Tensor:
     check_same_device("embedding", table, ids)
     if ids.dtype is not dt.int32:
         raise DTypeError(f"embedding: ids must be int32, got {ids.dtype.name}")
-    if _is_cpu(table):
-        _check_host_ids(ids._array, V)
-        return _wrap(table.device, _cpu().embedding(table._array, ids._array))
-    return _gpu().embedding(table.contiguous() if len(table._storage.chunks) == 1 else table, ids)
+    if ids.device.backend.host_memory:  # checked like host data (free there; a GPU check would read back)
+        _check_host_ids(ids.numpy(), V)
+    return table.device.backend.embedding(table, ids)
+
+
+def _check_eps(op: str, eps: Any) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or not eps >= 0:
+        raise ArgumentError(f"{op}: eps must be a number >= 0, got {eps!r}")
+    return float(eps)
+
+
+def _scale(scale: Any, D: int) -> float:
+    if scale is None:
+        return 1.0 / math.sqrt(D) if D else 1.0
+    if isinstance(scale, bool) or not isinstance(scale, int | float) or not math.isfinite(scale):
+        raise ArgumentError(f"attention: scale must be a finite number, got {scale!r}")
+    return float(scale)
+
+
+# -- the KV cache (a decode step whose positions live on the device) -----------------------------
+def _int_vector(op: str, name: str, t: Any, T: int) -> None:
+    if not isinstance(t, Tensor) or t.dtype is not dt.int32 or t.shape != (T,):
+        got = f"{t.dtype.name} {t.shape}" if isinstance(t, Tensor) else type(t).__name__
+        raise ShapeError(f"{op}: {name} must be an int32 tensor of shape ({T},), got {got}")
+
+
+def _check_cache(op: str, cache: Tensor, H: int, D: int) -> None:
+    if cache.ndim != 4 or cache.shape[2:] != (H, D) or cache.dtype is not dt.float32 or not cache.is_contiguous():
+        raise ShapeError(f"{op}: a KV cache is a contiguous float32 tensor (n_slots, n_ctx, {H}, {D}), "
+                         f"got {cache.dtype.name} {cache.shape}")
+
+
+def cache_write(cache: Tensor, src: Tensor, pos: Tensor, slot: Tensor) -> None:
+    """cache[slot[t], pos[t]] = src[t] for each row t: src (T, H, D) into a KV cache
+    (n_slots, n_ctx, H, D) float32; pos, slot: int32 (T,) tensors on the device (so a replayed
+    graph writes where they say). Rows whose position is >= n_ctx are skipped; a slot must be in
+    range (not checked on the device)."""
+    check_same_device("cache_write", cache, src, pos, slot)
+    _need_float("cache_write", src)
+    if src.ndim != 3:
+        raise ShapeError(f"cache_write: src must be (T, H, D), got {src.shape}")
+    T, H, D = src.shape
+    _check_cache("cache_write", cache, H, D)
+    _int_vector("cache_write", "pos", pos, T)
+    _int_vector("cache_write", "slot", slot, T)
+    cache.device.backend.cache_write(cache, src, pos, slot)
+
+
+def cached_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor, slot: Tensor,
+                     scale: float | None = None, k_new: Tensor | None = None, v_new: Tensor | None = None) -> Tensor:
+    """Attention of query rows against KV caches: q (T, H, D); row t sees positions 0..pos[t] of
+    cache slot slot[t] (the rows may belong to different sequences) -> (T, H, D) float32.
+
+    With `k_new`, `v_new` (T, H, D), each row's key and value are first stored at its position of
+    its slot (`cache_write`) in the same launch; the rows must then have distinct slots (a decode
+    step over several sequences), since no row waits for another's store."""
+    news = [t for t in (k_new, v_new) if t is not None]
+    if len(news) == 1:
+        raise ArgumentError("cached_attention: give both k_new and v_new, or neither")
+    check_same_device("cached_attention", q, k_cache, v_cache, pos, slot, *news)
+    _need_float("cached_attention", q, *news)
+    if any(t.shape != q.shape for t in news):
+        raise ShapeError(f"cached_attention: k_new and v_new must have q's shape {q.shape}, "
+                         f"got {[t.shape for t in news]}")
+    if q.ndim != 3:
+        raise ShapeError(f"cached_attention: q must be (T, H, D), got {q.shape}")
+    T, H, D = q.shape
+    _check_cache("cached_attention", k_cache, H, D)
+    if v_cache.shape != k_cache.shape:
+        raise ShapeError(f"cached_attention: k and v caches differ: {k_cache.shape} vs {v_cache.shape}")
+    _check_cache("cached_attention", v_cache, H, D)
+    _int_vector("cached_attention", "pos", pos, T)
+    _int_vector("cached_attention", "slot", slot, T)
+    return q.device.backend.cached_attention(q, k_cache, v_cache, pos, slot, _scale(scale, D), k_new, v_new)
+
+
+def advance_tokens(new: Tensor, ids: Tensor, pos: Tensor, tokens: Tensor, count: Tensor) -> None:
+    """The end of a decode step on the device: ids[:] = new, pos += 1, and `new` appended to the
+    ring `tokens` (n_steps * B,) at step count[0], then count[0] += 1 (steps past the ring are
+    not recorded). All int32; B = new.shape[0]."""
+    check_same_device("advance_tokens", new, ids, pos, tokens, count)
+    if new.ndim != 1:
+        raise ShapeError(f"advance_tokens: new must be 1-d (B,), got {new.shape}")
+    B = new.shape[0]
+    for name, t, shape in (("new", new, (B,)), ("ids", ids, (B,)), ("pos", pos, (B,)), ("count", count, (1,))):
+        _int_vector("advance_tokens", name, t, shape[0])
+    if tokens.dtype is not dt.int32 or tokens.ndim != 1 or (B and tokens.shape[0] % B):
+        raise ShapeError(f"advance_tokens: tokens must be int32 (n_steps * {B},), "
+                         f"got {tokens.dtype.name} {tokens.shape}")
+    new.device.backend.advance_tokens(new, ids, pos, tokens, count)
 
 
 def _check_host_ids(ids: Any, V: int) -> None:

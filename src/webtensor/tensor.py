@@ -1,8 +1,11 @@
 """Tensor: an n-d array that lives on a Device; its ops run there.
 
-On the CPU a tensor wraps a numpy array. On WebGPU it is a strided view (shape, strides, offset,
-in elements) of a `WgpuStorage`; reshape of a contiguous view, transpose and basic slicing are
-free views, and ops that need contiguous input copy first.
+On every device a tensor is a strided view (shape, strides and offset, in elements) of its
+device's storage: a flat numpy array on the CPU reference, GPU buffers (`WgpuStorage`) on WebGPU.
+Views are computed here, once, so both devices accept and refuse exactly the same indexing:
+reshape of a contiguous view, transpose / permute and basic slicing (ints, slices with positive
+steps, Ellipsis) are free views; anything else (fancy indexing, boolean masks, None) is refused.
+Moving data in and out goes through the device's backend.
 """
 
 from __future__ import annotations
@@ -25,12 +28,12 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
 
 
 class Tensor:
-    __slots__ = ("device", "shape", "dtype", "_array", "_storage", "_strides", "_offset", "__weakref__")
+    __slots__ = ("device", "shape", "dtype", "_storage", "_strides", "_offset", "__weakref__")
 
-    def __init__(self, device: Device, shape: tuple[int, ...], dtype: dt.DType, *, array: Any = None,
-                 storage: Any = None, strides: tuple[int, ...] | None = None, offset: int = 0):
+    def __init__(self, device: Device, shape: tuple[int, ...], dtype: dt.DType, *, storage: Any,
+                 strides: tuple[int, ...] | None = None, offset: int = 0):
         self.device, self.shape, self.dtype = device, tuple(int(s) for s in shape), dtype
-        self._array, self._storage, self._offset = array, storage, offset
+        self._storage, self._offset = storage, offset
         self._strides = contiguous_strides(self.shape) if strides is None else tuple(strides)
 
     # -- basic facts ----------------------------------------------------------------------------
@@ -48,9 +51,7 @@ class Tensor:
 
     @property
     def strides(self) -> tuple[int, ...]:
-        """Element strides (WebGPU tensors; CPU tensors report numpy's, divided by itemsize)."""
-        if self._array is not None:
-            return tuple(s // self._array.itemsize for s in self._array.strides)
+        """Element strides."""
         return self._strides
 
     def is_contiguous(self) -> bool:
@@ -64,14 +65,17 @@ class Tensor:
             raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
 
+    def __iter__(self) -> Any:
+        """Like a numpy array: the sub-tensors along the first axis (a 0-d tensor is not iterable)."""
+        if not self.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
     # -- moving data ----------------------------------------------------------------------------
     def numpy(self) -> Any:
-        """A numpy array with this tensor's values (a readback on WebGPU: submits pending work)."""
-        if self.device.kind == "cpu":
-            return self._array
-        from .backends.wgpu import ops as gops
-
-        return gops.to_numpy(self)
+        """A numpy array with this tensor's values (a readback on WebGPU: submits pending work; a
+        copy on the CPU device too, so writing to it never changes the tensor)."""
+        return self.device.backend.to_numpy(self)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
         a = self.numpy()
@@ -79,11 +83,7 @@ class Tensor:
 
     def tobytes(self) -> bytes:
         """Raw little-endian bytes, C order. Needs no numpy on WebGPU (the browser path)."""
-        if self.device.kind == "cpu":
-            return self._array.tobytes()
-        from .backends.wgpu import ops as gops
-
-        return gops.to_bytes(self)
+        return self.device.backend.to_bytes(self)
 
     def tolist(self) -> Any:
         return self.numpy().tolist()
@@ -108,8 +108,6 @@ class Tensor:
         if len(shape) == 1 and not isinstance(shape[0], int):
             shape = tuple(shape[0])  # type: ignore[assignment]
         shape = _resolve_shape(tuple(shape), self.size, self.shape)  # type: ignore[arg-type]
-        if self.device.kind == "cpu":
-            return Tensor(self.device, shape, self.dtype, array=self._array.reshape(shape))
         t = self if self.is_contiguous() else self.contiguous()
         _no_chunks(t, "reshape")
         return Tensor(t.device, shape, t.dtype, storage=t._storage, offset=t._offset)
@@ -128,8 +126,6 @@ class Tensor:
         if sorted(perm) != list(range(self.ndim)):
             raise ShapeError(f"permute{perm} is not a permutation of the dims of shape {self.shape}")
         shape = tuple(self.shape[p] for p in perm)
-        if self.device.kind == "cpu":
-            return Tensor(self.device, shape, self.dtype, array=self._array.transpose(perm))
         strides = tuple(self._strides[p] for p in perm)
         return Tensor(self.device, shape, self.dtype, storage=self._storage, strides=strides, offset=self._offset)
 
@@ -140,13 +136,7 @@ class Tensor:
         return self.transpose(0, 1)
 
     def __getitem__(self, index: Any) -> Tensor:
-        """Basic indexing: ints and slices (positive steps), Ellipsis; a view on both devices."""
-        if self.device.kind == "cpu":
-            try:
-                a = self._array[index]
-            except IndexError as e:  # same error type as on WebGPU
-                raise ShapeError(f"index {index!r} does not fit shape {self.shape}: {e}") from e
-            return Tensor(self.device, *_cpu_view(a), array=a)
+        """Basic indexing: ints and slices (positive steps), Ellipsis; a view on every device."""
         _no_chunks(self, "slicing")
         shape, strides, offset = _slice_view(self.shape, self._strides, self._offset, index)
         return Tensor(self.device, shape, self.dtype, storage=self._storage, strides=strides, offset=offset)
@@ -192,12 +182,8 @@ class Tensor:
         return ops.matmul(self, o)
 
 
-def _cpu_view(a: Any) -> tuple[tuple[int, ...], dt.DType]:
-    return tuple(a.shape), dt.as_dtype(a.dtype)
-
-
 def _no_chunks(t: Tensor, what: str) -> None:
-    if t._storage is not None and len(t._storage.chunks) > 1:
+    if len(t._storage.chunks) > 1:
         raise WebtensorError(
             f"{what} of a row-chunked tensor (shape {t.shape}, stored in {len(t._storage.chunks)} chunks "
             f"because it is over the {t.device.max_binding_bytes():,}-byte binding limit) is not supported; "
@@ -240,13 +226,14 @@ def _slice_view(shape: tuple[int, ...], strides: tuple[int, ...], offset: int, i
             offset += start * s if count else 0
             new_shape.append(count)
             new_strides.append(s * step)
-        elif isinstance(ix, int) or hasattr(ix, "__index__"):
-            i = int(ix)
+        elif (isinstance(ix, int) or hasattr(ix, "__index__")) and not isinstance(ix, bool):
+            i = ix.__index__()
             if not -n <= i < n:
                 raise ShapeError(f"index {i} is out of range for dim {d} of size {n} (shape {shape})")
             offset += (i % n) * s
         else:
-            raise ShapeError(f"unsupported index {ix!r}: use ints and slices")
+            raise ShapeError(f"unsupported index {ix!r} ({type(ix).__name__}): tensors take ints, slices "
+                             "and Ellipsis (no fancy or boolean indexing, on every device)")
     return tuple(new_shape), tuple(new_strides), offset
 
 
@@ -276,13 +263,33 @@ def tensor(data: Any, device: Device | str | None = None, dtype: Any = None) -> 
     d = dt.as_dtype(arr.dtype)
     if not arr.flags.c_contiguous:  # (np.ascontiguousarray would turn a 0-d array into 1-d)
         arr = np.ascontiguousarray(arr)
-    if dev.kind == "cpu":
-        return Tensor(dev, arr.shape, d, array=arr)
-    from .backends.wgpu import ops as gops
+    if not arr.size:
+        return dev.backend.empty(dev, arr.shape, d)
+    return dev.backend.from_bytes(dev, arr.shape, d, memoryview(arr.reshape(-1)).cast("B"))
 
-    if not arr.size:  # nothing to upload (an empty write is an error in wgpu)
-        return gops.empty(dev, arr.shape, d)
-    return gops.from_host(dev, arr.shape, d, memoryview(arr).cast("B"))
+
+def empty(shape: Sequence[int], dtype: Any = "float32", device: Device | str | None = None) -> Tensor:
+    """An uninitialised tensor (its values are whatever its memory held)."""
+    dev = Device.cpu() if device is None else Device.parse(device)
+    return dev.backend.empty(dev, _check_shape(shape), dt.as_dtype(dtype))
+
+
+def zeros(shape: Sequence[int], dtype: Any = "float32", device: Device | str | None = None) -> Tensor:
+    """A tensor of zeros."""
+    dev = Device.cpu() if device is None else Device.parse(device)
+    return dev.backend.zeros(dev, _check_shape(shape), dt.as_dtype(dtype))
+
+
+def _check_shape(shape: Any) -> tuple[int, ...]:
+    if isinstance(shape, int) and not isinstance(shape, bool):
+        shape = (shape,)
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        raise ShapeError(f"a shape is a sequence of ints, got {shape!r}") from None
+    if any(isinstance(s, bool) or not hasattr(s, "__index__") or s.__index__() < 0 for s in dims):
+        raise ShapeError(f"a shape is a sequence of ints >= 0, got {shape!r}")
+    return tuple(s.__index__() for s in dims)
 
 
 def from_buffer(data: Any, shape: Sequence[int], dtype: Any = "float32",
@@ -302,14 +309,7 @@ def from_buffer(data: Any, shape: Sequence[int], dtype: Any = "float32",
     want = math.prod(shape) * d.itemsize
     if mv.nbytes != want:
         raise ShapeError(f"from_buffer: {mv.nbytes} bytes given for shape {shape} {d.name} ({want} bytes)")
-    if dev.kind == "cpu":
-        import numpy as np
-
-        arr = np.frombuffer(mv, dtype=d.name).reshape(shape).copy()
-        return Tensor(dev, shape, d, array=arr)
-    from .backends.wgpu import ops as gops
-
-    return gops.from_host(dev, shape, d, mv) if want else gops.empty(dev, shape, d)
+    return dev.backend.from_bytes(dev, shape, d, mv) if want else dev.backend.empty(dev, shape, d)
 
 
 Tensor.from_buffer = staticmethod(from_buffer)  # type: ignore[attr-defined]
@@ -320,8 +320,6 @@ def _tensor_without_numpy(data: Any, dev: Device, dtype: Any) -> Tensor:
     import array
     import struct
 
-    if dev.kind == "cpu":
-        raise WebtensorError("the CPU reference device needs numpy; use a WebGPU device here")
     if isinstance(data, Tensor):
         t = from_buffer(data.tobytes(), data.shape, data.dtype, dev)
         return t if dtype is None else t.to(dt.as_dtype(dtype))

@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 from gpt2_fixtures import make_checkpoint, make_tokenizer  # noqa: E402
 
 import webtensor as wt  # noqa: E402
+from webtensor.generation import prefill  # noqa: E402
 from webtensor.models.gpt2 import GPT2  # noqa: E402
 from webtensor.models.gpt2.config import ACTIVATIONS, FIELDS, GPT2Config  # noqa: E402
 from webtensor.web.gpt2_web import WebGPT2  # noqa: E402
@@ -84,14 +85,12 @@ def test_option_matches_hf(option, kind, gpu):
     greedy = hf_greedy(hf, IDS, 12)
     assert len(set(greedy)) > 2  # the continuation varies: a real check of the decode path
     assert m.generate(IDS, 12, stop_at_eos=False) == greedy
-    if kind == "wgpu":  # the prebuilt decode step (greedy above replays it) gives the same logits
-        ws = m._acquire_workspace()
-        assert ws.graph is not None
-        ws.cache.length = 0
-        m._forward(IDS[:-1], ws.cache, last_only=True)
-        step = np.frombuffer(ws.graph.logits_after(len(IDS) - 1, IDS[-1]), np.float32)
-        assert_logits_close(step, want[-1])
-        m._release_workspace(ws)
+    # the captured decode step (greedy above replays it) gives the same logits
+    ws = m._workspaces.acquire()
+    prefill(m, ws.cache, IDS[:-1])
+    ws.state.set([IDS[-1]], [len(IDS) - 1])
+    assert_logits_close(ws.logits_graph(m).replay().numpy()[0], want[-1])
+    m._workspaces.release(ws)
 
 
 def test_page_loader_implements_the_same(tmp_path, gpu):

@@ -75,9 +75,9 @@ def test_kv_cached_decode_equals_full_recompute(ckpt, dev):
     m = GPT2.from_pretrained(d, device=dev)
     ids = prompt(9, m.config.vocab_size, seed=2)
     cache = m.new_cache()
-    stepped = [m._forward(ids[:5], cache, last_only=True).numpy()[0]]
+    stepped = [m.forward_cached(ids[:5], cache).numpy()[0]]
     for t in ids[5:]:
-        stepped.append(m._forward([t], cache, last_only=True).numpy()[0])
+        stepped.append(m.forward_cached([t], cache).numpy()[0])
     full = m.logits(ids)[4:]
     assert rel_err(np.stack(stepped), full) <= 1e-5
 

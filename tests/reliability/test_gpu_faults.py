@@ -26,13 +26,19 @@ def _softmax_ok(dev):
 
 
 def test_invalid_wgsl_kernel(gpu, tmp_path):
+    from webtensor.backends.wgpu.signatures import Signature
+
     (tmp_path / "broken_kernel.wgsl").write_text(
+        "struct P { n: u32 }\n@group(0) @binding(0) var<uniform> p: P;\n"
+        "@group(0) @binding(1) var<storage, read_write> o: array<f32>;\n"
         "@compute @workgroup_size(64)\nfn main() { let v: f32 = undefined_thing * 2.0; }\n")
+    sig = Signature("broken_kernel", "n", "-> o")
+    path = str(tmp_path / "broken_kernel.wgsl")  # an absolute path: KERNEL_DIR is not used
     with watchdog(60):
         with pytest.raises(wt.GPUError, match=r"WebGPU error in .*broken_kernel(.|\n)*undefined_thing"):
-            gpu.ctx.kernel(str(tmp_path / "broken_kernel"), 1)  # an absolute path: KERNEL_DIR is not used
+            gpu.ctx.kernel(path, signature=sig)
         with pytest.raises(wt.GPUError, match=r"broken_kernel"):  # not cached as if it had compiled
-            gpu.ctx.kernel(str(tmp_path / "broken_kernel"), 1)
+            gpu.ctx.kernel(path, signature=sig)
         _softmax_ok(gpu)
 
 
@@ -93,11 +99,20 @@ def test_failure_inside_a_dispatch_scope(gpu, monkeypatch):
         _softmax_ok(gpu)
 
 
-def test_wrong_binding_count(gpu):
-    k = gpu.ctx.kernel("softmax", 2, {"TX": "f32", "TO": "f32"})
+def test_launch_checks_its_declaration(gpu):
+    """A launch names its parameters and buffers; the kernel's declaration refuses what does not
+    fit: a missing buffer, an unknown name, a missing parameter, a written binding that aliases."""
+    k = gpu.ctx.kernel("softmax", {"TX": "f32", "TO": "f32"})
     buf = wt.tensor(np.ones(4, np.float32), device=gpu)._storage.buffer
-    with pytest.raises(wt.GPUError, match=r"softmax.*: binds 2 buffers, got 1"):
-        gpu.ctx.dispatch(k, (1, 4, 0, 4, 0), [buf], (1, 1, 1))
+    prm = dict(rows=1, cols=4, x_off=0, x_ld=4)
+    with pytest.raises(wt.GPUError, match=r"softmax.*: binding 'o' needs a buffer"):
+        gpu.ctx.launch(k, prm, dict(x=buf), (1, 1, 1))
+    with pytest.raises(wt.GPUError, match=r"softmax.*: no binding\(s\) \['y'\]"):
+        gpu.ctx.launch(k, prm, dict(x=buf, o=buf, y=buf), (1, 1, 1))
+    with pytest.raises(wt.GPUError, match=r"softmax: parameter 'cols' is required"):
+        gpu.ctx.launch(k, dict(rows=1, x_off=0, x_ld=4), dict(x=buf, o=buf), (1, 1, 1))
+    with pytest.raises(wt.GPUError, match=r"binding 'o' is also bound to another binding"):
+        gpu.ctx.launch(k, prm, dict(x=buf, o=buf), (1, 1, 1))
     _softmax_ok(gpu)
 
 

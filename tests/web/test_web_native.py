@@ -1,4 +1,4 @@
-"""The browser path's pieces, checked natively (no browser): the WGSL access analysis, the
+"""The browser path's pieces, checked natively (no browser): kernel declarations, the
 numpy-free tensor constructors, the numpy-free GPT-2 driver against GPT2, and the page server."""
 
 from __future__ import annotations
@@ -18,39 +18,46 @@ import pytest
 
 import webtensor as wt
 from webtensor.tensor import _tensor_without_numpy, from_buffer
-from webtensor.web.browser_gpu import storage_access
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 KERNELS = Path(wt.__file__).parent / "backends" / "wgpu" / "kernels"
 
 
-def test_storage_access_finds_written_bindings():
+INCLUDES = {"common.wgsl", "epilogue.wgsl", "argreduce.wgsl"}  # shared pieces, no bindings of their own
+
+
+@pytest.mark.parametrize("flags", [{}, {"SG": "8u", "VEC4": "true"}])
+def test_every_kernel_matches_its_declaration(flags):
+    """Every kernel file has a declaration in signatures.py that matches its struct P and its
+    bindings (inputs `read`, outputs `read_write`: what lets the browser bind one buffer to two
+    inputs and a dummy to an unused one, with no rewriting), in each preprocessor variant."""
     from webtensor.backends.wgpu.context import kernel_source
+    from webtensor.backends.wgpu.signatures import SIGNATURES
 
-    code, written = storage_access(kernel_source("matmul"))  # (c is written in the included epilogue)
-    assert written == [False, False, True, False, False]  # a, b, c, bias, res: only c is written
-    assert "var<storage, read> a:" in code and "var<storage, read_write> c:" in code
-    _, written = storage_access((KERNELS / "elementwise.wgsl").read_text())
-    assert written == [False, False, True]
-    src = """@group(0) @binding(1) var<storage, read_write> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
-@group(0) @binding(3) var<storage, read_write> z: array<atomic<u32>>;
-@group(0) @binding(4) var<storage, read_write> w: array<f32>;
-fn main() { y[x[0] + 1u].v += 1.0; atomicAdd(&z[0], 1u); let t = w[0] == 1.0; // w[1] = 2.0;
-}"""
-    _, written = storage_access(src)
-    assert written == [False, True, True, False]
+    files = {f.stem for f in KERNELS.glob("*.wgsl") if f.name not in INCLUDES}
+    assert files == set(SIGNATURES), files ^ set(SIGNATURES)
+    for stem in sorted(files):
+        code = kernel_source(stem, flags)
+        SIGNATURES[stem].check_wgsl(code)
+        assert code.count("read_write") == sum(b.writes for b in SIGNATURES[stem].bindings), stem
 
 
-def test_every_kernel_writes_something():
+def test_a_declaration_that_disagrees_is_refused():
     from webtensor.backends.wgpu.context import kernel_source
+    from webtensor.backends.wgpu.signatures import Signature
 
-    for f in KERNELS.glob("*.wgsl"):
-        if f.name in ("common.wgsl", "epilogue.wgsl"):  # shared pieces, no bindings of their own
-            continue
-        code, written = storage_access(kernel_source(f.stem))
-        assert any(written), f.name
-        assert code.count("read_write") == sum(written), f.name
+    code = kernel_source("softmax")
+    with pytest.raises(wt.GPUError, match="differ from the shader's struct P"):
+        Signature("softmax", "rows cols x_off x_ld", "x -> o").check_wgsl(code)
+    with pytest.raises(wt.GPUError, match="bindings"):
+        Signature("softmax", "rows cols x_off x_ld o_off=0", "x o -> y").check_wgsl(code)
+    sig = Signature("softmax", "rows cols x_off x_ld o_off=0", "x -> o")
+    with pytest.raises(wt.GPUError, match="no parameter"):
+        sig.pack(dict(rows=1, cols=2, x_off=0, x_ld=2, bogus=1))
+    packed = sig.pack(dict(rows=1, cols=2, x_off=3, x_ld=2))
+    assert struct.unpack("<5I", packed[:20]) == (1, 2, 3, 2, 0)
+    fsig = Signature("layer_norm", "rows eps:f32", "x -> o")
+    assert struct.unpack("<If", fsig.pack(dict(rows=2, eps=1))[:8]) == (2, 1.0)  # an int packs as f32
 
 
 def test_numpy_free_tensor(gpu):
@@ -65,8 +72,8 @@ def test_numpy_free_tensor(gpu):
         _tensor_without_numpy([[1.0], [2.0, 3.0]], gpu, None)
     with pytest.raises(TypeError):
         _tensor_without_numpy(b"1234", gpu, None)
-    with pytest.raises(wt.WebtensorError):
-        _tensor_without_numpy([1.0], wt.Device.cpu(), None)
+    c = _tensor_without_numpy([[1.5, 2.0]], wt.Device.cpu(), None)  # (the CPU backend is numpy itself)
+    assert c.numpy().tolist() == [[1.5, 2.0]]
 
 
 @pytest.mark.parametrize("where", ["cpu", "wgpu"])

@@ -2,9 +2,14 @@
 
 Every WebGPU kernel is tested against these functions. Arithmetic is done in float32 (float16
 inputs are widened first, outputs rounded back), mirroring the WGSL kernels, which compute in f32.
+`CpuBackend` (at the end) implements `backends.base.Backend` with them: a CPU tensor's storage is
+one flat numpy array (`CpuStorage`) and a tensor is a strided view of it, as on the GPU.
 """
 
 from __future__ import annotations
+
+import contextlib
+from typing import Any
 
 import numpy as np
 
@@ -148,3 +153,211 @@ def argmax(x: np.ndarray) -> np.ndarray:
 
 def cast(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return x.astype(dtype)
+
+
+def cache_write(cache: np.ndarray, src: np.ndarray, pos: np.ndarray, slot: np.ndarray) -> None:
+    # cache: (n_slots, n_ctx, H, D) float32; src: (T, H, D); row t goes to cache[slot[t], pos[t]]
+    # (rows whose position is past the context are skipped, as in cache_write.wgsl)
+    for t in range(src.shape[0]):
+        if 0 <= pos[t] < cache.shape[1]:
+            cache[slot[t], pos[t]] = _f32(src[t])
+
+
+def cached_attention(q: np.ndarray, kc: np.ndarray, vc: np.ndarray, pos: np.ndarray, slot: np.ndarray,
+                     scale: float) -> np.ndarray:
+    # q: (T, H, D); kc, vc: (n_slots, n_ctx, H, D); row t attends to positions 0..pos[t] of slot[t]
+    out = np.empty(q.shape, F32)
+    for t in range(q.shape[0]):
+        n = min(int(pos[t]) + 1, kc.shape[1])
+        k, v = kc[slot[t], :n], vc[slot[t], :n]  # (n, H, D)
+        out[t] = attention(_f32(q[t:t + 1]), k, v, causal=False, scale=scale)[0]
+    return out
+
+
+def advance_tokens(new: np.ndarray, ids: np.ndarray, pos: np.ndarray, tokens: np.ndarray,
+                   count: np.ndarray) -> None:
+    # the end of a decode step (advance_tokens.wgsl): new tokens become the next ids, positions
+    # move on, and the tokens are appended to the ring `tokens` (ring, B) at step count[0]
+    n, B = int(count[0]), new.shape[0]
+    ids[:] = new
+    pos += 1
+    if n < tokens.size // max(B, 1):
+        tokens.reshape(-1, B)[n] = new
+    count[0] = n + 1
+
+
+# -- the Backend ---------------------------------------------------------------------------------
+class CpuStorage:
+    """A CPU tensor's memory: one flat numpy array (`chunks` is for the GPU's row chunking)."""
+
+    __slots__ = ("array", "__weakref__")
+
+    def __init__(self, array: np.ndarray):
+        self.array = array  # 1-d, contiguous
+
+    @property
+    def chunks(self) -> tuple[np.ndarray]:
+        return (self.array,)
+
+
+def view(t: Any) -> np.ndarray:
+    """The numpy view of tensor `t` (shares its memory: writing to it writes the tensor)."""
+    a = t._storage.array
+    if t.size == 0:
+        return np.empty(t.shape, a.dtype)
+    return np.lib.stride_tricks.as_strided(a[t._offset:], shape=t.shape,
+                                           strides=tuple(s * a.itemsize for s in t._strides))
+
+
+class _Replay:
+    """The CPU's 'graph': calling the captured function again (same tensors, same writes)."""
+
+    def __init__(self, fn: Any):
+        self.fn, self.outputs = fn, fn()
+        self.n_dispatches, self.names = 0, []
+
+    def replay(self, times: int = 1) -> Any:
+        for _ in range(times):
+            self.outputs = self.fn()
+        return self.outputs
+
+    def release(self) -> None:
+        self.fn = None
+
+
+class CpuBackend:
+    """The numpy reference device (see backends/base.py for the protocol)."""
+
+    name = "cpu"
+    host_memory = True  # tensors live in host memory (reading them is free)
+
+    def _wrap(self, device: Any, arr: np.ndarray) -> Any:
+        from ..dtypes import as_dtype
+        from ..tensor import Tensor
+
+        arr = np.ascontiguousarray(arr)
+        return Tensor(device, arr.shape, as_dtype(arr.dtype), storage=CpuStorage(arr.reshape(-1)))
+
+    # -- memory ---------------------------------------------------------------------------------
+    def empty(self, device: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+        return self._wrap(device, np.empty(shape, dtype.name))
+
+    def zeros(self, device: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+        return self._wrap(device, np.zeros(shape, dtype.name))
+
+    def from_bytes(self, device: Any, shape: tuple[int, ...], dtype: Any, data: memoryview) -> Any:
+        return self._wrap(device, np.frombuffer(data, dtype.name).reshape(shape).copy())
+
+    def to_bytes(self, t: Any) -> bytes:
+        return np.ascontiguousarray(view(t)).tobytes()
+
+    def to_numpy(self, t: Any) -> np.ndarray:
+        return np.array(view(t))
+
+    def upload_into(self, t: Any, data: bytes) -> None:
+        view(t)[...] = np.frombuffer(data, t.dtype.name).reshape(t.shape)
+
+    def read_async(self, t: Any) -> Any:
+        data = self.to_bytes(t)
+        return _Ready(data)
+
+    # -- ops ------------------------------------------------------------------------------------
+    def binary(self, op: str, a: Any, b: Any, shape: tuple[int, ...], out_dtype: Any) -> Any:
+        fn = {"add": add, "sub": sub, "mul": mul, "div": div}[op]
+        return self._wrap(a.device, fn(view(a), view(b), out_dtype.name))
+
+    def gelu(self, x: Any) -> Any:
+        return self._wrap(x.device, gelu(view(x)))
+
+    def cast(self, x: Any, dtype: Any) -> Any:
+        return self._wrap(x.device, cast(view(x), dtype.name))
+
+    def copy(self, x: Any) -> Any:
+        return self._wrap(x.device, view(x).copy())
+
+    def copy_into(self, dst: Any, src: Any) -> None:
+        d = view(dst)
+        d[...] = view(src).astype(d.dtype)  # (numpy handles overlapping views by buffering)
+
+    def layer_norm(self, x: Any, w: Any, b: Any, eps: float) -> Any:
+        return self._wrap(x.device, layer_norm(view(x), view(w), view(b), eps))
+
+    def softmax(self, x: Any) -> Any:
+        return self._wrap(x.device, softmax(view(x)))
+
+    def argmax(self, x: Any) -> Any:
+        return self._wrap(x.device, argmax(view(x)))
+
+    def matmul(self, a: Any, b: Any, out_dtype: Any) -> Any:
+        return self._wrap(a.device, matmul(view(a), view(b), out_dtype.name))
+
+    def linear(self, x: Any, w: Any, bias: Any, act: str | None, residual: Any, ln: Any, out_dtype: Any) -> Any:
+        xa = view(x)
+        if ln is not None:
+            xa = layer_norm(_f32(xa), view(ln[0]), view(ln[1]), ln[2])
+        arr = linear(xa, view(w), None if bias is None else view(bias), act,
+                     None if residual is None else view(residual), out_dtype.name)
+        return self._wrap(x.device, arr)
+
+    def attention(self, q: Any, k: Any, v: Any, causal: bool, scale: float) -> Any:
+        return self._wrap(q.device, attention(view(q), view(k), view(v), causal, scale))
+
+    def embedding(self, table: Any, ids: Any) -> Any:
+        return self._wrap(table.device, embedding(view(table), view(ids)))
+
+    def cache_write(self, cache: Any, src: Any, pos: Any, slot: Any) -> None:
+        cache_write(view(cache), view(src), view(pos), view(slot))
+
+    def cached_attention(self, q: Any, kc: Any, vc: Any, pos: Any, slot: Any, scale: float,
+                         k_new: Any = None, v_new: Any = None) -> Any:
+        if k_new is not None:
+            self.cache_write(kc, k_new, pos, slot)
+            self.cache_write(vc, v_new, pos, slot)
+        return self._wrap(q.device, cached_attention(view(q), view(kc), view(vc), view(pos), view(slot), scale))
+
+    def advance_tokens(self, new: Any, ids: Any, pos: Any, tokens: Any, count: Any) -> None:
+        advance_tokens(view(new), view(ids), view(pos), view(tokens), view(count))
+
+    # -- execution ------------------------------------------------------------------------------
+    def scope(self) -> Any:
+        return contextlib.nullcontext()
+
+    def capture(self, fn: Any) -> _Replay:
+        return _Replay(fn)
+
+    def synchronize(self) -> None:
+        pass
+
+    def stats(self) -> dict[str, int]:
+        return dict(dispatches=0, submits=0, readbacks=0, bytes_uploaded=0, bytes_read=0, bytes_in_use=0)
+
+    def describe(self) -> str:
+        return "CPU (reference)"
+
+    def max_binding_bytes(self) -> int:
+        return 2**63 - 1
+
+    def has_f16(self) -> bool:
+        return True
+
+    def has_subgroups(self) -> bool:
+        return False
+
+    def same_as(self, other: Any) -> bool:
+        return isinstance(other, CpuBackend)
+
+    def empty_cache(self) -> None:
+        pass
+
+    def release(self) -> None:
+        pass
+
+
+class _Ready:
+    """A readback that is already complete (the CPU's answer to WebGPU's read_async)."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def wait(self) -> memoryview:
+        return memoryview(self.data)

@@ -14,73 +14,24 @@ been entered asynchronously: `pyodide.runPythonAsync`, an `async def` called fro
 Errors: shader/pipeline errors are caught with an error scope when the pipeline is created;
 other validation errors arrive as `uncapturederror` events and are reported by `pop_error()`.
 
-Buffer aliasing. webtensor's kernels declare every storage binding `read_write`, and its ops may
-bind one buffer twice in a dispatch (an unused epilogue input gets the output buffer; x + x binds
-x twice). Browsers enforce the WebGPU rule that a writable binding may not alias any other
-binding in a dispatch (wgpu-native does not check it). So, per pipeline, this module finds the
-storage bindings the shader never writes and declares them `read` (WGSL and layout): read-only
-bindings may alias each other. A read-only binding that aliases a *written* one is given a
-snapshot instead: a scratch buffer the dispatch's own bytes are copied into right before it, which
-is what the kernel would read anyway (it reads each element before writing it, or not at all).
-`snapshot_copies` counts those copies; ops that bind a dedicated placeholder need none.
+Buffer aliasing: browsers enforce WebGPU's rule that a written binding may not alias any other in
+a dispatch. webtensor's kernels declare their inputs `var<storage, read>` (and the layout says so,
+from `signatures.py`), unused inputs get a dummy buffer, and `WgpuContext.launch` refuses a written
+binding that aliases, so the same shaders run here unchanged.
 """
 
 from __future__ import annotations
 
 import array
 import json
-import re
 from pathlib import Path
 from typing import Any
 
-from ..backends.wgpu.gpu_api import COPY_DST, STORAGE, AdapterInfo
+from ..backends.wgpu.gpu_api import AdapterInfo
 from ..errors import GPUError, NoAdapterError
 
 HELPER_JS = Path(__file__).with_name("gpu_helper.js")
 _DISPATCH, _COPY = 0, 1
-_STORAGE_DECL = re.compile(
-    r"@binding\(\s*(\d+)\s*\)\s*var\s*<\s*storage\s*,\s*read_write\s*>\s*([A-Za-z_]\w*)")
-_ASSIGN = re.compile(r"\s*(?:(?:\.\s*\w+)\s*)*(?:=(?!=)|\+=|-=|\*=|/=|%=|&=|\|=|\^=|<<=|>>=|\+\+|--)")
-
-
-def _is_written(code: str, name: str) -> bool:
-    """Whether WGSL `code` may write `name` (an indexed store, compound assignment, ++/--, or a
-    pointer taken with `&`, e.g. for atomics: counted as a write to stay safe)."""
-    if re.search(r"&\s*" + re.escape(name) + r"\b", code):
-        return True
-    for m in re.finditer(r"\b" + re.escape(name) + r"\s*\[", code):
-        depth, i = 1, m.end()
-        while i < len(code) and depth:
-            depth += {"[": 1, "]": -1}.get(code[i], 0)
-            i += 1
-        while True:  # further indices: name[i][j] = ...
-            j = i
-            while j < len(code) and code[j].isspace():
-                j += 1
-            if j < len(code) and code[j] == "[":
-                depth, i = 1, j + 1
-                while i < len(code) and depth:
-                    depth += {"[": 1, "]": -1}.get(code[i], 0)
-                    i += 1
-                continue
-            break
-        if _ASSIGN.match(code, i):
-            return True
-    return False
-
-
-def storage_access(wgsl: str) -> tuple[str, list[bool]]:
-    """(`wgsl` with never-written storage bindings declared `read`, written flag per binding 1..n)."""
-    body = re.sub(r"//[^\n]*", "", wgsl)
-    decls = [(int(m.group(1)), m.group(2)) for m in _STORAGE_DECL.finditer(body)]
-    written = {b: _is_written(body, name) for b, name in decls}
-    out = wgsl
-    for b, _ in decls:
-        if not written[b]:
-            out = re.sub(r"(@binding\(\s*" + str(b) + r"\s*\)\s*var\s*<\s*storage\s*,\s*)read_write(\s*>)",
-                         r"\1read\2", out)
-    n = max((b for b, _ in decls), default=0)
-    return out, [written.get(i, True) for i in range(1, n + 1)]
 
 
 def _js() -> Any:
@@ -117,11 +68,10 @@ _EMPTY = object()  # the token of an empty readback
 class BindGroupHandle:
     """A bind group in the helper's table; dropping the last reference frees the JavaScript object."""
 
-    __slots__ = ("id", "_release", "snapshots")
+    __slots__ = ("id", "_release")
 
-    def __init__(self, id_: int, release: Any, snapshots: tuple[tuple[int, int, int], ...] = ()):
+    def __init__(self, id_: int, release: Any):
         self.id, self._release = id_, release
-        self.snapshots = snapshots  # (src, scratch, nbytes): copied right before each dispatch
 
     def __del__(self) -> None:
         try:
@@ -151,16 +101,15 @@ class BrowserGpu:
         self.features: frozenset[str] = frozenset(d["features"])
         self._release_js = ctx.release
         self._sizes: dict[int, int] = {}  # buffer handle -> size
-        self._written: dict[int, list[bool]] = {}  # pipeline handle -> written flag per storage binding
-        self._scratch: dict[int, int] = {}  # size -> scratch buffer for snapshots
-        self.snapshot_copies = 0
 
     @classmethod
-    async def create_async(cls, max_binding: int | None = None) -> BrowserGpu:
-        """Request an adapter and a device with the limits webtensor uses; raises NoAdapterError
-        with the browser's reason (no WebGPU at all, or no adapter)."""
+    async def create_async(cls, max_binding: int | None = None,
+                           features: tuple[str, ...] | None = None) -> BrowserGpu:
+        """Request an adapter and a device with the limits webtensor uses, and the optional features
+        it uses (or only those of `features`); raises NoAdapterError with the browser's reason (no
+        WebGPU at all, or no adapter)."""
         helper = _helper()
-        ctx = await helper.createContext(int(max_binding or 0))
+        ctx = await helper.createContext(int(max_binding or 0), ",".join(features) if features is not None else "")
         if isinstance(ctx, str):
             raise NoAdapterError(ctx)
         return cls(ctx, json.loads(ctx.describe()))
@@ -175,6 +124,9 @@ class BrowserGpu:
         self._sizes.pop(buffer, None)
         self._ctx.destroyBuffer(buffer)
 
+    def buffer_alive(self, buffer: int) -> bool:
+        return buffer in self._sizes
+
     def write_buffer(self, buffer: int, offset: int, data: Any) -> None:
         mv = memoryview(data)
         if mv.nbytes == 0:
@@ -183,36 +135,19 @@ class BrowserGpu:
             mv = memoryview(mv.tobytes())
         self._ctx.writeBuffer(buffer, int(offset), mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv)
 
-    def create_pipeline(self, wgsl: str, n_storage: int, label: str, uniform_size: int) -> int:
-        code, written = storage_access(wgsl)
-        written = (written + [True] * n_storage)[:n_storage]
-        mask = sum(1 << i for i, w in enumerate(written) if not w)
-        promise = self._ctx.createPipeline(code, n_storage, label, uniform_size, mask)
-        h = int(_run_sync(promise, "compiling a kernel"))
-        self._written[h] = written
-        return h
+    def enable_directives(self, features: set[str]) -> str:
+        # browsers need `enable subgroups;` before subgroup builtins (naga natively rejects it)
+        return "".join(line for f, line in (("shader-f16", "enable f16;\n"), ("subgroup", "enable subgroups;\n"))
+                       if f in features)
+
+    def create_pipeline(self, wgsl: str, read_only: tuple[bool, ...], label: str, uniform_size: int) -> int:
+        mask = sum(1 << i for i, ro in enumerate(read_only) if ro)
+        promise = self._ctx.createPipeline(wgsl, len(read_only), label, uniform_size, mask)
+        return int(_run_sync(promise, "compiling a kernel"))
 
     def create_bind_group(self, pipeline: int, uniform: int, storage: list[int]) -> BindGroupHandle:
-        written = self._written.get(pipeline, [True] * len(storage))
-        out_bufs = [b for b, w in zip(storage, written, strict=False) if w]
-        if len(set(out_bufs)) != len(out_bufs):
-            raise GPUError("a dispatch binds one buffer to two bindings its kernel writes; the browser's "
-                           "WebGPU forbids such aliasing")
-        bound, snaps = list(storage), {}
-        for i, b in enumerate(storage):
-            if not written[i] and b in out_bufs:
-                if b not in snaps:
-                    size = self._sizes[b]
-                    snaps[b] = (b, self._scratch_buffer(size), size)
-                bound[i] = snaps[b][1]
-        bg = int(self._ctx.createBindGroup(pipeline, uniform, *bound))
-        return BindGroupHandle(bg, self._release_js, tuple(snaps.values()))
-
-    def _scratch_buffer(self, size: int) -> int:
-        h = self._scratch.get(size)
-        if h is None:
-            h = self._scratch[size] = self.create_buffer(size, STORAGE | COPY_DST, "webtensor-snapshot")
-        return h
+        bg = int(self._ctx.createBindGroup(pipeline, uniform, *storage))
+        return BindGroupHandle(bg, self._release_js)
 
     def encode(self, commands: list[tuple]) -> array.array:
         """The command list as the helper's flat uint32 words."""
@@ -220,14 +155,10 @@ class BrowserGpu:
         for c in commands:
             kind = c[0]
             if kind == "dispatch":
-                bg = c[2]
-                for src, dst, n in bg.snapshots:
-                    words.extend((_COPY, src, 0, dst, 0, n))
-                    self.snapshot_copies += 1
-                words.extend((_DISPATCH, c[1], bg.id, c[3], c[4], c[5], c[6]))
+                words.extend((_DISPATCH, c[1], c[2].id, c[3], c[4], c[5], c[6]))
             elif kind == "copy":
                 words.extend((_COPY, c[1], c[2], c[3], c[4], c[5]))
-            else:
+            elif kind != "pass":  # (passes are a native measurement aid; one pass per submit here)
                 raise GPUError(f"the browser backend does not support {kind!r} commands")
         return words
 
@@ -255,13 +186,9 @@ class BrowserGpu:
         err = self._ctx.popError()
         return str(err) if err else None
 
-    # -- browser specifics ----------------------------------------------------------------------
-    def wgsl_preamble(self, code: str) -> str:
-        """Browsers need `enable subgroups;` before a shader may use subgroup builtins (naga
-        natively rejects the line, so only this API adds it)."""
-        if "subgroup" in self.features and "subgroup" in code and "enable subgroups;" not in code:
-            return "enable subgroups;\n" + code
-        return code
+    def timestamps(self, commands: list[tuple]) -> list[float] | None:
+        return None  # (timestamp queries are not wired through the helper)
 
+    # -- browser specifics ----------------------------------------------------------------------
     def destroy(self) -> None:
         self._ctx.destroy()

@@ -5,7 +5,8 @@ block layer norm -> fused QKV linear -> KV-cache rows -> causal attention -> fus
 residual -> layer norm -> fused linear + activation -> fused linear with residual, then the final layer
 norm and the LM head, wte when tied), through `webtensor.ops` on a WebGPU device, but loads the checkpoint
 with the pure-Python safetensors reader, tokenizes with the pure-Python BPE where `tokenizers` is
-missing, and samples with the standard library (`random`): nothing here imports numpy.
+missing, and generates with `webtensor.generation` (the native model's loop and sampler): nothing here
+imports numpy.
 
 Natively it runs too (on wgpu-py), which is how its tokens are checked against `GPT2.generate`
 without a browser.
@@ -16,20 +17,18 @@ from __future__ import annotations
 import array
 import importlib
 import math
-import random
 import struct
 import sys
 import time
-import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .. import dtypes as dt
-from .. import ops
+from .. import generation
 from ..device import Device
-from ..errors import CheckpointError, ContextLengthError, SamplingError
+from ..errors import CheckpointError
 from ..io.safetensors_pure import SafetensorsFile, SafetensorsFormatError
 from ..tensor import Tensor, from_buffer
 
@@ -92,7 +91,9 @@ class WebGPT2:
         self.ln_f = (params["ln_f.weight"], params["ln_f.bias"])
         fwd = _gpt2_module("forward")
         self.blocks = [fwd.Block(*(params[f"h.{i}.{n}"] for n in fwd.BLOCK_PARAMS)) for i in range(cfg.n_layer)]
-        self._graph: Any = None  # (KV cache, DecodeGraph), built on the first greedy generation
+        cache = generation.KVCache(cfg.n_layer, 1, cfg.n_positions, cfg.n_head, cfg.head_dim, device)
+        self._workspaces = generation.WorkspacePool(lambda: generation.Workspace(self, cache))  # one at a time
+        self.use_graph = True
         self.last_stats = GenerationStats()
 
     # -- loading --------------------------------------------------------------------------------
@@ -138,93 +139,48 @@ class WebGPT2:
         return cls(cfg, params, device, tok)
 
     # -- forward --------------------------------------------------------------------------------
-    def new_cache(self) -> tuple[list[Tensor], list[Tensor]]:
-        from ..backends.wgpu import ops as gops
+    @property
+    def n_ctx(self) -> int:
+        return self.config.n_positions
 
-        cfg = self.config
-        shape = (cfg.n_positions, cfg.n_head, cfg.head_dim)
-        return ([gops.empty(self.device, shape, dt.float32) for _ in range(cfg.n_layer)],
-                [gops.empty(self.device, shape, dt.float32) for _ in range(cfg.n_layer)])
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
 
-    def forward(self, ids: Sequence[int], cache: tuple[list[Tensor], list[Tensor]], p0: int) -> Tensor:
-        """Tokens `ids` at positions p0.. (their keys / values appended to `cache`) -> logits (1, V)
-        of the last position."""
-        idt = from_buffer(array.array("i", ids), (len(ids),), dt.int32, self.device)
-        kc, vc = cache
-        return _gpt2_module("forward").forward(self.config, self.wte, self.wpe, self.ln_f, self.blocks, idt, kc, vc,
-                                               p0, last_only=True, lm_head=self.lm_head)
-
-    def _decode_graph(self) -> Any:
-        """(cache, DecodeGraph) for greedy decoding, built once; None where the graph does not apply."""
-        if self._graph is None:
-            dg = _gpt2_module("decode_graph")
-            if not dg.supported(self):
-                self._graph = False
-            else:
-                kc, vc = self.new_cache()
-                cache = types.SimpleNamespace(k=kc, v=vc)
-                self._graph = ((kc, vc), dg.DecodeGraph(self, cache, self.config.n_positions))
-        return self._graph or None
+    def forward(self, ids: Tensor, pos: Tensor, slot: Tensor, cache: Any, span: tuple[int, int] | None,
+                last_only: bool) -> Tensor:
+        """GPT-2's one forward (`models/gpt2/forward.py`) over these weights."""
+        return _gpt2_module("forward").forward(self.config, self.wte, self.wpe, self.ln_f, self.blocks, ids, pos, slot,
+                                               cache, span, last_only, lm_head=self.lm_head)
 
     # -- generation -----------------------------------------------------------------------------
     def generate_ids(self, ids: Sequence[int], max_new_tokens: int = 32, temperature: float = 0.0,
-                     top_k: int | None = None, seed: int | None = None,
-                     stop_at_eos: bool = True) -> Iterator[int]:
-        """Yield new token ids one by one: greedy at temperature 0 (argmax on the GPU, a 4-byte
-        readback), else sampled from softmax(logits / temperature), optionally over the top k."""
-        ids = [int(i) for i in ids]
-        V, n_ctx = self.config.vocab_size, self.config.n_positions
-        if not ids:
-            raise SamplingError("the prompt is empty: give at least one token")
-        if any(not 0 <= i < V for i in ids):
-            raise SamplingError(f"a token id is out of range for a vocabulary of {V}")
-        if not (isinstance(max_new_tokens, int) and max_new_tokens >= 0):
-            raise SamplingError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-        if not (temperature >= 0 and math.isfinite(temperature)):
-            raise SamplingError(f"temperature must be a finite number >= 0, got {temperature}")
-        if top_k is not None and top_k < 1:
-            raise SamplingError(f"top_k must be >= 1, got {top_k}")
-        if len(ids) + max_new_tokens > n_ctx:
-            raise ContextLengthError(f"prompt of {len(ids)} tokens + {max_new_tokens} new tokens exceeds the "
-                                     f"model's context of {n_ctx} positions")
-        stats = self.last_stats = GenerationStats(prompt_tokens=len(ids))
-        rng = random.Random(seed)
+                     top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
+                     stop_at_eos: bool = True, truncate_prompt: bool = False) -> Iterator[int]:
+        """Yield new token ids one by one, as `GPT2.generate_ids` does (the same checks and
+        messages, the same loop in `webtensor.generation`, the same sampler: one seed, one text)."""
+        validate, sampling = _gpt2_module("validate"), _gpt2_module("sampling")
+        params = sampling.with_seed(sampling.SamplingParams(temperature, top_k, top_p, seed))
+        n_new = validate.check_max_new_tokens(max_new_tokens)
+        ids = validate.fit_context(validate.check_ids(ids, self.config.vocab_size), n_new, self.config.n_positions,
+                                   truncate_prompt)
         eos = self.config.eos_ids if stop_at_eos else frozenset()
-        graph = self._decode_graph()
-        cache = graph[0] if graph is not None else self.new_cache()
-        p0, tok_in = 0, ids
+        stats = self.last_stats = GenerationStats(prompt_tokens=len(ids))
+        ws = self._workspaces.acquire()
         t0 = time.perf_counter()
-        for step in range(max_new_tokens):
-            if step == 1 and graph is not None and temperature == 0:  # greedy: replay the prebuilt step
-                for tok in graph[1].greedy(p0, tok_in[0], max_new_tokens - 1):
-                    stats.decode_s = time.perf_counter() - t0 - stats.prefill_s
-                    stats.new_tokens += 1
-                    stats.token_ids.append(tok)
-                    yield tok
-                    if tok in eos:
-                        return
-                return
-            if step > 0 and graph is not None:  # sampling: the graph's step, logits read back
-                tok = _sample(array.array("f", bytes(graph[1].logits_after(p0, tok_in[0]))), temperature, top_k, rng)
-            else:
-                with self.device.dispatch_scope():
-                    logits = self.forward(tok_in, cache, p0)
-                    if temperature == 0:
-                        tok = int.from_bytes(ops.argmax(logits).tobytes()[:4], "little", signed=True)
-                if temperature != 0:
-                    tok = _sample(array.array("f", logits.tobytes()), temperature, top_k, rng)
-            p0 += len(tok_in)
-            now = time.perf_counter()
-            if step == 0:
-                stats.prefill_s = now - t0
-            else:
-                stats.decode_s = now - t0 - stats.prefill_s
-            stats.new_tokens += 1
-            stats.token_ids.append(tok)
-            yield tok
-            if tok in eos:
-                return
-            tok_in = [tok]
+        try:
+            for tok in generation.generate(self, ws, ids, n_new, params.greedy,
+                                           lambda row, p: sampling.sample(row, params, p), eos):
+                now = time.perf_counter()
+                if stats.new_tokens == 0:
+                    stats.prefill_s = now - t0
+                else:
+                    stats.decode_s = now - t0 - stats.prefill_s
+                stats.new_tokens += 1
+                stats.token_ids.append(tok)
+                yield tok
+        finally:
+            self._workspaces.release(ws)
 
     def generate(self, ids: Sequence[int], max_new_tokens: int = 32, **kw: Any) -> list[int]:
         return list(self.generate_ids(ids, max_new_tokens, **kw))
@@ -234,14 +190,3 @@ class WebGPT2:
         tok = self.tokenizer
         yield from _gpt2_module("tokenizer").stream_text(
             self.generate_ids(tok.encode(prompt), max_new_tokens, **kw), tok.token_bytes)
-
-
-def _sample(logits: Sequence[float], temperature: float, top_k: int | None, rng: random.Random) -> int:
-    """Draw from softmax(logits / temperature), restricted to the top_k largest when given."""
-    idx: Sequence[int] = range(len(logits))
-    if top_k is not None and top_k < len(logits):
-        idx = sorted(idx, key=logits.__getitem__, reverse=True)[:top_k]
-    vals = [logits[i] / temperature for i in idx]
-    m = max(vals)
-    weights = [math.exp(v - m) for v in vals]
-    return idx[rng.choices(range(len(idx)), weights=weights)[0]]

@@ -219,8 +219,9 @@
     }
   }
 
-  // Resolves to a GpuContext, or to a string saying why there is none.
-  async function createContext(maxBinding) {
+  // Resolves to a GpuContext, or to a string saying why there is none. `features`: a comma-separated
+  // subset of WANTED_FEATURES to request (tests withhold the others), or "" for all the adapter has.
+  async function createContext(maxBinding, features) {
     if (!navigator.gpu) return "this browser has no WebGPU (navigator.gpu is missing)";
     const adapter = await navigator.gpu.requestAdapter({ powerPreference: "high-performance" });
     if (!adapter) return "this browser has WebGPU, but navigator.gpu.requestAdapter() found no adapter";
@@ -231,7 +232,8 @@
       requiredLimits[cc] = v;
       requested[hy] = v;
     }
-    const requiredFeatures = WANTED_FEATURES.filter((f) => adapter.features.has(f));
+    const wanted = features ? features.split(",") : WANTED_FEATURES;
+    const requiredFeatures = wanted.filter((f) => WANTED_FEATURES.includes(f) && adapter.features.has(f));
     const device = await adapter.requestDevice({ requiredLimits, requiredFeatures, label: "webtensor" });
     return new GpuContext(adapter, device, requested);
   }

@@ -1,13 +1,20 @@
 """WgpuContext: one WebGPU device and everything webtensor keeps for it.
 
-- a pipeline cache (one compute pipeline per kernel variant, compiled once),
+- a pipeline cache (one compute pipeline per kernel variant, compiled once, its declaration in
+  `signatures.py` checked against the shader),
 - a bind-group cache keyed by the buffers bound (whole buffers are always bound; element offsets
   and sizes travel in the uniform parameters, so steady-state loops hit the cache every time),
 - a parameter arena: one uniform buffer with a slot per dispatch (128 bytes, or the adapter's uniform
   offset alignment if larger), bound with a dynamic offset and uploaded once per submit,
 - a size-bucketed buffer pool (freed tensor buffers are reused, so the same loop binds the same
   buffers again: stable buffers, cached bind groups, no per-dispatch allocation),
-- the pending command list of the current dispatch scope, and counters (`stats()`).
+- the pending command list of the current dispatch scope, and counters (`stats()`),
+- graph capture: while a `Graph` records (`capture()`), launches are recorded instead of run; the
+  graph keeps its own parameter block and bind groups and replays the whole list with no Python
+  work per dispatch (the WebGPU counterpart of a CUDA graph). The buffers a graph binds are pinned:
+  a tensor dropped meanwhile does not give its buffer back to the pool until the graph is gone.
+
+Every op reaches the GPU as a `launch(kernel, params by name, buffers by binding name, grid)`.
 
 Thread model: one re-entrant lock serialises every use of the device; scopes nest per thread.
 """
@@ -15,14 +22,15 @@ Thread model: one re-entrant lock serialises every use of the device; scopes nes
 from __future__ import annotations
 
 import re
-import struct
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...errors import BufferLimitError, DeviceReleasedError, GPUError
+from ...errors import BufferLimitError, DeviceReleasedError, GPUError, GraphCaptureError
 from .gpu_api import STORAGE_USAGE, UNIFORM_USAGE, GpuApi
+from .signatures import SIGNATURES, Signature
 
 KERNEL_DIR = Path(__file__).parent / "kernels"
 PARAM_BYTES = 128  # one kernel's uniform parameters: 32 scalars
@@ -30,42 +38,82 @@ ARENA_SLOTS = 2048  # dispatches per submit before an early flush
 BIND_GROUP_CACHE = 4096
 
 
-def kernel_source(file: str) -> str:
+def kernel_source(file: str, defines: dict[str, str] | None = None) -> str:
     """A kernel's WGSL as compiled: common.wgsl, then `file`.wgsl with each `// #include NAME` line
-    replaced by kernels/NAME (shared pieces such as the matmul epilogue)."""
-    text = (KERNEL_DIR / f"{file}.wgsl").read_text()
+    replaced by kernels/NAME (shared pieces such as the matmul epilogue), and `// #if NAME` /
+    `// #else` / `// #endif` blocks kept or dropped by whether define NAME is set and not zero
+    (how a kernel variant is chosen by its source, e.g. subgroup reductions only where the device
+    has the feature)."""
+    path = Path(file) if Path(file).is_absolute() else KERNEL_DIR / f"{file}.wgsl"
+    text = path.read_text()
     text = re.sub(r"^// #include (\S+)$", lambda m: (KERNEL_DIR / m.group(1)).read_text(), text, flags=re.M)
-    return (KERNEL_DIR / "common.wgsl").read_text() + text
+    return (KERNEL_DIR / "common.wgsl").read_text() + _preprocess(text, defines or {}, file)
+
+
+def _preprocess(text: str, defines: dict[str, str], file: str) -> str:
+    out, stack = [], []  # stack of (keeping this block, keeping the enclosing block)
+    for line in text.split("\n"):
+        m = re.match(r"^// #(if|else|endif)\b\s*(\w*)", line)
+        if m is None:
+            if all(k for k, _ in stack):
+                out.append(line)
+            continue
+        kind, name = m.groups()
+        if kind == "if":
+            outer = all(k for k, _ in stack)
+            stack.append((defines.get(name, "0") not in ("0", "0u", "false", ""), outer))
+        elif not stack:
+            raise GPUError(f"{file}.wgsl: `// #{kind}` without `// #if`")
+        elif kind == "else":
+            keep, outer = stack.pop()
+            stack.append((not keep, outer))
+        else:
+            stack.pop()
+    if stack:
+        raise GPUError(f"{file}.wgsl: unterminated `// #if`")
+    return "\n".join(out)
 
 
 class GpuBuffer:
     """A storage buffer owned by the pool; `id` is stable and keys the bind-group cache."""
 
-    __slots__ = ("handle", "size", "id", "__weakref__")
+    __slots__ = ("handle", "size", "id", "pins", "orphaned", "__weakref__")
     _next = 0
 
     def __init__(self, handle: Any, size: int):
         GpuBuffer._next += 1
         self.handle, self.size, self.id = handle, size, GpuBuffer._next
+        self.pins = 0  # graphs that bind it; the pool takes it back only at 0
+        self.orphaned = False  # released by its tensor while pinned
 
 
 class Kernel:
-    """A compiled WGSL kernel variant: its pipeline and how many storage buffers it binds."""
+    """A compiled WGSL kernel variant: its pipeline and its declaration (`signatures.Signature`)."""
 
-    __slots__ = ("name", "pipeline", "n_storage")
+    __slots__ = ("name", "pipeline", "sig")
 
-    def __init__(self, name: str, pipeline: Any, n_storage: int):
-        self.name, self.pipeline, self.n_storage = name, pipeline, n_storage
+    def __init__(self, name: str, pipeline: Any, sig: Signature):
+        self.name, self.pipeline, self.sig = name, pipeline, sig
 
 
-def _bucket(nbytes: int) -> int:
+@dataclass(frozen=True)
+class Launch:
+    """One planned dispatch: a kernel, its packed parameters, its buffers (binding order), a grid."""
+
+    kernel: Kernel
+    params: bytes
+    buffers: tuple[GpuBuffer, ...]
+    grid: tuple[int, int, int]
+
+
+def _bucket(nbytes: int, limit: int) -> int:
     """Round a request up so similar sizes share pool entries (256 B grain; above 64 KiB, 1/16 to 1/32
-    of the size)."""
+    of the size), never past `limit` (buffers are bound whole, so none may outgrow the binding limit)."""
     n = max(16, (nbytes + 255) & ~255)
     if n > 65536:
         grain = 1 << max(8, n.bit_length() - 5)
         n = (n + grain - 1) // grain * grain
-    return n
+    return max((nbytes + 3) & ~3, min(n, limit))
 
 
 class WgpuContext:
@@ -76,6 +124,7 @@ class WgpuContext:
         self.max_binding_bytes = int(lim["max-storage-buffer-binding-size"])
         if max_binding_bytes is not None:
             self.max_binding_bytes = min(self.max_binding_bytes, int(max_binding_bytes))
+        self.max_binding_bytes &= ~3  # storage bindings are whole 4-byte words
         self.max_buffer_bytes = int(lim.get("max-buffer-size", self.max_binding_bytes))
         self.max_workgroups = int(lim.get("max-compute-workgroups-per-dimension", 65535))
         self.has_f16 = "shader-f16" in api.features
@@ -104,39 +153,52 @@ class WgpuContext:
         self.bytes_in_use = 0  # held by live tensors
         self.bytes_pooled = 0  # freed, kept for reuse
         self.peak_bytes_in_use = 0
+        self._dummy = api.create_buffer(16, STORAGE_USAGE, "webtensor-unused-input")
+        self._capture: Graph | None = None
 
     # -- kernels --------------------------------------------------------------------------------
-    def kernel(self, file: str, n_storage: int, defines: dict[str, str] | None = None) -> Kernel:
+    def kernel(self, file: str, defines: dict[str, str] | None = None, signature: Signature | None = None) -> Kernel:
         """Compile (once) kernel `file`.wgsl with a header made from `defines`: a value that names a
-        WGSL scalar type becomes `alias NAME = f16;`, any other value `const NAME = value;`."""
-        key = (file, n_storage, tuple(sorted((defines or {}).items())))
+        WGSL scalar type becomes `alias NAME = f16;`, any other value `const NAME = value;`; the
+        API adds the `enable` directives the features used need. The declaration of `file` in
+        `signatures.py` (or `signature`, for a kernel of one's own: a path to its .wgsl) is checked
+        against the shader first."""
+        key = (file, tuple(sorted((defines or {}).items())))
         k = self._pipelines.get(key)
         if k is None:
-            src = kernel_source(file)
-            head = []
+            sig = signature or SIGNATURES.get(Path(file).stem)
+            if sig is None:
+                raise GPUError(f"kernel {file!r} has no declaration in signatures.py")
             defs = dict(defines or {})
-            if any("f16" in str(v) for v in defs.values()):
-                head.append("enable f16;")
+            src = kernel_source(file, defs)
+            head = []
             for name, value in defs.items():
                 kind = "alias" if value in ("f32", "f16", "i32", "u32") else "const"
                 head.append(f"{kind} {name} = {value};")
-            label = file + "".join(f"-{v}" for _, v in key[2])
-            code = "\n".join(head) + "\n" + src
-            preamble = getattr(self.api, "wgsl_preamble", None)  # per-API `enable` lines (browser)
-            if preamble is not None:
-                code = preamble(code)
+            label = Path(file).stem + "".join(f"-{v}" for _, v in key[1])
+            body = "\n".join(head) + "\n" + src
+            code_only = re.sub(r"//[^\n]*", "", body)
+            uses = {f for f, pat in (("shader-f16", r"\bf16\b"), ("subgroup", r"\bsubgroup\w*\s*\("))
+                    if re.search(pat, code_only)}
+            missing = uses - set(self.api.features)
+            if missing:
+                raise GPUError(f"kernel {label} needs the device feature(s) {sorted(missing)}, which "
+                               f"{self.info.name} was created without")
+            code = self.api.enable_directives(uses) + body
+            sig.check_wgsl(code)
+            if sig.size > PARAM_BYTES:
+                raise GPUError(f"{label}: its parameters ({sig.size} B) exceed a slot of {PARAM_BYTES} B")
             with self.lock:
-                pipe = self._guard(label, lambda: self.api.create_pipeline(
-                    code, n_storage, label, PARAM_BYTES))
+                pipe = self._guard(label, lambda: self.api.create_pipeline(code, sig.read_only, label, PARAM_BYTES))
                 self.counters["pipelines_created"] += 1
-            k = self._pipelines[key] = Kernel(label, pipe, n_storage)
+            k = self._pipelines[key] = Kernel(label, pipe, sig)
         return k
 
     # -- buffers --------------------------------------------------------------------------------
     def alloc(self, nbytes: int) -> GpuBuffer:
         self.check_alive()
-        size = _bucket(nbytes)
-        if size > self.max_buffer_bytes or nbytes > self.max_binding_bytes:
+        size = _bucket(nbytes, min(self.max_binding_bytes, self.max_buffer_bytes))
+        if size > self.max_buffer_bytes or size > self.max_binding_bytes:
             raise BufferLimitError(
                 f"a buffer of {nbytes:,} bytes is over this device's limit "
                 f"(max binding {self.max_binding_bytes:,} B, max buffer {self.max_buffer_bytes:,} B)"
@@ -167,6 +229,9 @@ class WgpuContext:
         if self.released:
             return
         with self.lock:
+            if buf.pins:
+                buf.orphaned = True  # a graph still binds it: the pool gets it when the graph goes
+                return
             self.bytes_in_use -= buf.size
             self.bytes_pooled += buf.size
             self._pool.setdefault(buf.size, []).append(buf)
@@ -189,11 +254,15 @@ class WgpuContext:
             for key in [k for k in self._bind_groups if any(i in dead for i in k[1])]:
                 del self._bind_groups[key]
 
-    def upload(self, buf: GpuBuffer, data: Any, offset: int = 0) -> None:
+    def upload(self, buf: GpuBuffer, data: Any, offset: int = 0, fresh: bool = False) -> None:
         """Write host bytes into `buf`. Pending dispatches are submitted first, so a write never
-        overtakes commands recorded before it (a pooled buffer may still be read by them)."""
+        overtakes commands recorded before it (a pooled buffer may still be read by them). While a
+        graph is captured only `fresh` buffers (a new tensor: a constant of the graph) may be
+        written; writing an existing tensor would not be part of the replay."""
         with self.lock:
             self.check_alive()
+            if not fresh:
+                self._no_capture("an upload into an existing tensor")
             if self._pending:
                 self.flush()
             mv = memoryview(data).cast("B")
@@ -206,76 +275,97 @@ class WgpuContext:
         """Submit whatever is pending together with a copy of `buf[offset:offset+nbytes]`; return it."""
         with self.lock:
             self.check_alive()
+            self._no_capture("a readback")
             lead = offset % 4  # copies start on 4-byte boundaries
             out = self._submit(read=(buf.handle, offset - lead, nbytes + lead))
             self.counters["readbacks"] += 1
             self.counters["bytes_read"] += nbytes
             return out[lead:]
 
-    # -- dispatch -------------------------------------------------------------------------------
-    def dispatch(self, kernel: Kernel, params: tuple, buffers: list[GpuBuffer], groups: tuple[int, int, int]) -> None:
-        """Record one dispatch of `kernel` (submitted now, or when the enclosing scope ends)."""
+    # -- launches -------------------------------------------------------------------------------
+    def launch(self, kernel: Kernel, params: dict[str, Any], buffers: dict[str, GpuBuffer | None],
+               groups: tuple[int, int, int]) -> None:
+        """Plan one dispatch of `kernel`: parameters by field name, buffers by binding name (an
+        optional input left out or None is bound to a dummy buffer), `groups` workgroups. Runs now
+        (or when the enclosing scope ends), or is recorded when a graph is being captured."""
+        sig = kernel.sig
+        unknown = set(buffers) - {b.name for b in sig.bindings}
+        if unknown:
+            raise GPUError(f"{kernel.name}: no binding(s) {sorted(unknown)}")
+        bound = []
+        for b in sig.bindings:
+            buf = buffers.get(b.name)
+            if buf is None:
+                if not b.optional:
+                    raise GPUError(f"{kernel.name}: binding {b.name!r} needs a buffer")
+                buf = self._dummy_buffer
+            bound.append(buf)
+        for b, buf in zip(sig.bindings, bound, strict=True):  # WebGPU: a written binding aliases nothing
+            if b.writes and sum(x is buf for x in bound) > 1:
+                raise GPUError(f"{kernel.name}: buffer of binding {b.name!r} is also bound to another binding; "
+                               "a written binding may not alias any other (copy the input first)")
+        x, y, z = groups
+        if max(groups) > self.max_workgroups:
+            raise GPUError(f"{kernel.name}: {groups} workgroups is over the limit {self.max_workgroups}")
+        self.submit_launch(Launch(kernel, sig.pack(params), tuple(bound), (x, y, z)))
+
+    def submit_launch(self, ln: Launch) -> None:
         with self.lock:
             self.check_alive()
-            if len(buffers) != kernel.n_storage:
-                raise GPUError(f"{kernel.name}: binds {kernel.n_storage} buffers, got {len(buffers)}")
-            x, y, z = groups
-            if x == 0 or y == 0 or z == 0:
+            if min(ln.grid) == 0:
                 return
-            if max(groups) > self.max_workgroups:
-                raise GPUError(f"{kernel.name}: {groups} workgroups is over the limit {self.max_workgroups}")
+            if self._capture is not None:
+                self._capture.record(ln)
+                return
             if self._arena_used + self._slot > self._arena_size:
                 self.flush()
             off = self._arena_used
-            _pack(self._arena, off, params)
+            self._arena[off:off + len(ln.params)] = ln.params
             self._arena_used += self._slot
-            key = (id(kernel), tuple(b.id for b in buffers))
+            key = (id(ln.kernel), tuple(b.id for b in ln.buffers))
             bg = self._bind_groups.get(key)
             if bg is None:
-                bg = self._guard(kernel.name, lambda: self.api.create_bind_group(
-                    kernel.pipeline, self._uniform, [b.handle for b in buffers]))
+                bg = self._guard(ln.kernel.name, lambda: self.api.create_bind_group(
+                    ln.kernel.pipeline, self._uniform, [b.handle for b in ln.buffers]))
                 self.counters["bind_groups_created"] += 1
                 self._bind_groups[key] = bg
                 if len(self._bind_groups) > BIND_GROUP_CACHE:
                     self._bind_groups.popitem(last=False)
-            self._pending.append(("dispatch", kernel.pipeline, bg, off, x, y, z))
-            self._pending_names.append(kernel.name)
+            self._pending.append(("dispatch", ln.kernel.pipeline, bg, off, *ln.grid))
+            self._pending_names.append(ln.kernel.name)
             self.counters["dispatches"] += 1
             if self.scope_depth == 0:
                 self.flush()
 
+    @property
+    def _dummy_buffer(self) -> GpuBuffer:
+        d = self.__dict__.get("_dummy_gb")
+        if d is None:
+            d = self.__dict__["_dummy_gb"] = GpuBuffer(self._dummy, 16)
+        return d
+
     def copy(self, src: GpuBuffer, src_offset: int, dst: GpuBuffer, dst_offset: int, nbytes: int) -> None:
         with self.lock:
             self.check_alive()
+            if self._capture is not None:
+                self._capture.record_copy(src, src_offset, dst, dst_offset, nbytes)
+                return
             self._pending.append(("copy", src.handle, src_offset, dst.handle, dst_offset, nbytes))
             self._pending_names.append("copy")
             if self.scope_depth == 0:
                 self.flush()
 
-    # -- prebuilt command lists (decode graphs) -------------------------------------------------
-    def param_block(self, params: list[tuple]) -> tuple[Any, list[int]]:
-        """A uniform buffer holding `params` (one slot each), written once: a graph's parameters.
-        Returns (buffer, slot offsets)."""
-        data = bytearray(self._slot * max(1, len(params)))
-        for i, prm in enumerate(params):
-            _pack(data, i * self._slot, prm)
-        with self.lock:
-            buf = self._guard("param_block",
-                              lambda: self.api.create_buffer(len(data), UNIFORM_USAGE, "webtensor-graph"))
-            self.api.write_buffer(buf, 0, data)
-        return buf, [i * self._slot for i in range(len(params))]
+    # -- graphs ---------------------------------------------------------------------------------
+    def capture(self) -> Graph:
+        """Start recording launches into a new Graph (use as a context manager)."""
+        return Graph(self)
 
-    def prebuilt(self, kernel: Kernel, uniform: Any, offset: int, buffers: list[GpuBuffer],
-                 groups: tuple[int, int, int]) -> tuple:
-        """One dispatch command with its own bind group (outside the cache), for `enqueue`."""
-        if len(buffers) != kernel.n_storage:
-            raise GPUError(f"{kernel.name}: binds {kernel.n_storage} buffers, got {len(buffers)}")
-        with self.lock:
-            bg = self._guard(kernel.name, lambda: self.api.create_bind_group(
-                kernel.pipeline, uniform, [b.handle for b in buffers]))
-            self.counters["bind_groups_created"] += 1
-        return ("dispatch", kernel.pipeline, bg, offset, *groups)
+    def _no_capture(self, what: str) -> None:
+        if self._capture is not None:
+            raise GraphCaptureError(f"{what} while a graph is being captured: a graph replays GPU work only; "
+                                    "write its inputs and read its outputs between replays")
 
+    # -- submission -----------------------------------------------------------------------------
     def enqueue(self, commands: list[tuple], names: str = "graph") -> None:
         """Append prebuilt commands to the pending batch (submitted with the next flush)."""
         with self.lock:
@@ -289,6 +379,7 @@ class WgpuContext:
         bytes. Meanwhile the CPU may encode and submit more work."""
         with self.lock:
             self.check_alive()
+            self._no_capture("a readback")
             commands, names = self.take_pending()
             self.counters["submits"] += 1
             self.counters["readbacks"] += 1
@@ -418,7 +509,109 @@ def _describe_failure(names: list[str], err: Any) -> str:
     return f"WebGPU rejected a submit of {len(names)} commands (ops: {', '.join(ops[:12])}): {err}"
 
 
-def _pack(arena: bytearray, off: int, params: tuple) -> None:
-    fmt = "".join("f" if isinstance(p, float) else ("i" if p < 0 else "I") for p in params)
-    struct.pack_into("<" + fmt, arena, off, *params)
+class Graph:
+    """Launches recorded once and replayed: `with ctx.capture() as g: <ops>` then `g.replay()`.
 
+    Replay enqueues the recorded commands (with the graph's own parameter block and bind groups)
+    into the pending batch, so several replays can share one submit. Only GPU work is recorded:
+    uploads and readbacks inside the capture are refused (GraphCaptureError). What changes from one
+    replay to the next must live in GPU tensors the graph reads (positions, token ids)."""
+
+    def __init__(self, ctx: WgpuContext):
+        self.ctx = ctx
+        self.launches: list[Launch | tuple] = []  # a Launch, or ("copy", src, soff, dst, doff, n)
+        self.commands: list[tuple] = []
+        self.names: list[str] = []
+        self._pinned: list[GpuBuffer] = []
+        self._uniform: Any = None
+
+    def __enter__(self) -> Graph:
+        ctx = self.ctx
+        ctx.lock.acquire()
+        if ctx._capture is not None:
+            ctx.lock.release()
+            raise GraphCaptureError("a graph is already being captured on this device")
+        ctx.flush()
+        ctx._capture = self
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        ctx = self.ctx
+        ctx._capture = None
+        try:
+            if exc_type is None:
+                self._build()
+            else:
+                self.release()
+        finally:
+            ctx.lock.release()
+
+    def record(self, ln: Launch) -> None:
+        self.launches.append(ln)
+        self._pin(ln.buffers)
+
+    def record_copy(self, src: GpuBuffer, soff: int, dst: GpuBuffer, doff: int, n: int) -> None:
+        self.launches.append(("copy", src, soff, dst, doff, n))
+        self._pin((src, dst))
+
+    def _pin(self, bufs: tuple[GpuBuffer, ...]) -> None:
+        for b in bufs:
+            b.pins += 1
+            self._pinned.append(b)
+
+    def _build(self) -> None:
+        ctx = self.ctx
+        slot = ctx._slot
+        dispatches = [ln for ln in self.launches if isinstance(ln, Launch)]
+        data = bytearray(slot * max(1, len(dispatches)))
+        for i, ln in enumerate(dispatches):
+            data[i * slot:i * slot + len(ln.params)] = ln.params
+        self._uniform = ctx._guard("graph", lambda: ctx.api.create_buffer(len(data), UNIFORM_USAGE, "webtensor-graph"))
+        ctx.api.write_buffer(self._uniform, 0, data)
+        i = 0
+        for ln in self.launches:
+            if isinstance(ln, Launch):
+                bg = ctx._guard(ln.kernel.name, lambda ln=ln: ctx.api.create_bind_group(
+                    ln.kernel.pipeline, self._uniform, [b.handle for b in ln.buffers]))
+                ctx.counters["bind_groups_created"] += 1
+                self.commands.append(("dispatch", ln.kernel.pipeline, bg, i * slot, *ln.grid))
+                self.names.append(ln.kernel.name)
+                i += 1
+            else:
+                _, src, soff, dst, doff, n = ln
+                self.commands.append(("copy", src.handle, soff, dst.handle, doff, n))
+                self.names.append("copy")
+
+    @property
+    def n_dispatches(self) -> int:
+        return sum(1 for c in self.commands if c[0] == "dispatch")
+
+    def replay(self, times: int = 1) -> None:
+        """Enqueue the recorded work `times` times (submitted at the next flush or readback)."""
+        if not self.commands and self.launches:
+            raise GraphCaptureError("this graph was released")
+        self.ctx.enqueue(self.commands * times, "graph")
+        if self.ctx.scope_depth == 0:
+            self.ctx.flush()
+
+    def release(self) -> None:
+        """Unpin the graph's buffers (orphaned ones go back to the pool) and free its uniforms."""
+        ctx = self.ctx
+        pinned, self._pinned = self._pinned, []
+        with ctx.lock:
+            for b in pinned:
+                b.pins -= 1
+                if b.pins == 0 and b.orphaned:
+                    b.orphaned = False
+                    ctx.release(b)
+            if self._uniform is not None and not ctx.released:
+                ctx.api.destroy_buffer(self._uniform)
+            self._uniform = None
+            self.commands = []
+
+    def __del__(self) -> None:
+        if getattr(self, "_pinned", None):
+            try:
+                self.release()
+            except Exception:  # interpreter shutdown
+                pass

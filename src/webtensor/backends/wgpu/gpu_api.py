@@ -9,13 +9,14 @@ implementation can encode them in one foreign call.
 Commands (plain tuples, cheap to build):
     ("dispatch", pipeline, bind_group, uniform_offset, x, y, z)
     ("copy", src_buffer, src_offset, dst_buffer, dst_offset, nbytes)
-An implementation may also offer `submit_async(commands, read) -> token` and `finish(token)`, so a
-readback can overlap further encoding; the context falls back to `submit` where it is absent.
+    ("pass",)   end the current compute pass (the next dispatch opens a new one; for measurements)
 Buffers passed in are the implementation's own handles. Uploads take any buffer-protocol object.
+The implementations: `NativeGpu` below and `BrowserGpu` (web/browser_gpu.py, with gpu_helper.js).
 """
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -66,14 +67,32 @@ class GpuApi(Protocol):
     def create_buffer(self, size: int, usage: int, label: str = "") -> Any: ...
     def destroy_buffer(self, buffer: Any) -> None: ...
     def write_buffer(self, buffer: Any, offset: int, data: Any) -> None: ...
-    def create_pipeline(self, wgsl: str, n_storage: int, label: str, uniform_size: int) -> Any: ...
+    def buffer_alive(self, buffer: Any) -> bool:
+        """False once the implementation has released the buffer behind the handle."""
+        ...
+    def enable_directives(self, features: set[str]) -> str:
+        """The WGSL `enable` lines a shader using these device features needs on this API."""
+        ...
+    def create_pipeline(self, wgsl: str, read_only: tuple[bool, ...], label: str, uniform_size: int) -> Any:
+        """A compute pipeline: binding 0 a dynamic-offset uniform of `uniform_size` bytes, then one
+        storage binding per entry of `read_only` (True: `read-only-storage` in the layout)."""
+        ...
     def create_bind_group(self, pipeline: Any, uniform: Any, storage: list[Any]) -> Any: ...
     def submit(self, commands: list[tuple], read: tuple[Any, int, int] | None = None) -> memoryview | None:
         """Encode `commands` into one command buffer, submit it once; if `read` = (buffer, offset,
         nbytes) is given, copy that range out after the commands and return its bytes."""
         ...
+    def submit_async(self, commands: list[tuple], read: tuple[Any, int, int] | None = None) -> Any:
+        """Like `submit` without waiting: a token whose bytes `finish(token)` returns, so the CPU
+        can encode more work while the GPU runs."""
+        ...
+    def finish(self, token: Any) -> memoryview: ...
     def pop_error(self) -> str | None:
         """The first validation/out-of-memory error since the last call, as text, else None."""
+        ...
+    def timestamps(self, commands: list[tuple]) -> list[float] | None:
+        """GPU microseconds of each dispatch in `commands`, each in its own pass (None: no
+        timestamp-query feature on this device)."""
         ...
 
 
@@ -139,31 +158,46 @@ class NativeGpu:
         except Exception:  # no Vulkan loader / driver at all
             return []
 
+    @staticmethod
+    def adapter_key(adapter: Any) -> tuple:
+        """What identifies an adapter across enumerations (each enumeration makes new objects)."""
+        i = adapter.info
+        return tuple(str(i.get(k, "")) for k in ("vendor_id", "device_id", "device", "backend_type",
+                                                   "adapter_type", "description"))
+
     @classmethod
-    async def create_async(cls, software: bool | None, max_binding: int | None) -> NativeGpu | None:
+    async def pick_async(cls, software: bool | None) -> Any:
         import wgpu
 
         try:
             adapters = await wgpu.gpu.enumerate_adapters_async()
         except Exception:
             adapters = []
-        adapter = cls._pick(list(adapters), software)
-        if adapter is None:
-            return None
+        return cls._pick(list(adapters), software)
+
+    @classmethod
+    def pick(cls, software: bool | None) -> Any:
+        return cls._pick(cls.enumerate(), software)
+
+    @classmethod
+    async def open_async(cls, adapter: Any, max_binding: int | None, features: tuple[str, ...] | None) -> NativeGpu:
         limits = _limits_to_request(adapter.limits, max_binding)
-        feats = [f for f in WANTED_FEATURES if f in adapter.features]
-        device = await adapter.request_device_async(required_features=feats, required_limits=limits)
+        device = await adapter.request_device_async(required_features=cls._features(adapter, features),
+                                                    required_limits=limits)
         return cls(adapter, device, limits)
 
     @classmethod
-    def create_sync(cls, software: bool | None, max_binding: int | None) -> NativeGpu | None:
-        adapter = cls._pick(cls.enumerate(), software)
-        if adapter is None:
-            return None
+    def open(cls, adapter: Any, max_binding: int | None, features: tuple[str, ...] | None) -> NativeGpu:
+        """A device on `adapter` with the features webtensor uses (or only those of `features`
+        the adapter has: how tests withhold `subgroup` / `shader-f16`)."""
         limits = _limits_to_request(adapter.limits, max_binding)
-        feats = [f for f in WANTED_FEATURES if f in adapter.features]
-        device = adapter.request_device_sync(required_features=feats, required_limits=limits)
+        device = adapter.request_device_sync(required_features=cls._features(adapter, features),
+                                             required_limits=limits)
         return cls(adapter, device, limits)
+
+    @staticmethod
+    def _features(adapter: Any, features: tuple[str, ...] | None) -> list[str]:
+        return [f for f in (WANTED_FEATURES if features is None else features) if f in adapter.features]
 
     # -- GpuApi ---------------------------------------------------------------------------------
     def create_buffer(self, size: int, usage: int, label: str = "") -> Any:
@@ -180,8 +214,12 @@ class NativeGpu:
     def write_buffer(self, buffer: Any, offset: int, data: Any) -> None:
         self.queue.write_buffer(buffer, offset, data)
 
-    def _layout(self, n_storage: int, uniform_size: int) -> tuple[Any, Any]:
-        key = (n_storage, uniform_size)
+    def enable_directives(self, features: set[str]) -> str:
+        # naga rejects `enable subgroups;` (subgroup builtins need only the device feature)
+        return "enable f16;\n" if "shader-f16" in features else ""
+
+    def _layout(self, read_only: tuple[bool, ...], uniform_size: int) -> tuple[Any, Any]:
+        key = (read_only, uniform_size)
         if key not in self._layouts:
             wgpu = self._wgpu
             entries = [
@@ -191,15 +229,16 @@ class NativeGpu:
                     "buffer": {"type": "uniform", "has_dynamic_offset": True, "min_binding_size": uniform_size},
                 }
             ] + [
-                {"binding": i + 1, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": "storage"}}
-                for i in range(n_storage)
+                {"binding": i + 1, "visibility": wgpu.ShaderStage.COMPUTE,
+                 "buffer": {"type": "read-only-storage" if ro else "storage"}}
+                for i, ro in enumerate(read_only)
             ]
             bgl = self.device.create_bind_group_layout(entries=entries)
             self._layouts[key] = (bgl, self.device.create_pipeline_layout(bind_group_layouts=[bgl]))
         return self._layouts[key]
 
-    def create_pipeline(self, wgsl: str, n_storage: int, label: str, uniform_size: int) -> Any:
-        bgl, layout = self._layout(n_storage, uniform_size)
+    def create_pipeline(self, wgsl: str, read_only: tuple[bool, ...], label: str, uniform_size: int) -> Any:
+        bgl, layout = self._layout(tuple(read_only), uniform_size)
         module = self.device.create_shader_module(code=wgsl, label=label)
         pipe = self.device.create_compute_pipeline(
             layout=layout, compute={"module": module, "entry_point": "main"}, label=label
@@ -277,8 +316,31 @@ class NativeGpu:
         # map_sync) would make a later copy into it abort wgpu-native
         self._staging.setdefault(staging.size, []).append(staging)
         return data
+
     def pop_error(self) -> str | None:
         return None  # wgpu-py raises validation errors as exceptions at the call site
+
+    def timestamps(self, commands: list[tuple]) -> list[float] | None:
+        if "timestamp-query" not in self.features:
+            return None
+        wgpu = self._wgpu
+        disp = [c for c in commands if c[0] == "dispatch"]
+        n = len(disp)
+        qs = self.device.create_query_set(type=wgpu.QueryType.timestamp, count=2 * n)
+        out = self.device.create_buffer(size=16 * n, usage=QUERY_RESOLVE | COPY_SRC)
+        enc = self.device.create_command_encoder()
+        for i, (_, pipe, bg, uoff, x, y, z) in enumerate(disp):
+            p = enc.begin_compute_pass(timestamp_writes={
+                "query_set": qs, "beginning_of_pass_write_index": 2 * i, "end_of_pass_write_index": 2 * i + 1})
+            p.set_pipeline(pipe[0])
+            p.set_bind_group(0, bg, [uoff])
+            p.dispatch_workgroups(x, y, z)
+            p.end()
+        enc.resolve_query_set(qs, 0, 2 * n, out, 0)
+        self.queue.submit([enc.finish()])
+        raw = struct.unpack(f"<{2 * n}Q", bytes(self.queue.read_buffer(out)))
+        out.destroy()
+        return [(raw[2 * i + 1] - raw[2 * i]) / 1e3 for i in range(n)]
 
 
 class _RawEncoder:

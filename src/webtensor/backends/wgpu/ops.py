@@ -1,8 +1,10 @@
-"""WebGPU implementations of webtensor's ops: pick the kernel variant, pack its parameters,
-bind whole buffers (offsets travel as parameters, so bind groups stay cached), dispatch.
+"""The WebGPU planners: for each op, pick the kernel variant, name its parameters, bind whole
+buffers (offsets travel as parameters, so bind groups stay cached) and `ctx.launch` it.
 
-Shapes and devices are validated by `webtensor.ops` before these are called. Nothing here needs
-numpy except `to_numpy`, so the browser (Pyodide without numpy) can use the rest.
+Each planner receives validated Tensors (`webtensor.ops` checked shapes, dtypes and devices) and
+returns new ones. A launch runs now, joins the enclosing dispatch scope, or is recorded into a
+graph being captured: the same planners serve eager ops, the prefill and the replayed decode step.
+Nothing here needs numpy except `to_numpy`, so the browser (Pyodide without numpy) can use the rest.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ from typing import Any
 
 from ... import activations
 from ... import dtypes as dt
-from ...errors import DTypeError, ShapeError
+from ...errors import BufferLimitError, DTypeError, ShapeError
 from ...tensor import Tensor, contiguous_strides
-from .context import WgpuContext
+from .context import GpuBuffer, WgpuContext
 from .storage import WgpuStorage, allocate
 
 WG = 256  # threads per workgroup in the 1-d kernels
@@ -28,10 +30,36 @@ def _grid(n_groups: int, ctx: WgpuContext) -> tuple[int, int, int]:
     return (math.ceil(n_groups / y), y, 1)
 
 
+def _rows_grid(rows: int) -> tuple[int, int]:
+    """(y, z) for kernels that number rows as wg.y * 65535 + wg.z."""
+    return math.ceil(rows / 65535), min(rows, 65535)
+
+
 def _ctx(t: Tensor) -> WgpuContext:
     ctx = t.device.ctx
     ctx.check_alive()
     return ctx
+
+
+def _buf(t: Tensor) -> GpuBuffer:
+    """The one buffer behind `t`. A row-chunked tensor (over the binding limit) is refused here:
+    only matmul's right operand, embedding's table, uploads and readbacks take chunks."""
+    st: WgpuStorage = t._storage
+    if len(st.chunks) > 1:
+        raise BufferLimitError(
+            f"a tensor of shape {t.shape} ({t.nbytes:,} bytes) is stored in {len(st.chunks)} row chunks because it is "
+            f"over this device's binding limit of {st.ctx.max_binding_bytes:,} bytes; ops other than matmul "
+            "(as its right operand), embedding (as the table) and .numpy() cannot read it")
+    return st.buffer
+
+
+def _out(device: Any, shape: tuple[int, ...], dtype: dt.DType) -> Tensor:
+    """An op's result: one buffer (an op writes one binding), else a BufferLimitError."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes > device.ctx.max_binding_bytes:
+        raise BufferLimitError(f"the result, shape {shape} {dtype.name} ({nbytes:,} bytes), is over this device's "
+                               f"binding limit of {device.ctx.max_binding_bytes:,} bytes")
+    return empty(device, shape, dtype)
 
 
 def empty(device: Any, shape: tuple[int, ...], dtype: dt.DType) -> Tensor:
@@ -41,7 +69,7 @@ def empty(device: Any, shape: tuple[int, ...], dtype: dt.DType) -> Tensor:
     return Tensor(device, shape, dtype, storage=allocate(ctx, shape, dtype.itemsize))
 
 
-def from_host(device: Any, shape: tuple[int, ...], dtype: dt.DType, data: Any) -> Tensor:
+def from_bytes(device: Any, shape: tuple[int, ...], dtype: dt.DType, data: Any) -> Tensor:
     """Upload C-ordered bytes (any buffer-protocol object) into a new tensor."""
     t = empty(device, tuple(shape), dtype)
     mv = memoryview(data).cast("B")
@@ -50,11 +78,12 @@ def from_host(device: Any, shape: tuple[int, ...], dtype: dt.DType, data: Any) -
     ctx, st = device.ctx, t._storage
     row_bytes = t.nbytes // shape[0] if shape and shape[0] else 0
     for r0, n, buf in st.chunk_ranges(shape[0] if shape else 1):
-        if len(st.chunks) == 1:
-            ctx.upload(buf, mv)
-        else:
-            ctx.upload(buf, mv[r0 * row_bytes:(r0 + n) * row_bytes])
+        ctx.upload(buf, mv if len(st.chunks) == 1 else mv[r0 * row_bytes:(r0 + n) * row_bytes], fresh=True)
     return t
+
+
+def zeros(device: Any, shape: tuple[int, ...], dtype: dt.DType) -> Tensor:
+    return from_bytes(device, shape, dtype, bytes(math.prod(shape) * dtype.itemsize))
 
 
 def to_bytes(t: Tensor) -> bytes:
@@ -69,7 +98,22 @@ def to_bytes(t: Tensor) -> bytes:
         t = copy(t)
     if t.size == 0:
         return b""
-    return bytes(ctx.read(t._storage.buffer, t._offset * t.dtype.itemsize, t.nbytes))
+    return bytes(ctx.read(_buf(t), t._offset * t.dtype.itemsize, t.nbytes))
+
+
+def upload_into(t: Tensor, data: Any) -> None:
+    """Write C-ordered bytes into contiguous single-buffer tensor `t` (after pending work)."""
+    if len(t._storage.chunks) > 1 or not t.is_contiguous():
+        raise ShapeError("upload_into needs a contiguous tensor in one buffer")
+    t.device.ctx.upload(_buf(t), data, t._offset * t.dtype.itemsize)
+
+
+def read_async(t: Tensor) -> Any:
+    """Start reading a contiguous single-buffer tensor back (with whatever is pending); `.wait()`
+    gives its bytes. The CPU meanwhile may queue more work."""
+    if len(t._storage.chunks) > 1 or not t.is_contiguous():
+        raise ShapeError("read_async needs a contiguous tensor in one buffer")
+    return t.device.ctx.read_async(_buf(t), t._offset * t.dtype.itemsize, t.nbytes)
 
 
 def to_numpy(t: Tensor) -> Any:
@@ -81,8 +125,7 @@ def to_numpy(t: Tensor) -> Any:
     return np.frombuffer(to_bytes(t), dtype=t.dtype.name).reshape(t.shape).copy()
 
 
-def synchronize(device: Any) -> None:
-    ctx = device.ctx
+def synchronize(ctx: WgpuContext) -> None:
     probe = ctx.alloc(4)
     try:
         ctx.read(probe, 0, 4)
@@ -123,7 +166,7 @@ _BINARY = {"add": "0u", "mul": "1u", "sub": "2u", "div": "3u"}
 
 def binary(op: str, a: Tensor, b: Tensor, out_shape: tuple[int, ...], out_dtype: dt.DType) -> Tensor:
     ctx = _ctx(a)
-    out = empty(a.device, out_shape, out_dtype)
+    out = _out(a.device, out_shape, out_dtype)
     sa, sb = _broadcast_strides(a, out_shape), _broadcast_strides(b, out_shape)
     shape, (sa2, sb2, _) = _collapse(out_shape, sa, sb, contiguous_strides(out_shape))
     if len(shape) > 4 and not (a.is_contiguous() and b.is_contiguous()):
@@ -132,9 +175,9 @@ def binary(op: str, a: Tensor, b: Tensor, out_shape: tuple[int, ...], out_dtype:
         raise ShapeError(f"{op}: broadcasting over more than 4 dims that cannot be merged is not supported "
                          f"on WebGPU ({a.shape} and {b.shape}); make the operands contiguous or reshape them")
     shape, (sa2, sb2) = _pad4(shape, [sa2, sb2])
-    k = ctx.kernel("elementwise", 3, {"TA": a.dtype.wgsl, "TB": b.dtype.wgsl, "TO": out_dtype.wgsl, "OP": _BINARY[op]})
-    ctx.dispatch(k, (*shape, *sa2, *sb2, a._offset, b._offset, 0, out.size),
-                 [a._storage.buffer, b._storage.buffer, out._storage.buffer], _grid(math.ceil(out.size / WG), ctx))
+    k = ctx.kernel("elementwise", {"TA": a.dtype.wgsl, "TB": b.dtype.wgsl, "TO": out_dtype.wgsl, "OP": _BINARY[op]})
+    ctx.launch(k, dict(shape=shape, sa=sa2, sb=sb2, a_off=a._offset, b_off=b._offset, n=out.size),
+               dict(a=_buf(a), b=_buf(b), o=_buf(out)), _grid(math.ceil(out.size / WG), ctx))
     return out
 
 
@@ -146,7 +189,7 @@ def unary(op: str, x: Tensor, out_dtype: dt.DType | None = None, alpha: float = 
     """out = op(x) elementwise; `out` may be a strided view (copy into a slice), else a new tensor."""
     ctx = _ctx(x)
     if out is None:
-        out = empty(x.device, x.shape, out_dtype or x.dtype)
+        out = _out(x.device, x.shape, out_dtype or x.dtype)
     if x.size == 0:
         return out
     shape, (si, so) = _collapse(x.shape, x._strides, out._strides)
@@ -155,9 +198,9 @@ def unary(op: str, x: Tensor, out_dtype: dt.DType | None = None, alpha: float = 
             unary(op, x[i], alpha=alpha, out=out[i])
         return out
     shape, (si, so) = _pad4(shape, [si, so])
-    k = ctx.kernel("unary", 2, {"TI": x.dtype.wgsl, "TO": out.dtype.wgsl, "OP": _UNARY[op]})
-    ctx.dispatch(k, (*shape, *si, *so, x._offset, out._offset, x.size, float(alpha)),
-                 [x._storage.buffer, out._storage.buffer], _grid(math.ceil(x.size / WG), ctx))
+    k = ctx.kernel("unary", {"TI": x.dtype.wgsl, "TO": out.dtype.wgsl, "OP": _UNARY[op]})
+    ctx.launch(k, dict(shape=shape, si=si, so=so, i_off=x._offset, o_off=out._offset, n=x.size, alpha=alpha),
+               dict(x=_buf(x), o=_buf(out)), _grid(math.ceil(x.size / WG), ctx))
     return out
 
 
@@ -166,6 +209,8 @@ def copy(x: Tensor, dtype: dt.DType | None = None) -> Tensor:
 
 
 def copy_into(dst: Tensor, src: Tensor) -> None:
+    if _buf(src) is _buf(dst):  # a binding that is written may not alias: go through a copy
+        src = copy(src)
     unary("copy", src, out=dst)
 
 
@@ -188,47 +233,64 @@ def layer_norm(x: Tensor, w: Tensor, b: Tensor, eps: float) -> Tensor:
     ctx = _ctx(x)
     x, rows, cols, ld = _rows(x)
     w, b = w.contiguous(), b.contiguous()
-    out = empty(x.device, x.shape, x.dtype)
-    k = ctx.kernel("layer_norm", 4, {"TX": x.dtype.wgsl, "TW": w.dtype.wgsl, "TO": out.dtype.wgsl})
     if b.dtype is not w.dtype:
         b = copy(b, w.dtype)
-    ctx.dispatch(k, (rows, cols, x._offset, ld, 0, float(eps), w._offset, b._offset),
-                 [x._storage.buffer, w._storage.buffer, b._storage.buffer, out._storage.buffer], _grid(rows, ctx))
-    return out
-
-
-def _rowwise(file: str, x: Tensor, out_dtype: dt.DType, out_shape: tuple[int, ...]) -> Tensor:
-    ctx = _ctx(x)
-    x, rows, cols, ld = _rows(x)
-    out = empty(x.device, out_shape, out_dtype)
-    defs = {"TX": x.dtype.wgsl} if file == "argmax" else {"TX": x.dtype.wgsl, "TO": out_dtype.wgsl}
-    ctx.dispatch(ctx.kernel(file, 2, defs), (rows, cols, x._offset, ld, 0),
-                 [x._storage.buffer, out._storage.buffer], _grid(rows, ctx))
+    out = _out(x.device, x.shape, x.dtype)
+    k = ctx.kernel("layer_norm", {"TX": x.dtype.wgsl, "TW": w.dtype.wgsl, "TO": out.dtype.wgsl})
+    ctx.launch(k, dict(rows=rows, cols=cols, x_off=x._offset, x_ld=ld, eps=eps, w_off=w._offset, b_off=b._offset),
+               dict(x=_buf(x), w=_buf(w), bias=_buf(b), o=_buf(out)), _grid(rows, ctx))
     return out
 
 
 def softmax(x: Tensor) -> Tensor:
-    return _rowwise("softmax", x, x.dtype, x.shape)
+    ctx = _ctx(x)
+    x, rows, cols, ld = _rows(x)
+    out = _out(x.device, x.shape, x.dtype)
+    k = ctx.kernel("softmax", {"TX": x.dtype.wgsl, "TO": out.dtype.wgsl})
+    ctx.launch(k, dict(rows=rows, cols=cols, x_off=x._offset, x_ld=ld), dict(x=_buf(x), o=_buf(out)),
+               _grid(rows, ctx))
+    return out
+
+
+ARGMAX_COLS_PER_PART = 1024  # a long row (GPT-2's 50,257 logits) is split over up to 64 workgroups
 
 
 def argmax(x: Tensor) -> Tensor:
-    return _rowwise("argmax", x, dt.int32, x.shape[:-1])
+    """Two launches: each row's column parts reduce to (value, index) pairs, then the pairs."""
+    ctx = _ctx(x)
+    x, rows, cols, ld = _rows(x)
+    out = _out(x.device, x.shape[:-1], dt.int32)
+    if rows == 0:
+        return out
+    parts = max(1, min(64, math.ceil(cols / ARGMAX_COLS_PER_PART)))
+    pairs = ctx.alloc(rows * parts * 8)
+    try:
+        y, z = _rows_grid(rows)
+        ctx.launch(ctx.kernel("argmax", {"TX": x.dtype.wgsl}),
+                   dict(rows=rows, cols=cols, x_off=x._offset, x_ld=ld, parts=parts),
+                   dict(x=_buf(x), o=pairs), (parts, y, z))
+        ctx.launch(ctx.kernel("argmax_parts"), dict(rows=rows, parts=parts), dict(part=pairs, o=_buf(out)),
+                   (min(rows, 65535), math.ceil(rows / 65535), 1))
+    finally:
+        ctx.release(pairs)  # (pooled after the submit that reads it: the pool reuses it in order)
+    return out
 
 
 # -- matmul -------------------------------------------------------------------------------------
 def matmul(a: Tensor, b: Tensor, out_dtype: dt.DType, bias: Tensor | None = None, act: str | None = None,
-           residual: Tensor | None = None) -> Tensor:
+           residual: Tensor | None = None, ln: tuple[Tensor, Tensor, float] | None = None) -> Tensor:
     """a: (..., M, K) @ b: (K, N) or (..., K, N) with the same batch dims -> (..., M, N).
     With b 2-d, the fused epilogue may add `bias` (N,), apply the activation `act` (a canonical
-    name of `webtensor.activations`), then add `residual` (..., M, N)."""
+    name of `webtensor.activations`), then add `residual` (..., M, N); `ln` = (weight, bias, eps)
+    layer-normalises a's rows first (fused into the GEMV's prologue where it can be)."""
     ctx = _ctx(a)
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
     batch_shape = a.shape[:-2]
-    out = empty(a.device, (*batch_shape, M, N), out_dtype)
+    out = _out(a.device, (*batch_shape, M, N), out_dtype)
     if out.size == 0:
         return out
     if K == 0:
-        return empty_zero(out)
+        return zeros(out.device, out.shape, out.dtype)
     if a._strides[-1] != 1 and K > 1:
         a = a.contiguous()
     batch = math.prod(batch_shape)
@@ -239,30 +301,19 @@ def matmul(a: Tensor, b: Tensor, out_dtype: dt.DType, bias: Tensor | None = None
             a = a.contiguous()
             shape, (st,) = _collapse(a.shape[:-1], a._strides[:-1])
         lda = st[0] if st else K
-        epi = _Epilogue(out, bias, act, residual)
-        _matmul_2d(ctx, a, lda, batch * M, K, b, out, epi)
+        _matmul_2d(ctx, a, lda, batch * M, K, b, out, _Epilogue(out, bias, act, residual), ln)
         return out
     # batched b: same batch dims as a, each operand one batch stride
     a = a if _one_batch_stride(a) else a.contiguous()
     b = b if _one_batch_stride(b) else b.contiguous()
     lda = a._strides[-2] if M > 1 else K
     nb = len(batch_shape)
-    a_bs = a._strides[nb - 1] if nb else 0  # the batch dims collapse to one stride: the innermost's
-    b_bs = b._strides[nb - 1] if nb else 0
     k = _mm_kernel(ctx, a, b, out, out, b._strides[-2] == 1)
-    ctx.dispatch(k, (M, N, K, 0, a._offset, lda, b._offset, b._strides[-2], b._strides[-1], 0, N, a_bs, b_bs, M * N,
-                     0, 0, 0, 0),
-                 [a._storage.buffer, b._storage.buffer, out._storage.buffer, out._storage.buffer,
-                  out._storage.buffer],
-                 (math.ceil(N / 64), math.ceil(M / 64), batch))
+    ctx.launch(k, dict(M=M, N=N, K=K, a_off=a._offset, lda=lda, b_off=b._offset, ldb_k=b._strides[-2],
+                       ldb_n=b._strides[-1], ldc=N, a_bs=a._strides[nb - 1] if nb else 0,
+                       b_bs=b._strides[nb - 1] if nb else 0, c_bs=M * N),
+               dict(a=_buf(a), b=_buf(b), c=_buf(out)), (math.ceil(N / 64), math.ceil(M / 64), batch))
     return out
-
-
-def empty_zero(out: Tensor) -> Tensor:
-    """A zero-filled tensor like `out` (uploaded: rare, used only for empty reductions)."""
-    import array
-
-    return from_host(out.device, out.shape, out.dtype, array.array(out.dtype.struct_code, [0]) * out.size)
 
 
 def _one_batch_stride(t: Tensor) -> bool:
@@ -274,19 +325,23 @@ def _one_batch_stride(t: Tensor) -> bool:
 def _mm_kernel(ctx: WgpuContext, a: Tensor, b: Tensor, out: Tensor, bias: Tensor, kmajor: bool) -> Any:
     defs = {"TA": a.dtype.wgsl, "TB": b.dtype.wgsl, "TC": out.dtype.wgsl, "TBIAS": bias.dtype.wgsl,
             "B_KMAJOR": "true" if kmajor else "false"}
-    return ctx.kernel("matmul", 5, defs)
+    return ctx.kernel("matmul", defs)
 
 
 GEMV_MAX_ROWS = 8  # up to this many rows of A, a bandwidth-bound GEMV beats the tiled kernel
-FLASH_MIN_QUERIES = 2  # attention over this many queries or more takes attention_flash.wgsl
+FLASH_MIN_QUERIES = 2  # attention over this many queries or more takes the flash-style kernels
 GPU_STYLE_ON_SOFTWARE = False  # tests set this to run the GPU kernel variants on lavapipe
+
+
+def _gpu_style(ctx: WgpuContext) -> bool:
+    return not ctx.info.is_software or GPU_STYLE_ON_SOFTWARE
 
 
 def gemv_lanes(ctx: WgpuContext, K: int, ln: bool = False) -> int:
     """Threads per output row in gemv.wgsl. CPU-backed adapters: 1 (no reduction, no barriers).
     GPUs: enough lanes that each keeps at most ~4 vec4 loads, 32 to 256; with the fused layer norm
     32 (8 rows a workgroup), since every workgroup pays for the norm's statistics."""
-    if ctx.info.is_software and not GPU_STYLE_ON_SOFTWARE:
+    if not _gpu_style(ctx):
         return 1
     if ln:
         return 32
@@ -298,14 +353,15 @@ def gemv_lanes(ctx: WgpuContext, K: int, ln: bool = False) -> int:
 
 def gemv_kernel(ctx: WgpuContext, a_dtype: dt.DType, w_dtype: dt.DType, out_dtype: dt.DType, bias_dtype: dt.DType,
                 K: int, ln: bool = False) -> tuple[Any, int]:
-    """The gemv variant for these dtypes and K, and how many outputs one workgroup computes."""
+    """The gemv variant for these dtypes and K, and how many outputs one workgroup computes. The
+    subgroup reduction is built in only on devices with the feature and a fixed subgroup size."""
     lanes = gemv_lanes(ctx, K, ln)
     if ln and lanes == 1:
         raise ValueError("the fused layer-norm prologue needs lanes > 1")
     sg = ctx.subgroup_size if 1 < ctx.subgroup_size <= lanes else 0
-    k = ctx.kernel("gemv", 7, {"TA": a_dtype.wgsl, "TB": w_dtype.wgsl, "TC": out_dtype.wgsl,
-                               "TBIAS": bias_dtype.wgsl, "LN": "true" if ln else "false", "LANES": f"{lanes}u",
-                               "SG": f"{sg}u"})
+    k = ctx.kernel("gemv", {"TA": a_dtype.wgsl, "TB": w_dtype.wgsl, "TC": out_dtype.wgsl,
+                            "TBIAS": bias_dtype.wgsl, "LN": "true" if ln else "false", "LANES": f"{lanes}u",
+                            "SG": f"{sg}u"})
     return k, 256 // lanes
 
 
@@ -319,65 +375,91 @@ class _Epilogue:
 
     def __init__(self, out: Tensor, bias: Tensor | None, act: str | None, residual: Tensor | None):
         self.bits = epilogue_bits(bias is not None, act, residual is not None)
-        self.bias = bias.contiguous() if bias is not None else out
+        self.bias = bias.contiguous() if bias is not None else None
+        self.bias_dtype = self.bias.dtype if self.bias is not None else out.dtype
+        self.r_ld = 0
         if residual is not None:
             residual, _, _, self.r_ld = _rows(residual)
-        else:
-            self.r_ld = 0
-        self.res = residual if residual is not None else out
+        self.res = residual
+
+    def params(self, n0: int, last: bool) -> dict[str, int]:
+        """The epilogue's parameters for the column block starting at n0 (applied on the last
+        K-chunk only)."""
+        return dict(epi=self.bits if last else 0,
+                    bias_off=(self.bias._offset if self.bias is not None else 0) + n0,
+                    r_off=(self.res._offset if self.res is not None else 0) + n0, r_ld=self.r_ld)
+
+    def buffers(self) -> dict[str, GpuBuffer | None]:
+        return dict(bias=None if self.bias is None else _buf(self.bias),
+                    res=None if self.res is None else _buf(self.res))
+
+
+_Part = tuple[int, int, int, int, int, int, int, Any]  # (k0, kn, n0, nn, b_off, ldb_k, ldb_n, buffer)
+
+
+def _parts(b: Tensor, K: int, N: int) -> list[_Part]:
+    """b (K, N) as the pieces its storage holds: one, K-row chunks, or (b = table.T) N-row chunks."""
+    st: WgpuStorage = b._storage
+    if len(st.chunks) == 1:
+        return [(0, K, 0, N, b._offset, b._strides[0], b._strides[1], st.buffer)]
+    if b._strides == (b.shape[1], 1):  # b (K, N) stored in chunks of K-rows: accumulate partial products
+        return [(r0, n, 0, N, 0, N, 1, buf) for r0, n, buf in st.chunk_ranges(K)]
+    return [(0, K, r0, n, 0, 1, K, buf) for r0, n, buf in st.chunk_ranges(N)]  # chunks fill column blocks
 
 
 def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor, out: Tensor,
-               epi: _Epilogue) -> None:
+               epi: _Epilogue, ln: tuple[Tensor, Tensor, float] | None) -> None:
     N = b.shape[1]
-    bufs_tail = [epi.bias._storage.buffer, epi.res._storage.buffer]
-    st: WgpuStorage = b._storage
-    if len(st.chunks) == 1:
-        parts = [(0, K, 0, N, b._offset, b._strides[0], b._strides[1], st.buffer)]
-    elif b._strides == (b.shape[1], 1):  # b (K, N) stored in chunks of K-rows: accumulate partial products
-        parts = [(r0, n, 0, N, 0, N, 1, buf) for r0, n, buf in st.chunk_ranges(K)]
-    else:  # b = table.T, table (N, K) stored in chunks of N-rows: each chunk fills a column block
-        parts = [(0, K, r0, n, 0, 1, K, buf) for r0, n, buf in st.chunk_ranges(N)]
+    parts = _parts(b, K, N)
     kmajor = parts[0][5] == 1
     vec_ok = (kmajor and K % 4 == 0 and lda % 4 == 0 and a._offset % 4 == 0
               and all(pt[4] % 4 == 0 and pt[6] == K for pt in parts))
     gemv = M <= GEMV_MAX_ROWS and vec_ok
-    regs = not gemv and vec_ok and ctx.info.is_software and not GPU_STYLE_ON_SOFTWARE
+    fuse_ln = (ln is not None and gemv and gemv_lanes(ctx, K, True) > 1 and ln[0].dtype is ln[1].dtype is dt.float32
+               and ln[0]._offset == ln[1]._offset == 0)
+    if ln is not None and not fuse_ln:  # a separate layer norm, then the product of its output
+        x = Tensor(a.device, (M, K), a.dtype, storage=a._storage, strides=(lda, 1), offset=a._offset)
+        a = layer_norm(x, ln[0], ln[1], ln[2])
+        lda = K
+        vec_ok = vec_ok or (kmajor and K % 4 == 0 and all(pt[4] % 4 == 0 and pt[6] == K for pt in parts))
+        gemv = M <= GEMV_MAX_ROWS and vec_ok
+    regs = not gemv and vec_ok and not _gpu_style(ctx)
     if not gemv and not regs and engine_fits(ctx, a, lda, parts):
         _matmul_engine(ctx, a, lda, M, b.dtype, parts, out, epi)
         return
     if gemv:
-        k, rows_per_wg = gemv_kernel(ctx, a.dtype, b.dtype, out.dtype, epi.bias.dtype, K)
+        k, rows_per_wg = gemv_kernel(ctx, a.dtype, b.dtype, out.dtype, epi.bias_dtype, K, fuse_ln)
     elif regs:  # CPU-backed adapters: no workgroup memory, no barriers
-        k = ctx.kernel("matmul_regs", 5, {"TA": a.dtype.wgsl, "TB": b.dtype.wgsl, "TC": out.dtype.wgsl,
-                                          "TBIAS": epi.bias.dtype.wgsl})
+        k = ctx.kernel("matmul_regs", {"TA": a.dtype.wgsl, "TB": b.dtype.wgsl, "TC": out.dtype.wgsl,
+                                       "TBIAS": epi.bias_dtype.wgsl})
     else:
-        k = _mm_kernel(ctx, a, b, out, epi.bias, kmajor)
+        defs = {"TA": a.dtype.wgsl, "TB": b.dtype.wgsl, "TC": out.dtype.wgsl, "TBIAS": epi.bias_dtype.wgsl,
+                "B_KMAJOR": "true" if kmajor else "false"}
+        k = ctx.kernel("matmul", defs)
     for i, (k0, kn, n0, nn, b_off, ldb_k, ldb_n, buf) in enumerate(parts):
         acc = 1 if k0 > 0 else 0
         last = i == len(parts) - 1 or n0 > 0 or parts[-1][2] > 0  # K-chunks: epilogue on the last only
-        bits = epi.bits if last else 0
-        bufs = [a._storage.buffer, buf, out._storage.buffer, *bufs_tail]
+        bufs = dict(a=_buf(a), c=_buf(out), **epi.buffers())
+        prm = dict(M=M, N=nn, acc=acc, c_off=n0, ldc=N, **epi.params(n0, last))
         if gemv:  # (kn == K here: k-major chunks split N, never K)
             x, y, _ = _grid(math.ceil(nn / rows_per_wg), ctx)
-            ctx.dispatch(k, (M, nn, K // 4, acc, a._offset // 4, lda // 4, b_off // 4, n0, N, bits,
-                             epi.bias._offset + n0, epi.res._offset + n0, epi.r_ld, 0.0),
-                         bufs + [out._storage.buffer] * 2, (x, y, M))
+            if fuse_ln:
+                bufs.update(lnw=_buf(ln[0]), lnb=_buf(ln[1]))
+                prm["eps"] = ln[2]
+            ctx.launch(k, dict(prm, K4=K // 4, a_off4=a._offset // 4, lda4=lda // 4, b_off4=b_off // 4),
+                       dict(bufs, w=buf), (x, y, M))
         elif regs:
-            ctx.dispatch(k, (M, nn, K // 4, acc, a._offset // 4, lda // 4, b_off // 4, n0, N, bits,
-                             epi.bias._offset + n0, epi.res._offset + n0, epi.r_ld),
-                         bufs, (math.ceil(nn / 256), math.ceil(M / 4), 1))
+            ctx.launch(k, dict(prm, K4=K // 4, a_off4=a._offset // 4, lda4=lda // 4, b_off4=b_off // 4),
+                       dict(bufs, w=buf), (math.ceil(nn / 256), math.ceil(M / 4), 1))
         else:
-            ctx.dispatch(k, (M, nn, kn, acc, a._offset + k0, lda, b_off, ldb_k, ldb_n, n0, N, 0, 0, 0,
-                             bits, epi.bias._offset + n0, epi.res._offset + n0, epi.r_ld),
-                         bufs, (math.ceil(nn / 64), math.ceil(M / 64), 1))
+            ctx.launch(k, dict(prm, K=kn, a_off=a._offset + k0, lda=lda, b_off=b_off, ldb_k=ldb_k, ldb_n=ldb_n),
+                       dict(bufs, b=buf), (math.ceil(nn / 64), math.ceil(M / 64), 1))
 
 
 # -- matmul engine: matmul_engine.wgsl, the register-tiled kernel for GPUs ------------------------
 ENGINE = True  # False: GPUs use matmul.wgsl for M > GEMV_MAX_ROWS (the benchmark compares both)
 ENGINE_F16_CHUNKED = True  # float16: packed f16 FMAs summed into f32 every BK step; False: f32 FMAs
 ENGINE_WAVE = 264  # a larger tile is taken only when its grid has this many workgroups (H200: 2 x 132 SMs)
-_Part = tuple[int, int, int, int, int, int, int, Any]  # (k0, kn, n0, nn, b_off, ldb_k, ldb_n, buffer)
 
 
 def engine_tile(M: int, N: int) -> tuple[int, int]:
@@ -391,7 +473,7 @@ def engine_tile(M: int, N: int) -> tuple[int, int]:
 def engine_fits(ctx: WgpuContext, a: Tensor, lda: int, parts: list[_Part]) -> bool:
     """Whether matmul_engine.wgsl can run this product: a GPU (or tests asking for GPU kernels on a
     CPU adapter), vec4-aligned rows and offsets, and B with a unit stride along K or along N."""
-    if not ENGINE or (ctx.info.is_software and not GPU_STYLE_ON_SOFTWARE):
+    if not ENGINE or not _gpu_style(ctx):
         return False
     if lda % 4 or any((a._offset + pt[0]) % 4 for pt in parts):
         return False
@@ -412,27 +494,27 @@ def engine_kernel(ctx: WgpuContext, a_dtype: dt.DType, b_dtype: dt.DType, c_dtyp
             "TS": "f16" if f16 else "f32", "CT": "f16" if chunked else "f32", "MT": f"{tile[0]}u",
             "NT": f"{tile[1]}u", "BK": "16u" if f16 else "8u", "B_KMAJOR": "true" if kmajor else "false",
             "CHUNKED": "true" if chunked else "false"}
-    return ctx.kernel("matmul_engine", 5, defs)
+    return ctx.kernel("matmul_engine", defs)
 
 
 def _matmul_engine(ctx: WgpuContext, a: Tensor, lda: int, M: int, b_dtype: dt.DType, parts: list[_Part],
                    out: Tensor, epi: _Epilogue) -> None:
-    """out (M, N) = epilogue(a @ b): a's rows `lda` apart, b given as `parts` (see _matmul_2d), one
-    dispatch per part."""
+    """out (M, N) = epilogue(a @ b): a's rows `lda` apart, b given as `parts` (see _parts), one
+    launch per part."""
     N = out.shape[-1]
     for i, (k0, kn, n0, nn, b_off, ldb_k, ldb_n, buf) in enumerate(parts):
         kmajor = ldb_k == 1
         tile = engine_tile(M, nn)
-        k = engine_kernel(ctx, a.dtype, b_dtype, out.dtype, epi.bias.dtype, kmajor, tile)
+        k = engine_kernel(ctx, a.dtype, b_dtype, out.dtype, epi.bias_dtype, kmajor, tile)
         last = i == len(parts) - 1 or n0 > 0 or parts[-1][2] > 0  # K-chunks: epilogue on the last only
-        ctx.dispatch(k, (M, nn, kn, 1 if k0 > 0 else 0, (a._offset + k0) // 4, lda // 4, b_off // 4,
-                         (ldb_n if kmajor else ldb_k) // 4, n0, N, epi.bits if last else 0,
-                         epi.bias._offset + n0, epi.res._offset + n0, epi.r_ld),
-                     [a._storage.buffer, buf, out._storage.buffer, epi.bias._storage.buffer, epi.res._storage.buffer],
-                     (math.ceil(nn / (64 * tile[1])), math.ceil(M / (64 * tile[0])), 1))
+        ctx.launch(k, dict(M=M, N=nn, K=kn, acc=1 if k0 > 0 else 0, a_off4=(a._offset + k0) // 4, lda4=lda // 4,
+                           b_off4=b_off // 4, ldb4=(ldb_n if kmajor else ldb_k) // 4, c_off=n0, ldc=N,
+                           **epi.params(n0, last)),
+                   dict(a=_buf(a), b=buf, c=_buf(out), **epi.buffers()),
+                   (math.ceil(nn / (64 * tile[1])), math.ceil(M / (64 * tile[0])), 1))
 
 
-# -- attention and embedding --------------------------------------------------------------------
+# -- attention ------------------------------------------------------------------------------------
 def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Tensor:
     """q: (T, H, D), k, v: (S, H, D) -> (T, H, D)."""
     ctx = _ctx(q)
@@ -441,48 +523,49 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Te
     S = k.shape[0]
     if D > 256:
         raise ShapeError(f"attention on WebGPU supports head dims up to 256, got {D}")
-    out = empty(q.device, (T, H, D), q.dtype)
+    out = _out(q.device, (T, H, D), q.dtype)
     if T == 0 or H == 0:
         return out
     vec = [q._offset, *q._strides[:2], k._offset, *k._strides[:2], v._offset, *v._strides[:2]]
+    views = dict(q_off=q._offset, q_ts=q._strides[0], q_hs=q._strides[1], k_off=k._offset, k_ts=k._strides[0],
+                 k_hs=k._strides[1], v_off=v._offset, v_ts=v._strides[0], v_hs=v._strides[1],
+                 o_ts=H * D, o_hs=D)
+    bufs = dict(q=_buf(q), k=_buf(k), v=_buf(v), o=_buf(out))
     if T >= FLASH_MIN_QUERIES and prefill_fits(ctx, q, k, v, vec):
-        _attention_prefill(ctx, q, k, v, out, causal, scale)
+        kern = ctx.kernel("attention_prefill", {
+            "TQ": q.dtype.wgsl, "TO": out.dtype.wgsl, "TS": "f16" if q.dtype is dt.float16 else "f32",
+            "D4": f"{D // 4}u", "DT": f"{D // 16}u", "BKV": f"{prefill_keys_per_tile(ctx, D, q.dtype)}u",
+            "SG": "true" if prefill_subgroups(ctx) else "false"})
+        ctx.launch(kern, dict({n: x // 4 for n, x in views.items()}, T=T, S=S, causal=int(causal), scale=scale),
+                   bufs, (math.ceil(T / 64), H, 1))
         return out
     if (T >= FLASH_MIN_QUERIES and D % 4 == 0 and D <= 64 and all(x % 4 == 0 for x in vec)
             and q.dtype is k.dtype is v.dtype is dt.float32):
-        kern = ctx.kernel("attention_flash", 4, {"D4": f"{D // 4}u"})
-        q4 = [x // 4 for x in vec]
-        ctx.dispatch(kern, (T, S, 1 if causal else 0, float(scale), *q4, H * D // 4, D // 4),
-                     [q._storage.buffer, k._storage.buffer, v._storage.buffer, out._storage.buffer],
-                     (math.ceil(T / 64), H, 1))
+        kern = ctx.kernel("attention_flash", {"D4": f"{D // 4}u"})
+        ctx.launch(kern, dict({n: x // 4 for n, x in views.items()}, T=T, S=S, causal=int(causal), scale=scale),
+                   bufs, (math.ceil(T / 64), H, 1))
         return out
-    kern = ctx.kernel("attention", 4, {"TQ": q.dtype.wgsl, "TK": k.dtype.wgsl, "TO": out.dtype.wgsl})
     if v.dtype is not k.dtype:
         v = copy(v, k.dtype)
-    ctx.dispatch(kern, (T, S, H, D,
-                        q._offset, q._strides[0], q._strides[1], 1 if causal else 0,
-                        k._offset, k._strides[0], k._strides[1], float(scale),
-                        v._offset, v._strides[0], v._strides[1], 0,
-                        H * D, D),
-                 [q._storage.buffer, k._storage.buffer, v._storage.buffer, out._storage.buffer], (T, H, 1))
+        bufs["v"] = _buf(v)
+        views.update(v_off=v._offset, v_ts=v._strides[0], v_hs=v._strides[1])
+    kern = ctx.kernel("attention", {"TQ": q.dtype.wgsl, "TK": k.dtype.wgsl, "TO": out.dtype.wgsl})
+    ctx.launch(kern, dict(views, T=T, S=S, H=H, D=D, causal=int(causal), scale=scale), bufs, (T, H, 1))
     return out
 
 
-# -- prefill attention: attention_prefill.wgsl, the flash-style kernel for GPUs -----------------
 PREFILL = True  # False: GPUs use attention_flash.wgsl / attention.wgsl for T > 1
+PREFILL_SUBGROUPS = True  # False: the partial scores go through workgroup memory even with subgroups
 
 
 def prefill_fits(ctx: WgpuContext, q: Tensor, k: Tensor, v: Tensor, offsets: list[int]) -> bool:
     """Whether attention_prefill.wgsl runs this: a GPU (or tests asking for GPU kernels on a CPU
     adapter), one dtype, head dim a multiple of 16 up to 128, vec4-aligned offsets and strides."""
-    if not PREFILL or (ctx.info.is_software and not GPU_STYLE_ON_SOFTWARE):
+    if not PREFILL or not _gpu_style(ctx):
         return False
     D = q.shape[2]
     return (D % 16 == 0 and D <= 128 and q.dtype is k.dtype is v.dtype and all(x % 4 == 0 for x in offsets)
             and prefill_keys_per_tile(ctx, D, q.dtype) > 0)
-
-
-PREFILL_SUBGROUPS = True  # False: the partial scores go through workgroup memory even with subgroups
 
 
 def prefill_subgroups(ctx: WgpuContext) -> bool:
@@ -502,33 +585,88 @@ def prefill_keys_per_tile(ctx: WgpuContext, D: int, dtype: dt.DType) -> int:
     return 0
 
 
-def _attention_prefill(ctx: WgpuContext, q: Tensor, k: Tensor, v: Tensor, out: Tensor, causal: bool,
-                       scale: float) -> None:
-    T, H, D = q.shape
-    S = k.shape[0]
-    ts = "f16" if q.dtype is dt.float16 else "f32"
-    kern = ctx.kernel("attention_prefill", 4, {"TQ": q.dtype.wgsl, "TO": out.dtype.wgsl, "TS": ts,
-                                               "D4": f"{D // 4}u", "DT": f"{D // 16}u",
-                                               "BKV": f"{prefill_keys_per_tile(ctx, D, q.dtype)}u",
-                                               "SG": "true" if prefill_subgroups(ctx) else "false"})
-    vec = [x // 4 for x in (q._offset, *q._strides[:2], k._offset, *k._strides[:2], v._offset, *v._strides[:2])]
-    ctx.dispatch(kern, (T, S, 1 if causal else 0, float(scale), *vec, out._offset // 4, H * D // 4, D // 4),
-                 [q._storage.buffer, k._storage.buffer, v._storage.buffer, out._storage.buffer],
-                 (math.ceil(T / 64), H, 1))
-
-
+# -- embedding and the KV cache -------------------------------------------------------------------
 def embedding(table: Tensor, ids: Tensor) -> Tensor:
     """table: (V, C), possibly row-chunked; ids: int32 (...) -> (..., C)."""
     ctx = _ctx(table)
     ids = ids.contiguous()
     V, C = table.shape
-    out = empty(table.device, (*ids.shape, C), table.dtype)
+    out = _out(table.device, (*ids.shape, C), table.dtype)
     n = ids.size
     if n == 0:
         return out
-    kern = ctx.kernel("embedding", 3, {"TT": table.dtype.wgsl, "TO": out.dtype.wgsl})
+    if len(table._storage.chunks) == 1:
+        table = table.contiguous()
+    kern = ctx.kernel("embedding", {"TT": table.dtype.wgsl, "TO": out.dtype.wgsl})
     for r0, rows, buf in table._storage.chunk_ranges(V):
         t_off = table._offset if len(table._storage.chunks) == 1 else 0
-        ctx.dispatch(kern, (n, C, r0, rows, ids._offset, 0, t_off),
-                     [buf, ids._storage.buffer, out._storage.buffer], _grid(n, ctx))
+        ctx.launch(kern, dict(n_ids=n, cols=C, row0=r0, rows=rows, ids_off=ids._offset, t_off=t_off),
+                   dict(table=buf, ids=_buf(ids), o=_buf(out)), _grid(n, ctx))
     return out
+
+
+def _at0(t: Tensor) -> Tensor:
+    """t itself if it starts its buffer contiguously (the small int kernels index from 0), else a copy."""
+    return t if t._offset == 0 and t.is_contiguous() else unary("copy", t)
+
+
+def cache_write(cache: Tensor, src: Tensor, pos: Tensor, slot: Tensor) -> None:
+    """cache (n_slots, n_ctx, H, D) f32, contiguous; src (T, H, D); pos, slot (T,) int32."""
+    ctx = _ctx(cache)
+    if src._strides[-1] != 1:
+        src = src.contiguous()
+    pos, slot = _at0(pos), _at0(slot)
+    T, H, D = src.shape
+    _, n_ctx = cache.shape[:2]
+    kern = ctx.kernel("cache_write", {"TS": src.dtype.wgsl})
+    ctx.launch(kern, dict(T=T, H=H, D=D, src_off=src._offset, src_ts=src._strides[0], src_hs=src._strides[1],
+                          n_ctx=n_ctx, slot_stride=n_ctx * H * D),
+               dict(src=_buf(src), pos=_buf(pos), slot=_buf(slot), cache=_buf(cache)),
+               _grid(math.ceil(T * H * D / WG), ctx))
+
+
+def cached_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float,
+                     k_new: Tensor | None = None, v_new: Tensor | None = None) -> Tensor:
+    """q (T, H, D) against caches (n_slots, n_ctx, H, D) f32: row t sees positions 0..pos[t] of
+    slot[t] -> (T, H, D) f32, one workgroup per (head, row). With k_new, v_new (T, H, D) the rows'
+    keys and values are stored at their positions first, in the same launch."""
+    ctx = _ctx(q)
+    views = [t if t._strides[-1] == 1 else t.contiguous() for t in (q, k_new, v_new) if t is not None]
+    q = views[0]
+    pos, slot = _at0(pos), _at0(slot)
+    T, H, D = q.shape
+    n_ctx = kc.shape[1]
+    if D > 256:
+        raise ShapeError(f"cached attention on WebGPU supports head dims up to 256, got {D}")
+    out = _out(q.device, (T, H, D), dt.float32)
+    if T == 0 or H == 0:
+        return out
+    vec4 = D % 4 == 0 and all(x % 4 == 0 for t in views for x in (t._offset, *t._strides[:2]))
+    u = 4 if vec4 else 1
+    prm = dict(T=T, H=H, D4=D // u, q_off4=q._offset // u, q_ts4=q._strides[0] // u, q_hs4=q._strides[1] // u,
+               n_ctx=n_ctx, slot_stride4=n_ctx * H * D // u, scale=scale)
+    bufs = dict(q=_buf(q), pos=_buf(pos), slot=_buf(slot), kc=_buf(kc), vc=_buf(vc), o=_buf(out))
+    if len(views) == 3:
+        k_new, v_new = views[1], views[2]
+        if k_new.dtype is not q.dtype or v_new.dtype is not q.dtype:
+            k_new, v_new = copy(k_new, q.dtype), copy(v_new, q.dtype)
+        prm.update(write=1, k_off4=k_new._offset // u, k_ts4=k_new._strides[0] // u, k_hs4=k_new._strides[1] // u,
+                   v_off4=v_new._offset // u, v_ts4=v_new._strides[0] // u, v_hs4=v_new._strides[1] // u)
+        bufs.update(kn=_buf(k_new), vn=_buf(v_new))
+    kern = ctx.kernel("cached_attention", {"TQ": q.dtype.wgsl, "VEC4": "true" if vec4 else "false"})
+    y, z = _rows_grid(T)
+    ctx.launch(kern, prm, bufs, (H, y, z))
+    return out
+
+
+def advance_tokens(new: Tensor, ids: Tensor, pos: Tensor, tokens: Tensor, count: Tensor) -> None:
+    """The end of a replayed decode step (advance_tokens.wgsl): ids = new, pos += 1, the tokens
+    appended to the ring `tokens` (ring, B) at step count[0], count += 1."""
+    ctx = _ctx(new)
+    B = new.shape[0]
+    if any(t._offset or not t.is_contiguous() for t in (ids, pos, tokens, count)):
+        raise ShapeError("advance_tokens writes whole tensors: ids, pos, tokens and count must not be views")
+    new = _at0(new)
+    ctx.launch(ctx.kernel("advance_tokens"), dict(B=B, ring=tokens.size // max(B, 1)),
+               dict(next_ids=_buf(new), ids=_buf(ids), pos=_buf(pos), tokens=_buf(tokens), count=_buf(count)),
+               (1, 1, 1))

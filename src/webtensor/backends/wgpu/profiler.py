@@ -1,74 +1,68 @@
 """GPU time per kernel through timestamp queries (native wgpu only): each dispatch of a command
-list runs in its own compute pass with begin / end timestamps. Used by `webtensor bench --profile`."""
+list runs in its own compute pass with begin / end timestamps (`GpuApi.timestamps`). Used by
+`webtensor bench --profile` on the decode step's graph and on the prompt pass."""
 
 from __future__ import annotations
 
-import struct
 from collections import defaultdict
 from typing import Any
 
-from .gpu_api import COPY_SRC, QUERY_RESOLVE
+
+def kernel_kind(name: str) -> str:
+    """A kernel variant's label ("gemv-32u-true-...") shortened to its file, "+ln" for fused norms."""
+    base = name.split("-")[0]
+    return base + ("+ln" if base == "gemv" and "-true" in name else "")
 
 
 def time_commands(ctx: Any, commands: list[tuple]) -> list[float]:
     """Microseconds of GPU time for each dispatch in `commands` (one submit, then a readback)."""
-    import wgpu
+    with ctx.lock:
+        ctx.flush()
+        times = ctx.api.timestamps([c for c in commands if c[0] == "dispatch"])
+    if times is None:
+        raise RuntimeError(f"{ctx.info.name} has no timestamp-query feature: no GPU profile")
+    return times
 
-    api = ctx.api
-    if "timestamp-query" not in api.features:
-        raise RuntimeError(f"{api.info.name} has no timestamp-query feature: no GPU profile")
-    ctx.flush()
-    dev, n = api.device, len(commands)
-    qs = dev.create_query_set(type=wgpu.QueryType.timestamp, count=2 * n)
-    out = dev.create_buffer(size=16 * n, usage=QUERY_RESOLVE | COPY_SRC)
-    enc = dev.create_command_encoder()
-    for i, (_, pipe, bg, uoff, x, y, z) in enumerate(commands):
-        p = enc.begin_compute_pass(timestamp_writes={
-            "query_set": qs, "beginning_of_pass_write_index": 2 * i, "end_of_pass_write_index": 2 * i + 1})
-        p.set_pipeline(pipe[0])
-        p.set_bind_group(0, bg, [uoff])
-        p.dispatch_workgroups(x, y, z)
-        p.end()
-    enc.resolve_query_set(qs, 0, 2 * n, out, 0)
-    api.queue.submit([enc.finish()])
-    raw = struct.unpack(f"<{2 * n}Q", bytes(api.queue.read_buffer(out)))
-    out.destroy()
-    return [(raw[2 * i + 1] - raw[2 * i]) / 1e3 for i in range(n)]
+
+def _by_kind(names: list[str], times: list[float]) -> list[tuple[str, float]]:
+    by_kind: dict[str, float] = defaultdict(float)
+    for name, us in zip(names, times, strict=True):
+        by_kind[kernel_kind(name)] += us
+    return sorted(by_kind.items(), key=lambda kv: -kv[1])
 
 
 def profile_decode_step(model: Any, ids: list[int], repeats: int = 5) -> dict[str, Any]:
-    """GPU time of one GPT-2 decode step, by kernel kind (median of `repeats`), from the graph."""
-    ws = model._acquire_workspace()
+    """GPU time of one greedy decode step (the replayed graph), by kernel kind (median of `repeats`)."""
+    from ...generation import prefill
+
+    ws = model._workspaces.acquire()
     try:
-        graph = ws.graph
-        if graph is None:
-            raise RuntimeError("no decode graph on this device / model")
-        list(model.generate_ids(ids, 2, stop_at_eos=False))  # fills the cache
-        graph.set_state(len(ids), ids[-1])
-        cmds = [*graph.step_cmds, *graph.argmax_cmds]
+        prefill(model, ws.cache, ids)
+        ws.state.set([ids[-1]], [len(ids)])
+        graph = ws.greedy_graph(model).graph
+        cmds = [c for c in graph.commands if c[0] == "dispatch"]
+        names = [n for c, n in zip(graph.commands, graph.names, strict=True) if c[0] == "dispatch"]
         runs = [time_commands(model.device.ctx, cmds) for _ in range(repeats)]
         per = [sorted(r[i] for r in runs)[len(runs) // 2] for i in range(len(cmds))]
     finally:
-        model._release_workspace(ws)
-    by_kind: dict[str, float] = defaultdict(float)
-    for name, us in zip(graph.names, per, strict=True):
-        by_kind[name] += us
-    return {"kernels": sorted(by_kind.items(), key=lambda kv: -kv[1]), "total_us": sum(per),
-            "dispatches": len(cmds), "per_dispatch": list(zip(graph.names, per, strict=True))}
+        model._workspaces.release(ws)
+    return {"kernels": _by_kind(names, per), "total_us": sum(per), "dispatches": len(cmds),
+            "per_dispatch": [(kernel_kind(n), us) for n, us in zip(names, per, strict=True)]}
 
 
 def profile_prefill(model: Any, n_tokens: int) -> dict[str, Any]:
-    """GPU time per kernel kind of one op-by-op prefill of `n_tokens` (the prompt pass)."""
-    ctx = model.device.ctx
+    """GPU time per kernel kind of one prompt pass of `n_tokens`, recorded as a graph."""
+    from ...generation import int_tensor
+
+    dev = model.device
     ids = [i % model.config.vocab_size for i in range(n_tokens)]
     cache = model.new_cache()
-    with ctx.lock, model.device.dispatch_scope():
-        model._forward(ids, cache, last_only=True)
-        cmds, names = ctx.take_pending()  # timed below instead of submitted by the scope
-    pairs = [(n.split("-")[0], c) for n, c in zip(names, cmds, strict=True) if c[0] == "dispatch"]
-    times = time_commands(ctx, [c for _, c in pairs])
-    by_kind: dict[str, float] = defaultdict(float)
-    for (name, _), us in zip(pairs, times, strict=True):
-        by_kind[name] += us
-    return {"kernels": sorted(by_kind.items(), key=lambda kv: -kv[1]), "total_us": sum(times),
-            "dispatches": len(pairs), "tokens": n_tokens}
+    args = (int_tensor(ids, dev), int_tensor(list(range(n_tokens)), dev), int_tensor([0] * n_tokens, dev))
+    g = dev.capture(lambda: model.forward(*args, cache, (0, 0), True))
+    try:
+        cmds = [c for c in g.graph.commands if c[0] == "dispatch"]
+        names = [n for c, n in zip(g.graph.commands, g.graph.names, strict=True) if c[0] == "dispatch"]
+        times = time_commands(dev.ctx, cmds)
+    finally:
+        g.release()
+    return {"kernels": _by_kind(names, times), "total_us": sum(times), "dispatches": len(cmds), "tokens": n_tokens}

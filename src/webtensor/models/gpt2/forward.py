@@ -1,5 +1,6 @@
-"""GPT-2's forward pass written once over webtensor ops, for every driver: the numpy model
-(`model.GPT2`, CPU and WebGPU) and the browser's numpy-free one (`web.gpt2_web.WebGPT2`)."""
+"""GPT-2's forward pass written once over webtensor ops, for every path: the prompt, the decode
+step replayed as a graph, a batch of sequences, on the CPU reference and on WebGPU, natively
+(`model.GPT2`) and in the page (`web.gpt2_web.WebGPT2`)."""
 
 from __future__ import annotations
 
@@ -38,26 +39,35 @@ class Block:
 
 
 def forward(cfg: Any, wte: Tensor, wpe: Tensor, ln_f: tuple[Tensor, Tensor], blocks: Sequence[Sequence[Tensor]],
-            ids: Tensor, k_cache: Sequence[Tensor], v_cache: Sequence[Tensor], p0: int, last_only: bool,
+            ids: Tensor, pos: Tensor, slot: Tensor, cache: Any, span: tuple[int, int] | None, last_only: bool,
             lm_head: Tensor | None = None) -> Tensor:
-    """Tokens `ids` (T,) at positions p0.. -> logits (T, V), or (1, V) for the last position only.
-    Their keys and values are written into rows p0.. of the caches, (n_positions, H, D) per layer.
-    The LM head is `lm_head` (V, C) where the checkpoint has its own, else wte (tied)."""
+    """Rows of (token ids[t], position pos[t], cache slot slot[t]), int32 (T,) tensors on the
+    device -> logits (T, V), or (1, V) for the last row only.
+
+    Each row's keys and values are written into its slot of the caches (`cache.k` / `cache.v`,
+    (n_slots, n_ctx, H, D) per layer) at its position. With `span` = (slot, p0) the rows are one
+    sequence at positions p0 .. p0 + T - 1 of that slot (a prompt, known on the host): attention
+    reads the cache rows 0 .. p0 + T - 1 directly (the flash kernels). Without, every row is its
+    own sequence (distinct slots: a decode step, a batch) and attends by its own position, so the
+    positions may live on the device and a captured graph of this function serves every step. The LM head is
+    `lm_head` (V, C) where the checkpoint has its own, else wte (tied)."""
     T, C, H, D, eps = ids.shape[0], cfg.n_embd, cfg.n_head, cfg.head_dim, cfg.layer_norm_epsilon
-    S = p0 + T
-    x = ops.add(ops.embedding(wte, ids), wpe[p0:S])  # (T, C)
+    x = ops.add(ops.embedding(wte, ids), ops.embedding(wpe, pos))  # (T, C)
     for layer, (kc, vc, (ln1_w, ln1_b, attn_w, attn_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fc2_w, fc2_b)) in \
-            enumerate(zip(k_cache, v_cache, blocks, strict=True)):
-        h = ops.layer_norm(x, ln1_w, ln1_b, eps)
-        qkv = ops.linear(h, attn_w, attn_b).reshape(T, 3, H, D)  # (T, 3C) viewed per head
-        ops.copy_into(kc[p0:S], qkv[:, 1])
-        ops.copy_into(vc[p0:S], qkv[:, 2])
-        a = ops.attention(qkv[:, 0], kc[:S], vc[:S], causal=True, scale=cfg.attn_scale(layer))  # (T, H, D)
+            enumerate(zip(cache.k, cache.v, blocks, strict=True)):
+        qkv = ops.linear(x, attn_w, attn_b, ln=(ln1_w, ln1_b, eps)).reshape(T, 3, H, D)  # (T, 3C) per head
+        q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]
+        scale = cfg.attn_scale(layer)
+        if span is not None:
+            ops.cache_write(kc, k, pos, slot)
+            ops.cache_write(vc, v, pos, slot)
+            s, S = span[0], span[1] + T
+            a = ops.attention(q, kc[s, :S], vc[s, :S], causal=True, scale=scale)  # (T, H, D)
+        else:  # one sequence a row: append and attend in one launch
+            a = ops.cached_attention(q, kc, vc, pos, slot, scale=scale, k_new=k, v_new=v)  # (T, H, D)
         x = ops.linear(a.reshape(T, C), proj_w, proj_b, residual=x)
-        h = ops.layer_norm(x, ln2_w, ln2_b, eps)
-        f = ops.linear(h, fc_w, fc_b, act=cfg.act)  # (T, inner_dim)
+        f = ops.linear(x, fc_w, fc_b, act=cfg.act, ln=(ln2_w, ln2_b, eps))  # (T, inner_dim)
         x = ops.linear(f, fc2_w, fc2_b, residual=x)
     if last_only:
         x = x[T - 1:T]
-    x = ops.layer_norm(x, *ln_f, eps)
-    return ops.linear(x, (wte if lm_head is None else lm_head).T)  # (T or 1, V)
+    return ops.linear(x, (wte if lm_head is None else lm_head).T, ln=(*ln_f, eps))  # (T or 1, V)

@@ -1,34 +1,28 @@
-"""GPT-2 on webtensor: the same model code runs on the CPU reference and on WebGPU.
-
-Prefill runs the prompt in one pass; decode runs one token per step against a KV cache
-preallocated on the device, reading back only what sampling needs (4 bytes a token for greedy, one
-row of logits otherwise). On WebGPU a decode step replays the prebuilt `DecodeGraph` (several
-greedy steps per submit); op by op (`use_graph = False`, and on the CPU) each step is one dispatch
-scope, one submit. KV caches (and graphs) live in workspaces reused across calls, one per
-concurrent generation.
+"""GPT-2 on webtensor: loading Hugging Face checkpoints (safetensors or GGUF), the weights on the
+device, and generation. The forward pass is `forward.py`'s, the decode loop `webtensor.generation`'s
+(the prompt in one pass; each decode step a replayed graph of the same forward, reading back only
+what sampling needs: 4 bytes a token for greedy, one row of logits otherwise).
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ... import dtypes as dt
-from ... import ops
 from ...device import Device
 from ...errors import CheckpointError, ContextLengthError, SamplingError
 from ...formats.gguf_reader import GGUFCheckpoint, find_gguf
 from ...formats.q8_0 import Q8Weight
+from ...generation import KVCache, Workspace, WorkspacePool, generate, int_tensor, prefill
 from ...tensor import Tensor, tensor
 from .config import GPT2Config
 from .forward import BLOCK_PARAMS, Block, forward
 from .quantized import Int8Reader, is_int8
-from .sampling import SamplingParams, check_max_new_tokens, sample
+from .sampling import SamplingParams, check_max_new_tokens, sample, with_seed
 from .tokenizer import GPT2Tokenizer
 from .validate import check_ids, check_text, fit_context
 from .weights import (
@@ -42,31 +36,6 @@ from .weights import (
 )
 
 
-@dataclass
-class Workspace:
-    cache: KVCache
-    graph: Any  # a DecodeGraph on WebGPU, else None
-
-
-class KVCache:
-    """Per layer, keys and values for every position: (n_positions, H, D) each, on the device."""
-
-    def __init__(self, cfg: GPT2Config, device: Device):
-        shape = (cfg.n_positions, cfg.n_head, cfg.head_dim)
-        zeros = np.zeros(shape, np.float32) if device.kind == "cpu" else None
-        self.k = [_empty(device, shape, zeros) for _ in range(cfg.n_layer)]
-        self.v = [_empty(device, shape, zeros) for _ in range(cfg.n_layer)]
-        self.length = 0
-
-
-def _empty(device: Device, shape: tuple[int, ...], zeros: Any) -> Tensor:
-    if device.kind == "cpu":
-        return tensor(zeros.copy(), device=device)
-    from ...backends.wgpu import ops as gops
-
-    return gops.empty(device, shape, dt.float32)
-
-
 class GPT2:
     def __init__(self, cfg: GPT2Config, params: dict[str, Tensor], device: Device, dtype: dt.DType,
                  tokenizer: GPT2Tokenizer | None = None, name: str = "gpt2"):
@@ -75,9 +44,8 @@ class GPT2:
         self.lm_head = params.get("lm_head.weight", self.wte)  # (V, C); wte itself when tied
         self.ln_f = (params["ln_f.weight"], params["ln_f.bias"])
         self.blocks = [Block(*(params[f"h.{i}.{n}"] for n in BLOCK_PARAMS)) for i in range(cfg.n_layer)]
-        self._lock = threading.Lock()
-        self._workspaces: list[Workspace] = []  # free KV caches (+ decode graphs), reused by generate()
-        self.use_graph = True  # replay the prebuilt decode step on WebGPU (False: op by op)
+        self._workspaces = WorkspacePool(lambda: Workspace(self, self.new_cache()))  # reused by generate()
+        self.use_graph = True  # replay the captured decode step (False: op by op, for comparison)
         self.quant: str | None = None  # "q8_0": wte and block matrices are Q8Weight (dtype="int8")
 
     # -- loading --------------------------------------------------------------------------------
@@ -124,99 +92,64 @@ class GPT2:
                    name=f"random-{cfg.n_layer}x{cfg.n_embd}")
 
     # -- forward --------------------------------------------------------------------------------
-    def _forward(self, ids: Sequence[int], cache: KVCache, last_only: bool) -> Tensor:
-        """Run tokens `ids` at positions cache.length.. and append their keys / values to the cache.
-        Returns logits (T, V), or (1, V) for the last position only."""
-        idt = tensor(np.asarray(ids, np.int32), device=self.device)
-        logits = forward(self.config, self.wte, self.wpe, self.ln_f, self.blocks, idt, cache.k, cache.v,
-                         cache.length, last_only, lm_head=self.lm_head)
-        cache.length += len(ids)
-        return logits
+    @property
+    def n_ctx(self) -> int:
+        return self.config.n_positions
 
-    def new_cache(self) -> KVCache:
-        return KVCache(self.config, self.device)
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    def forward(self, ids: Tensor, pos: Tensor, slot: Tensor, cache: KVCache, span: tuple[int, int] | None,
+                last_only: bool) -> Tensor:
+        """`forward.forward` over this model's weights (see there): rows of (token, position,
+        slot) int32 tensors -> logits (T, V), or (1, V) with `last_only`."""
+        return forward(self.config, self.wte, self.wpe, self.ln_f, self.blocks, ids, pos, slot, cache, span,
+                       last_only, lm_head=self.lm_head)
+
+    def new_cache(self, n_slots: int = 1) -> KVCache:
+        cfg = self.config
+        return KVCache(cfg.n_layer, n_slots, cfg.n_positions, cfg.n_head, cfg.head_dim, self.device)
 
     def forward_cached(self, ids: Sequence[int], cache: KVCache) -> Tensor:
-        """Run `ids` at positions cache.length.. against `cache` (appending their keys / values) and
-        return the last position's logits (1, V), for callers that drive their own decode loop (the
-        server's engine). Call inside a dispatch scope."""
+        """Run `ids` at positions cache.length.. of slot 0 of `cache` (appending their keys and
+        values) and return the last position's logits (1, V), for callers that drive their own
+        decode loop (the server's reference engine)."""
         ids = self._check_ids(ids)
         if cache.length + len(ids) > self.config.n_positions:
             raise ContextLengthError(f"{cache.length} cached + {len(ids)} new tokens exceed the context of "
                                      f"{self.config.n_positions} positions")
-        return self._forward(ids, cache, last_only=True)
+        logits = prefill(self, cache, ids, p0=cache.length)
+        cache.length += len(ids)
+        return logits
 
     def logits(self, ids: Sequence[int]) -> np.ndarray:
         """Full forward over `ids`: logits (T, V) as float32 numpy."""
         ids = self._check_ids(ids)
         if len(ids) > self.config.n_positions:
             raise ContextLengthError(f"{len(ids)} tokens exceed the context of {self.config.n_positions}")
-        with self.device.dispatch_scope():
-            return self._forward(ids, self.new_cache(), last_only=False).numpy().astype(np.float32, copy=False)
+        dev, T = self.device, len(ids)
+        with dev.dispatch_scope():
+            out = self.forward(int_tensor(ids, dev), int_tensor(list(range(T)), dev), int_tensor([0] * T, dev),
+                               self.new_cache(), (0, 0), False)
+            return out.numpy().astype(np.float32, copy=False)
 
     # -- generation -----------------------------------------------------------------------------
     def generate_ids(self, ids: Sequence[int], max_new_tokens: int = 32, temperature: float = 0.0,
                      top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
                      stop_at_eos: bool = True, truncate_prompt: bool = False) -> Iterator[int]:
         """Yield new token ids one by one. Refuses a prompt that does not fit (ContextLengthError)
-        unless `truncate_prompt`, which keeps the prompt's last tokens."""
-        params = SamplingParams(temperature, top_k, top_p, seed)
+        unless `truncate_prompt`, which keeps the prompt's last tokens. The same seed gives the
+        same tokens on every device (a token's draw depends on the seed and its position only)."""
+        params = with_seed(SamplingParams(temperature, top_k, top_p, seed))  # seed None: one fresh seed a call
         n_new = check_max_new_tokens(max_new_tokens)
-        ids = self._check_ids(ids)
-        ids = fit_context(ids, n_new, self.config.n_positions, truncate_prompt)
-        rng = np.random.default_rng(seed)
+        ids = fit_context(self._check_ids(ids), n_new, self.config.n_positions, truncate_prompt)
         eos = self.config.eos_ids if stop_at_eos else frozenset()
-        ws = self._acquire_workspace()
+        ws = self._workspaces.acquire()
         try:
-            cache, graph = ws.cache, (ws.graph if self.use_graph else None)
-            cache.length = 0
-            with self.device.dispatch_scope():  # prefill: the whole prompt in one pass, one submit
-                tok = self._pick(self._forward(ids, cache, last_only=True), params, rng)
-            yield tok
-            if tok in eos:
-                return
-            pos, rest = len(ids), n_new - 1
-            if graph is not None and params.greedy:
-                for nxt in graph.greedy(pos, tok, rest):
-                    yield nxt
-                    if nxt in eos:
-                        return
-                return
-            for _ in range(rest):
-                if graph is not None:
-                    logits = np.frombuffer(graph.logits_after(pos, tok), np.float32)
-                    tok = sample(logits, params, rng)
-                else:
-                    with self.device.dispatch_scope():  # one decode step: one submit
-                        tok = self._pick(self._forward([tok], cache, last_only=True), params, rng)
-                pos += 1
-                yield tok
-                if tok in eos:
-                    return
+            yield from generate(self, ws, ids, n_new, params.greedy, lambda row, p: sample(row, params, p), eos)
         finally:
-            self._release_workspace(ws)
-
-    def _acquire_workspace(self) -> Workspace:
-        with self._lock:
-            if self._workspaces:
-                return self._workspaces.pop()
-        cache = self.new_cache()
-        graph = None
-        if self.use_graph and self.device.kind == "wgpu":
-            from . import decode_graph
-
-            if decode_graph.supported(self):
-                graph = decode_graph.DecodeGraph(self, cache, self.config.n_positions)
-        return Workspace(cache, graph)
-
-    def _release_workspace(self, ws: Workspace) -> None:
-        with self._lock:
-            self._workspaces.append(ws)
-
-    def _pick(self, logits: Tensor, params: SamplingParams, rng: np.random.Generator) -> int:
-        if params.greedy:
-            return int(ops.argmax(logits).numpy()[0])  # a 4-byte readback
-        return sample(logits.numpy()[0], params, rng)
+            self._workspaces.release(ws)
 
     def generate(self, ids: Sequence[int], max_new_tokens: int = 32, **kw: Any) -> list[int]:
         """New token ids (a list), greedy by default (temperature=0)."""
@@ -297,8 +230,8 @@ def _upload(reader: Any, cfg: GPT2Config, dev: Device, dtype: dt.DType, progress
             if not np.issubdtype(arr.dtype, np.floating):
                 raise CheckpointError(f"tensor {name!r} has dtype {arr.dtype}, expected a float type")
             arr = arr.astype(_stored_dtype(name, dtype).name, copy=False)
-            if dev.kind == "wgpu" and arr.ndim == 2 and name.startswith("h."):
-                # WebGPU keeps matrices k-major, (N, K): the decode GEMV reads each output's weights
+            if arr.ndim == 2 and name.startswith("h."):
+                # matrices are stored k-major, (N, K): the decode GEMV reads each output's weights
                 # as one contiguous row. The model sees the (K, N) view, as in the checkpoint.
                 params[name] = tensor(np.ascontiguousarray(arr.T), device=dev).T
             else:

@@ -12,9 +12,9 @@ struct P {
   o_ts: u32, o_hs: u32,
 }
 @group(0) @binding(0) var<uniform> p: P;
-@group(0) @binding(1) var<storage, read_write> q: array<TQ>;
-@group(0) @binding(2) var<storage, read_write> k: array<TK>;
-@group(0) @binding(3) var<storage, read_write> v: array<TK>;
+@group(0) @binding(1) var<storage, read> q: array<TQ>;
+@group(0) @binding(2) var<storage, read> k: array<TK>;
+@group(0) @binding(3) var<storage, read> v: array<TK>;
 @group(0) @binding(4) var<storage, read_write> o: array<TO>;
 var<workgroup> qs: array<f32, 256>;
 var<workgroup> ps: array<f32, 256>;

@@ -12,9 +12,9 @@ struct P {
   v_hs: u32, o_ts: u32, o_hs: u32,
 }
 @group(0) @binding(0) var<uniform> p: P;
-@group(0) @binding(1) var<storage, read_write> q: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read_write> k: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read_write> v: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> k: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> v: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> o: array<vec4<f32>>;
 var<workgroup> kv: array<vec4<f32>, 1024>;  // keys [0, 512) and values [512, 1024) of a tile; then the merge
 var<workgroup> ml: array<vec2<f32>, 256>;   // each thread's (max, sum)

@@ -5,13 +5,14 @@
 // each thread writes its partial dot products with the tile's keys to `sp`, a barrier later every
 // thread of the query sums the 4 partials into the full scores, and the online softmax (running
 // max m and sum l, rescaled once per tile) folds the tile's values into the output slice.
-// With const SG (devices with subgroups), the 4 partials are summed by two subgroup shuffles
-// instead, key by key, and `sp` with its barrier goes (the 4 threads of a query are adjacent lanes).
+// Built with SG (devices with the subgroup feature; otherwise the source has no subgroup call),
+// the 4 partials are summed by two subgroup shuffles instead, key by key, and `sp` with its
+// barrier goes (the 4 threads of a query are adjacent lanes).
 // Causal: query t sees keys j <= t + (S - T). q, k, v: (T or S, H, D) views with row / head
 // strides and unit stride along D (column slices of the fused qkv, rows of a KV cache); output
 // (T, H, D) with its own strides. Offsets and strides in vec4 units (D % 16 == 0, D <= 128).
 // Header: alias TQ (q, k, v), TO (output), TS (workgroup tile: f16 for float16 inputs); const D4
-// (D / 4), DT (D4 / 4), BKV (keys a tile), SG.
+// (D / 4), DT (D4 / 4), BKV (keys a tile); define SG selects the subgroup variant.
 struct P {
   T: u32, S: u32, causal: u32, scale: f32,
   q_off: u32, q_ts: u32, q_hs: u32, k_off: u32,
@@ -19,15 +20,19 @@ struct P {
   v_hs: u32, o_off: u32, o_ts: u32, o_hs: u32,
 }
 @group(0) @binding(0) var<uniform> p: P;
-@group(0) @binding(1) var<storage, read_write> q: array<vec4<TQ>>;
-@group(0) @binding(2) var<storage, read_write> k: array<vec4<TQ>>;
-@group(0) @binding(3) var<storage, read_write> v: array<vec4<TQ>>;
+@group(0) @binding(1) var<storage, read> q: array<vec4<TQ>>;
+@group(0) @binding(2) var<storage, read> k: array<vec4<TQ>>;
+@group(0) @binding(3) var<storage, read> v: array<vec4<TQ>>;
 @group(0) @binding(4) var<storage, read_write> o: array<vec4<TO>>;
 
 const SPQ = BKV + 1u;  // sp's row stride per query (padded against bank conflicts)
 var<workgroup> ks: array<vec4<TS>, BKV * D4>;  // [key][d / 4]
 var<workgroup> vs: array<vec4<TS>, BKV * D4>;
-const SP_LEN = select(64u * SPQ, 1u, SG);
+// #if SG
+const SP_LEN = 1u;
+// #else
+const SP_LEN = 64u * SPQ;
+// #endif
 var<workgroup> sp: array<vec4<f32>, SP_LEN>;  // [query][key]: the 4 slices' partial scores (not with SG)
 
 // the partial dot product of this thread's q slice with key jj of the tile
@@ -71,7 +76,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     workgroupBarrier();
     var jn = 0u;  // keys of this tile the query sees
     if (my_end > j0) { jn = min(BKV, my_end - j0); }
-    if (SG) {
+    // #if SG
+    {
       for (var jj = 0u; jj < BKV; jj = jj + 1u) {  // (uniform: every lane shuffles)
         var s = partial_score(&qr, jj, d0);
         s = s + subgroupShuffleXor(s, 1u);
@@ -91,6 +97,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
       workgroupBarrier();
       continue;
     }
+    // #endif
     for (var jj = 0u; jj < BKV; jj = jj + 1u) { sp[qi * SPQ + jj][g] = partial_score(&qr, jj, d0); }
     workgroupBarrier();
     var tmax = m;

@@ -7,8 +7,8 @@ struct P {
   a_off: u32, b_off: u32, o_off: u32, n: u32,
 }
 @group(0) @binding(0) var<uniform> p: P;
-@group(0) @binding(1) var<storage, read_write> a: array<TA>;
-@group(0) @binding(2) var<storage, read_write> b: array<TB>;
+@group(0) @binding(1) var<storage, read> a: array<TA>;
+@group(0) @binding(2) var<storage, read> b: array<TB>;
 @group(0) @binding(3) var<storage, read_write> o: array<TO>;
 
 @compute @workgroup_size(256)

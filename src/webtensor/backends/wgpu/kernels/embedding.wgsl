@@ -3,8 +3,8 @@
 // Header: alias TT, TO.
 struct P { n_ids: u32, cols: u32, row0: u32, rows: u32, ids_off: u32, o_off: u32, t_off: u32 }
 @group(0) @binding(0) var<uniform> p: P;
-@group(0) @binding(1) var<storage, read_write> table: array<TT>;
-@group(0) @binding(2) var<storage, read_write> ids: array<i32>;
+@group(0) @binding(1) var<storage, read> table: array<TT>;
+@group(0) @binding(2) var<storage, read> ids: array<i32>;
 @group(0) @binding(3) var<storage, read_write> o: array<TO>;
 
 @compute @workgroup_size(256)

@@ -7,9 +7,10 @@
 // CPU-backed adapters (lavapipe, SwiftShader) run fastest. Bandwidth-bound by design: W is read once.
 // With const LN (LANES > 1 only), A' = LayerNorm(A) (weights lnw, lnb; eps in p.eps) is computed in
 // the prologue, so "layer norm -> linear" is one dispatch. Epilogue: + bias[n], GELU, + residual
-// (p.epi bits 1 / 2 / 4). C may alias the residual (each output is read, then written, by one
-// thread). Needs K % 4 == 0 and 4-aligned offsets. With const SG > 0 (the adapter's fixed subgroup
-// size, at most LANES) the reductions use subgroupAdd and a single barrier instead of a tree.
+// (p.epi bits 1 / 2 / 4). With p.acc, C is read and added to (a K-chunked product).
+// Needs K % 4 == 0 and 4-aligned offsets. Built with SG > 0 (the adapter's fixed subgroup
+// size, at most LANES; only on devices with the `subgroup` feature) the reductions use subgroupAdd
+// and a single barrier instead of a tree; otherwise the source has no subgroup call at all.
 // Header: alias TA, TB, TC, TBIAS; const LN, LANES, SG.
 // #include epilogue.wgsl
 struct P {
@@ -19,26 +20,26 @@ struct P {
   r_ld: u32, eps: f32,
 }
 @group(0) @binding(0) var<uniform> p: P;
-@group(0) @binding(1) var<storage, read_write> a: array<vec4<TA>>;
-@group(0) @binding(2) var<storage, read_write> w: array<vec4<TB>>;
-@group(0) @binding(3) var<storage, read_write> c: array<TC>;
-@group(0) @binding(4) var<storage, read_write> bias: array<TBIAS>;
-@group(0) @binding(5) var<storage, read_write> res: array<TC>;
-@group(0) @binding(6) var<storage, read_write> lnw: array<vec4<f32>>;
-@group(0) @binding(7) var<storage, read_write> lnb: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> a: array<vec4<TA>>;
+@group(0) @binding(2) var<storage, read> w: array<vec4<TB>>;
+@group(0) @binding(3) var<storage, read> bias: array<TBIAS>;
+@group(0) @binding(4) var<storage, read> res: array<TC>;
+@group(0) @binding(5) var<storage, read> lnw: array<vec4<f32>>;
+@group(0) @binding(6) var<storage, read> lnb: array<vec4<f32>>;
+@group(0) @binding(7) var<storage, read_write> c: array<TC>;
 
 
 var<workgroup> red2: array<vec2<f32>, 256>;
 
 fn block_sum2(li: u32, v: vec2<f32>) -> vec2<f32> {
-  if (SG > 0u) {
-    red2[li] = subgroupAdd(v);
-    workgroupBarrier();
-    var t = vec2<f32>();
-    for (var k = 0u; k < 256u; k = k + SG) { t = t + red2[k]; }
-    workgroupBarrier();
-    return t;
-  }
+// #if SG
+  red2[li] = subgroupAdd(v);
+  workgroupBarrier();
+  var t = vec2<f32>();
+  for (var k = 0u; k < 256u; k = k + SG) { t = t + red2[k]; }
+  workgroupBarrier();
+  return t;
+// #else
   red2[li] = v;
   workgroupBarrier();
   for (var st = 128u; st > 0u; st = st >> 1u) {
@@ -46,6 +47,7 @@ fn block_sum2(li: u32, v: vec2<f32>) -> vec2<f32> {
     workgroupBarrier();
   }
   return red2[0];
+// #endif
 }
 
 const ROWS: u32 = 256u / LANES;
@@ -94,7 +96,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     }
     s = s + s1;
   }
-  if (LANES > 1u && SG > 0u) {
+// #if SG
+  if (LANES > 1u) {
     s = subgroupAdd(s);
     if (LANES > SG) {  // combine the row's subgroups
       wg_red[li] = s;
@@ -103,7 +106,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         for (var k = SG; k < LANES; k = k + SG) { s = s + wg_red[li + k]; }
       }
     }
-  } else if (LANES > 1u) {
+  }
+// #else
+  if (LANES > 1u) {
     wg_red[li] = s;
     workgroupBarrier();
     for (var st = LANES / 2u; st > 0u; st = st >> 1u) {
@@ -112,6 +117,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     }
     s = wg_red[li];
   }
+// #endif
   if (lane == 0u && n < p.N) {
     let ci = p.c_off + m * p.ldc + n;
     write_out(ci, m, n, s);

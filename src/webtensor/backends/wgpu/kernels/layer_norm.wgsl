@@ -3,9 +3,9 @@
 // Header: alias TX, TW, TO.
 struct P { rows: u32, cols: u32, x_off: u32, x_ld: u32, o_off: u32, eps: f32, w_off: u32, b_off: u32 }
 @group(0) @binding(0) var<uniform> p: P;
-@group(0) @binding(1) var<storage, read_write> x: array<TX>;
-@group(0) @binding(2) var<storage, read_write> w: array<TW>;
-@group(0) @binding(3) var<storage, read_write> bias: array<TW>;
+@group(0) @binding(1) var<storage, read> x: array<TX>;
+@group(0) @binding(2) var<storage, read> w: array<TW>;
+@group(0) @binding(3) var<storage, read> bias: array<TW>;
 @group(0) @binding(4) var<storage, read_write> o: array<TO>;
 
 @compute @workgroup_size(256)

@@ -14,11 +14,11 @@ struct P {
   r_off: u32, r_ld: u32,
 }
 @group(0) @binding(0) var<uniform> p: P;
-@group(0) @binding(1) var<storage, read_write> a: array<TA>;
-@group(0) @binding(2) var<storage, read_write> b: array<TB>;
-@group(0) @binding(3) var<storage, read_write> c: array<TC>;
-@group(0) @binding(4) var<storage, read_write> bias: array<TBIAS>;
-@group(0) @binding(5) var<storage, read_write> res: array<TC>;
+@group(0) @binding(1) var<storage, read> a: array<TA>;
+@group(0) @binding(2) var<storage, read> b: array<TB>;
+@group(0) @binding(3) var<storage, read> bias: array<TBIAS>;
+@group(0) @binding(4) var<storage, read> res: array<TC>;
+@group(0) @binding(5) var<storage, read_write> c: array<TC>;
 var<workgroup> As: array<vec4<f32>, 256>;  // [k][m/4]: 16 x 16 vec4
 var<workgroup> Bs: array<vec4<f32>, 256>;  // [k][n/4]
 

@@ -21,11 +21,11 @@ struct P {
   r_off: u32, r_ld: u32,
 }
 @group(0) @binding(0) var<uniform> p: P;
-@group(0) @binding(1) var<storage, read_write> a: array<vec4<TA>>;
-@group(0) @binding(2) var<storage, read_write> b: array<vec4<TB>>;
-@group(0) @binding(3) var<storage, read_write> c: array<TC>;
-@group(0) @binding(4) var<storage, read_write> bias: array<TBIAS>;
-@group(0) @binding(5) var<storage, read_write> res: array<TC>;
+@group(0) @binding(1) var<storage, read> a: array<vec4<TA>>;
+@group(0) @binding(2) var<storage, read> b: array<vec4<TB>>;
+@group(0) @binding(3) var<storage, read> bias: array<TBIAS>;
+@group(0) @binding(4) var<storage, read> res: array<TC>;
+@group(0) @binding(5) var<storage, read_write> c: array<TC>;
 
 const MV = 16u * MT;            // the A tile's rows / 4 (vec4s along M in workgroup memory)
 const NV = 16u * NT;            // the B tile's columns / 4

@@ -11,11 +11,11 @@ struct P {
   r_ld: u32,
 }
 @group(0) @binding(0) var<uniform> p: P;
-@group(0) @binding(1) var<storage, read_write> a: array<vec4<TA>>;
-@group(0) @binding(2) var<storage, read_write> w: array<vec4<TB>>;
-@group(0) @binding(3) var<storage, read_write> c: array<TC>;
-@group(0) @binding(4) var<storage, read_write> bias: array<TBIAS>;
-@group(0) @binding(5) var<storage, read_write> res: array<TC>;
+@group(0) @binding(1) var<storage, read> a: array<vec4<TA>>;
+@group(0) @binding(2) var<storage, read> w: array<vec4<TB>>;
+@group(0) @binding(3) var<storage, read> bias: array<TBIAS>;
+@group(0) @binding(4) var<storage, read> res: array<TC>;
+@group(0) @binding(5) var<storage, read_write> c: array<TC>;
 
 fn row_a(m: u32, k: u32) -> vec4<f32> {
   if (m < p.M) { return vec4<f32>(a[p.a_off4 + m * p.lda4 + k]); }

@@ -2,7 +2,7 @@
 // Header: alias TX, TO.
 struct P { rows: u32, cols: u32, x_off: u32, x_ld: u32, o_off: u32 }
 @group(0) @binding(0) var<uniform> p: P;
-@group(0) @binding(1) var<storage, read_write> x: array<TX>;
+@group(0) @binding(1) var<storage, read> x: array<TX>;
 @group(0) @binding(2) var<storage, read_write> o: array<TO>;
 
 @compute @workgroup_size(256)

@@ -8,7 +8,7 @@ struct P {
   i_off: u32, o_off: u32, n: u32, alpha: f32,
 }
 @group(0) @binding(0) var<uniform> p: P;
-@group(0) @binding(1) var<storage, read_write> x: array<TI>;
+@group(0) @binding(1) var<storage, read> x: array<TI>;
 @group(0) @binding(2) var<storage, read_write> o: array<TO>;
 
 

@@ -1,0 +1,106 @@
+"""Devices as adapters come: without optional features, with any binding limit, one per adapter.
+
+- Every kernel builds and runs with `subgroup` and `shader-f16` withheld (`Device.wgpu(features=)`),
+  in the CPU-adapter variants and (GPU_STYLE_ON_SOFTWARE) in the GPU variants: GPT-2 gives the
+  CPU reference's tokens.
+- Any `max_binding_bytes` works: every op gives the reference's result or a clear BufferLimitError.
+- However it is asked for, one adapter is one Device, so tensors mix.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import webtensor as wt
+from webtensor.backends.wgpu import ops as gops
+from webtensor.models.gpt2 import GPT2
+
+SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@pytest.fixture(scope="module")
+def prompt() -> list[int]:
+    return GPT2.from_pretrained(None, device="cpu").encode("It was a bright cold day in April, and")
+
+
+@pytest.fixture(scope="module")
+def cpu_tokens(prompt: list[int]) -> list[int]:
+    return GPT2.from_pretrained(None, device="cpu").generate(prompt, 24, stop_at_eos=False)
+
+
+@pytest.mark.parametrize("features", [(), ("subgroup",), ("shader-f16",)], ids=["none", "subgroup", "f16"])
+@pytest.mark.parametrize("gpu_style", [False, True], ids=["cpu-kernels", "gpu-kernels"])
+def test_gpt2_on_a_device_without_optional_features(features, gpu_style, prompt, cpu_tokens, monkeypatch):
+    monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", gpu_style)
+    dev = wt.Device.wgpu(software=True, features=features)
+    assert dev.has_subgroups == ("subgroup" in features and "subgroup" in dev.ctx.api.info.features)
+    assert dev.has_f16 == ("shader-f16" in features and "shader-f16" in dev.ctx.api.info.features)
+    assert not set(dev.ctx.api.features) - set(features)
+    m = GPT2.from_pretrained(None, device=dev)
+    assert m.generate(prompt, 24, stop_at_eos=False) == cpu_tokens
+    if not dev.has_f16:
+        with pytest.raises(wt.CheckpointError, match="shader-f16"):
+            GPT2.from_pretrained(None, device=dev, dtype="float16")
+        with pytest.raises(wt.DTypeError, match="shader-f16"):
+            wt.tensor(np.ones(3, np.float32), device=dev).to("float16")
+
+
+def test_one_device_per_adapter():
+    a = wt.Device.wgpu()
+    assert wt.Device.parse("wgpu") is a
+    assert wt.Device.wgpu(features=None) is a
+    x = wt.tensor(np.ones(4, np.float32), device=a)
+    y = wt.tensor(np.ones(4, np.float32), device=wt.Device.parse("wgpu"))
+    assert (x + y).numpy().tolist() == [2.0] * 4
+    b = wt.Device.wgpu(features=())
+    assert b is not a and b is wt.Device.wgpu(features=[])
+    with pytest.raises(wt.DeviceMismatchError):
+        x + wt.tensor(np.ones(4, np.float32), device=b)
+    with pytest.raises(wt.UsageError, match="unknown WebGPU feature"):
+        wt.Device.wgpu(features=("tensor-cores",))
+    with pytest.raises(wt.UsageError, match="max_binding_bytes"):
+        wt.Device.wgpu(max_binding_bytes=8)
+
+
+def _expect(run, want) -> None:
+    """`run()` equals `want()` (the CPU reference), or refuses with a BufferLimitError."""
+    try:
+        got = run()
+    except wt.BufferLimitError as e:
+        assert "binding limit" in str(e) or "over this device's limit" in str(e)
+        return
+    np.testing.assert_allclose(got, want(), rtol=2e-5, atol=2e-5)
+
+
+@SETTINGS
+@given(limit=st.integers(16, 1 << 16), m=st.integers(1, 40), k=st.integers(1, 48), n=st.integers(1, 70),
+       seed=st.integers(0, 2**16))
+def test_any_binding_limit(limit, m, k, n, seed):
+    dev = wt.Device.wgpu(max_binding_bytes=limit)
+    assert dev.max_binding_bytes() <= limit and dev.max_binding_bytes() % 4 == 0
+    rng = np.random.default_rng(seed)
+    a, w = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
+    bias, g = rng.standard_normal(n, np.float32), rng.standard_normal(k, np.float32)
+    ids = rng.integers(0, m, 7).astype(np.int32)
+    cpu = wt.Device.cpu()
+
+    def both(f):
+        return (lambda: f(dev).numpy()), (lambda: f(cpu).numpy())
+
+    def t(x, d):
+        return wt.tensor(x, device=d)
+
+    for f in (lambda d: wt.matmul(t(a, d), t(w, d)),  # w may be row-chunked: matmul reads chunks
+              lambda d: wt.linear(t(a, d), t(w.T.copy(), d).T, t(bias, d), act="gelu"),
+              lambda d: wt.embedding(t(a, d), t(ids, d)),
+              lambda d: wt.layer_norm(t(a, d), t(g, d), t(g, d)),
+              lambda d: wt.softmax(t(a, d) * 2.0),
+              lambda d: t(a, d) + t(bias[:1], d),
+              lambda d: t(a, d).T.contiguous()):
+        run, want = both(f)
+        _expect(run, want)
+    _expect(lambda: wt.argmax(t(a, dev)).numpy(), lambda: np.argmax(a, -1))
+    _expect(lambda: t(a, dev).numpy(), lambda: a)  # an upload and a readback work at any size
