@@ -292,3 +292,76 @@ def test_mutated_files_are_judged_alike(monkeypatch, blob) -> None:
         except Exception:  # noqa: BLE001 - SafetensorError
             lib = "refused"
         assert got["library"] == got["pure"] and got["pure"][0] == lib, got
+
+
+# --- inside Pyodide (the page's Python: no safetensors, no numpy) ----------------------------------
+
+_PYODIDE_SCRIPT = """
+import { loadPyodide } from "%(pyodide)s/pyodide.mjs";
+const py = await loadPyodide({ indexURL: "%(pyodide)s/" });
+py.FS.mkdirTree("/src"); py.FS.mount(py.FS.filesystems.NODEFS, { root: "%(src)s" }, "/src");
+py.FS.mkdirTree("/cases"); py.FS.mount(py.FS.filesystems.NODEFS, { root: "%(cases)s" }, "/cases");
+py.runPython(`
+import hashlib, json, os, sys
+sys.path.insert(0, "/src")
+from webtensor.errors import CheckpointError
+from webtensor.formats.safetensors_pure import SafetensorsFile
+out = {}
+for name in sorted(os.listdir("/cases")):
+    if not name.endswith(".safetensors"):
+        continue
+    try:
+        with SafetensorsFile.from_path("/cases/" + name) as f:
+            out[name] = {k: hashlib.sha256(f.float32(k)).hexdigest() for k in f.keys()}
+    except CheckpointError as e:
+        out[name] = str(e).replace("/cases/", "")
+assert "numpy" not in sys.modules and "safetensors" not in sys.modules
+json.dump(out, open("/cases/out.json", "w"))
+`);
+"""
+
+
+def test_pure_reader_inside_pyodide(tmp_path) -> None:
+    """In Pyodide, without numpy, the reader gives the float32 bytes the library gives natively
+    (shipped model, and a file of F16 / BF16 / F64), and the same errors."""
+    import hashlib
+    import shutil
+    import subprocess
+
+    from webtensor.web.server import find_pyodide
+
+    node = shutil.which("node")
+    try:
+        pyodide = find_pyodide()
+    except Exception as e:  # noqa: BLE001 - SetupError: Pyodide is not installed here
+        pytest.skip(str(e))
+    if node is None or not (pyodide / "pyodide.mjs").is_file():
+        pytest.skip("node or pyodide.mjs missing")
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    shutil.copy(SHIPPED / "model.safetensors", cases / "shipped.safetensors")
+    rng = np.random.default_rng(3)
+    mixed = {"f16": ("F16", (3, 5)), "bf16": ("BF16", (7,)), "f64": ("F64", (2, 2)), "scalar": ("F16", ()),
+             "empty": ("BF16", (0, 3))}
+    mixed = {k: (d, s, rng.integers(0, 2**16, int(np.prod(s)) * (4 if d == "F64" else 1), dtype="<u2")
+                 .view({"F64": "<u8"}.get(d, "<u2"))) for k, (d, s) in mixed.items() if d in DTYPES}
+    _write(cases / "mixed.safetensors", mixed, {"k": "v"})
+    for case in ("truncated", "overlap", "unknown-dtype"):
+        (cases / f"{case}.safetensors").write_bytes(MALFORMED[case][0])
+    script = tmp_path / "run.mjs"
+    src = Path(__file__).resolve().parents[2] / "src"
+    script.write_text(_PYODIDE_SCRIPT % {"pyodide": pyodide, "src": src, "cases": cases}, encoding="utf-8")
+    run = subprocess.run([node, str(script)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads((cases / "out.json").read_text(encoding="utf-8"))
+    for name in ("shipped", "mixed"):
+        path = cases / f"{name}.safetensors"
+        with np.errstate(over="ignore"):  # F64 beyond float32's range: inf, on both sides
+            want = {k: hashlib.sha256(v.astype(np.float32).tobytes()).hexdigest()
+                    for k, v in _library_values(path).items()}
+        assert out[f"{name}.safetensors"] == want, name
+    for case in ("truncated", "overlap", "unknown-dtype"):
+        path = cases / f"{case}.safetensors"
+        with pytest.raises(wt.CheckpointError) as e:
+            SafetensorsReader([path])
+        assert out[f"{case}.safetensors"] == str(e.value).replace(f"{cases}/", ""), case
