@@ -110,8 +110,9 @@ class SafetensorsReader:
     Read by the `safetensors` library when it is installed; where it is missing, by webtensor's
     one pure-Python reader (`formats/safetensors_pure.py`), which accepts, refuses (with the same
     CheckpointError messages) and reads the same. Weights must be floats (F32, F16, BF16, F64).
-    Each tensor is read into a fresh array, nothing of the file stays mapped: loading holds the
-    weights plus about one tensor in host RAM."""
+    Each tensor is read into a fresh array and nothing of the file stays mapped (the library maps
+    the file only while it copies one tensor out; the pure reader uses positioned reads): loading
+    holds the weights plus about one tensor in host RAM."""
 
     def __init__(self, files: list[Path]):
         self._where: dict[str, tuple[Any, str]] = {}
@@ -167,6 +168,7 @@ class _LibraryFile:
         from ...formats.safetensors_pure import DTYPE_BITS, TensorInfo
 
         self.path = path
+        self._pure: Any = None  # the pure reader, for BF16 tensors
         try:
             with safe_open(str(path), framework="numpy") as h:
                 slices = {k: h.get_slice(k) for k in h.keys()}
@@ -190,7 +192,9 @@ class _LibraryFile:
         if dtype not in FLOAT_DTYPES:
             raise not_a_float_error(f"{self.path}: ", key, dtype)
         if dtype == "BF16":  # numpy has no bfloat16, so the library cannot return it: widen its bits
-            return _open_pure(self.path).array(key)
+            if self._pure is None:
+                self._pure = _open_pure(self.path)
+            return self._pure.array(key)
         try:
             with safe_open(str(self.path), framework="numpy") as h:
                 return h.get_tensor(key)
