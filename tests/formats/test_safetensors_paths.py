@@ -365,3 +365,36 @@ def test_pure_reader_inside_pyodide(tmp_path) -> None:
         with pytest.raises(wt.CheckpointError) as e:
             SafetensorsReader([path])
         assert out[f"{case}.safetensors"] == str(e.value).replace(f"{cases}/", ""), case
+
+
+def test_library_without_slice_dtypes(monkeypatch) -> None:
+    """A safetensors release whose slices lack get_dtype: the dtypes come from the pure reader."""
+    real = safetensors.safe_open
+
+    class Slice:
+        def __init__(self, s):
+            self.get_shape = s.get_shape
+
+    class Handle:
+        def __init__(self, *a, **kw):
+            self.h = real(*a, **kw)
+
+        def __enter__(self):
+            self.h.__enter__()
+            return self
+
+        def __exit__(self, *exc):
+            return self.h.__exit__(*exc)
+
+        def keys(self):
+            return self.h.keys()
+
+        def get_slice(self, k):
+            return Slice(self.h.get_slice(k))
+
+        def get_tensor(self, k):
+            return self.h.get_tensor(k)
+
+    monkeypatch.setattr(safetensors, "safe_open", Handle)
+    r = SafetensorsReader([SHIPPED / "model.safetensors"])
+    assert {r.dtype(n) for n in r.names()} == {"F32"} and r.get("wte.weight").shape == r.shape("wte.weight")

@@ -168,14 +168,23 @@ class _LibraryFile:
         from ...formats.safetensors_pure import DTYPE_BITS, TensorInfo
 
         self.path = path
-        self._pure: Any = None  # the pure reader, for BF16 tensors
+        self._pure: Any = None  # the pure reader's view of the file (BF16 tensors), opened on demand
         try:
             with safe_open(str(path), framework="numpy") as h:
-                slices = {k: h.get_slice(k) for k in h.keys()}
-                self._info = {k: TensorInfo(s.get_dtype(), shape, math.prod(shape) * DTYPE_BITS[s.get_dtype()] // 8)
-                              for k, s in slices.items() for shape in [tuple(s.get_shape())]}
+                self._info = {}
+                for k in h.keys():
+                    s = h.get_slice(k)
+                    get_dtype = getattr(s, "get_dtype", None)  # (not in every safetensors release)
+                    dtype = get_dtype() if get_dtype is not None else self._pure_file().info(k).dtype
+                    shape = tuple(s.get_shape())
+                    self._info[k] = TensorInfo(dtype, shape, math.prod(shape) * DTYPE_BITS[dtype] // 8)
         except Exception as e:
             raise _refused(path, e) from e
+
+    def _pure_file(self) -> Any:
+        if self._pure is None:
+            self._pure = _open_pure(self.path)
+        return self._pure
 
     def keys(self) -> list[str]:
         return list(self._info)
@@ -192,9 +201,7 @@ class _LibraryFile:
         if dtype not in FLOAT_DTYPES:
             raise not_a_float_error(f"{self.path}: ", key, dtype)
         if dtype == "BF16":  # numpy has no bfloat16, so the library cannot return it: widen its bits
-            if self._pure is None:
-                self._pure = _open_pure(self.path)
-            return self._pure.array(key)
+            return self._pure_file().array(key)
         try:
             with safe_open(str(self.path), framework="numpy") as h:
                 return h.get_tensor(key)
