@@ -75,8 +75,9 @@ def _measure(kind, d):
 
 def test_load_on_cpu_holds_the_weights_once(big_checkpoint):
     """The CPU device keeps the weights in host RAM: that is 1x the file. Everything else while
-    loading (reading, checking, converting) must stay small: the reader fills one fresh array per
-    tensor with a positioned read, so no mapping of the whole file stays resident beside the copy."""
+    loading (reading, checking, converting) must stay small: each tensor is copied into a fresh array
+    with the file mapped only for that tensor (the safetensors library) or read with a positioned
+    read (the pure reader), so no mapping of the whole file stays resident beside the copy."""
     d, size = big_checkpoint
     m = _measure("cpu", d)
     extra_peak = m["peak"] - size

@@ -14,11 +14,8 @@ without a browser.
 
 from __future__ import annotations
 
-import array
 import importlib
 import math
-import struct
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +26,7 @@ from .. import dtypes as dt
 from .. import generation
 from ..device import Device
 from ..errors import CheckpointError
-from ..io.safetensors_pure import SafetensorsFile, SafetensorsFormatError
+from ..formats.safetensors_pure import SafetensorsFile
 from ..tensor import Tensor, from_buffer
 
 
@@ -39,27 +36,9 @@ def _gpt2_module(name: str) -> Any:
     return importlib.import_module(f"webtensor.models.gpt2.{name}")
 
 
-def _to_float32(raw: memoryview, st_dtype: str, name: str) -> memoryview | bytes:
-    """A tensor's stored bytes as little-endian float32 bytes."""
-    if st_dtype == "F32":
-        return raw
-    if st_dtype == "F16":
-        n = raw.nbytes // 2
-        return struct.pack(f"<{n}f", *struct.unpack(f"<{n}e", raw))
-    if st_dtype == "BF16":
-        halves = array.array("H", bytes(raw))
-        if sys.byteorder != "little":
-            halves.byteswap()
-        out = array.array("I", (h << 16 for h in halves))
-        if sys.byteorder != "little":
-            out.byteswap()
-        return out.tobytes()
-    raise CheckpointError(f"tensor {name!r} has dtype {st_dtype}; GPT-2 weights must be F32, F16 or BF16")
-
-
-def _stored_float32(where: dict[str, tuple[SafetensorsFile, str]], name: str) -> memoryview | bytes:
+def _stored_float32(where: dict[str, tuple[SafetensorsFile, str]], name: str) -> memoryview:
     sf, key = where[name]
-    return _to_float32(sf.raw(key), sf.info(key).dtype, name)
+    return sf.float32(key)
 
 
 @dataclass
@@ -113,9 +92,9 @@ class WebGPT2:
         where: dict[str, tuple[SafetensorsFile, str]] = {}
         for f in files:
             try:
-                sf = SafetensorsFile.from_path(f)
-            except (SafetensorsFormatError, OSError) as e:
-                raise CheckpointError(f"{f} could not be read as safetensors: {e}") from e
+                sf = SafetensorsFile.from_path(f)  # a bad file: CheckpointError saying what is wrong
+            except OSError as e:
+                raise CheckpointError(f"{f} could not be read: {e}") from e
             for key in sf.keys():
                 weights.add_tensor(where, key, (sf, key), f)
         weights.check_shapes({n: tuple(sf.info(k).shape) for n, (sf, k) in where.items()}, cfg, d)
@@ -127,9 +106,7 @@ class WebGPT2:
         done = 0
         params: dict[str, Tensor] = {}
         for name, shape in shapes.items():
-            sf, key = where[name]
-            info = sf.info(key)
-            t = from_buffer(_to_float32(sf.raw(key), info.dtype, name), shape, dt.float32, device)
+            t = from_buffer(_stored_float32(where, name), shape, dt.float32, device)
             if len(shape) == 2 and name.startswith("h."):  # k-major storage (a GPU transpose), as the native model
                 t = t.T.contiguous().T
             params[name] = t

@@ -1,15 +1,15 @@
 """Finding and reading GPT-2 checkpoints: a local directory or a model id in the local Hugging Face
 cache (offline, never the network); safetensors only — pickle (.bin) checkpoints are refused,
-because loading them can run code. Tensors are read one at a time with positioned reads (no mapping
-of the whole file stays resident) and uploaded one by one, so loading holds the weights plus about one
-tensor in host RAM."""
+because loading them can run code. Safetensors are read by the `safetensors` library, or where it is
+missing by the pure-Python `formats/safetensors_pure.py` (the same checks, messages and values).
+Tensors are read one at a time (no mapping of the whole file stays resident) and uploaded one by
+one, so loading holds the weights plus about one tensor in host RAM."""
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import re
-import struct
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -104,14 +104,20 @@ def _iter_expected(cfg: GPT2Config) -> Iterator[tuple[str, tuple[int, ...]]]:
 
 
 class SafetensorsReader:
-    """Tensors from one or more .safetensors files, by GPT-2 name (prefix stripped), read on demand.
-    Uses the `safetensors` library to validate each file; the pure-Python reader only where it is
-    missing (browser)."""
+    """Tensors from one or more .safetensors files (every *.safetensors of the directory: shards
+    too), by GPT-2 name (prefix stripped), read on demand as numpy arrays.
+
+    Read by the `safetensors` library when it is installed; where it is missing, by webtensor's
+    one pure-Python reader (`formats/safetensors_pure.py`), which accepts, refuses (with the same
+    CheckpointError messages) and reads the same. Weights must be floats (F32, F16, BF16, F64).
+    Each tensor is read into a fresh array and nothing of the file stays mapped (the library maps
+    the file only while it copies one tensor out; the pure reader uses positioned reads): loading
+    holds the weights plus about one tensor in host RAM."""
 
     def __init__(self, files: list[Path]):
         self._where: dict[str, tuple[Any, str]] = {}
         for f in files:
-            handle = _open(f)
+            handle = _LibraryFile(f) if _have_library() else _open_pure(f)
             for key in handle.keys():
                 add_tensor(self._where, key, (handle, key), f)
 
@@ -122,106 +128,96 @@ class SafetensorsReader:
         handle, key = self._where[name]
         return tuple(handle.info(key).shape)
 
-    def get(self, name: str) -> Any:
-        """The tensor as a fresh numpy array (or, on the numpy-free path, its raw bytes)."""
+    def dtype(self, name: str) -> str:
+        """The safetensors dtype the tensor is stored in ("F32", "BF16", ...)."""
         handle, key = self._where[name]
-        try:
-            return handle.get_tensor(key)
-        except CheckpointError:
-            raise
-        except Exception as e:
-            raise CheckpointError(f"tensor {key!r} could not be read: {e}") from e
+        return handle.info(key).dtype
+
+    def get(self, name: str) -> Any:
+        """The tensor as a fresh numpy array: float32 (F32, BF16), float16 (F16) or float64 (F64)."""
+        handle, key = self._where[name]
+        return handle.array(key)
 
 
-def _open(f: Path) -> Any:
+def _have_library() -> bool:
     try:
-        from safetensors import safe_open
-    except ImportError:  # the browser: no compiled safetensors
-        from ...io.safetensors_pure import SafetensorsFile, SafetensorsFormatError
+        import safetensors  # noqa: F401
+    except ImportError:  # the browser, or an install without it
+        return False
+    return True
 
-        try:
-            return _PureHandle(SafetensorsFile.from_path(f))
-        except SafetensorsFormatError as e:
-            raise CheckpointError(f"{f} is not a valid safetensors file: {e}") from e
+
+def _open_pure(f: Path) -> Any:
+    from ...formats.safetensors_pure import SafetensorsFile
+
     try:
-        with safe_open(str(f), framework="numpy"):  # validates the header, offsets and file size
-            pass
-        return _PreadHandle(f)
-    except CheckpointError:
-        raise
-    except Exception as e:
-        raise CheckpointError(f"{f} is not a valid safetensors file (truncated or corrupt header?): {e}") from e
+        return SafetensorsFile.from_path(f)
+    except OSError as e:
+        raise CheckpointError(f"{f} could not be read: {e}") from e
 
 
-class _Info:
-    def __init__(self, dtype: str, shape: tuple[int, ...], begin: int, end: int):
-        self.dtype, self.shape, self.begin, self.end = dtype, shape, begin, end
-
-
-_NP_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "I32": "<i4",
-              "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}
-
-
-class _PreadHandle:
-    """One safetensors file (already validated by the library), each tensor read into a fresh numpy
-    array with a positioned read: nothing of the file stays mapped, so peak host memory while
-    loading is the weights plus one tensor, not twice the file."""
+class _LibraryFile:
+    """One .safetensors file read by the `safetensors` library. A file it refuses gets the pure
+    reader's message for the problem (so both paths say the same), the library's where only the
+    library sees one. A tensor is read with the file opened just for it: its mapping goes away
+    once the array is copied out."""
 
     def __init__(self, path: Path):
+        from safetensors import safe_open
+
+        from ...formats.safetensors_pure import DTYPE_BITS, TensorInfo
+
         self.path = path
-        with open(path, "rb") as fh:
-            (n,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(n))
-        self.data_start = 8 + n
-        self._info = {k: _Info(v["dtype"], tuple(v["shape"]), *v["data_offsets"])
-                      for k, v in header.items() if k != "__metadata__"}
+        self._pure: Any = None  # the pure reader's view of the file (BF16 tensors), opened on demand
+        try:
+            with safe_open(str(path), framework="numpy") as h:
+                self._info = {}
+                for k in h.keys():
+                    s = h.get_slice(k)
+                    get_dtype = getattr(s, "get_dtype", None)  # (not in every safetensors release)
+                    dtype = get_dtype() if get_dtype is not None else self._pure_file().info(k).dtype
+                    shape = tuple(s.get_shape())
+                    self._info[k] = TensorInfo(dtype, shape, math.prod(shape) * DTYPE_BITS[dtype] // 8)
+        except Exception as e:
+            raise _refused(path, e) from e
+
+    def _pure_file(self) -> Any:
+        if self._pure is None:
+            self._pure = _open_pure(self.path)
+        return self._pure
 
     def keys(self) -> list[str]:
         return list(self._info)
 
-    def info(self, key: str) -> _Info:
+    def info(self, key: str) -> Any:
         return self._info[key]
 
-    def get_tensor(self, key: str) -> Any:
-        import numpy as np
+    def array(self, key: str) -> Any:
+        from safetensors import safe_open
 
-        i = self._info[key]
-        if i.dtype not in _NP_DTYPES:
-            raise CheckpointError(f"{self.path}: tensor {key!r} has dtype {i.dtype}, which webtensor cannot read")
-        arr = np.empty(i.shape, _NP_DTYPES[i.dtype])
-        want = i.end - i.begin
-        if arr.nbytes != want:
-            raise CheckpointError(f"{self.path}: tensor {key!r} has {want} bytes for shape {i.shape} {i.dtype}")
-        with open(self.path, "rb") as fh:
-            fh.seek(self.data_start + i.begin)
-            got = fh.readinto(arr.reshape(-1).view(np.uint8)) if want else 0
-        if got != want:
-            raise CheckpointError(f"{self.path} is truncated: tensor {key!r} has {got} of its {want} bytes")
-        if i.dtype == "BF16":  # numpy has no bfloat16: widen the top 16 bits of a float32
-            arr = (arr.astype(np.uint32) << 16).view(np.float32)
-        return arr
+        from ...formats.safetensors_pure import FLOAT_DTYPES, not_a_float_error
+
+        dtype = self._info[key].dtype
+        if dtype not in FLOAT_DTYPES:
+            raise not_a_float_error(f"{self.path}: ", key, dtype)
+        if dtype == "BF16":  # numpy has no bfloat16, so the library cannot return it: widen its bits
+            return self._pure_file().array(key)
+        try:
+            with safe_open(str(self.path), framework="numpy") as h:
+                return h.get_tensor(key)
+        except Exception as e:
+            raise CheckpointError(f"{self.path}: tensor {key!r} could not be read: {e}") from e
 
 
-class _PureHandle:
-    def __init__(self, sf: Any):
-        self.sf = sf
+def _refused(path: Path, e: Exception) -> CheckpointError:
+    """The error for a file the library refused: the pure reader's account of the problem."""
+    from ...formats.safetensors_pure import SafetensorsFormatError
 
-    def keys(self) -> list[str]:
-        return list(self.sf.keys())
-
-    def info(self, key: str) -> Any:
-        return self.sf.info(key)
-
-    def get_tensor(self, key: str) -> Any:
-        info = self.sf.info(key)
-        return _RawTensor(self.sf.raw(key), info.dtype, tuple(info.shape))
-
-
-class _RawTensor:
-    """Bytes of a tensor, for the numpy-free path (uploads take any buffer)."""
-
-    def __init__(self, data: memoryview, dtype: str, shape: tuple[int, ...]):
-        self.data, self.dtype, self.shape = data, dtype, shape
+    try:
+        _open_pure(path).close()
+    except (SafetensorsFormatError, CheckpointError) as pure:
+        return pure
+    return CheckpointError(f"{path} is not a valid safetensors file: {e}")
 
 
 # tensors a GPT-2 checkpoint may hold that do not take part in generation: the causal-mask buffers

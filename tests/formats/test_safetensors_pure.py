@@ -1,10 +1,12 @@
-"""Tests for the pure-Python safetensors reader against the reference ``safetensors`` library."""
+"""The pure-Python safetensors reader (`formats/safetensors_pure.py`) against the reference
+``safetensors`` library: bytes, metadata and dtypes of files the library writes, and every kind of
+corruption refused (by both) with a SafetensorsFormatError naming the problem. How the two load
+paths of `SafetensorsReader` agree is in test_safetensors_paths.py."""
 
 from __future__ import annotations
 
 import json
 import struct
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,11 +16,8 @@ safetensors = pytest.importorskip("safetensors")
 from safetensors import safe_open  # noqa: E402
 from safetensors.numpy import save, save_file  # noqa: E402
 
-try:
-    from webtensor.io import safetensors_pure as stp
-except ImportError:  # package not installed: import from the src/ tree
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from webtensor.io import safetensors_pure as stp
+from webtensor.errors import CheckpointError  # noqa: E402
+from webtensor.formats import safetensors_pure as stp  # noqa: E402
 
 SafetensorsFile = stp.SafetensorsFile
 SafetensorsFormatError = stp.SafetensorsFormatError
@@ -163,13 +162,28 @@ def test_unknown_tensor_name(written: tuple[Path, dict[str, np.ndarray]]) -> Non
 
 
 def test_close_with_live_views(written: tuple[Path, dict[str, np.ndarray]]) -> None:
-    f = SafetensorsFile.from_path(written[0])
-    view = f.raw("u8")
-    expected = bytes(view)
-    f.close()  # must not raise although a view of the mapping is alive
-    assert bytes(view) == expected  # the mapping stays valid while the view lives
-    f.close()  # idempotent
-    assert "closed" in repr(f)
+    path, tensors = written
+    for f in (SafetensorsFile.from_path(path), SafetensorsFile.from_bytes(path.read_bytes())):
+        view = f.raw("u8")
+        expected = bytes(view)
+        f.close()  # must not raise although a view is alive
+        assert bytes(view) == expected == tensors["u8"].tobytes()  # the view stays valid
+        f.close()  # idempotent
+        assert "closed" in repr(f) and f.closed
+        for read in (f.raw, f.float32, f.array):
+            with pytest.raises(ValueError, match="closed"):
+                read("f32")
+
+
+def test_file_shrunk_after_opening(tmp_path: Path) -> None:
+    path = tmp_path / "m.safetensors"
+    save_file({"a": np.ones(4, np.float32), "b": np.ones(8, np.float32)}, str(path))
+    f = SafetensorsFile.from_path(path)
+    path.write_bytes(path.read_bytes()[:-8])
+    assert bytes(f.raw("a")) == np.ones(4, np.float32).tobytes()
+    for read in (f.raw, f.float32, f.array):
+        with pytest.raises(SafetensorsFormatError, match=r"m.safetensors is truncated: tensor 'b' has 24 of its 32"):
+            read("b")
 
 
 def test_from_path_errors(tmp_path: Path) -> None:
@@ -177,11 +191,11 @@ def test_from_path_errors(tmp_path: Path) -> None:
         SafetensorsFile.from_path(tmp_path / "missing.safetensors")
     empty = tmp_path / "empty.safetensors"
     empty.write_bytes(b"")
-    with pytest.raises(SafetensorsFormatError, match=r"empty.safetensors: file is only 0 bytes"):
+    with pytest.raises(SafetensorsFormatError, match=r"empty.safetensors is not a valid .*: file is only 0 bytes"):
         SafetensorsFile.from_path(empty)
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(_header_file({"w": _t("F32", [4], 0, 16)}, b"\0" * 8))
-    with pytest.raises(SafetensorsFormatError, match=r"bad.safetensors: tensor 'w'.*truncated"):
+    with pytest.raises(SafetensorsFormatError, match=r"bad.safetensors is not a valid .*: tensor 'w'.*truncated"):
         SafetensorsFile.from_path(bad)
 
 
@@ -214,9 +228,9 @@ CORRUPT = [
     pytest.param(_raw_header(b'{"a": {"dtype": '), r"header is not valid JSON", id="bad-json"),
     pytest.param(_raw_header(b"{}\x00"), r"header is not valid JSON", id="trailing-nul"),
     pytest.param(_raw_header(b"[1, 2]"), r"header must be a JSON object, got list", id="not-object"),
-    pytest.param(
+    pytest.param(  # the last entry of a key counts, as in the library
         _raw_header(b'{"a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}, "a": {}}', b"x"),
-        r"header has the key 'a' twice",
+        r"tensor 'a': header entry is missing the field 'dtype'",
         id="duplicate-name",
     ),
     pytest.param(_header_file({"a": [1, 2]}), r"tensor 'a': header entry must be an object", id="entry-list"),
@@ -349,7 +363,7 @@ def test_good_fixture_is_valid() -> None:
     assert len(safetensors.deserialize(_header_file(GOOD, GOOD_DATA))) == 2
 
 
-def test_error_is_a_value_error() -> None:
-    assert issubclass(SafetensorsFormatError, ValueError)
+def test_error_is_a_checkpoint_error() -> None:
+    assert issubclass(SafetensorsFormatError, CheckpointError) and issubclass(SafetensorsFormatError, ValueError)
     with pytest.raises(ValueError):
         SafetensorsFile.from_bytes(b"1234")

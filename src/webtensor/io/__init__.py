@@ -1,1 +1,0 @@
-"""File-format readers that need only the Python standard library (usable inside Pyodide)."""
