@@ -200,7 +200,12 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, act: str | Non
 
     x: (..., K), weight: (K, N) (HF Conv1D layout; pass `w.T` for torch Linear's (N, K)),
     bias: (N,), residual: (..., N). act: None or a name in `webtensor.activations.CODES`
-    ("gelu" is "gelu_tanh")."""
+    ("gelu" is "gelu_tanh").
+
+    weight may also be a q8_0 (int8) weight of shape (N, K), nn.Linear's layout: a
+    `formats.q8_0.Q8Weight`, or a `backends.wgpu.q8_ops.Q8Gpu` on x's device (see _q8_linear)."""
+    if not isinstance(weight, Tensor):  # q8_0 weights
+        return _q8_linear(x, weight, bias, act, residual)
     ts = [t for t in (x, weight, bias, residual) if t is not None]
     check_same_device("linear", *ts)
     _need_float("linear", *ts)
@@ -222,6 +227,41 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, act: str | Non
     out = _gpu().matmul(x2, weight, out_dtype, bias=bias, act=act,
                         residual=None if residual is None else residual.reshape(x2.shape[:-1] + (N,)))
     return out.reshape(out_shape)
+
+
+# -- q8_0 (int8) weights in `linear`: a self-contained addition ---------------------------------
+def _q8_linear(x: Tensor, weight: Any, bias: Tensor | None, act: str | None, residual: Tensor | None) -> Tensor:
+    """linear(x, weight) for a q8_0 weight (N, K): float32 out on either device. CPU: the numpy
+    reference (`backends.cpu.q8_linear`); WebGPU: `backends.wgpu.q8_ops.q8_linear` (a Q8Weight is
+    uploaded once per device and kept while it lives)."""
+    from .formats.q8_0 import Q8Weight
+
+    gpu_weight = type(weight).__name__ == "Q8Gpu"  # (importing q8_ops needs a WebGPU-capable install)
+    if not isinstance(weight, Q8Weight) and not gpu_weight:
+        raise DTypeError(f"linear: weight must be a Tensor or a q8_0 weight, got {type(weight).__name__}")
+    if not isinstance(x, Tensor):
+        raise DTypeError(f"linear: x must be a Tensor, got {type(x).__name__}")
+    ts = [t for t in (x, bias, residual) if t is not None]
+    check_same_device("linear", *ts)
+    _need_float("linear", *ts)
+    N, K = weight.shape
+    if x.ndim < 1 or x.shape[-1] != K:
+        raise ShapeError(f"linear: x {x.shape} @ a q8_0 weight of shape {weight.shape} (N, K): needs K = x.shape[-1]")
+    if bias is not None and bias.shape != (N,):
+        raise ShapeError(f"linear: bias must have shape ({N},), got {bias.shape}")
+    out_shape = (*x.shape[:-1], N)
+    if residual is not None and residual.shape != out_shape:
+        raise ShapeError(f"linear: residual must have the output's shape {out_shape}, got {residual.shape}")
+    act = activations.canonical(act)
+    if _is_cpu(x):
+        if gpu_weight:
+            raise DTypeError("linear: a q8_0 weight on a WebGPU device cannot multiply a CPU tensor")
+        arr = _cpu().q8_linear(x._array, weight, None if bias is None else bias._array, act,
+                               None if residual is None else residual._array)
+        return _wrap(x.device, arr)
+    from .backends.wgpu import q8_ops
+
+    return q8_ops.q8_linear(x, weight, bias, act, residual)
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, scale: float | None = None) -> Tensor:

@@ -6,6 +6,8 @@ inputs are widened first, outputs rounded back), mirroring the WGSL kernels, whi
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 F32 = np.float32
@@ -40,7 +42,21 @@ def matmul(a: np.ndarray, b: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
 def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, act: str | None, residual: np.ndarray | None,
            out_dtype: np.dtype) -> np.ndarray:
     # x: (..., K) @ w: (K, N) + b: (N,) -> act -> + residual: (..., N)
-    y = _f32(x) @ _f32(w)
+    return _epilogue(_f32(x) @ _f32(w), b, act, residual, out_dtype)
+
+
+def q8_linear(x: np.ndarray, w: Any, b: np.ndarray | None, act: str | None, residual: np.ndarray | None,
+              out_dtype: np.dtype = F32) -> np.ndarray:
+    # `linear` with a q8_0 weight w (a Q8Weight of shape (N, K)): x (..., K) @ dequantize(w).T,
+    # in float32, then the same epilogue
+    from ..formats.q8_0 import q8_matmul
+
+    return _epilogue(q8_matmul(_f32(x), w), b, act, residual, out_dtype)
+
+
+def _epilogue(y: np.ndarray, b: np.ndarray | None, act: str | None, residual: np.ndarray | None,
+              out_dtype: np.dtype) -> np.ndarray:
+    # linear's fused epilogue on the float32 product y: + bias, the activation, + residual
     if b is not None:
         y = y + _f32(b)
     if act is not None:

@@ -33,7 +33,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..backends.wgpu.gpu_api import COPY_DST, STORAGE, AdapterInfo
+from ..backends.wgpu.gpu_api import COPY_DST, STORAGE, AdapterInfo, read_only_bindings
 from ..errors import GPUError, NoAdapterError
 
 HELPER_JS = Path(__file__).with_name("gpu_helper.js")
@@ -79,8 +79,9 @@ def storage_access(wgsl: str) -> tuple[str, list[bool]]:
         if not written[b]:
             out = re.sub(r"(@binding\(\s*" + str(b) + r"\s*\)\s*var\s*<\s*storage\s*,\s*)read_write(\s*>)",
                          r"\1read\2", out)
-    n = max((b for b, _ in decls), default=0)
-    return out, [written.get(i, True) for i in range(1, n + 1)]
+    read_only = read_only_bindings(wgsl)  # declared `var<storage, read>` in the source already
+    n = max([b for b, _ in decls] + list(read_only), default=0)
+    return out, [False if i in read_only else written.get(i, True) for i in range(1, n + 1)]
 
 
 def _js() -> Any:

@@ -16,6 +16,7 @@ Buffers passed in are the implementation's own handles. Uploads take any buffer-
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -75,6 +76,19 @@ class GpuApi(Protocol):
     def pop_error(self) -> str | None:
         """The first validation/out-of-memory error since the last call, as text, else None."""
         ...
+
+
+_READ_ONLY_DECL = re.compile(r"@binding\(\s*(\d+)\s*\)\s*var\s*<\s*storage\s*,\s*read\s*>")
+
+
+def read_only_bindings(wgsl: str) -> frozenset[int]:
+    """The binding numbers `wgsl` declares `var<storage, read>` (comments ignored). Such a binding
+    needs a "read-only-storage" entry in the bind-group layout; the rest stay "storage". A buffer
+    bound read-only may alias other read-only bindings of a dispatch but not a writable one
+    (wgpu-native rejects that as conflicting usage), so kernels with read-only inputs need a
+    placeholder buffer, not the output, for an unused input."""
+    body = re.sub(r"//[^\n]*", "", wgsl)
+    return frozenset(int(m.group(1)) for m in _READ_ONLY_DECL.finditer(body))
 
 
 def _subgroup_sizes(info: Any) -> tuple[int, int]:
@@ -180,8 +194,9 @@ class NativeGpu:
     def write_buffer(self, buffer: Any, offset: int, data: Any) -> None:
         self.queue.write_buffer(buffer, offset, data)
 
-    def _layout(self, n_storage: int, uniform_size: int) -> tuple[Any, Any]:
-        key = (n_storage, uniform_size)
+    def _layout(self, n_storage: int, uniform_size: int, read_only: frozenset[int] = frozenset()
+                ) -> tuple[Any, Any]:
+        key = (n_storage, uniform_size, read_only)
         if key not in self._layouts:
             wgpu = self._wgpu
             entries = [
@@ -191,7 +206,8 @@ class NativeGpu:
                     "buffer": {"type": "uniform", "has_dynamic_offset": True, "min_binding_size": uniform_size},
                 }
             ] + [
-                {"binding": i + 1, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": "storage"}}
+                {"binding": i + 1, "visibility": wgpu.ShaderStage.COMPUTE,
+                 "buffer": {"type": "read-only-storage" if i + 1 in read_only else "storage"}}
                 for i in range(n_storage)
             ]
             bgl = self.device.create_bind_group_layout(entries=entries)
@@ -199,7 +215,9 @@ class NativeGpu:
         return self._layouts[key]
 
     def create_pipeline(self, wgsl: str, n_storage: int, label: str, uniform_size: int) -> Any:
-        bgl, layout = self._layout(n_storage, uniform_size)
+        """A compute pipeline for `wgsl`; each binding the code declares `var<storage, read>` gets a
+        read-only-storage layout entry (WebGPU requires the layout to match the declared access)."""
+        bgl, layout = self._layout(n_storage, uniform_size, read_only_bindings(wgsl))
         module = self.device.create_shader_module(code=wgsl, label=label)
         pipe = self.device.create_compute_pipeline(
             layout=layout, compute={"module": module, "entry_point": "main"}, label=label
