@@ -121,6 +121,24 @@ def test_kernels_declare_inputs_read_only() -> None:
     assert read_only_bindings("// @binding(1) var<storage, read> x: array<f32>;") == frozenset()
 
 
+def test_unused_inputs_get_a_placeholder_not_the_output(gpu: wt.Device) -> None:
+    """wgpu-native rejects a buffer bound read-only and writable in one dispatch: the reason
+    q8_linear binds a placeholder for a missing bias / residual (the float kernels bind the output)."""
+    ctx = gpu.ctx
+    g = q8_ops.upload(gpu, q8_0.quantize(np.ones((4, 32), np.float32)))
+    x = wt.tensor(np.ones((1, 32), np.float32), device=gpu)
+    out = gops.empty(gpu, (1, 4), wt.float32)
+    kern, _ = q8_ops.kernel_for(ctx, 1, 32)
+    ((_, _, qb, sb),) = g.chunks()
+    params = (1, 4, 32, 0, 0, 8, 1, 0, 4, 0, 0, 0, 0)
+    hold = q8_ops._placeholder(ctx)
+    ctx.dispatch(kern, params, [x._storage.buffer, qb, sb, hold, hold, out._storage.buffer], (1, 1, 1))
+    assert np.allclose(out.numpy(), 32 * 127 * float(np.float16(1 / 127)))
+    with pytest.raises(wt.GPUError):
+        o = out._storage.buffer
+        ctx.dispatch(kern, params, [x._storage.buffer, qb, sb, o, o, o], (1, 1, 1))
+
+
 # -- the kernels --------------------------------------------------------------------------------
 @SETTINGS
 @given(M=st.one_of(st.just(1), st.integers(1, 8), st.integers(9, 70)), N=st.integers(1, 150),
