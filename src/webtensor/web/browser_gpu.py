@@ -19,7 +19,8 @@ bind one buffer twice in a dispatch (an unused epilogue input gets the output bu
 x twice). Browsers enforce the WebGPU rule that a writable binding may not alias any other
 binding in a dispatch (wgpu-native does not check it). So, per pipeline, this module finds the
 storage bindings the shader never writes and declares them `read` (WGSL and layout): read-only
-bindings may alias each other. A read-only binding that aliases a *written* one is given a
+bindings may alias each other (bindings a kernel declares `read` itself, as the q8_0 kernels
+do, get read-only layout entries too). A read-only binding that aliases a *written* one is given a
 snapshot instead: a scratch buffer the dispatch's own bytes are copied into right before it, which
 is what the kernel would read anyway (it reads each element before writing it, or not at all).
 `snapshot_copies` counts those copies; ops that bind a dedicated placeholder need none.
