@@ -2,9 +2,9 @@
 // C[m, n] = sum_k A[m, k] W[n, k], W held in webtensor's GPU layout of llama.cpp's q8_0 (see
 // backends/wgpu/q8_ops.py): quants 4 per u32 in k-major rows (row n: K / 4 words, read here as
 // vec4<u32> "units" of 16 quants, half a 32-block), and one float16 scale per block in a separate
-// array, two per u32 (block j of row n: word n * d_ld + j / 2, low half for even j). A unit is
-// dequantized in registers (q * d, exact in f32) and dotted with every one of the M rows, so W is
-// read once for all of them; sums are f32.
+// array, two per u32 (block j of row n: word n * d_ld + j / 2, low half for even j). A unit's
+// quants are widened to f32 in registers and dotted with every one of the M rows (W is read once
+// for all of them); each row's 16 products are summed, then scaled by d once. Sums are f32.
 // A workgroup of 256 threads computes 256 / LANES outputs, LANES threads per W row striding over
 // its units, then a tree reduction of the MR partial sums in workgroup memory. LANES = 1 (CPU
 // adapters): one thread per output, no reduction, no barrier. No subgroup operations.
@@ -54,15 +54,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     for (var u = lane; u < units; u = u + LANES) {
       let q = qs[qb + u];
       let d = scale(n, u / 2u);
-      let w0 = dq(q.x, d);
-      let w1 = dq(q.y, d);
-      let w2 = dq(q.z, d);
-      let w3 = dq(q.w, d);
+      let w0 = quants4(q.x);
+      let w1 = quants4(q.y);
+      let w2 = quants4(q.z);
+      let w3 = quants4(q.w);
       let ab = p.a_off4 + u * 4u;
       for (var m = 0u; m < MR; m = m + 1u) {
         if (m < p.M) {
           let x = ab + m * p.lda4;
-          s[m] = s[m] + (dot(a[x], w0) + dot(a[x + 1u], w1)) + (dot(a[x + 2u], w2) + dot(a[x + 3u], w3));
+          s[m] = s[m] + d * ((dot(a[x], w0) + dot(a[x + 1u], w1)) + (dot(a[x + 2u], w2) + dot(a[x + 3u], w3)));
         }
       }
     }
