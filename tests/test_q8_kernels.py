@@ -190,6 +190,18 @@ def test_upload_is_kept_per_device(gpu: wt.Device) -> None:
     assert np.array_equal(wt.linear(x, qw).numpy(), wt.linear(x, g).numpy())
 
 
+def test_vector_empty_and_transposed_inputs(gpu: wt.Device, cpu: wt.Device) -> None:
+    rng = np.random.default_rng(4)
+    qw = weight(rng, 30, 64)
+    x = rng.standard_normal(64).astype(np.float32)
+    got = wt.linear(wt.tensor(x, device=gpu), qw)
+    assert got.shape == (30,) and rel_err(got.numpy(), q8_0.q8_matmul(x, qw)) <= TOL
+    assert wt.linear(wt.tensor(np.zeros((0, 64), np.float32), device=gpu), qw).shape == (0, 30)
+    xt = rng.standard_normal((64, 5)).astype(np.float32)  # x = xt.T: unit stride along rows, copied first
+    got = wt.linear(wt.tensor(xt, device=gpu).T, qw)
+    assert rel_err(got.numpy(), wt.linear(wt.tensor(xt.T.copy(), device=cpu), qw).numpy()) <= TOL
+
+
 def test_float16_inputs(gpu: wt.Device, cpu: wt.Device) -> None:
     if not gpu.has_f16:
         pytest.skip("no shader-f16")
