@@ -6,8 +6,9 @@
 // quants are widened to f32 in registers and dotted with every one of the M rows (W is read once
 // for all of them); each row's 16 products are summed, then scaled by d once. Sums are f32.
 // A workgroup of 256 threads computes 256 / LANES outputs, LANES threads per W row striding over
-// its units, then a tree reduction of the MR partial sums in workgroup memory. LANES = 1 (CPU
-// adapters): one thread per output, no reduction, no barrier. No subgroup operations.
+// its units, then a tree reduction of the MR partial sums in workgroup memory, and lane m writes
+// row m's output (LANES >= 32 >= MR). LANES = 1 (CPU adapters): one thread per output, no
+// reduction, no barrier. No subgroup operations.
 // Epilogue (epilogue.wgsl): + bias[n], the activation, + residual[m, n], chosen by p.epi.
 // Needs K % 32 == 0 (whole blocks) and A rows 4-aligned. Header: const LANES, MR (MR >= p.M, a
 // power of two up to 8: the accumulators per thread).
@@ -67,6 +68,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
       }
     }
   }
+  // one write_out call site (each is the whole activation switch: unrolled MR times it would
+  // multiply the shader's size); the MR sums of a row go out through MR lanes, or a loop
   if (LANES > 1u) {
     for (var m = 0u; m < MR; m = m + 1u) { red[m * 256u + li] = s[m]; }
     workgroupBarrier();
@@ -76,11 +79,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
       }
       workgroupBarrier();
     }
-    for (var m = 0u; m < MR; m = m + 1u) { s[m] = red[m * 256u + li]; }
-  }
-  if (lane == 0u && n < p.N) {
-    for (var m = 0u; m < MR; m = m + 1u) {
-      if (m < p.M) { write_out(p.c_off + m * p.ldc + n, m, n, s[m]); }
-    }
+    if (lane < p.M && n < p.N) { write_out(p.c_off + lane * p.ldc + n, lane, n, red[lane * 256u + r * LANES]); }
+  } else if (n < p.N) {
+    for (var m = 0u; m < p.M; m = m + 1u) { write_out(p.c_off + m * p.ldc + n, m, n, s[m]); }
   }
 }
