@@ -155,24 +155,39 @@ def matmul(a: Any, b: Any) -> Tensor:
     return out.reshape(out.shape[:-2] + out.shape[-1:]) if squeeze else out
 
 
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, act: str | None = None,
+def linear(x: Tensor, weight: Any, bias: Tensor | None = None, act: str | None = None,
            residual: Tensor | None = None, ln: tuple[Tensor, Tensor, float] | None = None) -> Tensor:
     """Fused (layer_norm(x) if ln) @ weight (+ bias) (-> act) (+ residual), one kernel where the
     device can (the GEMV of a decode step takes the layer norm in its prologue).
 
     x: (..., K), weight: (K, N) (HF Conv1D layout; pass `w.T` for torch Linear's (N, K)),
     bias: (N,), residual: (..., N), ln: (weight (K,), bias (K,), eps). act: None or a name in
-    `webtensor.activations.CODES` ("gelu" is "gelu_tanh")."""
-    ts = [t for t in (x, weight, bias, residual) if t is not None]
+    `webtensor.activations.CODES` ("gelu" is "gelu_tanh").
+
+    weight may also be a q8_0 (int8) weight of shape (N, K), nn.Linear's layout
+    (`formats.q8_0.Q8Weight`, or its upload `backends.wgpu.q8_ops.Q8Gpu`): dequantized in
+    registers on WebGPU, by the numpy reference on the CPU; the result is float32."""
+    quantized = not isinstance(weight, Tensor)
+    if quantized and type(weight).__name__ not in ("Q8Weight", "Q8Gpu"):
+        raise DTypeError(f"linear: weight must be a Tensor or a q8_0 weight, got {type(weight).__name__}")
+    if not isinstance(x, Tensor):
+        raise DTypeError(f"linear: x must be a Tensor, got {type(x).__name__}")
+    ts = [t for t in (x, None if quantized else weight, bias, residual) if t is not None]
     if ln is not None:
         if not (isinstance(ln, tuple) and len(ln) == 3 and all(isinstance(t, Tensor) for t in ln[:2])):
             raise ArgumentError("linear: ln must be (weight, bias, eps)")
         ts += list(ln[:2])
     dev = check_same_device("linear", *ts)
     _need_float("linear", *ts)
-    if x.ndim < 1 or weight.ndim != 2 or x.shape[-1] != weight.shape[0]:
-        raise ShapeError(f"linear: x {x.shape} @ weight {weight.shape}: needs weight (K, N) with K = x.shape[-1]")
-    K, N = weight.shape
+    if quantized:
+        N, K = weight.shape
+        if x.ndim < 1 or x.shape[-1] != K:
+            raise ShapeError(f"linear: x {x.shape} @ a q8_0 weight of shape {weight.shape} (N, K): "
+                             "needs K = x.shape[-1]")
+    else:
+        if x.ndim < 1 or weight.ndim != 2 or x.shape[-1] != weight.shape[0]:
+            raise ShapeError(f"linear: x {x.shape} @ weight {weight.shape}: needs weight (K, N) with K = x.shape[-1]")
+        K, N = weight.shape
     if bias is not None and bias.shape != (N,):
         raise ShapeError(f"linear: bias must have shape ({N},), got {bias.shape}")
     out_shape = (*x.shape[:-1], N)
@@ -182,6 +197,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, act: str | Non
         if ln[0].shape != (K,) or ln[1].shape != (K,):
             raise ShapeError(f"linear: ln weight and bias must have shape ({K},), got {ln[0].shape}, {ln[1].shape}")
         ln = (ln[0], ln[1], _check_eps("linear", ln[2]))
+    if quantized:
+        return dev.backend.q8_linear(x, weight, bias, activations.canonical(act), residual, ln)
     act = activations.canonical(act)
     return dev.backend.linear(x, weight, bias, act, residual, ln, _result_dtype(x, weight))
 

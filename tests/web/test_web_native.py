@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 KERNELS = Path(wt.__file__).parent / "backends" / "wgpu" / "kernels"
 
 
-INCLUDES = {"common.wgsl", "epilogue.wgsl", "argreduce.wgsl"}  # shared pieces, no bindings of their own
+INCLUDES = {"common.wgsl", "epilogue.wgsl", "argreduce.wgsl", "q8_dequant.wgsl"}  # shared pieces: no bindings
 
 
 @pytest.mark.parametrize("flags", [{}, {"SG": "8u", "VEC4": "true"}])

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import DeviceMismatchError
+
 F32 = np.float32
 
 
@@ -45,7 +47,21 @@ def matmul(a: np.ndarray, b: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
 def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, act: str | None, residual: np.ndarray | None,
            out_dtype: np.dtype) -> np.ndarray:
     # x: (..., K) @ w: (K, N) + b: (N,) -> act -> + residual: (..., N)
-    y = _f32(x) @ _f32(w)
+    return _epilogue(_f32(x) @ _f32(w), b, act, residual, out_dtype)
+
+
+def q8_linear(x: np.ndarray, w: Any, b: np.ndarray | None, act: str | None, residual: np.ndarray | None,
+              out_dtype: np.dtype = F32) -> np.ndarray:
+    # `linear` with a q8_0 weight w (a Q8Weight of shape (N, K)): x (..., K) @ dequantize(w).T,
+    # in float32, then the same epilogue
+    from ..formats.q8_0 import q8_matmul
+
+    return _epilogue(q8_matmul(_f32(x), w), b, act, residual, out_dtype)
+
+
+def _epilogue(y: np.ndarray, b: np.ndarray | None, act: str | None, residual: np.ndarray | None,
+              out_dtype: np.dtype) -> np.ndarray:
+    # linear's fused epilogue on the float32 product y: + bias, the activation, + residual
     if b is not None:
         y = y + _f32(b)
     if act is not None:
@@ -298,6 +314,14 @@ class CpuBackend:
         arr = linear(xa, view(w), None if bias is None else view(bias), act,
                      None if residual is None else view(residual), out_dtype.name)
         return self._wrap(x.device, arr)
+
+    def q8_linear(self, x: Any, w: Any, bias: Any, act: str | None, residual: Any, ln: Any) -> Any:
+        if type(w).__name__ != "Q8Weight":
+            raise DeviceMismatchError(f"linear: the q8_0 weight lives on {w.device.describe()}, the input on the CPU; "
+                                      "pass the Q8Weight (it is uploaded where it is used)")
+        xa = view(x) if ln is None else layer_norm(_f32(view(x)), view(ln[0]), view(ln[1]), ln[2])
+        return self._wrap(x.device, q8_linear(xa, w, None if bias is None else view(bias), act,
+                                              None if residual is None else view(residual)))
 
     def attention(self, q: Any, k: Any, v: Any, causal: bool, scale: float) -> Any:
         return self._wrap(q.device, attention(view(q), view(k), view(v), causal, scale))

@@ -102,6 +102,14 @@ class WgpuBackend:
         out = plan.matmul(x2, w, out_dtype, bias=bias, act=act, residual=res, ln=ln)
         return out.reshape((*x.shape[:-1], N))
 
+    def q8_linear(self, x: Tensor, w: Any, bias: Tensor | None, act: str | None, residual: Tensor | None,
+                  ln: tuple[Tensor, Tensor, float] | None) -> Tensor:
+        from . import q8_ops
+
+        if ln is not None:  # (no fused layer-norm prologue in gemv_q8.wgsl yet)
+            x = plan.layer_norm(x, ln[0], ln[1], ln[2])
+        return q8_ops.q8_linear(x, w, bias, act, residual)
+
     def attention(self, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Tensor:
         return plan.attention(q, k, v, causal, scale)
 

@@ -1,0 +1,86 @@
+// Matrix-vector products with a q8_0 weight (decode: M <= 8 rows of float32 activations):
+// C[m, n] = sum_k A[m, k] W[n, k], W held in webtensor's GPU layout of llama.cpp's q8_0 (see
+// backends/wgpu/q8_ops.py): quants 4 per u32 in k-major rows (row n: K / 4 words, read here as
+// vec4<u32> "units" of 16 quants, half a 32-block), and one float16 scale per block in a separate
+// array, two per u32 (block j of row n: word n * d_ld + j / 2, low half for even j). A unit's
+// quants are widened to f32 in registers and dotted with every one of the M rows (W is read once
+// for all of them); each row's 16 products are summed, then scaled by d once. Sums are f32.
+// A workgroup of 256 threads computes 256 / LANES outputs, LANES threads per W row striding over
+// its units, then a tree reduction of the MR partial sums in workgroup memory, and lane m writes
+// row m's output (LANES >= 32 >= MR). LANES = 1 (CPU adapters): one thread per output, no
+// reduction, no barrier. No subgroup operations.
+// Epilogue (epilogue.wgsl): + bias[n], the activation, + residual[m, n], chosen by p.epi.
+// Needs K % 32 == 0 (whole blocks) and A rows 4-aligned. Header: const LANES, MR (MR >= p.M, a
+// power of two up to 8: the accumulators per thread).
+alias TC = f32;
+// #include epilogue.wgsl
+struct P {
+  M: u32,          // rows of A (<= MR)
+  N: u32,          // outputs (W rows) in this dispatch: one row chunk of W
+  K: u32,          // values per row (a multiple of 32)
+  acc: u32,        // epilogue.wgsl: add to C's old value (always 0 here)
+  a_off4: u32,     // A's first element / 4
+  lda4: u32,       // A's row stride / 4
+  d_ld: u32,       // u32 words per row of the scale array: ceil(K / 64)
+  c_off: u32,      // C's element of (m = 0, n = 0): the chunk's first column
+  ldc: u32,        // C's row stride
+  epi: u32,        // epilogue bits (see epilogue.wgsl)
+  bias_off: u32,   // bias element of n = 0
+  r_off: u32,      // residual element of (m = 0, n = 0)
+  r_ld: u32,       // residual row stride
+}
+@group(0) @binding(0) var<uniform> p: P;
+@group(0) @binding(1) var<storage, read> a: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> qs: array<vec4<u32>>;
+@group(0) @binding(3) var<storage, read> scales: array<u32>;
+@group(0) @binding(4) var<storage, read> bias: array<f32>;
+@group(0) @binding(5) var<storage, read> res: array<f32>;
+@group(0) @binding(6) var<storage, read_write> c: array<f32>;
+// #include q8_dequant.wgsl
+
+var<workgroup> red: array<f32, 2048>;  // [m][thread]: MR x 256 partial sums (MR <= 8)
+
+const ROWS: u32 = 256u / LANES;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+  let r = li / LANES;
+  let lane = li % LANES;
+  let n = (wg.y * nwg.x + wg.x) * ROWS + r;
+  let units = p.K / 16u;
+  var s: array<f32, MR>;
+  if (n < p.N) {
+    let qb = n * units;
+    for (var u = lane; u < units; u = u + LANES) {
+      let q = qs[qb + u];
+      let d = scale(n, u / 2u);
+      let w0 = quants4(q.x);
+      let w1 = quants4(q.y);
+      let w2 = quants4(q.z);
+      let w3 = quants4(q.w);
+      let ab = p.a_off4 + u * 4u;
+      for (var m = 0u; m < MR; m = m + 1u) {
+        if (m < p.M) {
+          let x = ab + m * p.lda4;
+          s[m] = s[m] + d * ((dot(a[x], w0) + dot(a[x + 1u], w1)) + (dot(a[x + 2u], w2) + dot(a[x + 3u], w3)));
+        }
+      }
+    }
+  }
+  // one write_out call site (each is the whole activation switch: unrolled MR times it would
+  // multiply the shader's size); the MR sums of a row go out through MR lanes, or a loop
+  if (LANES > 1u) {
+    for (var m = 0u; m < MR; m = m + 1u) { red[m * 256u + li] = s[m]; }
+    workgroupBarrier();
+    for (var st = LANES / 2u; st > 0u; st = st >> 1u) {
+      if (lane < st) {
+        for (var m = 0u; m < MR; m = m + 1u) { red[m * 256u + li] = red[m * 256u + li] + red[m * 256u + li + st]; }
+      }
+      workgroupBarrier();
+    }
+    if (lane < p.M && n < p.N) { write_out(p.c_off + lane * p.ldc + n, lane, n, red[lane * 256u + r * LANES]); }
+  } else if (n < p.N) {
+    for (var m = 0u; m < p.M; m = m + 1u) { write_out(p.c_off + m * p.ldc + n, m, n, s[m]); }
+  }
+}

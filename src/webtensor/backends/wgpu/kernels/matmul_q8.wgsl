@@ -1,0 +1,85 @@
+// Matmul with a q8_0 weight for M > 8 rows (prefill, batches), GPUs: C = A @ W^T with A float32
+// (M, K) and W (N, K) in webtensor's q8_0 GPU layout (see gemv_q8.wgsl and backends/wgpu/q8_ops.py).
+// 64x64 output tiles per workgroup of 256 threads, 16-deep K steps (half a q8_0 block) staged
+// through workgroup memory: each thread loads one vec4 of A and one u32 of W (4 quants), which
+// it dequantizes (q * d, exact in f32) before storing, so the inner loop is plain f32 FMAs on a
+// 4x4 block of outputs held in four vec4 registers, as in matmul.wgsl. No subgroup operations.
+// Epilogue (epilogue.wgsl): + bias[n], the activation, + residual[m, n], chosen by p.epi.
+// Needs K % 32 == 0 and A rows 4-aligned. Same parameters as gemv_q8.wgsl.
+alias TC = f32;
+// #include epilogue.wgsl
+struct P {
+  M: u32,          // rows of A
+  N: u32,          // outputs (W rows) in this dispatch: one row chunk of W
+  K: u32,          // values per row (a multiple of 32)
+  acc: u32,        // epilogue.wgsl: add to C's old value (always 0 here)
+  a_off4: u32,     // A's first element / 4
+  lda4: u32,       // A's row stride / 4
+  d_ld: u32,       // u32 words per row of the scale array: ceil(K / 64)
+  c_off: u32,      // C's element of (m = 0, n = 0): the chunk's first column
+  ldc: u32,        // C's row stride
+  epi: u32,        // epilogue bits (see epilogue.wgsl)
+  bias_off: u32,   // bias element of n = 0
+  r_off: u32,      // residual element of (m = 0, n = 0)
+  r_ld: u32,       // residual row stride
+}
+@group(0) @binding(0) var<uniform> p: P;
+@group(0) @binding(1) var<storage, read> a: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> qs: array<u32>;
+@group(0) @binding(3) var<storage, read> scales: array<u32>;
+@group(0) @binding(4) var<storage, read> bias: array<f32>;
+@group(0) @binding(5) var<storage, read> res: array<f32>;
+@group(0) @binding(6) var<storage, read_write> c: array<f32>;
+// #include q8_dequant.wgsl
+var<workgroup> As: array<vec4<f32>, 256>;  // [k][m/4]: 16 x 16 vec4
+var<workgroup> Bs: array<vec4<f32>, 256>;  // [k][n/4]
+
+fn store(m: u32, n0: u32, v: vec4<f32>) {
+  if (m >= p.M) { return; }
+  for (var j = 0u; j < 4u; j = j + 1u) {
+    let n = n0 + j;
+    if (n >= p.N) { return; }
+    write_out(p.c_off + m * p.ldc + n, m, n, v[j]);
+  }
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+  let m0 = wg.y * 64u;
+  let n0 = wg.x * 64u;
+  let tx = li % 16u;  // output columns n0 + 4 tx ..
+  let ty = li / 16u;  // output rows m0 + 4 ty ..
+  // loaders: row m0 + lr of A and row n0 + lr of W, the 4 values k0 + lk .. k0 + lk + 3
+  let lr = li / 4u;
+  let lk = (li % 4u) * 4u;
+  let K4 = p.K / 4u;
+  let am = m0 + lr;
+  let wn = n0 + lr;
+  var c0 = vec4<f32>(); var c1 = vec4<f32>(); var c2 = vec4<f32>(); var c3 = vec4<f32>();
+  for (var k0 = 0u; k0 < p.K; k0 = k0 + 16u) {
+    var av = vec4<f32>();
+    if (am < p.M) { av = a[p.a_off4 + am * p.lda4 + (k0 + lk) / 4u]; }
+    var bv = vec4<f32>();
+    if (wn < p.N) { bv = dq(qs[wn * K4 + (k0 + lk) / 4u], scale(wn, k0 / 32u)); }
+    for (var j = 0u; j < 4u; j = j + 1u) {
+      As[(lk + j) * 16u + lr / 4u][lr % 4u] = av[j];
+      Bs[(lk + j) * 16u + lr / 4u][lr % 4u] = bv[j];
+    }
+    workgroupBarrier();
+    for (var k = 0u; k < 16u; k = k + 1u) {
+      let a4 = As[k * 16u + ty];
+      let b4 = Bs[k * 16u + tx];
+      c0 = c0 + a4.x * b4;
+      c1 = c1 + a4.y * b4;
+      c2 = c2 + a4.z * b4;
+      c3 = c3 + a4.w * b4;
+    }
+    workgroupBarrier();
+  }
+  let m = m0 + ty * 4u;
+  let n = n0 + tx * 4u;
+  store(m, n, c0);
+  store(m + 1u, n, c1);
+  store(m + 2u, n, c2);
+  store(m + 3u, n, c3);
+}

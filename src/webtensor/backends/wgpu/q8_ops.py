@@ -1,0 +1,234 @@
+"""q8_0 (int8) weights on WebGPU: their GPU layout, the upload and its inverse, and `q8_linear`.
+
+GPU layout of a `Q8Weight` of shape (N, K) (K a multiple of 32; ggml's 34-byte blocks are not
+4-byte aligned, so they are split into two arrays that bind as u32):
+
+- quants: u32 (N, K / 4), row-major: row n holds W[n, :] as int8, four per word, little-endian
+  (value k in bits 8 (k % 4) .. 8 (k % 4) + 7 of word k / 4). Each output's K values are contiguous,
+  as the float GEMV reads its k-major weights; a 32-block is 8 words (two vec4<u32>).
+- scales: u32 (N, d_ld), d_ld = ceil(K / 64): the float16 scales of row n, two per word (block j
+  at word j / 2, the low half for even j; a last odd block leaves the high half 0), read with
+  WGSL's unpack2x16float. 1 byte + 1/16 byte per weight, as in GGUF.
+
+A weight whose quants exceed the device's storage binding limit is split by output rows into
+chunks (`chunk_rows` rows each, the last fewer), quants and scales alike, each chunk its own pair
+of buffers; `q8_linear` runs one dispatch per chunk, each writing its block of output columns.
+
+Kernels (all f32 arithmetic; bindings: uniform p, then a, quants, scales, bias, residual (read),
+then the output (read_write), the same `struct P` for all three):
+- gemv_q8.wgsl for M <= 8 rows (decode), LANES threads per output (1 on CPU adapters),
+- matmul_q8.wgsl for M > 8 on GPUs (64x64 tiles through workgroup memory),
+- matmul_q8_regs.wgsl for M > 8 on CPU adapters (no workgroup memory, no barriers).
+
+Unused bias / residual inputs get the context's dummy buffer (see `WgpuContext.launch`).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from typing import Any
+
+import numpy as np
+
+from ... import activations
+from ... import dtypes as dt
+from ...errors import ArgumentError, BufferLimitError, DTypeError, ShapeError
+from ...formats.q8_0 import BLOCK, Q8Weight
+from ...tensor import Tensor
+from . import ops as gops
+from .context import GpuBuffer, WgpuContext
+from .storage import WgpuStorage
+
+GEMV_MAX_ROWS = 8  # up to this many rows of activations, gemv_q8 (W read once for all rows)
+
+
+# -- the layout ---------------------------------------------------------------------------------
+def scale_words(k: int) -> int:
+    """u32 words per row of the scale array: two float16 scales a word."""
+    return -(-(k // BLOCK) // 2)
+
+
+def pack(w: Q8Weight) -> tuple[np.ndarray, np.ndarray]:
+    """(quants u32 (N, K / 4), scales u32 (N, d_ld)): the GPU layout of `w` (module docstring)."""
+    n, k = w.shape
+    if k % BLOCK:
+        raise ShapeError(f"q8_0 on WebGPU needs K a multiple of {BLOCK} (whole blocks), got a weight "
+                         f"of shape {w.shape}")
+    quants = np.ascontiguousarray(w.qs).view("<u4")
+    nb = k // BLOCK
+    d = np.zeros((n, 2 * scale_words(k)), "<f2")
+    d[:, :nb] = w.d
+    return quants, d.view("<u4")
+
+
+def unpack(quants: np.ndarray, scales: np.ndarray, shape: tuple[int, int]) -> Q8Weight:
+    """The inverse of `pack`: a Q8Weight from the two u32 arrays (any of their flat forms)."""
+    n, k = shape
+    qs = np.ascontiguousarray(quants, "<u4").reshape(n, k // 4).view(np.int8).reshape(n, k)
+    d = np.ascontiguousarray(scales, "<u4").reshape(n, scale_words(k)).view("<f2")[:, : k // BLOCK]
+    return Q8Weight(qs.copy(), d.astype(np.float16), (n, k))
+
+
+class Q8Gpu:
+    """A q8_0 weight (N, K) on a WebGPU device, in the layout above: `quants` and `scales` are
+    WgpuStorage row-chunked alike (`chunk_rows` rows per chunk). Buffers go back to the device's
+    pool when this is dropped."""
+
+    __slots__ = ("device", "shape", "quants", "scales", "chunk_rows", "__weakref__")
+
+    def __init__(self, device: Any, shape: tuple[int, int], quants: WgpuStorage, scales: WgpuStorage,
+                 chunk_rows: int):
+        self.device, self.shape = device, shape
+        self.quants, self.scales, self.chunk_rows = quants, scales, chunk_rows
+
+    @property
+    def nbytes(self) -> int:
+        n, k = self.shape
+        return n * k + n * scale_words(k) * 4
+
+    def chunks(self) -> list[tuple[int, int, GpuBuffer, GpuBuffer]]:
+        """[(first_row, n_rows, quants_buffer, scales_buffer)]."""
+        n = self.shape[0]
+        return [(r0, rows, q, s) for (r0, rows, q), s in zip(self.quants.chunk_ranges(n), self.scales.chunks,
+                                                             strict=True)]
+
+    def to_q8weight(self) -> Q8Weight:
+        """Read the buffers back (tests: the inverse of `upload`)."""
+        ctx = self.device.ctx
+        n, k = self.shape
+        sw = scale_words(k)
+        q = b"".join(bytes(ctx.read(qb, 0, rows * k)) for _, rows, qb, _ in self.chunks())
+        s = b"".join(bytes(ctx.read(sb, 0, rows * sw * 4)) for _, rows, _, sb in self.chunks())
+        return unpack(np.frombuffer(q, "<u4"), np.frombuffer(s, "<u4"), self.shape)
+
+    def __repr__(self) -> str:
+        return f"Q8Gpu(shape={self.shape}, chunks={len(self.quants.chunks)}, {self.device.describe()})"
+
+
+def upload(device: Any, w: Q8Weight) -> Q8Gpu:
+    """`w` on WebGPU device `device`, row-chunked where its quants exceed the binding limit."""
+    ctx: WgpuContext = device.ctx
+    quants, scales = pack(w)
+    n, k = w.shape
+    limit = ctx.max_binding_bytes
+    if k > limit:
+        raise BufferLimitError(f"one row of a q8_0 weight of shape {w.shape} ({k:,} bytes) is over the binding "
+                               f"limit of {limit:,} bytes")
+    rows_per = max(1, min(n, limit // k)) if n else 1
+    q_chunks, s_chunks = [], []
+    for r0 in range(0, max(n, 1), rows_per):
+        r1 = min(n, r0 + rows_per)
+        for arr, out in ((quants, q_chunks), (scales, s_chunks)):
+            part = arr[r0:r1]
+            buf = ctx.alloc(max(4, part.nbytes))
+            out.append(buf)
+            if part.nbytes:
+                ctx.upload(buf, part, fresh=True)
+    return Q8Gpu(device, (n, k), WgpuStorage(ctx, q_chunks, rows_per), WgpuStorage(ctx, s_chunks, rows_per),
+                 rows_per)
+
+
+_UPLOADED: weakref.WeakKeyDictionary[Q8Weight, dict[int, Q8Gpu]] = weakref.WeakKeyDictionary()
+
+
+def on_device(device: Any, w: Q8Weight | Q8Gpu) -> Q8Gpu:
+    """`w` as a Q8Gpu on `device`: a Q8Gpu as is (it must live there), a Q8Weight uploaded once per
+    device and kept while the Q8Weight lives (the model's host copy keys its device copy)."""
+    if isinstance(w, Q8Gpu):
+        if not w.device.same_as(device):
+            raise ArgumentError(f"q8_linear: the weight lives on {w.device.describe()}, the input on "
+                                f"{device.describe()}")
+        return w
+    per_dev = _UPLOADED.setdefault(w, {})
+    g = per_dev.get(id(device.ctx))
+    if g is None or g.device.ctx is not device.ctx or device.ctx.released:
+        g = per_dev[id(device.ctx)] = upload(device, w)
+    return g
+
+
+# -- kernel choice ------------------------------------------------------------------------------
+def gemv_lanes(ctx: WgpuContext, K: int) -> int:
+    """Threads per output in gemv_q8.wgsl: 1 on CPU adapters (no reduction, no barrier); on GPUs
+    32 to 256, enough that each lane has at most ~4 units of 16 quants."""
+    if not gops._gpu_style(ctx):
+        return 1
+    lanes, units = 32, K // 16
+    while lanes < 256 and units > 4 * lanes:
+        lanes *= 2
+    return lanes
+
+
+def kernel_for(ctx: WgpuContext, M: int, K: int) -> tuple[Any, str]:
+    """(kernel, which): which is "gemv", "tiled" or "regs"."""
+    if M <= GEMV_MAX_ROWS:
+        mr = 1 << max(0, (M - 1).bit_length())
+        return ctx.kernel("gemv_q8", {"LANES": f"{gemv_lanes(ctx, K)}u", "MR": f"{mr}u"}), "gemv"
+    if not gops._gpu_style(ctx):
+        return ctx.kernel("matmul_q8_regs"), "regs"
+    return ctx.kernel("matmul_q8"), "tiled"
+
+
+def _f32_rows(t: Tensor) -> tuple[Tensor, int, int, int]:
+    """t as float32 rows (t, rows, cols, row stride) whose first element and stride are 4-aligned,
+    in one buffer; copied where they are not."""
+    if t.dtype is not dt.float32:
+        t = gops.copy(t, dt.float32)
+    t, rows, cols, ld = gops._rows(t)
+    if t._offset % 4 or ld % 4:
+        t = t.contiguous()
+        ld = cols
+    if len(t._storage.chunks) > 1:
+        raise BufferLimitError(f"q8_linear: a tensor of shape {t.shape} is over the binding limit "
+                               f"({t.device.max_binding_bytes():,} bytes); split the rows")
+    return t, rows, cols, ld
+
+
+def q8_linear(x: Tensor, qweight: Q8Weight | Q8Gpu, bias: Tensor | None = None, act: str | None = None,
+              residual: Tensor | None = None) -> Tensor:
+    """Fused epilogue(x @ W.T) with a q8_0 weight W (N, K) (nn.Linear's layout; `Q8Weight` or
+    `Q8Gpu`), like `webtensor.ops.linear`: + bias (N,), then the activation `act` (a name of
+    `webtensor.activations`), then + residual (..., N). x: (..., K) on a WebGPU device, K a
+    multiple of 32. Returns a new float32 tensor (..., N); float16 inputs are widened first."""
+    device = x.device
+    ctx = gops._ctx(x)
+    w = on_device(device, qweight)
+    N, K = w.shape
+    if x.ndim < 1 or x.shape[-1] != K:
+        raise ShapeError(f"q8_linear: x {x.shape} against a q8_0 weight of shape {w.shape} (N, K): needs "
+                         f"x.shape[-1] == {K}")
+    if not x.dtype.is_float:
+        raise DTypeError(f"q8_linear needs float activations, got {x.dtype.name}")
+    out_shape = (*x.shape[:-1], N)
+    if bias is not None and bias.shape != (N,):
+        raise ShapeError(f"q8_linear: bias must have shape ({N},), got {bias.shape}")
+    if residual is not None and residual.shape != out_shape:
+        raise ShapeError(f"q8_linear: residual must have the output's shape {out_shape}, got {residual.shape}")
+    act = activations.canonical(act)
+    out = gops._out(device, out_shape, dt.float32)
+    if out.size == 0:
+        return out
+    x2, M, _, lda = _f32_rows(x)
+    bits = gops.epilogue_bits(bias is not None, act, residual is not None)
+    b_buf, b_off = None, 0
+    if bias is not None:
+        b = bias.contiguous() if bias.dtype is dt.float32 else gops.copy(bias, dt.float32)
+        b_buf, b_off = gops._buf(b), b._offset
+    r_buf, r_off, r_ld = None, 0, 0
+    if residual is not None:
+        r, _, _, r_ld = _f32_rows(residual)
+        r_buf, r_off = gops._buf(r), r._offset
+    kern, which = kernel_for(ctx, M, K)
+    sw = scale_words(K)
+    for n0, nn, qbuf, sbuf in w.chunks():
+        params = dict(M=M, N=nn, K=K, a_off4=x2._offset // 4, lda4=lda // 4, d_ld=sw, c_off=n0, ldc=N, epi=bits,
+                      bias_off=b_off + n0, r_off=r_off + n0, r_ld=r_ld)
+        bufs = dict(a=gops._buf(x2), qs=qbuf, scales=sbuf, bias=b_buf, res=r_buf, c=gops._buf(out))
+        if which == "gemv":
+            grid = gops._grid(math.ceil(nn / (256 // gemv_lanes(ctx, K))), ctx)
+        elif which == "regs":
+            grid = (math.ceil(nn / 256), math.ceil(M / 4), 1)
+        else:
+            grid = (math.ceil(nn / 64), math.ceil(M / 64), 1)
+        ctx.launch(kern, params, bufs, grid)
+    return out
