@@ -5,7 +5,8 @@ block layer norm -> fused QKV linear -> KV-cache rows -> causal attention -> fus
 residual -> layer norm -> fused linear + activation -> fused linear with residual, then the final layer
 norm and the LM head, wte when tied), through `webtensor.ops` on a WebGPU device, but loads the checkpoint
 with the pure-Python safetensors reader, tokenizes with the pure-Python BPE where `tokenizers` is
-missing, and samples with the standard library (`random`): nothing here imports numpy.
+missing, and samples with `models.gpt2.sampling.sample`'s pure-Python path (the one sampler
+of every path, so a seed gives the native model's tokens): nothing here imports numpy.
 
 Natively it runs too (on wgpu-py), which is how its tokens are checked against `GPT2.generate`
 without a browser.
@@ -16,7 +17,6 @@ from __future__ import annotations
 import array
 import importlib
 import math
-import random
 import struct
 import sys
 import time
@@ -29,7 +29,7 @@ from typing import Any
 from .. import dtypes as dt
 from .. import ops
 from ..device import Device
-from ..errors import CheckpointError, ContextLengthError, SamplingError
+from ..errors import CheckpointError
 from ..io.safetensors_pure import SafetensorsFile, SafetensorsFormatError
 from ..tensor import Tensor, from_buffer
 
@@ -69,6 +69,7 @@ class GenerationStats:
     new_tokens: int = 0
     prefill_s: float = 0.0  # prompt pass + first token
     decode_s: float = 0.0  # the tokens after the first
+    seed: int | None = None  # the seed sampling used (drawn fresh when none was given); None when greedy
     token_ids: list[int] = field(default_factory=list)
 
     @property
@@ -79,7 +80,8 @@ class GenerationStats:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(prompt_tokens=self.prompt_tokens, new_tokens=self.new_tokens, prefill_s=self.prefill_s,
-                    decode_s=self.decode_s, tokens_per_s=self.tokens_per_s, token_ids=list(self.token_ids))
+                    decode_s=self.decode_s, tokens_per_s=self.tokens_per_s, seed=self.seed,
+                    token_ids=list(self.token_ids))
 
 
 class WebGPT2:
@@ -168,35 +170,28 @@ class WebGPT2:
 
     # -- generation -----------------------------------------------------------------------------
     def generate_ids(self, ids: Sequence[int], max_new_tokens: int = 32, temperature: float = 0.0,
-                     top_k: int | None = None, seed: int | None = None,
-                     stop_at_eos: bool = True) -> Iterator[int]:
-        """Yield new token ids one by one: greedy at temperature 0 (argmax on the GPU, a 4-byte
-        readback), else sampled from softmax(logits / temperature), optionally over the top k."""
-        ids = [int(i) for i in ids]
-        V, n_ctx = self.config.vocab_size, self.config.n_positions
-        if not ids:
-            raise SamplingError("the prompt is empty: give at least one token")
-        if any(not 0 <= i < V for i in ids):
-            raise SamplingError(f"a token id is out of range for a vocabulary of {V}")
-        if not (isinstance(max_new_tokens, int) and max_new_tokens >= 0):
-            raise SamplingError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-        if not (temperature >= 0 and math.isfinite(temperature)):
-            raise SamplingError(f"temperature must be a finite number >= 0, got {temperature}")
-        if top_k is not None and top_k < 1:
-            raise SamplingError(f"top_k must be >= 1, got {top_k}")
-        if len(ids) + max_new_tokens > n_ctx:
-            raise ContextLengthError(f"prompt of {len(ids)} tokens + {max_new_tokens} new tokens exceeds the "
-                                     f"model's context of {n_ctx} positions")
-        stats = self.last_stats = GenerationStats(prompt_tokens=len(ids))
-        rng = random.Random(seed)
+                     top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
+                     stop_at_eos: bool = True, truncate_prompt: bool = False) -> Iterator[int]:
+        """Yield new token ids one by one, with `GPT2.generate_ids`' checks, messages and sampler:
+        greedy at temperature 0 (argmax on the GPU, a 4-byte readback), else `sampling.sample` for
+        each position (temperature, top-k, top-p, seeded by (seed, position); seed None: one fresh
+        seed for the call, kept in `last_stats.seed`). A prompt that does not fit the context is
+        refused (ContextLengthError) unless `truncate_prompt`, which keeps its last tokens."""
+        sampling, validate = _gpt2_module("sampling"), _gpt2_module("validate")
+        params = sampling.SamplingParams(temperature, top_k, top_p, seed)
+        n_new = validate.check_max_new_tokens(max_new_tokens)
+        ids = validate.check_ids(ids, self.config.vocab_size)
+        ids = validate.fit_context(ids, n_new, self.config.n_positions, truncate_prompt)
+        params = sampling.with_seed(params)
+        stats = self.last_stats = GenerationStats(prompt_tokens=len(ids), seed=params.seed)
         eos = self.config.eos_ids if stop_at_eos else frozenset()
         graph = self._decode_graph()
         cache = graph[0] if graph is not None else self.new_cache()
         p0, tok_in = 0, ids
         t0 = time.perf_counter()
-        for step in range(max_new_tokens):
-            if step == 1 and graph is not None and temperature == 0:  # greedy: replay the prebuilt step
-                for tok in graph[1].greedy(p0, tok_in[0], max_new_tokens - 1):
+        for step in range(n_new):
+            if step == 1 and graph is not None and params.greedy:  # greedy: replay the prebuilt step
+                for tok in graph[1].greedy(p0, tok_in[0], n_new - 1):
                     stats.decode_s = time.perf_counter() - t0 - stats.prefill_s
                     stats.new_tokens += 1
                     stats.token_ids.append(tok)
@@ -204,16 +199,18 @@ class WebGPT2:
                     if tok in eos:
                         return
                 return
+            position = p0 + len(tok_in)  # where the token chosen now goes
             if step > 0 and graph is not None:  # sampling: the graph's step, logits read back
-                tok = _sample(array.array("f", bytes(graph[1].logits_after(p0, tok_in[0]))), temperature, top_k, rng)
+                logits = array.array("f", bytes(graph[1].logits_after(p0, tok_in[0])))
+                tok = sampling.sample(logits, params, position)
             else:
                 with self.device.dispatch_scope():
-                    logits = self.forward(tok_in, cache, p0)
-                    if temperature == 0:
-                        tok = int.from_bytes(ops.argmax(logits).tobytes()[:4], "little", signed=True)
-                if temperature != 0:
-                    tok = _sample(array.array("f", logits.tobytes()), temperature, top_k, rng)
-            p0 += len(tok_in)
+                    out = self.forward(tok_in, cache, p0)
+                    if params.greedy:
+                        tok = int.from_bytes(ops.argmax(out).tobytes()[:4], "little", signed=True)
+                if not params.greedy:
+                    tok = sampling.sample(array.array("f", out.tobytes()), params, position)
+            p0 = position
             now = time.perf_counter()
             if step == 0:
                 stats.prefill_s = now - t0
@@ -232,16 +229,6 @@ class WebGPT2:
     def stream(self, prompt: str, max_new_tokens: int = 50, **kw: Any) -> Iterator[str]:
         """Generated text, piece by piece, as soon as it forms whole UTF-8 characters."""
         tok = self.tokenizer
-        yield from _gpt2_module("tokenizer").stream_text(
-            self.generate_ids(tok.encode(prompt), max_new_tokens, **kw), tok.token_bytes)
+        ids = tok.encode(_gpt2_module("validate").check_text(prompt))
+        yield from _gpt2_module("tokenizer").stream_text(self.generate_ids(ids, max_new_tokens, **kw), tok.token_bytes)
 
-
-def _sample(logits: Sequence[float], temperature: float, top_k: int | None, rng: random.Random) -> int:
-    """Draw from softmax(logits / temperature), restricted to the top_k largest when given."""
-    idx: Sequence[int] = range(len(logits))
-    if top_k is not None and top_k < len(logits):
-        idx = sorted(idx, key=logits.__getitem__, reverse=True)[:top_k]
-    vals = [logits[i] / temperature for i in idx]
-    m = max(vals)
-    weights = [math.exp(v - m) for v in vals]
-    return idx[rng.choices(range(len(idx)), weights=weights)[0]]

@@ -28,7 +28,7 @@ from ...tensor import Tensor, tensor
 from .config import GPT2Config
 from .forward import BLOCK_PARAMS, Block, forward
 from .quantized import Int8Reader, is_int8
-from .sampling import SamplingParams, check_max_new_tokens, sample
+from .sampling import SamplingParams, check_max_new_tokens, sample, with_seed
 from .tokenizer import GPT2Tokenizer
 from .validate import check_ids, check_text, fit_context
 from .weights import (
@@ -164,14 +164,14 @@ class GPT2:
         n_new = check_max_new_tokens(max_new_tokens)
         ids = self._check_ids(ids)
         ids = fit_context(ids, n_new, self.config.n_positions, truncate_prompt)
-        rng = np.random.default_rng(seed)
+        params = with_seed(params)  # seed None: one fresh seed for this call
         eos = self.config.eos_ids if stop_at_eos else frozenset()
         ws = self._acquire_workspace()
         try:
             cache, graph = ws.cache, (ws.graph if self.use_graph else None)
             cache.length = 0
             with self.device.dispatch_scope():  # prefill: the whole prompt in one pass, one submit
-                tok = self._pick(self._forward(ids, cache, last_only=True), params, rng)
+                tok = self._pick(self._forward(ids, cache, last_only=True), params, len(ids))
             yield tok
             if tok in eos:
                 return
@@ -185,10 +185,10 @@ class GPT2:
             for _ in range(rest):
                 if graph is not None:
                     logits = np.frombuffer(graph.logits_after(pos, tok), np.float32)
-                    tok = sample(logits, params, rng)
+                    tok = sample(logits, params, pos + 1)
                 else:
                     with self.device.dispatch_scope():  # one decode step: one submit
-                        tok = self._pick(self._forward([tok], cache, last_only=True), params, rng)
+                        tok = self._pick(self._forward([tok], cache, last_only=True), params, pos + 1)
                 pos += 1
                 yield tok
                 if tok in eos:
@@ -213,10 +213,10 @@ class GPT2:
         with self._lock:
             self._workspaces.append(ws)
 
-    def _pick(self, logits: Tensor, params: SamplingParams, rng: np.random.Generator) -> int:
+    def _pick(self, logits: Tensor, params: SamplingParams, position: int) -> int:
         if params.greedy:
             return int(ops.argmax(logits).numpy()[0])  # a 4-byte readback
-        return sample(logits.numpy()[0], params, rng)
+        return sample(logits.numpy()[0], params, position)
 
     def generate(self, ids: Sequence[int], max_new_tokens: int = 32, **kw: Any) -> list[int]:
         """New token ids (a list), greedy by default (temperature=0)."""
