@@ -60,6 +60,7 @@ import secrets
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Any
 
 from ...errors import SamplingError
@@ -113,8 +114,10 @@ def _key(seed: int) -> int:
 
 def uniform(seed: int, position: int) -> float:
     """The uniform double in [0, 1) for the token at `position` under `seed` (both ints >= 0)."""
-    if seed < 0 or position < 0:
-        raise SamplingError(f"seed and position must be >= 0, got seed {seed}, position {position}")
+    for name, v in (("seed", seed), ("position", position)):
+        if not isinstance(v, Integral) or isinstance(v, bool) or v < 0:
+            raise SamplingError(f"{name} must be an integer >= 0, got {v!r}")
+    seed, position = int(seed), int(position)
     z = _mix((_key(seed) + (position + 1) * _GAMMA) & _M64)
     return (z >> 11) * (1.0 / (1 << 53))
 
