@@ -10,6 +10,7 @@
 //   {type: "bench", options}                                  options: a JSON string (app.bench)
 //   {type: "screenshot", path}
 //   {type: "python", code}                                    runs Python in the page (runPythonAsync)
+// Any task may carry a `name`, copied into its result.
 // Options: webgpu: false starts Chromium without WebGPU (no adapter); hideWebgpu: true removes
 // navigator.gpu from the page; expectError: true accepts a page that
 // stopped on an error (its state is in `boot`).
@@ -59,7 +60,7 @@ async function main() {
 
     for (const task of cfg.tasks) {
       const ts = Date.now();
-      const res = { type: task.type };
+      const res = { type: task.type, name: task.name };
       try {
         if (task.type === "generate_ui") {
           await page.fill("#prompt", task.prompt);
