@@ -31,6 +31,15 @@ PROMPT = "It is a truth universally acknowledged"
 N_NEW = 8
 SAMPLED = dict(temperature=0.8, top_k=40, top_p=0.9, seed=1234)  # the page's fields, the API's names
 LONG = (PROMPT + ", ") * 50  # over any test model's context
+# the sampler inside Pyodide (no numpy; Pyodide's libm): seeded draws on fixed logits, a fresh seed
+PAGE_SAMPLER = """
+import array, json, sys
+from webtensor.models.gpt2.sampling import SamplingParams, sample, with_seed
+logits = array.array("f", [(i * 7919 % 1009) / 84 - 6 for i in range(5000)])  # basic ops: exact anywhere
+picks = {f"{k},{p}": [sample(logits, SamplingParams(0.8, k, p, 99), pos) for pos in range(40)]
+         for k, p in ((40, 0.9), (None, 0.9), (None, None))}
+json.dumps(dict(picks=picks, seed=with_seed(SamplingParams(1.0)).seed, numpy="numpy" in sys.modules))
+"""
 # bad inputs typed into the page: (name, the fields, the same values as `webtensor generate` flags)
 BAD = [
     ("tokens-zero", dict(maxNewTokens=0), ["-n", "0"]),
@@ -166,6 +175,7 @@ def session(model_dir) -> dict:
         # after a good run: each bad input is refused as an error, the run's figures cleared
         *(dict(type="generate_ui", name=f"bad:{name}", expectFail=True, **{**ok, **bad}) for name, bad, _ in BAD),
         dict(type="generate_ui", name="sampled", **ok),
+        dict(type="python", name="sampler", code=PAGE_SAMPLER),
         dict(type="generate_ui", name="truncated", **{**ok, "prompt": LONG, "truncate": True}),
     ]
     out = run_page(tasks, model_dir, timeout_s=180)
@@ -247,6 +257,20 @@ def test_sampled_tokens_match_native_and_server(session, native):
     assert gen["generated"] == native.decode(want) and res["seed"] == SAMPLED["seed"]
     assert (res["temperature"], res["top_k"], res["top_p"]) == (0.8, 40, 0.9)
     assert not gen["errorShown"] and gen["errorText"] == "" and "tokens/s" in gen["speed"]  # the error is gone
+
+
+def test_page_sampler_matches_numpy_path(session):
+    """The pure-Python sampler in Pyodide picks what the numpy path picks natively."""
+    from webtensor.models.gpt2.sampling import SamplingParams, sample
+
+    res = json.loads(session["sampler"]["results"])
+    assert res["numpy"] is False and isinstance(res["seed"], int) and 0 <= res["seed"] < 2**64
+    logits = np.array([(i * 7919 % 1009) / 84 - 6 for i in range(5000)], np.float32)  # ties: each value ~5 times
+    assert len(res["picks"]) == 3
+    for k, p in ((40, 0.9), (None, 0.9), (None, None)):
+        want = [sample(logits, SamplingParams(0.8, k, p, 99), pos) for pos in range(40)]
+        assert res["picks"][f"{k},{p}"] == want, (k, p)
+        assert len(set(want)) > 5
 
 
 def test_truncated_prompt_matches_native(session, native):
