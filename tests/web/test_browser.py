@@ -242,9 +242,12 @@ def _engine_tokens(model, ids: list[int], n: int, seed: int, **kw) -> list[int]:
     return out
 
 
-def test_sampled_tokens_match_native_and_server(session, native):
+def test_sampled_tokens_match_native_and_server(session, native, model_dir, gpu):
     """temperature 0.8, top-k 40, top-p 0.9, seed 1234 typed into the page: the native model's
-    tokens for that seed, and the server engine's."""
+    tokens for that seed (CPU device and WebGPU on lavapipe), and the server engine's."""
+    from webtensor.models.gpt2 import GPT2
+    from webtensor.web.server import default_model_dir
+
     gen = session["sampled"]
     assert "error" not in gen, gen.get("error")
     res = gen["result"]
@@ -253,6 +256,8 @@ def test_sampled_tokens_match_native_and_server(session, native):
     want = native.generate(ids, N_NEW, seed=SAMPLED["seed"], **kw)
     assert res["token_ids"] == want
     assert _engine_tokens(native, ids, N_NEW, SAMPLED["seed"], **kw)[: len(want)] == want
+    on_gpu = GPT2.from_pretrained(None if model_dir == default_model_dir() else model_dir, device=gpu)
+    assert on_gpu.generate(ids, N_NEW, seed=SAMPLED["seed"], **kw) == want
     assert want != native.generate(ids, N_NEW, temperature=0)  # really sampled
     assert gen["generated"] == native.decode(want) and res["seed"] == SAMPLED["seed"]
     assert (res["temperature"], res["top_k"], res["top_p"]) == (0.8, 40, 0.9)
