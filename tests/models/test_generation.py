@@ -46,13 +46,13 @@ def test_top_k_one_is_greedy(model):
 
 
 def test_sampler_respects_top_k_and_top_p():
-    rng = np.random.default_rng(0)
     logits = np.array([5.0, 4.0, 3.0, 0.0, -1.0], np.float32)
-    picks = {sample(logits, SamplingParams(1.0, top_k=2), rng) for _ in range(300)}
+    picks = {sample(logits, SamplingParams(1.0, top_k=2, seed=0), pos) for pos in range(300)}
     assert picks == {0, 1}
     # probabilities ~ [0.66, 0.24, 0.09, ...]: top_p 0.8 keeps the first two
-    picks = {sample(logits, SamplingParams(1.0, top_p=0.8), rng) for _ in range(300)}
+    picks = {sample(logits, SamplingParams(1.0, top_p=0.8, seed=0), pos) for pos in range(300)}
     assert picks == {0, 1}
+    assert {sample(logits, SamplingParams(1.0, seed=0), pos) for pos in range(5000)} == set(range(5))
 
 
 def test_stops_at_eos(model):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -28,6 +29,28 @@ pytestmark = pytest.mark.browser
 
 PROMPT = "It is a truth universally acknowledged"
 N_NEW = 8
+SAMPLED = dict(temperature=0.8, top_k=40, top_p=0.9, seed=1234)  # the page's fields, the API's names
+LONG = (PROMPT + ", ") * 50  # over any test model's context
+# the sampler inside Pyodide (no numpy; Pyodide's libm): seeded draws on fixed logits, a fresh seed
+PAGE_SAMPLER = """
+import array, json, sys
+from webtensor.models.gpt2.sampling import SamplingParams, sample, with_seed
+logits = array.array("f", [(i * 7919 % 1009) / 84 - 6 for i in range(5000)])  # basic ops: exact anywhere
+picks = {f"{k},{p}": [sample(logits, SamplingParams(0.8, k, p, 99), pos) for pos in range(40)]
+         for k, p in ((40, 0.9), (None, 0.9), (None, None))}
+json.dumps(dict(picks=picks, seed=with_seed(SamplingParams(1.0)).seed, numpy="numpy" in sys.modules))
+"""
+# bad inputs typed into the page: (name, the fields, the same values as `webtensor generate` flags)
+BAD = [
+    ("tokens-zero", dict(maxNewTokens=0), ["-n", "0"]),
+    ("temperature-negative", dict(temperature=-1), ["-t", "-1"]),
+    ("top-k-negative", dict(topK=-3), ["--top-k", "-3"]),
+    ("top-k-fraction", dict(topK=2.5), ["--top-k", "2.5"]),
+    ("top-p-zero", dict(topP=0), ["--top-p", "0"]),
+    ("top-p-over-one", dict(topP=1.5), ["--top-p", "1.5"]),
+    ("seed-negative", dict(seed=-1), ["--seed", "-1"]),
+    ("prompt-too-long", dict(prompt=LONG), []),
+]
 ARTIFACTS = Path(os.environ.get("WEBTENSOR_ARTIFACTS", Path(__file__).resolve().parents[2] / "out"))
 
 
@@ -143,16 +166,32 @@ def session(model_dir) -> dict:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = (ARTIFACTS / "browser_gpt2_page.png").resolve()
     shot.unlink(missing_ok=True)
+    fields = dict(topK=SAMPLED["top_k"], topP=SAMPLED["top_p"], seed=SAMPLED["seed"])
+    ok = dict(prompt=PROMPT, maxNewTokens=N_NEW, temperature=SAMPLED["temperature"], truncate=False, **fields)
     tasks = [
         dict(type="parity", cases=json.dumps([c for c, _ in CASES])),
         dict(type="generate_ui", prompt=PROMPT, maxNewTokens=N_NEW, temperature=0),
         dict(type="screenshot", path=str(shot)),
+        # after a good run: each bad input is refused as an error, the run's figures cleared
+        *(dict(type="generate_ui", name=f"bad:{name}", expectFail=True, **{**ok, **bad}) for name, bad, _ in BAD),
+        dict(type="generate_ui", name="sampled", **ok),
+        dict(type="python", name="sampler", code=PAGE_SAMPLER),
+        dict(type="generate_ui", name="truncated", **{**ok, "prompt": LONG, "truncate": True}),
     ]
-    out = run_page(tasks, model_dir, timeout_s=150)
+    out = run_page(tasks, model_dir, timeout_s=180)
     if out.get("error"):
         console = "\n".join(out.get("console", [])[-20:])
         pytest.fail(f"the browser session failed: {out['error']}\n{console}")
-    return {t["type"]: t for t in out["tasks"]} | {"boot": out["boot"], "ms": out["ms"]}
+    print("\nbrowser tasks (ms): " + ", ".join(f"{t.get('name') or t['type']} {t['ms']}" for t in out["tasks"]))
+    return {t.get("name") or t["type"]: t for t in out["tasks"]} | {"boot": out["boot"], "ms": out["ms"]}
+
+
+@pytest.fixture(scope="module")
+def native(model_dir):
+    from webtensor.models.gpt2 import GPT2
+    from webtensor.web.server import default_model_dir
+
+    return GPT2.from_pretrained(None if model_dir == default_model_dir() else model_dir, device=wt.Device.cpu())
 
 
 def test_page_boots_on_webgpu(session):
@@ -177,15 +216,11 @@ def test_op_parity_in_browser(session, index):
         assert rel_err(arr, want) <= 1e-5, f"{case['name']}: rel err {rel_err(arr, want):.2e}"
 
 
-def test_greedy_tokens_match_native(session, model_dir):
-    from webtensor.models.gpt2 import GPT2
-    from webtensor.web.server import default_model_dir
-
+def test_greedy_tokens_match_native(session, native):
     gen = session["generate_ui"]
     assert "error" not in gen, gen.get("error")
     res = gen["result"]
-    shipped = model_dir == default_model_dir()
-    ref = GPT2.from_pretrained(None if shipped else model_dir, device=wt.Device.cpu())
+    ref = native
     ids = ref.encode(PROMPT)
     assert res["prompt_ids"] == ids  # the pure-Python BPE in the page == tokenizers natively
     want = ref.generate(ids, N_NEW, temperature=0)
@@ -194,6 +229,93 @@ def test_greedy_tokens_match_native(session, model_dir):
     assert "tokens/s" in gen["speed"]
     print(f"\nbrowser greedy: {res['new_tokens']} tokens, {res['tokens_per_s']:.2f} tokens/s decode; "
           f"text: {gen['generated']!r}")
+
+
+def _engine_tokens(model, ids: list[int], n: int, seed: int, **kw) -> list[int]:
+    """The server's engine, stepped as its scheduler steps it: the prompt, then one token a step."""
+    from webtensor.serve.engine import GPT2Engine, Row, Sampling
+
+    engine, s = GPT2Engine(model, max_batch=1), Sampling(seed=seed, **kw)
+    out = engine.step([Row(0, tuple(ids), 0, s)])
+    while len(out) < n and out[-1] not in model.config.eos_ids:
+        out += engine.step([Row(0, (out[-1],), len(ids) + len(out) - 1, s)])
+    return out
+
+
+def test_sampled_tokens_match_native_and_server(session, native, model_dir, gpu):
+    """temperature 0.8, top-k 40, top-p 0.9, seed 1234 typed into the page: the native model's
+    tokens for that seed (CPU device and WebGPU on lavapipe), and the server engine's."""
+    from webtensor.models.gpt2 import GPT2
+    from webtensor.web.server import default_model_dir
+
+    gen = session["sampled"]
+    assert "error" not in gen, gen.get("error")
+    res = gen["result"]
+    ids = native.encode(PROMPT)
+    kw = {k: SAMPLED[k] for k in ("temperature", "top_k", "top_p")}
+    want = native.generate(ids, N_NEW, seed=SAMPLED["seed"], **kw)
+    assert res["token_ids"] == want
+    assert _engine_tokens(native, ids, N_NEW, SAMPLED["seed"], **kw)[: len(want)] == want
+    on_gpu = GPT2.from_pretrained(None if model_dir == default_model_dir() else model_dir, device=gpu)
+    assert on_gpu.generate(ids, N_NEW, seed=SAMPLED["seed"], **kw) == want
+    assert want != native.generate(ids, N_NEW, temperature=0)  # really sampled
+    assert gen["generated"] == native.decode(want) and res["seed"] == SAMPLED["seed"]
+    assert (res["temperature"], res["top_k"], res["top_p"]) == (0.8, 40, 0.9)
+    assert not gen["errorShown"] and gen["errorText"] == "" and "tokens/s" in gen["speed"]  # the error is gone
+
+
+def test_page_sampler_matches_numpy_path(session):
+    """The pure-Python sampler in Pyodide picks what the numpy path picks natively."""
+    from webtensor.models.gpt2.sampling import SamplingParams, sample
+
+    res = json.loads(session["sampler"]["results"])
+    assert res["numpy"] is False and isinstance(res["seed"], int) and 0 <= res["seed"] < 2**64
+    logits = np.array([(i * 7919 % 1009) / 84 - 6 for i in range(5000)], np.float32)  # ties: each value ~5 times
+    assert len(res["picks"]) == 3
+    for k, p in ((40, 0.9), (None, 0.9), (None, None)):
+        want = [sample(logits, SamplingParams(0.8, k, p, 99), pos) for pos in range(40)]
+        assert res["picks"][f"{k},{p}"] == want, (k, p)
+        assert len(set(want)) > 5
+
+
+def test_truncated_prompt_matches_native(session, native):
+    gen = session["truncated"]
+    assert "error" not in gen, gen.get("error")
+    res = gen["result"]
+    ids = native.encode(LONG)
+    kept = native.config.n_positions - N_NEW
+    assert res["prompt_ids"] == ids and res["truncated_tokens"] == len(ids) - kept > 0
+    assert res["prompt_tokens"] == kept and f"truncated to its last {kept} tokens" in gen["speed"]
+    kw = {k: SAMPLED[k] for k in ("temperature", "top_k", "top_p")}
+    assert res["token_ids"] == native.generate(ids, N_NEW, seed=SAMPLED["seed"], truncate_prompt=True, **kw)
+
+
+def _cli_message(capsys, model_dir, prompt: str, flags: list[str]) -> str:
+    """What `webtensor generate` says about these inputs: its one error line, without the prefix."""
+    from webtensor.cli import main
+    from webtensor.web.server import default_model_dir
+
+    model = [] if model_dir == default_model_dir() else ["--model", str(model_dir)]
+    sampled = ["-t", "0.8", "--top-k", "40", "--top-p", "0.9", "--seed", "1234", "-n", str(N_NEW)]
+    capsys.readouterr()
+    assert main(["generate", prompt, "--device", "cpu", *model, *sampled, *flags]) == 2  # a usage error
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("webtensor: error: ") and "\n" not in err, err
+    err = re.sub(r" \(see `webtensor generate --help`\)$", "", err)  # the CLI's pointer to its help
+    return re.sub(r"^webtensor: error: (argument [^ ]+: )?", "", err)
+
+
+@pytest.mark.parametrize("name, fields, flags", BAD, ids=[b[0] for b in BAD])
+def test_page_refuses_what_the_cli_refuses(session, model_dir, capsys, name, fields, flags):
+    gen = session[f"bad:{name}"]
+    assert "error" not in gen, gen.get("error")  # the driver saw the run fail, as expected
+    want = _cli_message(capsys, model_dir, fields.get("prompt", PROMPT), flags)
+    assert gen["phase"] == "failed" and gen["errorShown"]
+    assert gen["errorText"] == want  # the CLI's message, word for word
+    assert gen["runError"]["type"] in ("SamplingError", "ContextLengthError")
+    # shown as an error, not as output, and no figures left from the run before
+    assert gen["output"] == "" and gen["generated"] is None and gen["result"] is None
+    assert gen["speed"] == "–"
 
 
 def test_screenshot_saved(session):

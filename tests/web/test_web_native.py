@@ -167,3 +167,93 @@ def test_cli_has_web_command(capsys):
     assert e.value.code == 0
     out = capsys.readouterr().out
     assert "--port" in out and "--no-open" in out and "127.0.0.1" in out
+
+
+# -- the page's inputs: checked as `webtensor generate` checks its flags ----------------------------
+PAGE_BAD = [  # (the form's field, the text typed, the CLI flag)
+    ("max_new_tokens", "0", "-n"), ("max_new_tokens", "many", "-n"), ("max_new_tokens", "", "-n"),
+    ("temperature", "-1", "-t"), ("temperature", "nan", "-t"), ("temperature", "hot", "-t"),
+    ("top_k", "-3", "--top-k"), ("top_k", "2.5", "--top-k"), ("top_p", "0", "--top-p"),
+    ("top_p", "1.01", "--top-p"), ("seed", "-1", "--seed"), ("seed", "abc", "--seed"),
+]
+GOOD_FIELDS = dict(max_new_tokens="5", temperature="0.8", top_k="40", top_p="0.9", seed="7")
+
+
+@pytest.fixture(scope="module")
+def page_model(tmp_path_factory, gpu):
+    from gpt2_fixtures import make_checkpoint
+
+    from webtensor.web.gpt2_web import WebGPT2
+
+    d = make_checkpoint(tmp_path_factory.mktemp("page"), vocab_size=300, n_embd=32, n_layer=1, n_head=2,
+                        n_positions=32)
+    return d, WebGPT2.load(d, gpu)
+
+
+def _cli_error(capsys, model_dir, prompt: str, argv: list[str]) -> str:
+    import re
+
+    from webtensor.cli import main
+
+    capsys.readouterr()
+    assert main(["generate", prompt, "--model", str(model_dir), "--device", "cpu", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    err = re.sub(r" \(see `webtensor generate --help`\)$", "", err)
+    return re.sub(r"^webtensor: error: (argument [^ ]+: )?", "", err)
+
+
+@pytest.mark.parametrize("field, text, flag", PAGE_BAD, ids=[f"{f}={t!r}" for f, t, _ in PAGE_BAD])
+def test_page_fields_refused_with_the_cli_message(page_model, capsys, field, text, flag):
+    from webtensor.web.app import check_request
+
+    d, model = page_model
+    with pytest.raises(wt.SamplingError) as e:
+        check_request(model, "Once upon a time", **{**GOOD_FIELDS, field: text})
+    assert str(e.value) == _cli_error(capsys, d, "Once upon a time", [flag, text])
+
+
+def test_page_prompt_over_the_context(page_model, capsys):
+    from webtensor.web.app import check_request
+
+    d, model = page_model
+    prompt = "Once upon a time, " * 10
+    with pytest.raises(wt.ContextLengthError) as e:
+        check_request(model, prompt, **GOOD_FIELDS, truncate_prompt=False)
+    assert str(e.value) == _cli_error(capsys, d, prompt, ["-n", "5"])
+    req = check_request(model, prompt, **GOOD_FIELDS, truncate_prompt=True)  # as --truncate-prompt
+    assert req["run_ids"] == req["ids"][-(32 - 5):] and len(req["ids"]) > 27
+    with pytest.raises(wt.SamplingError, match="not valid UTF-8") as e:
+        check_request(model, "bad \udcff byte", **GOOD_FIELDS)
+    assert str(e.value) == _cli_error(capsys, d, "bad \udcff byte", [])
+
+
+def test_page_blank_optional_fields_are_off(page_model):
+    from webtensor.web.app import check_request
+
+    _, model = page_model
+    req = check_request(model, "Hello", "4", "1", top_k="", top_p=" ", seed="")
+    assert (req["max_new_tokens"], req["temperature"], req["top_k"], req["top_p"], req["seed"]) == (4, 1.0, None,
+                                                                                                   None, None)
+    req = check_request(model, "Hello", 4, 0.5, top_k=0, top_p=1, seed=3)  # numbers (from JavaScript) pass too
+    assert (req["top_k"], req["top_p"], req["seed"]) == (None, 1.0, 3)
+
+
+def test_page_generate_entry_point(page_model):
+    """app.generate with the form's text: the driver's tokens for those parameters, the seed reported."""
+    import asyncio
+
+    from webtensor.web import app
+
+    _, model = page_model
+    app._state.update(device=model.device, model=model)
+    try:
+        prompt = "Once upon a time, " * 10
+        res = json.loads(asyncio.run(app.generate(prompt, "5", "0.8", "7", None, "40", "0.9", True)))
+        ids = model.tokenizer.encode(prompt)
+        assert res["prompt_ids"] == ids and res["truncated_tokens"] == len(ids) - 27
+        assert res["token_ids"] == model.generate(ids[-27:], 5, temperature=0.8, top_k=40, top_p=0.9, seed=7)
+        assert res["seed"] == 7 and res["prompt_tokens"] == 27
+        fresh = json.loads(asyncio.run(app.generate("Hello", "3", "1.0", "", None, "", "")))
+        assert isinstance(fresh["seed"], int) and fresh["top_k"] is None and fresh["top_p"] is None
+    finally:
+        app._state.update(device=None, model=None)

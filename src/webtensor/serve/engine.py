@@ -8,9 +8,10 @@ sequence is done the scheduler calls `release(slot)`; the slot's next row starts
 
 All engine calls come from one worker thread, one at a time.
 
-Sampling is per row: greedy (temperature 0) or seeded, the random draw for the token at position p
-taken from a generator seeded by (seed, p) alone, so a request yields the same tokens whether it runs
-alone or among others and whatever steps its prefill was cut into.
+Sampling is per row, through the one sampler `models.gpt2.sampling.sample`: greedy (temperature 0)
+or seeded, the random draw for the token at position p a function of (seed, p) alone, so a request
+yields the same tokens whether it runs alone or among others and whatever steps its prefill was cut
+into, and the same tokens as `GPT2.generate` and the web page with that seed.
 
 `GPT2Engine` runs rows one after another through the GPT2 model's public cached forward. A batched
 engine (one decode step for every row, the weights read once) implements the same protocol.
@@ -83,12 +84,8 @@ class Engine(Protocol):
 
 
 def choose(logits: np.ndarray, s: Sampling, position: int) -> int:
-    """The token for `position` from its logits (V,): argmax, or a draw seeded by (seed, position)."""
-    p = s.params()
-    if p.greedy:
-        return int(np.argmax(logits))
-    rng = np.random.default_rng([s.seed % 2**64, position])
-    return sample(logits, p, rng)
+    """The token for `position` from its logits (V,): argmax, or the draw for (seed, position)."""
+    return sample(logits, s.params(), position)
 
 
 class GPT2Engine:

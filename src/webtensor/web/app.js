@@ -8,7 +8,7 @@
   const LIB_DIR = "/home/pyodide/lib";
   const MODEL_DIR = "/home/pyodide/model";
   const state = { phase: "starting", app: null, pyodide: null, busy: false, runs: 0, info: null, model: null,
-                  lastResult: null, error: null };
+                  lastResult: null, error: null, runError: null };
 
   function setPhase(phase, text) {
     state.phase = phase;
@@ -99,19 +99,41 @@
     setPhase("ready", `Ready in ${((performance.now() - t0) / 1000).toFixed(1)} s. Type a prompt and press Generate.`);
   }
 
+  // A Python exception as {type, message}: its last line "pkg.Type: message", without the traceback.
+  function pyErrorParts(e) {
+    const lines = String((e && e.message) || e).trim().split("\n").filter((l) => l.trim());
+    const last = lines.length ? lines[lines.length - 1] : "unknown error";
+    const m = last.match(/^([\w.]+(?:Error|Exception)): (.*)$/);
+    return m ? { type: m[1].split(".").pop(), message: m[2] } : { type: "Error", message: last };
+  }
+
+  function clearRunError() {
+    state.runError = null;
+    $("gen-error").textContent = "";
+    $("gen-error").style.display = "none";
+  }
+
+  // The form's fields go to Python as typed: app.check_request parses and checks them as the CLI
+  // does (validate.py), so the page refuses what `webtensor generate` refuses, with its message.
+  const FIELDS = { maxNewTokens: "max-tokens", temperature: "temperature", topK: "top-k", topP: "top-p", seed: "seed" };
+
   async function generate(opts) {
     opts = opts || {};
-    if (state.phase !== "ready" && state.phase !== "done") throw new Error(`not ready (phase ${state.phase})`);
+    if (!["ready", "done", "failed"].includes(state.phase)) throw new Error(`not ready (phase ${state.phase})`);
     if (state.busy) throw new Error("already generating");
     if (opts.prompt !== undefined) $("prompt").value = opts.prompt;
-    if (opts.maxNewTokens !== undefined) $("max-tokens").value = opts.maxNewTokens;
-    if (opts.temperature !== undefined) $("temperature").value = opts.temperature;
+    for (const [key, id] of Object.entries(FIELDS)) {
+      if (opts[key] !== undefined) $(id).value = opts[key] === null ? "" : String(opts[key]);
+    }
+    if (opts.truncate !== undefined) $("truncate").checked = !!opts.truncate;
     const prompt = $("prompt").value;
-    const maxNew = Math.max(1, parseInt($("max-tokens").value, 10) || 40);
-    const temperature = Math.max(0, parseFloat($("temperature").value) || 0);
+    const field = (id) => $(id).value;
     state.busy = true;
     state.runs += 1;
+    state.lastResult = null;
+    clearRunError();
     $("generate").disabled = true;
+    $("speed").textContent = "–";  // no figures from a previous run stay on screen
     const out = $("output");
     out.textContent = "";
     const p = document.createElement("span");
@@ -119,22 +141,34 @@
     p.textContent = prompt;
     const gen = document.createElement("span");
     gen.className = "generated";
-    out.append(p, gen);
+    let started = false;
     setPhase("generating", "Generating…");
     const onPiece = (piece, nTokens, tps) => {
+      if (!started) { out.append(p, gen); started = true; }  // the inputs passed their checks
       gen.append(piece);
       $("speed").textContent = nTokens > 1 ? `${tps.toFixed(1)} tokens/s (${nTokens} tokens)` : `${nTokens} token`;
     };
     try {
-      const seed = opts.seed === undefined || opts.seed === null ? undefined : opts.seed;  // undefined -> None
-      const res = JSON.parse(await state.app.generate.callPromising(prompt, maxNew, temperature, seed, onPiece));
+      const res = JSON.parse(await state.app.generate.callPromising(
+        prompt, field("max-tokens"), field("temperature"), field("seed"), onPiece, field("top-k"), field("top-p"),
+        $("truncate").checked));
+      if (!started) out.append(p, gen);
       state.lastResult = res;
+      const cut = res.truncated_tokens ? `; prompt truncated to its last ${res.prompt_tokens} tokens` : "";
+      const seed = res.seed === null ? "" : `; seed ${res.seed}`;
       $("speed").textContent = `${res.tokens_per_s.toFixed(1)} tokens/s decode (${res.new_tokens} tokens; ` +
-        `prompt of ${res.prompt_tokens} + first token ${(res.prefill_s * 1000).toFixed(0)} ms)`;
+        `prompt of ${res.prompt_tokens} + first token ${(res.prefill_s * 1000).toFixed(0)} ms${seed}${cut})`;
       setPhase("done", `Done: ${res.new_tokens} tokens.`);
       return res;
     } catch (e) {
-      setPhase("ready", "Generation failed: " + pyError(e));
+      const err = pyErrorParts(e);
+      state.runError = err;
+      out.textContent = "";
+      $("speed").textContent = "–";
+      $("gen-error").textContent = err.message;
+      $("gen-error").dataset.type = err.type;
+      $("gen-error").style.display = "block";
+      setPhase("failed", `Generation failed (${err.type}).`);
       throw e;
     } finally {
       state.busy = false;

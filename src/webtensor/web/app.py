@@ -13,6 +13,8 @@ import time
 from typing import Any
 
 from ..device import Device
+from ..models.gpt2 import validate
+from ..models.gpt2.tokenizer import stream_text
 from .gpt2_web import WebGPT2
 
 _state: dict[str, Any] = {"device": None, "model": None}
@@ -58,27 +60,59 @@ async def load_model(model_dir: str, on_progress: Any = None) -> str:
                            tokenizer=model.tokenizer.kind, load_s=time.perf_counter() - t0))
 
 
-async def generate(prompt: str, max_new_tokens: int = 50, temperature: float = 0.0, seed: int | None = None,
-                   on_piece: Any = None, top_k: int | None = None) -> str:
+def _field(x: Any, parse: type, blank: Any = "") -> Any:
+    """A value from the page: a form field's text parsed as the CLI parses its flag (`cmdline.checked`:
+    int or float; text that does not parse is handed on as is, so the check names it). An empty
+    field is `blank` (None for the optional ones: off / random). Numbers pass through."""
+    x = _opt(x)
+    if not isinstance(x, str):
+        return x
+    if not x.strip():
+        return blank
+    try:
+        return parse(x.strip())
+    except ValueError:
+        return x
+
+
+def check_request(model: WebGPT2, prompt: Any, max_new_tokens: Any, temperature: Any, top_k: Any = None,
+                  top_p: Any = None, seed: Any = None, truncate_prompt: Any = False) -> dict[str, Any]:
+    """The page's inputs checked with `webtensor generate`'s checks and messages (validate.py):
+    the sampling parameters, the prompt's text, its ids, and its fit in the context (refused, or its
+    last tokens kept when `truncate_prompt`, as --truncate-prompt). SamplingError /
+    ContextLengthError on the first bad input; else the normalised request."""
+    n_new = validate.check_max_new_tokens(_field(max_new_tokens, int))
+    t, k, p, s = validate.check_sampling(_field(temperature, float), _field(top_k, int, None),
+                                         _field(top_p, float, None), _field(seed, int, None))
+    text = validate.check_text(_opt(prompt))
+    ids = validate.check_ids(model.tokenizer.encode(text), model.config.vocab_size)
+    run_ids = validate.fit_context(ids, n_new, model.config.n_positions, bool(_opt(truncate_prompt)))
+    return dict(ids=ids, run_ids=run_ids, max_new_tokens=n_new, temperature=t, top_k=k, top_p=p, seed=s)
+
+
+async def generate(prompt: str, max_new_tokens: Any = 50, temperature: Any = 0.0, seed: Any = None,
+                   on_piece: Any = None, top_k: Any = None, top_p: Any = None, truncate_prompt: Any = False) -> str:
     """Generate from `prompt`, calling `on_piece(text, n_new_tokens, tokens_per_s)` as text forms;
-    JSON of the prompt ids, new ids, text and timings."""
+    JSON of the prompt ids, new ids, text, the seed used and timings. The parameters may be the
+    form fields' text; they are checked as the CLI checks them (`check_request`), the same messages."""
     model: WebGPT2 | None = _state["model"]
     if model is None:
         raise RuntimeError("no model is loaded")
-    seed, top_k = _opt(seed), _opt(top_k)
-    ids = model.tokenizer.encode(prompt)
-    n_ctx = model.config.n_positions
-    max_new_tokens = max(0, min(int(max_new_tokens), n_ctx - len(ids)))
+    req = check_request(model, prompt, max_new_tokens, temperature, top_k, top_p, seed, truncate_prompt)
+    tok = model.tokenizer
+    gen = model.generate_ids(req["run_ids"], req["max_new_tokens"], temperature=req["temperature"],
+                             top_k=req["top_k"], top_p=req["top_p"], seed=req["seed"])
     pieces = []
-    for piece in model.stream(prompt, max_new_tokens, temperature=float(temperature), top_k=top_k,
-                              seed=None if seed is None else int(seed)):
+    for piece in stream_text(gen, tok.token_bytes):
         pieces.append(piece)
         if on_piece is not None:
             st = model.last_stats
             on_piece(piece, st.new_tokens, st.tokens_per_s)
     st = model.last_stats
-    return json.dumps(dict(prompt_ids=ids, text="".join(pieces), adapter=_device().ctx.info.name,
-                           stats=_device().stats(), **st.as_dict()))
+    return json.dumps(dict(prompt_ids=req["ids"], truncated_tokens=len(req["ids"]) - len(req["run_ids"]),
+                           text="".join(pieces), adapter=_device().ctx.info.name, stats=_device().stats(),
+                           temperature=req["temperature"], top_k=req["top_k"], top_p=req["top_p"],
+                           **st.as_dict()))
 
 
 async def run_parity(cases_json: str) -> str:

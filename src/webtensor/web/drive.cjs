@@ -3,11 +3,14 @@
 //
 //   node drive.cjs CONFIG.json
 // CONFIG: {url, chromium, nodeModules, results, timeoutMs, tasks: [...]} where a task is
-//   {type: "generate_ui", prompt, maxNewTokens, temperature}  types into the page and clicks Generate
+//   {type: "generate_ui", prompt, maxNewTokens, temperature, [topK, topP, seed, truncate, expectFail]}
+//                                                             types into the page and clicks Generate;
+//                                                             expectFail: the run must end in an error
 //   {type: "parity", cases}                                   cases: a JSON string (selftest.run_cases)
 //   {type: "bench", options}                                  options: a JSON string (app.bench)
 //   {type: "screenshot", path}
 //   {type: "python", code}                                    runs Python in the page (runPythonAsync)
+// Any task may carry a `name`, copied into its result.
 // Options: webgpu: false starts Chromium without WebGPU (no adapter); hideWebgpu: true removes
 // navigator.gpu from the page; expectError: true accepts a page that
 // stopped on an error (its state is in `boot`).
@@ -57,24 +60,37 @@ async function main() {
 
     for (const task of cfg.tasks) {
       const ts = Date.now();
-      const res = { type: task.type };
+      const res = { type: task.type, name: task.name };
       try {
         if (task.type === "generate_ui") {
           await page.fill("#prompt", task.prompt);
           await page.fill("#max-tokens", String(task.maxNewTokens));
           await page.fill("#temperature", String(task.temperature || 0));
+          for (const [key, sel] of [["topK", "#top-k"], ["topP", "#top-p"], ["seed", "#seed"]]) {
+            if (task[key] !== undefined) await page.fill(sel, task[key] === null ? "" : String(task[key]));
+          }
+          if (task.truncate !== undefined) await page.setChecked("#truncate", !!task.truncate);
           const runs = await page.evaluate(() => window.webtensorApp.state.runs);
           await page.click("#generate");
           await page.waitForFunction((r) => window.webtensorApp.state.runs > r && !window.webtensorApp.state.busy, runs);
-          Object.assign(res, await page.evaluate(() => ({
-            phase: window.webtensorApp.state.phase,
-            result: window.webtensorApp.state.lastResult,
-            output: document.getElementById("output").textContent,
-            generated: document.querySelector("#output .generated").textContent,
-            speed: document.getElementById("speed").textContent,
-            status: document.getElementById("status").textContent,
-          })));
-          if (res.phase !== "done") throw new Error(`generation failed: ${res.status}`);
+          Object.assign(res, await page.evaluate(() => {
+            const gen = document.querySelector("#output .generated");
+            const err = document.getElementById("gen-error");
+            return {
+              phase: window.webtensorApp.state.phase,
+              result: window.webtensorApp.state.lastResult,
+              runError: window.webtensorApp.state.runError,
+              errorText: err.textContent,
+              errorShown: getComputedStyle(err).display !== "none",
+              output: document.getElementById("output").textContent,
+              generated: gen ? gen.textContent : null,
+              speed: document.getElementById("speed").textContent,
+              status: document.getElementById("status").textContent,
+            };
+          }));
+          if (task.expectFail ? res.phase !== "failed" : res.phase !== "done") {
+            throw new Error(`generation ${task.expectFail ? "did not fail" : "failed"}: ${res.status} ${res.errorText}`);
+          }
         } else if (task.type === "parity") {
           res.results = await page.evaluate((c) => window.webtensorApp.parity(c), task.cases);
         } else if (task.type === "bench") {

@@ -5,8 +5,9 @@ block layer norm -> fused QKV linear -> KV-cache rows -> causal attention -> fus
 residual -> layer norm -> fused linear + activation -> fused linear with residual, then the final layer
 norm and the LM head, wte when tied), through `webtensor.ops` on a WebGPU device, but loads the checkpoint
 with the pure-Python safetensors reader, tokenizes with the pure-Python BPE where `tokenizers` is
-missing, and generates with `webtensor.generation` (the native model's loop and sampler): nothing here
-imports numpy.
+missing, and generates with `webtensor.generation` (the native model's loop) and
+`models.gpt2.sampling.sample`'s pure-Python path (one sampler for every path, so a seed gives the
+native model's tokens): nothing here imports numpy.
 
 Natively it runs too (on wgpu-py), which is how its tokens are checked against `GPT2.generate`
 without a browser.
@@ -47,6 +48,7 @@ class GenerationStats:
     new_tokens: int = 0
     prefill_s: float = 0.0  # prompt pass + first token
     decode_s: float = 0.0  # the tokens after the first
+    seed: int | None = None  # the seed sampling used (drawn fresh when none was given); None when greedy
     token_ids: list[int] = field(default_factory=list)
 
     @property
@@ -57,7 +59,8 @@ class GenerationStats:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(prompt_tokens=self.prompt_tokens, new_tokens=self.new_tokens, prefill_s=self.prefill_s,
-                    decode_s=self.decode_s, tokens_per_s=self.tokens_per_s, token_ids=list(self.token_ids))
+                    decode_s=self.decode_s, tokens_per_s=self.tokens_per_s, seed=self.seed,
+                    token_ids=list(self.token_ids))
 
 
 class WebGPT2:
@@ -142,7 +145,7 @@ class WebGPT2:
         ids = validate.fit_context(validate.check_ids(ids, self.config.vocab_size), n_new, self.config.n_positions,
                                    truncate_prompt)
         eos = self.config.eos_ids if stop_at_eos else frozenset()
-        stats = self.last_stats = GenerationStats(prompt_tokens=len(ids))
+        stats = self.last_stats = GenerationStats(prompt_tokens=len(ids), seed=params.seed)
         ws = self._workspaces.acquire()
         t0 = time.perf_counter()
         try:
@@ -165,5 +168,6 @@ class WebGPT2:
     def stream(self, prompt: str, max_new_tokens: int = 50, **kw: Any) -> Iterator[str]:
         """Generated text, piece by piece, as soon as it forms whole UTF-8 characters."""
         tok = self.tokenizer
-        yield from _gpt2_module("tokenizer").stream_text(
-            self.generate_ids(tok.encode(prompt), max_new_tokens, **kw), tok.token_bytes)
+        ids = tok.encode(_gpt2_module("validate").check_text(prompt))
+        yield from _gpt2_module("tokenizer").stream_text(self.generate_ids(ids, max_new_tokens, **kw), tok.token_bytes)
+

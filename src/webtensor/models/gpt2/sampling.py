@@ -2,7 +2,8 @@
 
 One sampler for every path: `GPT2.generate` (CPU and WebGPU), the server's engine and the web page
 (Pyodide, where there is no numpy) all call `sample(logits, params, position)`, so the same seed gives
-the same tokens everywhere. This module imports nothing but the standard library.
+the same tokens everywhere. This module needs only the standard library (and webtensor's numpy-free
+`errors` and `validate`).
 
 The random draw
 ---------------
@@ -34,9 +35,10 @@ The choice
 4. softmax over the kept tokens in float64: `w = exp(x - max)` unnormalised (+inf logits share all
    the mass evenly; all -inf is refused); `total` = their sum in index order.
 5. top-p (None or 1: off): order the kept tokens by x, largest first, ties by the lower index; keep
-   the shortest prefix whose running sum of w reaches top_p * total (smallest set with mass >= top_p).
+   the shortest prefix whose running sum of w reaches top_p * total (smallest set with mass >= top_p;
+   all of them if rounding keeps the sum short of it).
 6. inverse CDF: over the kept tokens in index order, the first whose running sum of w exceeds
-   u * (their sum).
+   u * (their sum) (the last one with w > 0 if that product rounds up to the sum).
 
 Sums run left to right (no pairwise or compensated summation), so both implementations below add
 the same numbers in the same order.
