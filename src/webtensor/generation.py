@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import struct
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
@@ -93,19 +94,26 @@ class Workspace:
         s = self.state
         return model.forward(s.ids, s.pos, s.slot, self.cache, None, False)  # (rows, V)
 
+    def _stepper(self, model: Decodable) -> Callable[[], Tensor]:
+        # (the model by weak reference: the CPU's graph keeps its function, and the model keeps
+        # this workspace; a cycle would keep a dropped model alive until the next collection)
+        ref, me = weakref.ref(model), weakref.ref(self)
+        return lambda: me()._step(ref())  # type: ignore[union-attr, arg-type]
+
     def greedy_graph(self, model: Decodable) -> Any:
         if self._greedy is None:
-            def step() -> Tensor:
-                new = ops.argmax(self._step(model))  # (rows,)
-                s = self.state
-                ops.advance_tokens(new, s.ids, s.pos, s.tokens, s.count)
+            state, step = self.state, self._stepper(model)
+
+            def greedy_step() -> Tensor:
+                new = ops.argmax(step())  # (rows,)
+                ops.advance_tokens(new, state.ids, state.pos, state.tokens, state.count)
                 return new
-            self._greedy = model.device.capture(step)
+            self._greedy = model.device.capture(greedy_step)
         return self._greedy
 
     def logits_graph(self, model: Decodable) -> Any:
         if self._logits is None:
-            self._logits = model.device.capture(lambda: self._step(model))
+            self._logits = model.device.capture(self._stepper(model))
         return self._logits
 
     def release(self) -> None:
@@ -116,16 +124,18 @@ class Workspace:
 
 
 class WorkspacePool:
-    """Free workspaces of one model, reused by generate() (a thread takes one, gives it back)."""
+    """Free workspaces of one model, reused by generate() (a thread takes one, gives it back).
+    The pool holds no reference to the model (no cycle: a dropped model is freed at once)."""
 
-    def __init__(self, make: Callable[[], Workspace]):
-        self._make, self._free, self._lock = make, [], threading.Lock()
+    def __init__(self) -> None:
+        self._free: list[Workspace] = []
+        self._lock = threading.Lock()
 
-    def acquire(self) -> Workspace:
+    def acquire(self, make: Callable[[], Workspace]) -> Workspace:
         with self._lock:
             if self._free:
                 return self._free.pop()
-        return self._make()
+        return make()
 
     def release(self, ws: Workspace) -> None:
         with self._lock:

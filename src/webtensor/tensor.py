@@ -252,6 +252,7 @@ def tensor(data: Any, device: Device | str | None = None, dtype: Any = None) -> 
         arr = np.asarray(data)
     except ValueError as e:  # ragged nested lists
         raise ShapeError(f"tensor(): cannot make a rectangular array from the data: {e}") from e
+    given = arr if isinstance(data, np.ndarray) else None  # memory the caller holds (others are copies)
     if dtype is not None:
         arr = arr.astype(dt.as_dtype(dtype).name)
     elif arr.dtype == np.float64:
@@ -262,10 +263,11 @@ def tensor(data: Any, device: Device | str | None = None, dtype: Any = None) -> 
         arr = arr.astype(np.int32)
     d = dt.as_dtype(arr.dtype)
     if not arr.flags.c_contiguous:  # (np.ascontiguousarray would turn a 0-d array into 1-d)
-        arr = np.ascontiguousarray(arr)
+        arr = arr.copy(order="C")
     if not arr.size:
         return dev.backend.empty(dev, arr.shape, d)
-    return dev.backend.from_bytes(dev, arr.shape, d, memoryview(arr.reshape(-1)).cast("B"))
+    owned = given is None or not np.may_share_memory(arr, given)
+    return dev.backend.from_numpy(dev, arr, owned)
 
 
 def empty(shape: Sequence[int], dtype: Any = "float32", device: Device | str | None = None) -> Tensor:

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 from gpt2_fixtures import make_checkpoint, make_tokenizer  # noqa: E402
 
 import webtensor as wt  # noqa: E402
-from webtensor.generation import prefill  # noqa: E402
+from webtensor.generation import Workspace, prefill  # noqa: E402
 from webtensor.models.gpt2 import GPT2  # noqa: E402
 from webtensor.models.gpt2.config import ACTIVATIONS, FIELDS, GPT2Config  # noqa: E402
 from webtensor.web.gpt2_web import WebGPT2  # noqa: E402
@@ -86,7 +86,7 @@ def test_option_matches_hf(option, kind, gpu):
     assert len(set(greedy)) > 2  # the continuation varies: a real check of the decode path
     assert m.generate(IDS, 12, stop_at_eos=False) == greedy
     # the captured decode step (greedy above replays it) gives the same logits
-    ws = m._workspaces.acquire()
+    ws = m._workspaces.acquire(lambda: Workspace(m, m.new_cache()))
     prefill(m, ws.cache, IDS[:-1])
     ws.state.set([IDS[-1]], [len(IDS) - 1])
     assert_logits_close(ws.logits_graph(m).replay().numpy()[0], want[-1])

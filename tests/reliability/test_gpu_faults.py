@@ -103,14 +103,17 @@ def test_launch_checks_its_declaration(gpu):
     """A launch names its parameters and buffers; the kernel's declaration refuses what does not
     fit: a missing buffer, an unknown name, a missing parameter, a written binding that aliases."""
     k = gpu.ctx.kernel("softmax", {"TX": "f32", "TO": "f32"})
-    buf = wt.tensor(np.ones(4, np.float32), device=gpu)._storage.buffer
+    x = wt.tensor(np.ones(4, np.float32), device=gpu)
+    buf = x._storage.buffer
     prm = dict(rows=1, cols=4, x_off=0, x_ld=4)
     with pytest.raises(wt.GPUError, match=r"softmax.*: binding 'o' needs a buffer"):
         gpu.ctx.launch(k, prm, dict(x=buf), (1, 1, 1))
     with pytest.raises(wt.GPUError, match=r"softmax.*: no binding\(s\) \['y'\]"):
         gpu.ctx.launch(k, prm, dict(x=buf, o=buf, y=buf), (1, 1, 1))
+    o = wt.tensor(np.ones(4, np.float32), device=gpu)
+    out = o._storage.buffer
     with pytest.raises(wt.GPUError, match=r"softmax: parameter 'cols' is required"):
-        gpu.ctx.launch(k, dict(rows=1, x_off=0, x_ld=4), dict(x=buf, o=buf), (1, 1, 1))
+        gpu.ctx.launch(k, dict(rows=1, x_off=0, x_ld=4), dict(x=buf, o=out), (1, 1, 1))
     with pytest.raises(wt.GPUError, match=r"binding 'o' is also bound to another binding"):
         gpu.ctx.launch(k, prm, dict(x=buf, o=buf), (1, 1, 1))
     _softmax_ok(gpu)

@@ -226,10 +226,11 @@ def view(t: Any) -> np.ndarray:
 
 
 class _Replay:
-    """The CPU's 'graph': calling the captured function again (same tensors, same writes)."""
+    """The CPU's 'graph': the captured function, called on each replay (like WebGPU's, capturing
+    runs nothing; a replay returns the function's outputs)."""
 
     def __init__(self, fn: Any):
-        self.fn, self.outputs = fn, fn()
+        self.fn, self.outputs = fn, None
         self.n_dispatches, self.names = 0, []
 
     def replay(self, times: int = 1) -> Any:
@@ -245,14 +246,20 @@ class CpuBackend:
     """The numpy reference device (see backends/base.py for the protocol)."""
 
     name = "cpu"
+    kmajor_weights = False  # matrices as the checkpoint has them
     host_memory = True  # tensors live in host memory (reading them is free)
 
     def _wrap(self, device: Any, arr: np.ndarray) -> Any:
         from ..dtypes import as_dtype
         from ..tensor import Tensor
 
-        arr = np.ascontiguousarray(arr)
+        if not arr.flags.c_contiguous:  # (np.ascontiguousarray would make a 0-d array 1-d)
+            arr = arr.copy(order="C")
         return Tensor(device, arr.shape, as_dtype(arr.dtype), storage=CpuStorage(arr.reshape(-1)))
+
+    def from_numpy(self, device: Any, arr: np.ndarray, owned: bool) -> Any:
+        """`arr` as a tensor: kept as it is when `owned` (a fresh array nobody else holds), else copied."""
+        return self._wrap(device, arr if owned else arr.copy())
 
     # -- memory ---------------------------------------------------------------------------------
     def empty(self, device: Any, shape: tuple[int, ...], dtype: Any) -> Any:

@@ -73,8 +73,7 @@ class WebGPT2:
         self.ln_f = (params["ln_f.weight"], params["ln_f.bias"])
         fwd = _gpt2_module("forward")
         self.blocks = [fwd.Block(*(params[f"h.{i}.{n}"] for n in fwd.BLOCK_PARAMS)) for i in range(cfg.n_layer)]
-        cache = generation.KVCache(cfg.n_layer, 1, cfg.n_positions, cfg.n_head, cfg.head_dim, device)
-        self._workspaces = generation.WorkspacePool(lambda: generation.Workspace(self, cache))  # one at a time
+        self._workspaces = generation.WorkspacePool()
         self.use_graph = True
         self.last_stats = GenerationStats()
 
@@ -146,7 +145,9 @@ class WebGPT2:
                                    truncate_prompt)
         eos = self.config.eos_ids if stop_at_eos else frozenset()
         stats = self.last_stats = GenerationStats(prompt_tokens=len(ids), seed=params.seed)
-        ws = self._workspaces.acquire()
+        cfg = self.config
+        ws = self._workspaces.acquire(lambda: generation.Workspace(self, generation.KVCache(
+            cfg.n_layer, 1, cfg.n_positions, cfg.n_head, cfg.head_dim, self.device)))
         t0 = time.perf_counter()
         try:
             for tok in generation.generate(self, ws, ids, n_new, params.greedy,

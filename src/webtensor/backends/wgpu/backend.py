@@ -12,6 +12,12 @@ from . import ops as plan
 from .context import Graph, WgpuContext
 
 
+def _dtype(arr: Any) -> DType:
+    from ...dtypes import as_dtype
+
+    return as_dtype(arr.dtype)
+
+
 class WgpuGraph:
     """A captured function: `replay(times)` enqueues its launches again (joining the enclosing
     dispatch scope, else submitting) and returns the function's outputs, rewritten in place."""
@@ -38,6 +44,7 @@ class WgpuGraph:
 
 class WgpuBackend:
     name = "wgpu"
+    kmajor_weights = True  # matrices stored (N, K): a GEMV reads rows
     host_memory = False
 
     def __init__(self, ctx: WgpuContext):
@@ -52,6 +59,9 @@ class WgpuBackend:
 
     def from_bytes(self, device: Any, shape: tuple[int, ...], dtype: DType, data: memoryview) -> Tensor:
         return plan.from_bytes(device, shape, dtype, data)
+
+    def from_numpy(self, device: Any, arr: Any, owned: bool) -> Tensor:
+        return plan.from_bytes(device, arr.shape, _dtype(arr), memoryview(arr.reshape(-1)).cast("B"))
 
     def to_bytes(self, t: Tensor) -> bytes:
         return plan.to_bytes(t)

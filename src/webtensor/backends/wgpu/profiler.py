@@ -33,9 +33,9 @@ def _by_kind(names: list[str], times: list[float]) -> list[tuple[str, float]]:
 
 def profile_decode_step(model: Any, ids: list[int], repeats: int = 5) -> dict[str, Any]:
     """GPU time of one greedy decode step (the replayed graph), by kernel kind (median of `repeats`)."""
-    from ...generation import prefill
+    from ...generation import Workspace, prefill
 
-    ws = model._workspaces.acquire()
+    ws = model._workspaces.acquire(lambda: Workspace(model, model.new_cache()))
     try:
         prefill(model, ws.cache, ids)
         ws.state.set([ids[-1]], [len(ids)])

@@ -44,7 +44,7 @@ class GPT2:
         self.lm_head = params.get("lm_head.weight", self.wte)  # (V, C); wte itself when tied
         self.ln_f = (params["ln_f.weight"], params["ln_f.bias"])
         self.blocks = [Block(*(params[f"h.{i}.{n}"] for n in BLOCK_PARAMS)) for i in range(cfg.n_layer)]
-        self._workspaces = WorkspacePool(lambda: Workspace(self, self.new_cache()))  # reused by generate()
+        self._workspaces = WorkspacePool()  # KV caches and decode graphs, reused by generate()
         self.use_graph = True  # replay the captured decode step (False: op by op, for comparison)
         self.quant: str | None = None  # "q8_0": wte and block matrices are Q8Weight (dtype="int8")
 
@@ -145,7 +145,7 @@ class GPT2:
         n_new = check_max_new_tokens(max_new_tokens)
         ids = fit_context(self._check_ids(ids), n_new, self.config.n_positions, truncate_prompt)
         eos = self.config.eos_ids if stop_at_eos else frozenset()
-        ws = self._workspaces.acquire()
+        ws = self._workspaces.acquire(lambda: Workspace(self, self.new_cache()))
         try:
             yield from generate(self, ws, ids, n_new, params.greedy, lambda row, p: sample(row, params, p), eos)
         finally:
@@ -230,14 +230,22 @@ def _upload(reader: Any, cfg: GPT2Config, dev: Device, dtype: dt.DType, progress
             if not np.issubdtype(arr.dtype, np.floating):
                 raise CheckpointError(f"tensor {name!r} has dtype {arr.dtype}, expected a float type")
             arr = arr.astype(_stored_dtype(name, dtype).name, copy=False)
-            if arr.ndim == 2 and name.startswith("h."):
-                # matrices are stored k-major, (N, K): the decode GEMV reads each output's weights
-                # as one contiguous row. The model sees the (K, N) view, as in the checkpoint.
-                params[name] = tensor(np.ascontiguousarray(arr.T), device=dev).T
+            if arr.ndim == 2 and name.startswith("h.") and dev.backend.kmajor_weights:
+                # WebGPU stores matrices k-major, (N, K): the decode GEMV reads each output's
+                # weights as one contiguous row. The model sees the (K, N) view, as in the checkpoint.
+                params[name] = _to_device(np.ascontiguousarray(arr.T), dev).T
             else:
-                params[name] = tensor(arr, device=dev)
+                params[name] = _to_device(arr, dev)
             bar.update(arr.nbytes)
     return params
+
+
+def _to_device(arr: np.ndarray, dev: Device) -> Tensor:
+    """A tensor of a weight the reader handed over. The readers hand over fresh arrays (safetensors)
+    or read-only file maps (GGUF): a writeable contiguous one is kept as it is on the CPU (no second
+    copy of each weight while loading), anything else is copied."""
+    owned = arr.flags.writeable and arr.flags.c_contiguous
+    return tensor(arr, device=dev) if not owned else dev.backend.from_numpy(dev, arr, True)
 
 
 def _export_arrays(model: GPT2) -> dict[str, np.ndarray]:
