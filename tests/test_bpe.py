@@ -16,10 +16,10 @@ from tokenizers import AddedToken as HFAddedToken  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 
 try:
-    from webtensor.models.gpt2 import bpe
+    from webtensor.text import bpe
 except ImportError:  # package not installed: import from the src/ tree
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from webtensor.models.gpt2 import bpe
+    from webtensor.text import bpe
 
 ByteLevelBPE = bpe.ByteLevelBPE
 TokenizerFormatError = bpe.TokenizerFormatError

@@ -162,3 +162,23 @@ def test_graph_keeps_its_buffers(gpu):
     assert g.replay().numpy().tolist() == (np.arange(64) * 2.0 + 1.0).tolist()
     del junk
     g.release()
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["u32-pairs", "vec4-f16"])
+@SETTINGS
+@given(seed=seeds, m=st.integers(1, 8), k=st.sampled_from([4, 12, 64, 200]), n=st.integers(1, 70),
+       ln=st.booleans())
+def test_gemv_float16_weights(gpu, style, monkeypatch, packed, seed, m, k, n, ln):
+    """Decode rows against k-major float16 weights, read as vec4<f16> or as u32 pairs."""
+    if not gpu.has_f16:
+        pytest.skip("this adapter has no shader-f16")
+    monkeypatch.setattr(gops, "GEMV_PACKED_F16", packed)
+    x, w, b, g, beta = rnd(seed, m, k), rnd(seed + 1, k, n), rnd(seed + 2, n), rnd(seed + 3, k), rnd(seed + 4, k)
+    outs = []
+    for dev in (wt.Device.cpu(), gpu):
+        xt, bt, gt, betat = on(dev, x, b, g, beta)
+        wk = wt.tensor(w.T.astype(np.float16), device=dev).T  # (K, N) view of (N, K) float16 storage
+        outs.append(wt.linear(xt, wk, bt, act="gelu", ln=(gt, betat, 1e-5) if ln else None).numpy())
+    # (the fused norm is one shifted float32 pass against the reference's float64 two: up to ~2e-5
+    # on a single output)
+    assert outs[1].dtype == np.float32 and rel_err(outs[1], outs[0]) <= (5e-5 if ln else 1e-5)

@@ -18,9 +18,9 @@ tokenizers = pytest.importorskip("tokenizers")
 from tokenizers import ByteLevelBPETokenizer, Tokenizer  # noqa: E402
 
 from webtensor.errors import CheckpointError, TokenizerError  # noqa: E402
-from webtensor.models.gpt2.bpe import ByteLevelBPE  # noqa: E402
 from webtensor.models.gpt2.tokenizer import GPT2Tokenizer  # noqa: E402
-from webtensor.models.gpt2.tokenizer_files import GPT2_SPLIT_PATTERN  # noqa: E402
+from webtensor.text.bpe import ByteLevelBPE  # noqa: E402
+from webtensor.text.tokenizer_files import GPT2_SPLIT_PATTERN  # noqa: E402
 
 EOT = "<|endoftext|>"
 SHIPPED = Path(__file__).resolve().parents[1] / "src" / "webtensor" / "models" / "gpt2" / "shipped"
@@ -324,7 +324,7 @@ def _page_texts(n: int, seed: int) -> list[str]:
     """Texts rich in what the Unicode versions disagree on (seeded; the inert table in full)."""
     import random
 
-    from webtensor.models.gpt2 import unicode_norm
+    from webtensor.text import unicode_norm
 
     rng = random.Random(seed)
     odd = [chr(c) for lo, hi in unicode_norm._NORM_INERT for c in range(lo, hi + 1)]

@@ -97,7 +97,7 @@ class Device:
         feats = _check_features(features)
         binding = _check_binding(max_binding_bytes)
         if _in_browser():
-            from .web.browser_gpu import BrowserGpu
+            from .backends.wgpu.browser_gpu import BrowserGpu
 
             key: tuple = ("browser", binding, feats)
             dev = cls._wgpu_cache.get(key)

@@ -139,7 +139,7 @@ def test_server_routes(server):
     status, body, _ = _get(server + "webtensor.zip")
     names = zipfile.ZipFile(BytesIO(body)).namelist()
     assert "webtensor/__init__.py" in names and "webtensor/backends/wgpu/kernels/matmul.wgsl" in names
-    assert "webtensor/web/gpu_helper.js" in names
+    assert "webtensor/backends/wgpu/gpu_helper.js" in names
     assert not any("/shipped/" in n or "__pycache__" in n for n in names)
     man = json.loads(_get(server + "model/manifest.json")[1])
     assert {f["name"] for f in man["files"]} >= {"config.json", "model.safetensors", "tokenizer.json"}

@@ -1,7 +1,7 @@
 """`webtensor web`: serve the GPT-2 web page on 127.0.0.1.
 
 What it serves:
-    /                    index.html, app.js, gpu_helper.js (this folder)
+    /                    index.html, app.js (this folder), gpu_helper.js (backends/wgpu)
     /pyodide/...         the Pyodide distribution from the npm package `setup.sh --web` installs
                          (node_modules/pyodide in the repository, or --pyodide DIR /
                          $WEBTENSOR_PYODIDE_DIR)
@@ -34,7 +34,8 @@ from ..errors import UsageError, WebtensorError
 
 WEB_DIR = Path(__file__).resolve().parent
 PACKAGE_DIR = WEB_DIR.parent
-PAGE_FILES = {"index.html", "app.js", "gpu_helper.js"}
+PAGE_FILES = {"index.html": WEB_DIR, "app.js": WEB_DIR,
+              "gpu_helper.js": PACKAGE_DIR / "backends" / "wgpu"}  # name -> folder
 MODEL_FILES = ("config.json", "tokenizer.json", "vocab.json", "merges.txt")
 MIME = {".wasm": "application/wasm", ".mjs": "text/javascript", ".js": "text/javascript",
         ".json": "application/json", ".html": "text/html; charset=utf-8", ".zip": "application/zip",
@@ -151,7 +152,7 @@ def _handler(app: WebApp, quiet: bool) -> type[BaseHTTPRequestHandler]:
                 return self._file(WEB_DIR / "index.html")
             name = path.lstrip("/")
             if name in PAGE_FILES:
-                return self._file(WEB_DIR / name)
+                return self._file(PAGE_FILES[name] / name)
             if name == "webtensor.zip":
                 return self._send(200, app.zip_bytes, MIME[".zip"])
             if name.startswith("pyodide/"):

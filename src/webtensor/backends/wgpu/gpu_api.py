@@ -2,7 +2,7 @@
 
 Everything above this module (context, scope, kernels) talks to the GPU only through the small
 `GpuApi` interface below, so two implementations can sit behind it: `NativeGpu` here (wgpu-py over
-Vulkan / Metal / D3D12), and the browser's `navigator.gpu` through Pyodide's FFI (`web/browser_gpu.py`).
+Vulkan / Metal / D3D12), and the browser's `navigator.gpu` through Pyodide's FFI (`browser_gpu.py`, beside this file).
 The interface is batch-shaped on purpose: a flush hands over a whole list of commands, so an
 implementation can encode them in one foreign call.
 
@@ -11,7 +11,7 @@ Commands (plain tuples, cheap to build):
     ("copy", src_buffer, src_offset, dst_buffer, dst_offset, nbytes)
     ("pass",)   end the current compute pass (the next dispatch opens a new one; for measurements)
 Buffers passed in are the implementation's own handles. Uploads take any buffer-protocol object.
-The implementations: `NativeGpu` below and `BrowserGpu` (web/browser_gpu.py, with gpu_helper.js).
+The implementations: `NativeGpu` below and `BrowserGpu` (browser_gpu.py beside this file, with gpu_helper.js).
 """
 
 from __future__ import annotations

@@ -329,6 +329,7 @@ def _mm_kernel(ctx: WgpuContext, a: Tensor, b: Tensor, out: Tensor, bias: Tensor
 
 
 GEMV_MAX_ROWS = 8  # up to this many rows of A, a bandwidth-bound GEMV beats the tiled kernel
+GEMV_PACKED_F16 = True  # float16 weights read as u32 pairs (False: as vec4<f16>)
 FLASH_MIN_QUERIES = 2  # attention over this many queries or more takes the flash-style kernels
 GPU_STYLE_ON_SOFTWARE = False  # tests set this to run the GPU kernel variants on lavapipe
 
@@ -359,9 +360,10 @@ def gemv_kernel(ctx: WgpuContext, a_dtype: dt.DType, w_dtype: dt.DType, out_dtyp
     if ln and lanes == 1:
         raise ValueError("the fused layer-norm prologue needs lanes > 1")
     sg = ctx.subgroup_size if 1 < ctx.subgroup_size <= lanes else 0
-    k = ctx.kernel("gemv", {"TA": a_dtype.wgsl, "TB": w_dtype.wgsl, "TC": out_dtype.wgsl,
+    pack = GEMV_PACKED_F16 and w_dtype is dt.float16
+    k = ctx.kernel("gemv", {"TA": a_dtype.wgsl, "TB": "u32" if pack else w_dtype.wgsl, "TC": out_dtype.wgsl,
                             "TBIAS": bias_dtype.wgsl, "LN": "true" if ln else "false", "LANES": f"{lanes}u",
-                            "SG": f"{sg}u"})
+                            "SG": f"{sg}u", "WPACK": "true" if pack else "false"})
     return k, 256 // lanes
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import TokenizerError
-from .bpe import ByteLevelBPE, byte_level_bytes
-from .tokenizer_files import AddedToken, TokenizerSpec, read_tokenizer_dir
+from ...text.bpe import ByteLevelBPE, byte_level_bytes
+from ...text.tokenizer_files import AddedToken, TokenizerSpec, read_tokenizer_dir
 
 
 class GPT2Tokenizer:

@@ -11,7 +11,9 @@
 // Needs K % 4 == 0 and 4-aligned offsets. Built with SG > 0 (the adapter's fixed subgroup
 // size, at most LANES; only on devices with the `subgroup` feature) the reductions use subgroupAdd
 // and a single barrier instead of a tree; otherwise the source has no subgroup call at all.
-// Header: alias TA, TB, TC, TBIAS; const LN, LANES, SG.
+// With WPACK, float16 weights are read as u32 pairs and widened with unpack2x16float (the H200's
+// Vulkan driver reads 16-bit storage far slower). Header: alias TA, TB, TC, TBIAS; const LN,
+// LANES, SG, WPACK.
 // #include epilogue.wgsl
 struct P {
   M: u32, N: u32, K4: u32, acc: u32,
@@ -21,7 +23,14 @@ struct P {
 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> a: array<vec4<TA>>;
-@group(0) @binding(2) var<storage, read> w: array<vec4<TB>>;
+// #if WPACK
+alias WV = vec2<u32>;  // four float16 weights as two u32 words: no 16-bit storage access
+fn wvec(v: WV) -> vec4<f32> { return vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y)); }
+// #else
+alias WV = vec4<TB>;
+fn wvec(v: WV) -> vec4<f32> { return vec4<f32>(v); }
+// #endif
+@group(0) @binding(2) var<storage, read> w: array<WV>;
 @group(0) @binding(3) var<storage, read> bias: array<TBIAS>;
 @group(0) @binding(4) var<storage, read> res: array<TC>;
 @group(0) @binding(5) var<storage, read> lnw: array<vec4<f32>>;
@@ -86,13 +95,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         x0 = (x0 - mean) * rstd * lnw[k] + lnb[k];
         x1 = (x1 - mean) * rstd * lnw[k + LANES] + lnb[k + LANES];
       }
-      s = s + dot(x0, vec4<f32>(w[wb + k]));
-      s1 = s1 + dot(x1, vec4<f32>(w[wb + k + LANES]));
+      s = s + dot(x0, wvec(w[wb + k]));
+      s1 = s1 + dot(x1, wvec(w[wb + k + LANES]));
     }
     if (k < p.K4) {
       var x0 = vec4<f32>(a[ab + k]);
       if (LN) { x0 = (x0 - mean) * rstd * lnw[k] + lnb[k]; }
-      s = s + dot(x0, vec4<f32>(w[wb + k]));
+      s = s + dot(x0, wvec(w[wb + k]));
     }
     s = s + s1;
   }

@@ -27,8 +27,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..backends.wgpu.gpu_api import AdapterInfo
-from ..errors import GPUError, NoAdapterError
+from ...errors import GPUError, NoAdapterError
+from .gpu_api import AdapterInfo
 
 HELPER_JS = Path(__file__).with_name("gpu_helper.js")
 _DISPATCH, _COPY = 0, 1

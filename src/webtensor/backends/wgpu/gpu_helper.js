@@ -1,4 +1,4 @@
-// webtensor's WebGPU helper for the browser: the JavaScript half of `webtensor.web.browser_gpu`.
+// webtensor's WebGPU helper for the browser: the JavaScript half of `webtensor.backends.wgpu.browser_gpu`.
 //
 // Python (in Pyodide) never builds WebGPU descriptors itself: converting a dict through the FFI
 // costs ~100 us, a plain call with numbers ~1-4 us. So every GPU object lives in a handle table

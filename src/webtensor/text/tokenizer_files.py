@@ -31,7 +31,7 @@ from os import PathLike
 from pathlib import Path
 from typing import Any
 
-from ...errors import TokenizerError
+from ..errors import TokenizerError
 from .unicode_norm import make_normalizer
 
 __all__ = [

@@ -1,0 +1,48 @@
+"""H200: float16 GEMV weights read as u32 pairs vs vec4<f16>, decode tok/s, interleaved
+(`source .gl/env.sh && python3 tools/h200/packed_f16.py`; $OUT/packed_f16.json)."""
+
+import json
+import os
+import statistics
+import time
+
+import webtensor as wt
+from webtensor.backends.wgpu import ops as gops
+from webtensor.models.gpt2 import GPT2
+from webtensor.models.gpt2.config import GPT2Config
+
+
+def decode_tok_s(m, n=128):
+    ids = list(range(8))
+
+    def run():
+        g = m.generate_ids(ids, n + 1, stop_at_eos=False)
+        next(g)
+        t0 = time.perf_counter()
+        for _ in g:
+            pass
+        return time.perf_counter() - t0
+
+    run()
+    return n / statistics.median(run() for _ in range(5))
+
+
+def main():
+    dev = wt.Device.wgpu()
+    res = {"adapter": dev.describe()}
+    for name, cfg in (("124m", GPT2Config()), ("xl", GPT2Config(n_embd=1600, n_layer=48, n_head=25))):
+        m = GPT2.random(cfg, device=dev, dtype="float16")
+        for rnd in range(2):
+            for packed in (True, False):
+                gops.GEMV_PACKED_F16 = packed
+                m._workspaces.clear()
+                tps = decode_tok_s(m)
+                res.setdefault(f"{name}/packed={packed}", []).append(tps)
+                print(name, "round", rnd, "packed", packed, round(tps, 1), flush=True)
+        del m
+    with open(f"{os.environ['OUT']}/packed_f16.json", "w") as f:
+        json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
