@@ -40,6 +40,18 @@ picks = {f"{k},{p}": [sample(logits, SamplingParams(0.8, k, p, 99), pos) for pos
          for k, p in ((40, 0.9), (None, 0.9), (None, None))}
 json.dumps(dict(picks=picks, seed=with_seed(SamplingParams(1.0)).seed, numpy="numpy" in sys.modules))
 """
+# a second device in the page with every optional feature withheld (subgroup, shader-f16): GPT-2
+# runs there too, greedy and sampled, with the tokens of the native model
+PAGE_NO_FEATURES = """
+import json
+from webtensor.device import Device
+from webtensor.web.gpt2_web import WebGPT2
+dev = await Device.wgpu_async(features=())
+m = WebGPT2.load("/home/pyodide/model", dev)
+ids = m.tokenizer.encode(PROMPT)
+json.dumps(dict(features=sorted(dev.ctx.api.features), greedy=m.generate(ids, N_NEW, temperature=0),
+                sampled=m.generate(ids, N_NEW, **SAMPLED), distinct=dev is not await Device.wgpu_async()))
+"""
 # bad inputs typed into the page: (name, the fields, the same values as `webtensor generate` flags)
 BAD = [
     ("tokens-zero", dict(maxNewTokens=0), ["-n", "0"]),
@@ -176,6 +188,8 @@ def session(model_dir) -> dict:
         *(dict(type="generate_ui", name=f"bad:{name}", expectFail=True, **{**ok, **bad}) for name, bad, _ in BAD),
         dict(type="generate_ui", name="sampled", **ok),
         dict(type="python", name="sampler", code=PAGE_SAMPLER),
+        dict(type="python", name="no-features", code=PAGE_NO_FEATURES.replace("PROMPT", repr(PROMPT))
+             .replace("N_NEW", str(N_NEW)).replace("**SAMPLED", ", ".join(f"{k}={v!r}" for k, v in SAMPLED.items()))),
         dict(type="generate_ui", name="truncated", **{**ok, "prompt": LONG, "truncate": True}),
     ]
     out = run_page(tasks, model_dir, timeout_s=180)
@@ -316,6 +330,17 @@ def test_page_refuses_what_the_cli_refuses(session, model_dir, capsys, name, fie
     # shown as an error, not as output, and no figures left from the run before
     assert gen["output"] == "" and gen["generated"] is None and gen["result"] is None
     assert gen["speed"] == "–"
+
+
+def test_page_runs_without_optional_features(session, native):
+    """Every kernel builds and runs on a browser device without `subgroup` and `shader-f16`."""
+    t = session["no-features"]
+    assert "error" not in t, t.get("error")
+    got = json.loads(t["results"])
+    assert not {"subgroup", "shader-f16"} & set(got["features"]) and got["distinct"]
+    ids = native.encode(PROMPT)
+    assert got["greedy"] == native.generate(ids, N_NEW, temperature=0)
+    assert got["sampled"] == native.generate(ids, N_NEW, **SAMPLED)
 
 
 def test_screenshot_saved(session):

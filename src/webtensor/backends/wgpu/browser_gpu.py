@@ -109,7 +109,7 @@ class BrowserGpu:
         it uses (or only those of `features`); raises NoAdapterError with the browser's reason (no
         WebGPU at all, or no adapter)."""
         helper = _helper()
-        ctx = await helper.createContext(int(max_binding or 0), ",".join(features) if features is not None else "")
+        ctx = await helper.createContext(int(max_binding or 0), ",".join(features) if features is not None else "*")
         if isinstance(ctx, str):
             raise NoAdapterError(ctx)
         return cls(ctx, json.loads(ctx.describe()))

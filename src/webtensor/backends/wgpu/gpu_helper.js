@@ -220,7 +220,7 @@
   }
 
   // Resolves to a GpuContext, or to a string saying why there is none. `features`: a comma-separated
-  // subset of WANTED_FEATURES to request (tests withhold the others), or "" for all the adapter has.
+  // subset of WANTED_FEATURES to request (tests withhold the others; "" requests none), or "*" for all.
   async function createContext(maxBinding, features) {
     if (!navigator.gpu) return "this browser has no WebGPU (navigator.gpu is missing)";
     const adapter = await navigator.gpu.requestAdapter({ powerPreference: "high-performance" });
@@ -232,7 +232,7 @@
       requiredLimits[cc] = v;
       requested[hy] = v;
     }
-    const wanted = features ? features.split(",") : WANTED_FEATURES;
+    const wanted = features === "*" ? WANTED_FEATURES : features.split(",").filter(Boolean);
     const requiredFeatures = wanted.filter((f) => WANTED_FEATURES.includes(f) && adapter.features.has(f));
     const device = await adapter.requestDevice({ requiredLimits, requiredFeatures, label: "webtensor" });
     return new GpuContext(adapter, device, requested);
