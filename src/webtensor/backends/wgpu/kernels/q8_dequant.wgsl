@@ -1,6 +1,28 @@
-// q8_0 dequantization in registers, for gemv_q8.wgsl, matmul_q8.wgsl and matmul_q8_regs.wgsl
-// (included where they say `// #include q8_dequant.wgsl`). Uses the including kernel's `scales`
-// binding (array<u32>: two float16 scales per word) and p.d_ld (words per W row).
+// What gemv_q8.wgsl, matmul_q8.wgsl and matmul_q8_regs.wgsl share (included where they say
+// `// #include q8_dequant.wgsl`): their parameters, their bindings but the quants (binding 2, whose
+// vector width each kernel picks), and q8_0 dequantization in registers. `scales` holds two
+// float16 scales per u32 word, p.d_ld words per W row.
+struct P {
+  M: u32,          // rows of A (gemv_q8: <= MR)
+  N: u32,          // outputs (W rows) in this dispatch: one row chunk of W
+  K: u32,          // values per row (a multiple of 32)
+  acc: u32,        // epilogue.wgsl: add to C's old value (always 0 here)
+  a_off4: u32,     // A's first element / 4
+  lda4: u32,       // A's row stride / 4
+  d_ld: u32,       // u32 words per row of the scale array: ceil(K / 64)
+  c_off: u32,      // C's element of (m = 0, n = 0): the chunk's first column
+  ldc: u32,        // C's row stride
+  epi: u32,        // epilogue bits (see epilogue.wgsl)
+  bias_off: u32,   // bias element of n = 0
+  r_off: u32,      // residual element of (m = 0, n = 0)
+  r_ld: u32,       // residual row stride
+}
+@group(0) @binding(0) var<uniform> p: P;
+@group(0) @binding(1) var<storage, read> a: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> scales: array<u32>;
+@group(0) @binding(4) var<storage, read> bias: array<f32>;
+@group(0) @binding(5) var<storage, read> res: array<f32>;
+@group(0) @binding(6) var<storage, read_write> c: array<f32>;
 
 // the four int8 of `w` (little-endian bytes), sign-extended, as f32
 fn quants4(w: u32) -> vec4<f32> {
