@@ -78,6 +78,7 @@ class Engine(Protocol):
     vocab_size: int
     eos_token_id: int | None
     tokenizer: Tokenizer
+    # optional: `engine`, the kind ("batched", "reference") that /health reports
 
     def step(self, rows: Sequence[Row]) -> list[int | None]:
         """Run `rows` (at most one per slot); per row in order, the chosen token or None."""
