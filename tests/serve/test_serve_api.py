@@ -1,6 +1,7 @@
-"""`webtensor serve` on the CPU device with the shipped model, through the official `openai` client
-and raw HTTP: completions and chat (streamed and not), continuous batching that changes nothing a
-request gets, and OpenAI error bodies for every bad input."""
+"""`webtensor serve` on the CPU device with the shipped model (the default, batched engine), through
+the official `openai` client and raw HTTP: completions and chat (streamed and not), continuous
+batching that changes nothing a request gets (32 concurrent streams get what each gets alone from a
+server with the reference engine), and OpenAI error bodies for every bad input."""
 
 from __future__ import annotations
 
@@ -19,6 +20,13 @@ openai = pytest.importorskip("openai")
 @pytest.fixture(scope="module")
 def server():
     s = Server.cli("--device", "cpu", "--max-batch", "32")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def reference_server():
+    s = Server.cli("--device", "cpu", "--max-batch", "4", "--engine", "reference")
     yield s
     s.stop()
 
@@ -77,6 +85,7 @@ def test_models_health_metrics(server, client):
     assert [m.id for m in client.models.list().data] == [MODEL]
     status, health, _ = get(server.url + "/health")
     assert status == 200 and health["status"] == "ok" and health["max_batch"] == 32
+    assert health["engine"] == "batched"
     status, text, hdrs = get(server.url + "/metrics")
     assert status == 200 and hdrs["content-type"].startswith("text/plain")
     for name in ("webtensor_requests_total", "webtensor_prompt_tokens_total", "webtensor_generated_tokens_total",
@@ -88,9 +97,12 @@ def test_models_health_metrics(server, client):
     assert generated > 0
 
 
-def test_32_concurrent_streams_get_what_they_get_alone(server):
-    """Different prompts (some longer than a prefill chunk), lengths and sampling, all at once."""
-    aclient = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+def test_32_concurrent_streams_get_what_they_get_alone(server, reference_server):
+    """Different prompts (some longer than a prefill chunk), lengths and sampling, all at once on the
+    batched engine; each alone on the reference engine."""
+    assert reference_server.health()["engine"] == "reference"
+    batched = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    reference = openai.AsyncOpenAI(base_url=reference_server.url + "/v1", api_key="unused", max_retries=0)
 
     def job(i: int) -> dict:
         prompt = " ".join(["word"] * (1 + (i * 7) % 90 if i % 4 == 0 else 1 + i % 9)) + f" {i}:"
@@ -98,7 +110,7 @@ def test_32_concurrent_streams_get_what_they_get_alone(server):
         sampling = dict(temperature=0) if i % 2 == 0 else dict(temperature=0.9, top_k=40, seed=1000 + i)
         return {**kw, **sampling}
 
-    async def run(kw: dict) -> tuple[str, str | None]:
+    async def run(kw: dict, aclient: openai.AsyncOpenAI = batched) -> tuple[str, str | None]:
         extra = {k: kw.pop(k) for k in ("top_k", "ignore_eos") if k in kw}
         stream = await aclient.completions.create(**kw, stream=True, extra_body=extra)
         text, finish = "", None
@@ -108,7 +120,7 @@ def test_32_concurrent_streams_get_what_they_get_alone(server):
         return text, finish
 
     async def main() -> tuple[list, list]:
-        alone = [await run(job(i)) for i in range(32)]
+        alone = [await run(job(i), reference) for i in range(32)]
         together = await asyncio.gather(*(run(job(i)) for i in range(32)))
         return alone, list(together)
 

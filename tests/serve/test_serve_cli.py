@@ -21,10 +21,12 @@ BAD_ARGS = [
     ["serve", "--max-queue", "-1"],
     ["serve", "--device", "tpu"],
     ["serve", "--dtype", "int8"],
+    ["serve", "--engine", "fast"],
     ["serve", "--model", str(ROOT / "pyproject.toml")],
     ["bench-serve", "--concurrency", "1,x"],
     ["bench-serve", "--concurrency", "0"],
     ["bench-serve", "--url", "ftp://host"],
+    ["bench-serve", "--url", "http://127.0.0.1:1,ftp://host"],
     ["bench-serve", "--max-tokens", "0"],
 ]
 

@@ -63,7 +63,8 @@ def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return {"status": "draining" if sched.draining else "ok", "model": engine.name,
-                "active": sched.active, "queued": sched.queued, "max_batch": engine.max_batch}
+                "active": sched.active, "queued": sched.queued, "max_batch": engine.max_batch,
+                "engine": getattr(engine, "engine", None)}
 
     @app.get("/metrics")
     async def metrics_text() -> Response:

@@ -6,6 +6,8 @@ at most C are in flight. Reported per level: aggregate tokens/s (all tokens over
 time to first token p50/p99 and inter-token latency p50/p99 (gaps between a stream's token events).
 With `--hf`, HF transformers' batched `generate` of the same C prompts (greedy, exactly max_tokens
 new tokens, left-padded) is timed in the same run, after the server's levels, for the ratio.
+Several servers (comma-separated URLs, e.g. the batched and the reference engine on two ports) are
+measured one after another in the same run, each row labelled with the engine its /health names.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class Stream:
 
 @dataclass
 class Level:
+    engine: str
     concurrency: int
     requests: int
     tokens: int
@@ -62,6 +65,7 @@ class Client:
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
         self.model = model or self._model()
+        self.engine = self._engine()
 
     def _conn(self) -> http.client.HTTPConnection:
         return http.client.HTTPConnection(self.host, self.port, timeout=600)
@@ -79,6 +83,17 @@ class Client:
         if r.status != 200:
             raise WebtensorError(f"GET /v1/models: HTTP {r.status}: {body}")
         return body["data"][0]["id"]
+
+    def _engine(self) -> str:
+        c = self._conn()
+        try:
+            c.request("GET", "/health", headers=self.headers)
+            body = json.loads(c.getresponse().read())
+        except (OSError, ValueError):
+            body = {}
+        finally:
+            c.close()
+        return str(body.get("engine") or f"{self.host}:{self.port}")
 
     def stream(self, text: str, max_tokens: int) -> Stream:
         """One streamed completion; its token count, TTFT and inter-token gaps."""
@@ -129,7 +144,7 @@ def run_level(client: Client, c: int, rounds: int, max_tokens: int) -> Level:
     tokens = sum(s.tokens for s in streams)
     ttft = np.array([s.ttft for s in streams]) * 1e3
     gaps = np.array([g for s in streams for g in s.gaps] or [0.0]) * 1e3
-    return Level(c, len(streams), tokens, wall, tokens / wall, float(np.percentile(ttft, 50)),
+    return Level(client.engine, c, len(streams), tokens, wall, tokens / wall, float(np.percentile(ttft, 50)),
                  float(np.percentile(ttft, 99)), float(np.percentile(gaps, 50)), float(np.percentile(gaps, 99)))
 
 
@@ -161,21 +176,26 @@ def hf_tok_s(model_spec: str | None, c: int, max_tokens: int) -> float:
 
 def main(url: str, levels: list[int], max_tokens: int, rounds: int, model: str | None, api_key: str | None,
          json_path: str | None, plot_path: str | None, hf: bool) -> int:
-    client = Client(url, api_key)
-    client.stream(prompt(0), 4)  # warm-up
-    results = [run_level(client, c, rounds, max_tokens) for c in levels]
+    urls = [u.strip() for u in url.split(",") if u.strip()]
+    clients = [Client(u, api_key) for u in urls]
+    results: list[Level] = []
+    for client in clients:
+        client.stream(prompt(0), 4)  # warm-up
+        results += [run_level(client, c, rounds, max_tokens) for c in levels]
     if hf:
+        hf_rate = {c: hf_tok_s(model, c, max_tokens) for c in levels}
         for lv in results:
-            lv.hf_tok_s = hf_tok_s(model, lv.concurrency, max_tokens)
+            lv.hf_tok_s = hf_rate[lv.concurrency]
             lv.ratio_vs_hf = lv.tok_s / lv.hf_tok_s
-    print(f"{'conc':>5} {'reqs':>5} {'tok/s':>9} {'TTFT p50':>9} {'p99':>8} {'ITL p50':>8} {'p99':>8}"
-          + (f" {'HF tok/s':>9} {'ratio':>6}" if hf else ""))
+    width = max(6, *(len(lv.engine) for lv in results))
+    print(f"{'engine':>{width}} {'conc':>5} {'reqs':>5} {'tok/s':>9} {'TTFT p50':>9} {'p99':>8} {'ITL p50':>8} "
+          f"{'p99':>8}" + (f" {'HF tok/s':>9} {'ratio':>6}" if hf else ""))
     for lv in results:
-        print(f"{lv.concurrency:5d} {lv.requests:5d} {lv.tok_s:9.1f} {lv.ttft_p50_ms:7.1f}ms {lv.ttft_p99_ms:6.1f}ms "
-              f"{lv.itl_p50_ms:6.1f}ms {lv.itl_p99_ms:6.1f}ms"
+        print(f"{lv.engine:>{width}} {lv.concurrency:5d} {lv.requests:5d} {lv.tok_s:9.1f} {lv.ttft_p50_ms:7.1f}ms "
+              f"{lv.ttft_p99_ms:6.1f}ms {lv.itl_p50_ms:6.1f}ms {lv.itl_p99_ms:6.1f}ms"
               + (f" {lv.hf_tok_s:9.1f} {lv.ratio_vs_hf:6.2f}" if lv.hf_tok_s else ""))
     report = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": platform.platform(),
-              "processor": platform.processor(), "url": url, "model": client.model, "max_tokens": max_tokens,
+              "processor": platform.processor(), "url": url, "model": clients[0].model, "max_tokens": max_tokens,
               "rounds": rounds, "levels": [asdict(lv) for lv in results]}
     if json_path:
         with open(json_path, "w") as f:
@@ -193,17 +213,22 @@ def plot(results: list[Level], path: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError as e:
         raise WebtensorError("--plot needs matplotlib (pip install 'webtensor[bench]')") from e
-    cs = [lv.concurrency for lv in results]
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
-    a.plot(cs, [lv.tok_s for lv in results], "o-", label="webtensor serve")
-    if all(lv.hf_tok_s for lv in results):
-        a.plot(cs, [lv.hf_tok_s for lv in results], "s--", label="HF batched generate")
+    engines = list(dict.fromkeys(lv.engine for lv in results))
+    for eng in engines:
+        rows = [lv for lv in results if lv.engine == eng]
+        cs = [lv.concurrency for lv in rows]
+        label = f"webtensor serve ({eng})"
+        a.plot(cs, [lv.tok_s for lv in rows], "o-", label=label)
+        b.plot(cs, [lv.itl_p50_ms for lv in rows], "o-", label=f"inter-token p50, {eng}")
+        b.plot(cs, [lv.itl_p99_ms for lv in rows], "o--", label=f"inter-token p99, {eng}")
+        b.plot(cs, [lv.ttft_p50_ms for lv in rows], "s-", label=f"TTFT p50, {eng}")
+    first = [lv for lv in results if lv.engine == engines[0]]
+    if all(lv.hf_tok_s for lv in first):
+        a.plot([lv.concurrency for lv in first], [lv.hf_tok_s for lv in first], "s--", label="HF batched generate")
     a.set(xlabel="concurrency", ylabel="aggregate tokens/s", xscale="log")
     a.legend()
-    b.plot(cs, [lv.itl_p50_ms for lv in results], "o-", label="inter-token p50")
-    b.plot(cs, [lv.itl_p99_ms for lv in results], "o--", label="inter-token p99")
-    b.plot(cs, [lv.ttft_p50_ms for lv in results], "s-", label="TTFT p50")
     b.set(xlabel="concurrency", ylabel="ms", xscale="log", yscale="log")
-    b.legend()
+    b.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path)

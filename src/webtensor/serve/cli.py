@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import WebtensorError
 
 DEVICES = ("auto", "cpu", "wgpu", "lavapipe")
+ENGINES = ("batched", "reference")
 
 
 def add_parsers(sub: Any) -> None:
@@ -22,13 +23,16 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--max-batch", type=int, default=32, help="sequences decoded together (KV-cache slots)")
+    p.add_argument("--engine", default="batched",
+                   help="batched (default: a step's decode rows as one forward) or reference (row by row)")
     p.add_argument("--max-queue", type=int, default=256, help="requests waiting for a slot before 429")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/*")
     p.add_argument("--grace", type=float, default=30.0, help="seconds running streams get to finish on SIGTERM")
     p.set_defaults(func=run_serve)
 
     b = sub.add_parser("bench-serve", help="load-test a running server: tokens/s, TTFT, inter-token latency")
-    b.add_argument("--url", default="http://127.0.0.1:8000", help="the server (default http://127.0.0.1:8000)")
+    b.add_argument("--url", default="http://127.0.0.1:8000",
+                   help="the server (default http://127.0.0.1:8000); several, comma-separated, are measured in turn")
     b.add_argument("--concurrency", default="1,8,32,64", help="comma-separated levels (default 1,8,32,64)")
     b.add_argument("--max-tokens", type=int, default=128)
     b.add_argument("--rounds", type=int, default=1, help="requests per client at each level (default 1)")
@@ -52,6 +56,8 @@ def _check_serve(a: argparse.Namespace) -> str | None:
         return f"--dtype must be float32 or float16, got {a.dtype!r}"
     if not 0 <= a.port <= 65535:
         return f"--port must be in 0..65535, got {a.port}"
+    if a.engine not in ENGINES:
+        return f"--engine must be one of {', '.join(ENGINES)}, got {a.engine!r}"
     if a.max_batch < 1:
         return f"--max-batch must be >= 1, got {a.max_batch}"
     if a.max_queue < 0:
@@ -73,16 +79,18 @@ def run_serve(a: argparse.Namespace) -> int:
     try:
         from ..device import Device
         from ..models.gpt2.model import GPT2
+        from .batched import BatchedGPT2Engine
         from .engine import GPT2Engine
 
         device = Device.parse(a.device)
         model = GPT2.from_pretrained(a.model, device=device, dtype=a.dtype)
         name = "webtensor-shipped" if a.model is None else Path(a.model).name or str(a.model)
-        engine = GPT2Engine(model, a.max_batch, name=name)
+        make = BatchedGPT2Engine if a.engine == "batched" else GPT2Engine
+        engine = make(model, a.max_batch, name=name)
     except WebtensorError as e:
         return _fail(str(e))
     print(f"[webtensor] serving {engine.name} ({a.dtype}) on {device.describe()} at http://{a.host}:{a.port} "
-          f"(max batch {a.max_batch}, queue {a.max_queue})", file=sys.stderr)
+          f"({a.engine} engine, max batch {a.max_batch}, queue {a.max_queue})", file=sys.stderr)
     from .server import serve
 
     serve(engine, a.host, a.port, a.max_queue, a.api_key, a.grace)
@@ -96,8 +104,9 @@ def run_bench(a: argparse.Namespace) -> int:
         return _fail(f"--concurrency must be comma-separated integers, got {a.concurrency!r}")
     if not levels or min(levels) < 1:
         return _fail(f"--concurrency levels must be >= 1, got {a.concurrency!r}")
-    if not a.url.startswith("http://"):
-        return _fail(f"--url must start with http://, got {a.url!r}")
+    urls = [u.strip() for u in a.url.split(",") if u.strip()]
+    if not urls or not all(u.startswith("http://") for u in urls):
+        return _fail(f"--url must start with http:// (each of a comma-separated list), got {a.url!r}")
     if a.max_tokens < 1 or a.rounds < 1:
         return _fail("--max-tokens and --rounds must be >= 1")
     from . import bench

@@ -13,8 +13,11 @@ or seeded, the random draw for the token at position p a function of (seed, p) a
 yields the same tokens whether it runs alone or among others and whatever steps its prefill was cut
 into, and the same tokens as `GPT2.generate` and the web page with that seed.
 
-`GPT2Engine` runs rows one after another through the GPT2 model's public cached forward. A batched
-engine (one decode step for every row, the weights read once) implements the same protocol.
+`GPT2Engine` runs rows one after another, each alone: a prompt chunk through the model's span
+path (`GPT2.forward_cached`), a one-token row after position 0 (a decode token) through its decode
+path with one row (`GPT2.forward` with span=None, as `GPT2.generate`'s decode steps). It is the
+oracle for `batched.BatchedGPT2Engine`, the server's default, which runs all of a step's one-token
+rows as one forward and must give exactly these tokens.
 """
 
 from __future__ import annotations
@@ -26,9 +29,11 @@ from typing import Protocol
 import numpy as np
 
 from .. import ops
-from ..errors import ArgumentError
+from ..errors import ArgumentError, ContextLengthError
+from ..generation import int_tensor
 from ..models.gpt2.model import GPT2, KVCache
 from ..models.gpt2.sampling import SamplingParams, sample
+from ..models.gpt2.validate import check_ids
 
 
 class Tokenizer(Protocol):
@@ -73,6 +78,7 @@ class Engine(Protocol):
     vocab_size: int
     eos_token_id: int | None
     tokenizer: Tokenizer
+    # optional: `engine`, the kind ("batched", "reference") that /health reports
 
     def step(self, rows: Sequence[Row]) -> list[int | None]:
         """Run `rows` (at most one per slot); per row in order, the chosen token or None."""
@@ -83,6 +89,12 @@ class Engine(Protocol):
         ...
 
 
+def is_decode_row(row: Row) -> bool:
+    """A row both engines run through the decode path (span=None): one token after position 0.
+    Anything else (a prompt chunk, a one-token prompt) takes the span path."""
+    return len(row.ids) == 1 and row.start > 0
+
+
 def choose(logits: np.ndarray, s: Sampling, position: int) -> int:
     """The token for `position` from its logits (V,): argmax, or the draw for (seed, position)."""
     return sample(logits, s.params(), position)
@@ -90,6 +102,8 @@ def choose(logits: np.ndarray, s: Sampling, position: int) -> int:
 
 class GPT2Engine:
     """The reference engine: one KV cache per slot (made on first use), rows run one at a time."""
+
+    engine = "reference"
 
     def __init__(self, model: GPT2, max_batch: int, name: str | None = None):
         if model.tokenizer is None:
@@ -122,8 +136,18 @@ class GPT2Engine:
             cache.length = 0
         elif cache.length != row.start:
             raise ArgumentError(f"slot {row.slot} holds {cache.length} tokens, the row starts at {row.start}")
-        with self.model.device.dispatch_scope():
-            logits = self.model.forward_cached(row.ids, cache)
+        dev = self.model.device
+        with dev.dispatch_scope():
+            if is_decode_row(row):
+                tok = check_ids(row.ids, self.vocab_size)
+                if row.start >= self.n_ctx:
+                    raise ContextLengthError(f"{row.start} cached + 1 new token exceed the context of "
+                                             f"{self.n_ctx} positions")
+                logits = self.model.forward(int_tensor(tok, dev), int_tensor([row.start], dev), int_tensor([0], dev),
+                                            cache, None, False)
+                cache.length += 1
+            else:
+                logits = self.model.forward_cached(row.ids, cache)
             if not row.sample:
                 return None
             if row.sampling.temperature == 0:

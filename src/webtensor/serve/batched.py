@@ -1,0 +1,202 @@
+"""`BatchedGPT2Engine`: every single-token row of a step (the running sequences' decode tokens) in
+one forward over B rows, the weights read once per step (per group of rows on WebGPU), instead of
+once per row as `GPT2Engine` does. Prompt chunks (rows of more than one token) run through the
+span path, as in the reference engine, in the same dispatch scope.
+
+Batch invariance is exact: each row's logits are bit for bit what the reference engine computes
+for it alone, on the CPU and on WebGPU, in float32 and float16. Two things keep it so:
+
+- on the CPU the batch's activations are (B, 1, C): numpy's matmul of a stack of one-row matrices
+  calls the same BLAS matrix-vector product for each row that a lone row gets, while a (B, C)
+  operand would go to the matrix-matrix kernel, whose rows differ from the lone row's in the last
+  bits (OpenBLAS sums in a different order); the Python cost is still paid once per step;
+- on WebGPU the rows run in groups of at most `GEMV_MAX_ROWS` (8): up to there every product is
+  gemv.wgsl, one workgroup row per output independent of M; from 9 rows on the tiled kernels
+  (matmul_regs.wgsl on CPU adapters, matmul_engine.wgsl on GPUs) sum in another order.
+
+Each group size's decode step is captured as a graph on WebGPU (keyed by (group index, rows),
+built on first use, each with its own state tensors) and replayed; on the CPU a graph would only
+call the function again, so the CPU runs it eagerly.
+
+The one-token rows run through `decode_rows` (below), the decode path of `models.gpt2.forward`
+with the activations as (B, 1, C); the reference engine's one-token rows take the same path with
+B = 1 (`GPT2Engine` here), which is what `GPT2.generate`'s decode steps run too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import ops
+from ..errors import ArgumentError, ContextLengthError
+from ..generation import DecodeState, int_tensor, upload_ints
+from ..models.gpt2.model import GPT2
+from ..models.gpt2.validate import check_ids
+from ..tensor import Tensor
+from .engine import Row, choose, is_decode_row
+
+GEMV_ROWS = 8  # backends.wgpu.ops.GEMV_MAX_ROWS: the most rows a product runs through gemv.wgsl
+
+
+def decode_rows(model: GPT2, ids: Tensor, pos: Tensor, slot: Tensor, cache: Any) -> Tensor:
+    """`models.gpt2.forward.forward(..., span=None, last_only=False)` with the activations held as
+    (B, 1, C): one sequence a row (distinct slots), each appending its key and value at its
+    position and attending to 0..pos of its slot -> logits (B, V). Row-for-row the same numbers
+    as B = 1 (see the module docstring: on the CPU each row is its own BLAS gemv)."""
+    if model.quant is not None:  # q8_0 weights: the model's own forward (rows exact only where its products are)
+        return model.forward(ids, pos, slot, cache, None, False)
+    cfg = model.config
+    B, C, H, D, eps = ids.shape[0], cfg.n_embd, cfg.n_head, cfg.head_dim, cfg.layer_norm_epsilon
+    x = ops.add(ops.embedding(model.wte, ids), ops.embedding(model.wpe, pos)).reshape(B, 1, C)
+    for layer, (kc, vc, blk) in enumerate(zip(cache.k, cache.v, model.blocks, strict=True)):
+        qkv = ops.linear(x, blk.attn_w, blk.attn_b, ln=(blk.ln1_w, blk.ln1_b, eps)).reshape(B, 3, H, D)
+        q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]
+        a = ops.cached_attention(q, kc, vc, pos, slot, scale=cfg.attn_scale(layer), k_new=k, v_new=v)
+        x = ops.linear(a.reshape(B, 1, C), blk.proj_w, blk.proj_b, residual=x)
+        f = ops.linear(x, blk.fc_w, blk.fc_b, act=cfg.act, ln=(blk.ln2_w, blk.ln2_b, eps))
+        x = ops.linear(f, blk.fc2_w, blk.fc2_b, residual=x)
+    logits = ops.linear(x, model.lm_head.T, ln=(*model.ln_f, eps))  # (B, 1, V)
+    return logits.reshape(B, logits.shape[-1])
+
+
+class _Group:
+    """One group's captured decode step over its own state tensors (WebGPU)."""
+
+    def __init__(self, model: GPT2, cache: Any, rows: int):
+        self.state = DecodeState(model.device, rows, 1)
+        s = self.state
+
+        def step() -> tuple[Tensor, Tensor]:
+            logits = decode_rows(model, s.ids, s.pos, s.slot, cache)
+            return logits, ops.argmax(logits)
+        self.graph = model.device.capture(step)
+
+    def release(self) -> None:
+        self.graph.release()
+
+
+class BatchedGPT2Engine:
+    """The batched engine: one KV cache of `max_batch` slots; each step's one-token rows run as one
+    forward (groups of at most 8 rows on WebGPU), prompt chunks through the span path."""
+
+    engine = "batched"
+
+    def __init__(self, model: GPT2, max_batch: int, name: str | None = None, use_graph: bool | None = None,
+                 group: int | None = None):
+        if model.tokenizer is None:
+            raise ArgumentError("serving needs a model with a tokenizer")
+        if max_batch < 1:
+            raise ArgumentError(f"max_batch must be >= 1, got {max_batch}")
+        self.model, self.max_batch = model, max_batch
+        self.name = name or model.name
+        cfg = model.config
+        self.n_ctx, self.vocab_size = cfg.n_positions, cfg.vocab_size
+        self.eos_token_id = cfg.eos_token_id
+        self.tokenizer = model.tokenizer
+        dev = model.device
+        host = dev.backend.host_memory
+        self.use_graph = (model.use_graph and not host) if use_graph is None else use_graph
+        self.group = group or (max_batch if host else GEMV_ROWS)
+        if self.group < 1:
+            raise ArgumentError(f"group must be >= 1, got {group}")
+        self.cache = model.new_cache(max_batch)
+        self._length = [0] * max_batch  # tokens held per slot
+        self._graphs: dict[tuple[int, int], _Group] = {}
+
+    # -- the protocol ---------------------------------------------------------------------------
+    def release(self, slot: int) -> None:
+        self._check_slot(slot)
+        self._length[slot] = 0
+
+    def step(self, rows: Sequence[Row]) -> list[int | None]:
+        self._check(rows)
+        dev = self.model.device
+        decode = [i for i, r in enumerate(rows) if is_decode_row(r)]
+        chunks = [i for i, r in enumerate(rows) if not is_decode_row(r)]
+        groups = [decode[g:g + self.group] for g in range(0, len(decode), self.group)]
+        if self.use_graph:  # state uploads before the scope: every group has its own tensors
+            graphs = [self._graph(k, [rows[i] for i in idx]) for k, idx in enumerate(groups)]
+        pending: list[tuple[list[int], Any, Any]] = []  # (row indices, argmax ticket, logits ticket or None)
+        read = dev.backend.read_async
+        with dev.dispatch_scope():
+            for k, idx in enumerate(groups):
+                group = [rows[i] for i in idx]
+                if self.use_graph:
+                    logits, best = graphs[k].graph.replay()
+                else:
+                    logits = decode_rows(self.model, int_tensor([r.ids[0] for r in group], dev),
+                                         int_tensor([r.start for r in group], dev),
+                                         int_tensor([r.slot for r in group], dev), self.cache)
+                    best = ops.argmax(logits)
+                sampled = any(r.sample and r.sampling.temperature != 0 for r in group)
+                pending.append((idx, read(best), (read(logits), logits) if sampled else None))
+            for i in chunks:
+                r = rows[i]
+                T = len(r.ids)
+                positions = int_tensor(list(range(r.start, r.start + T)), dev)
+                logits = self.model.forward(int_tensor(list(r.ids), dev), positions, int_tensor([r.slot] * T, dev),
+                                            self.cache, (r.slot, r.start), True)
+                if r.sample:
+                    sampled = r.sampling.temperature != 0
+                    pending.append(([i], None if sampled else read(ops.argmax(logits)),
+                                    (read(logits), logits) if sampled else None))
+        out: list[int | None] = [None] * len(rows)
+        for idx, best_t, logits_t in pending:
+            best = np.frombuffer(bytes(best_t.wait()), np.int32) if best_t is not None else None
+            rows_logits = None
+            if logits_t is not None:
+                ticket, t = logits_t
+                rows_logits = np.frombuffer(bytes(ticket.wait()), t.dtype.name).reshape(-1, t.shape[-1])
+            for j, i in enumerate(idx):
+                r = rows[i]
+                if not r.sample:
+                    continue
+                if r.sampling.temperature == 0:
+                    out[i] = int(best[j])  # type: ignore[index]
+                else:
+                    out[i] = choose(rows_logits[j].astype(np.float32, copy=False), r.sampling,  # type: ignore[index]
+                                    r.next_position)
+        for r in rows:
+            self._length[r.slot] = r.next_position
+        return out
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _graph(self, k: int, group: list[Row]) -> _Group:
+        g = self._graphs.get((k, len(group)))
+        if g is None:
+            g = self._graphs[(k, len(group))] = _Group(self.model, self.cache, len(group))
+        s = g.state
+        upload_ints(s.ids, [r.ids[0] for r in group])
+        upload_ints(s.pos, [r.start for r in group])
+        upload_ints(s.slot, [r.slot for r in group])
+        return g
+
+    def _check_slot(self, slot: int) -> None:
+        if not 0 <= slot < self.max_batch:
+            raise ArgumentError(f"slot {slot} is out of range for {self.max_batch} slots")
+
+    def _check(self, rows: Sequence[Row]) -> None:
+        """Every row checked before any runs: a bad one fails the step with nothing written."""
+        seen: set[int] = set()
+        for r in rows:
+            self._check_slot(r.slot)
+            if r.slot in seen:
+                raise ArgumentError(f"slot {r.slot} has two rows in one step")
+            seen.add(r.slot)
+            if not r.ids:
+                raise ArgumentError(f"the row for slot {r.slot} has no tokens")
+            if r.start != 0 and self._length[r.slot] != r.start:
+                raise ArgumentError(f"slot {r.slot} holds {self._length[r.slot]} tokens, the row starts at {r.start}")
+            check_ids(r.ids, self.vocab_size)
+            if r.start + len(r.ids) > self.n_ctx:
+                raise ContextLengthError(f"{r.start} cached + {len(r.ids)} new tokens exceed the context of "
+                                         f"{self.n_ctx} positions")
+
+    def close(self) -> None:
+        """Free the captured graphs."""
+        for g in self._graphs.values():
+            g.release()
+        self._graphs.clear()
