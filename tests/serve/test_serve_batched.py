@@ -13,7 +13,7 @@ import pytest
 from webtensor import generation as G
 from webtensor.errors import ArgumentError, ContextLengthError
 from webtensor.models.gpt2.model import GPT2
-from webtensor.serve.batched import BatchedGPT2Engine, decode_rows
+from webtensor.serve.batched import BatchedGPT2Engine
 from webtensor.serve.engine import GPT2Engine, Row, Sampling
 
 CHUNK = 64
@@ -114,8 +114,8 @@ def _rows_alone_and_together(model, B: int) -> tuple[np.ndarray, np.ndarray]:
         G.prefill(model, cache, rng.integers(0, 4096, lens[s]).tolist(), 0, s)
     toks = rng.integers(0, 4096, B).tolist()
     with dev.dispatch_scope():
-        together = decode_rows(model, G.int_tensor(toks, dev), G.int_tensor(lens, dev),
-                               G.int_tensor(list(range(B)), dev), cache).numpy()
+        together = model.forward(G.int_tensor(toks, dev), G.int_tensor(lens, dev),
+                                 G.int_tensor(list(range(B)), dev), cache, None, False).numpy()
     alone = []
     for s in range(B):
         with dev.dispatch_scope():

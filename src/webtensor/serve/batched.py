@@ -6,10 +6,10 @@ span path, as in the reference engine, in the same dispatch scope.
 Batch invariance is exact: each row's logits are bit for bit what the reference engine computes
 for it alone, on the CPU and on WebGPU, in float32 and float16. Two things keep it so:
 
-- on the CPU the batch's activations are (B, 1, C): numpy's matmul of a stack of one-row matrices
-  calls the same BLAS matrix-vector product for each row that a lone row gets, while a (B, C)
-  operand would go to the matrix-matrix kernel, whose rows differ from the lone row's in the last
-  bits (OpenBLAS sums in a different order); the Python cost is still paid once per step;
+- on the CPU the forward holds a batch's activations as (B, 1, C) (`models.gpt2.forward`): numpy's
+  matmul of a stack of one-row matrices calls the same BLAS matrix-vector product for each row that
+  a lone row gets, while a (B, C) operand would go to the matrix-matrix kernel, whose rows differ
+  from the lone row's in the last bits; the Python cost is still paid once per step;
 - on WebGPU the rows run in groups of at most `GEMV_MAX_ROWS` (8): up to there every product is
   gemv.wgsl, one workgroup row per output independent of M; from 9 rows on the tiled kernels
   (matmul_regs.wgsl on CPU adapters, matmul_engine.wgsl on GPUs) sum in another order.
@@ -18,9 +18,9 @@ Each group size's decode step is captured as a graph on WebGPU (keyed by (group 
 built on first use, each with its own state tensors) and replayed; on the CPU a graph would only
 call the function again, so the CPU runs it eagerly.
 
-The one-token rows run through `decode_rows` (below), the decode path of `models.gpt2.forward`
-with the activations as (B, 1, C); the reference engine's one-token rows take the same path with
-B = 1 (`GPT2Engine` here), which is what `GPT2.generate`'s decode steps run too.
+The one-token rows run through the model's forward without a span (one sequence a row); the
+reference engine's one-token rows take the same path with B = 1 (`GPT2Engine`), which is what
+`GPT2.generate`'s decode steps run too.
 """
 
 from __future__ import annotations
@@ -41,27 +41,6 @@ from .engine import Row, choose, is_decode_row
 GEMV_ROWS = 8  # backends.wgpu.ops.GEMV_MAX_ROWS: the most rows a product runs through gemv.wgsl
 
 
-def decode_rows(model: GPT2, ids: Tensor, pos: Tensor, slot: Tensor, cache: Any) -> Tensor:
-    """`models.gpt2.forward.forward(..., span=None, last_only=False)` with the activations held as
-    (B, 1, C): one sequence a row (distinct slots), each appending its key and value at its
-    position and attending to 0..pos of its slot -> logits (B, V). Row-for-row the same numbers
-    as B = 1 (see the module docstring: on the CPU each row is its own BLAS gemv)."""
-    if model.quant is not None:  # q8_0 weights: the model's own forward (rows exact only where its products are)
-        return model.forward(ids, pos, slot, cache, None, False)
-    cfg = model.config
-    B, C, H, D, eps = ids.shape[0], cfg.n_embd, cfg.n_head, cfg.head_dim, cfg.layer_norm_epsilon
-    x = ops.add(ops.embedding(model.wte, ids), ops.embedding(model.wpe, pos)).reshape(B, 1, C)
-    for layer, (kc, vc, blk) in enumerate(zip(cache.k, cache.v, model.blocks, strict=True)):
-        qkv = ops.linear(x, blk.attn_w, blk.attn_b, ln=(blk.ln1_w, blk.ln1_b, eps)).reshape(B, 3, H, D)
-        q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]
-        a = ops.cached_attention(q, kc, vc, pos, slot, scale=cfg.attn_scale(layer), k_new=k, v_new=v)
-        x = ops.linear(a.reshape(B, 1, C), blk.proj_w, blk.proj_b, residual=x)
-        f = ops.linear(x, blk.fc_w, blk.fc_b, act=cfg.act, ln=(blk.ln2_w, blk.ln2_b, eps))
-        x = ops.linear(f, blk.fc2_w, blk.fc2_b, residual=x)
-    logits = ops.linear(x, model.lm_head.T, ln=(*model.ln_f, eps))  # (B, 1, V)
-    return logits.reshape(B, logits.shape[-1])
-
-
 class _Group:
     """One group's captured decode step over its own state tensors (WebGPU)."""
 
@@ -70,7 +49,7 @@ class _Group:
         s = self.state
 
         def step() -> tuple[Tensor, Tensor]:
-            logits = decode_rows(model, s.ids, s.pos, s.slot, cache)
+            logits = model.forward(s.ids, s.pos, s.slot, cache, None, False)
             return logits, ops.argmax(logits)
         self.graph = model.device.capture(step)
 
@@ -127,9 +106,9 @@ class BatchedGPT2Engine:
                 if self.use_graph:
                     logits, best = graphs[k].graph.replay()
                 else:
-                    logits = decode_rows(self.model, int_tensor([r.ids[0] for r in group], dev),
-                                         int_tensor([r.start for r in group], dev),
-                                         int_tensor([r.slot for r in group], dev), self.cache)
+                    logits = self.model.forward(int_tensor([r.ids[0] for r in group], dev),
+                                                int_tensor([r.start for r in group], dev),
+                                                int_tensor([r.slot for r in group], dev), self.cache, None, False)
                     best = ops.argmax(logits)
                 sampled = any(r.sample and r.sampling.temperature != 0 for r in group)
                 pending.append((idx, read(best), (read(logits), logits) if sampled else None))

@@ -52,7 +52,11 @@ def forward(cfg: Any, wte: Tensor, wpe: Tensor, ln_f: tuple[Tensor, Tensor], blo
     positions may live on the device and a captured graph of this function serves every step. The LM head is
     `lm_head` (V, C) where the checkpoint has its own, else wte (tied)."""
     T, C, H, D, eps = ids.shape[0], cfg.n_embd, cfg.n_head, cfg.head_dim, cfg.layer_norm_epsilon
-    x = ops.add(ops.embedding(wte, ids), ops.embedding(wpe, pos))  # (T, C)
+    # rows of one sequence: (T, C); rows of T sequences: (T, 1, C), so that every product is a stack
+    # of one-row products and a row's numbers do not depend on who shares its step (batch invariance:
+    # numpy's matmul of a (T, C) operand would take BLAS's matrix-matrix path, summing in another order)
+    rows = (T, C) if span is not None else (T, 1, C)
+    x = ops.add(ops.embedding(wte, ids), ops.embedding(wpe, pos)).reshape(rows)
     for layer, (kc, vc, (ln1_w, ln1_b, attn_w, attn_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fc2_w, fc2_b)) in \
             enumerate(zip(cache.k, cache.v, blocks, strict=True)):
         qkv = ops.linear(x, attn_w, attn_b, ln=(ln1_w, ln1_b, eps)).reshape(T, 3, H, D)  # (T, 3C) per head
@@ -65,9 +69,12 @@ def forward(cfg: Any, wte: Tensor, wpe: Tensor, ln_f: tuple[Tensor, Tensor], blo
             a = ops.attention(q, kc[s, :S], vc[s, :S], causal=True, scale=scale)  # (T, H, D)
         else:  # one sequence a row: append and attend in one launch
             a = ops.cached_attention(q, kc, vc, pos, slot, scale=scale, k_new=k, v_new=v)  # (T, H, D)
-        x = ops.linear(a.reshape(T, C), proj_w, proj_b, residual=x)
+        x = ops.linear(a.reshape(rows), proj_w, proj_b, residual=x)
         f = ops.linear(x, fc_w, fc_b, act=cfg.act, ln=(ln2_w, ln2_b, eps))  # (T, inner_dim)
         x = ops.linear(f, fc2_w, fc2_b, residual=x)
+    x = x.reshape(T, C)
     if last_only:
         x = x[T - 1:T]
-    return ops.linear(x, (wte if lm_head is None else lm_head).T, ln=(*ln_f, eps))  # (T or 1, V)
+    head = wte if lm_head is None else lm_head
+    logits = ops.linear(x if span is not None else x.reshape(-1, 1, C), head.T, ln=(*ln_f, eps))
+    return logits.reshape(-1, logits.shape[-1])  # (T or 1, V)
