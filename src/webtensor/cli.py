@@ -32,6 +32,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
             print(f"      {k:40s} {lim.get(k):>14,}")
         feats = sorted(f for f in a.features if f in ("shader-f16", "subgroup", "timestamp-query", "shader-f64"))
         print(f"      features: {', '.join(feats) or '-'}  ({len(a.features)} in all)")
+        dtypes = ["float32", *(["float16"] if "shader-f16" in a.features else []), "int8"]
+        print(f"      model dtypes: {', '.join(dtypes)}")
     from .device import Device
 
     print(f"default device: {Device.default().describe()}")

@@ -224,22 +224,31 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, scale: float
 
 
 def embedding(table: Tensor, ids: Any) -> Tensor:
-    """Rows of `table` (V, C) at `ids` (int32, any shape) -> (*ids.shape, C).
+    """Rows of `table` (V, C) at `ids` (int32, any shape) -> (*ids.shape, C). The table may be a
+    q8_0 weight (`formats.q8_0.Q8Weight`): its rows come back dequantized, float32.
 
     Ids given as host data (lists, numpy) or as a CPU tensor are range-checked; ids already on a
     WebGPU device are not (that would need a readback), and an out-of-range one there gives an
     unspecified row."""
-    if table.ndim != 2:
+    quantized = not isinstance(table, Tensor)
+    if quantized and type(table).__name__ not in ("Q8Weight", "Q8Gpu"):
+        raise DTypeError(f"embedding: table must be a Tensor or a q8_0 weight, got {type(table).__name__}")
+    if len(table.shape) != 2:
         raise ShapeError(f"embedding: table must be 2-d (V, C), got {table.shape}")
     V = table.shape[0]
     if not isinstance(ids, Tensor):
         _check_host_ids(ids, V)
+        if quantized:
+            raise DTypeError("embedding: with a q8_0 table, give the ids as an int32 Tensor on the device")
         ids = tensor(ids, device=table.device, dtype=dt.int32)
-    check_same_device("embedding", table, ids)
+    if not quantized:
+        check_same_device("embedding", table, ids)
     if ids.dtype is not dt.int32:
         raise DTypeError(f"embedding: ids must be int32, got {ids.dtype.name}")
     if ids.device.backend.host_memory:  # checked like host data (free there; a GPU check would read back)
         _check_host_ids(ids.numpy(), V)
+    if quantized:
+        return ids.device.backend.q8_embedding(table, ids)
     return table.device.backend.embedding(table, ids)
 
 

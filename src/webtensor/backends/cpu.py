@@ -330,6 +330,14 @@ class CpuBackend:
         return self._wrap(x.device, q8_linear(xa, w, None if bias is None else view(bias), act,
                                               None if residual is None else view(residual)))
 
+    def q8_embedding(self, table: Any, ids: Any) -> Any:
+        if type(table).__name__ != "Q8Weight":
+            raise DeviceMismatchError(f"embedding: the q8_0 table lives on {table.device.describe()}, "
+                                      "the ids on the CPU")
+        idx = view(ids)
+        rows = table.dequantize(idx.reshape(-1))  # (n, C) float32
+        return self._wrap(ids.device, rows.reshape(*idx.shape, table.shape[1]))
+
     def attention(self, q: Any, k: Any, v: Any, causal: bool, scale: float) -> Any:
         return self._wrap(q.device, attention(view(q), view(k), view(v), causal, scale))
 

@@ -22,7 +22,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--model", "-m", default="gpt2",
                    help="gpt2, gpt2-medium, gpt2-large, gpt2-xl (random weights) or a checkpoint directory")
     p.add_argument("--device", "-d", default="auto", type=cmdline.device_name, help="auto, cpu, wgpu, lavapipe")
-    p.add_argument("--dtype", default="float32", choices=["float32", "float16"])
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "int8"],
+                   help="float32, float16 (devices with shader-f16) or int8 (q8_0 weights, every device)")
     p.add_argument("--prompts", default=[128, 1023], type=cmdline.int_list("--prompts"),
                    help="prefill prompt lengths, comma-separated, each < the context (default 128,1023)")
     p.add_argument("--decode", type=cmdline.integer("--decode", 1), default=128,

@@ -63,7 +63,7 @@ def bench_webtensor(model: GPT2, prompts: list[int], decode_tokens: int, repeats
                     profile: bool = False) -> BenchResult:
     cfg, dev = model.config, model.device
     rng = np.random.default_rng(0)
-    res = BenchResult("webtensor", dev.describe(), model.name, model.dtype.name)
+    res = BenchResult("webtensor", dev.describe(), model.name, "int8" if model.quant else model.dtype.name)
 
     def prefill(ids: list[int]) -> None:
         next(model.generate_ids(ids, 1, temperature=0.0, stop_at_eos=False))
@@ -172,10 +172,6 @@ def build_model(spec: str, device: Device, dtype: str, seed: int = 0) -> tuple[G
     if spec.split("/")[-1] in PRESETS:
         cfg = GPT2Config.preset(spec)
         arrays = random_arrays(cfg, seed)
-        from .. import dtypes as dt
-        from ..models.gpt2.model import _DictReader, _upload
-
-        d = dt.as_dtype(dtype)
-        params = _upload(_DictReader(arrays), cfg, device, d, None, spec)
-        return GPT2(cfg, params, device, d, None, name=f"{spec} (random weights)"), arrays
+        model = GPT2.from_arrays(cfg, arrays, device, dtype, None, name=f"{spec} (random weights)")
+        return model, (None if model.quant else arrays)  # (int8: HF gets the dequantized weights)
     return GPT2.from_pretrained(spec, device=device, dtype=dtype), None

@@ -19,7 +19,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--model", "-m", default=None,
                    help="checkpoint directory or Hugging Face id in the local cache (default: the shipped model)")
     p.add_argument("--device", "-d", default="auto", help="auto (default), cpu, wgpu, lavapipe")
-    p.add_argument("--dtype", default="float32", help="float32 (default) or float16")
+    p.add_argument("--dtype", default="float32", help="float32 (default), float16 or int8 (q8_0 weights)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--max-batch", type=int, default=32, help="sequences decoded together (KV-cache slots)")
@@ -52,8 +52,8 @@ def _fail(msg: str) -> int:
 def _check_serve(a: argparse.Namespace) -> str | None:
     if a.device.lower() not in DEVICES:
         return f"--device must be one of {', '.join(DEVICES)}, got {a.device!r}"
-    if a.dtype not in ("float32", "float16"):
-        return f"--dtype must be float32 or float16, got {a.dtype!r}"
+    if a.dtype not in ("float32", "float16", "int8"):
+        return f"--dtype must be float32, float16 or int8, got {a.dtype!r}"
     if not 0 <= a.port <= 65535:
         return f"--port must be in 0..65535, got {a.port}"
     if a.engine not in ENGINES:

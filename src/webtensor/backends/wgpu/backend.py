@@ -120,6 +120,11 @@ class WgpuBackend:
             x = plan.layer_norm(x, ln[0], ln[1], ln[2])
         return q8_ops.q8_linear(x, w, bias, act, residual)
 
+    def q8_embedding(self, table: Any, ids: Tensor) -> Tensor:
+        from . import q8_ops
+
+        return q8_ops.q8_embedding(table, ids)
+
     def attention(self, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Tensor:
         return plan.attention(q, k, v, causal, scale)
 

@@ -232,3 +232,21 @@ def q8_linear(x: Tensor, qweight: Q8Weight | Q8Gpu, bias: Tensor | None = None, 
             grid = (math.ceil(nn / 64), math.ceil(M / 64), 1)
         ctx.launch(kern, params, bufs, grid)
     return out
+
+
+def q8_embedding(table: Q8Weight | Q8Gpu, ids: Tensor) -> Tensor:
+    """Rows of a q8_0 table (V, C) at int32 `ids` (any shape), dequantized -> float32 (..., C)."""
+    device = ids.device
+    ctx = gops._ctx(ids)
+    w = on_device(device, table)
+    V, C = w.shape
+    ids = ids.contiguous()
+    out = gops._out(device, (*ids.shape, C), dt.float32)
+    n = ids.size
+    if n == 0:
+        return out
+    kern = ctx.kernel("embedding_q8")
+    for r0, rows, qbuf, sbuf in w.chunks():
+        ctx.launch(kern, dict(n_ids=n, cols=C, row0=r0, rows=rows, ids_off=ids._offset, d_ld=scale_words(C)),
+                   dict(qs=qbuf, scales=sbuf, ids=gops._buf(ids), o=gops._buf(out)), gops._grid(n, ctx))
+    return out

@@ -133,6 +133,7 @@ SIGNATURES = {s.file: s for s in (
     _sig("attention_flash", "T S causal scale:f32 q_off q_ts q_hs k_off k_ts k_hs v_off v_ts v_hs o_ts o_hs",
          "q k v -> o"),
     _sig("embedding", "n_ids cols row0 rows ids_off o_off=0 t_off", "table ids -> o"),
+    _sig("embedding_q8", "n_ids cols row0 rows ids_off o_off=0 d_ld", "qs scales ids -> o"),
     _sig("cache_write", "T H D src_off src_ts src_hs n_ctx slot_stride", "src pos slot -> cache"),
     _sig("cached_attention", "T H D4 q_off4 q_ts4 q_hs4 k_off4=0 k_ts4=0 k_hs4=0 v_off4=0 v_ts4=0 v_hs4=0 n_ctx "
          "slot_stride4 write=0 scale:f32", "q kn? vn? pos slot -> kc vc o"),

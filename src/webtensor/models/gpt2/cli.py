@@ -24,7 +24,8 @@ def add_generate_parser(sub: Any) -> None:
                    help="checkpoint directory or Hugging Face id in the local cache (default: the shipped model)")
     p.add_argument("--device", "-d", default="auto", type=cmdline.device_name,
                    help="auto (default), cpu, wgpu, lavapipe")
-    p.add_argument("--dtype", default="float32", choices=["float32", "float16"])
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "int8"],
+                   help="float32, float16 (devices with shader-f16) or int8 (q8_0 weights, every device)")
     p.add_argument("-n", "--max-new-tokens", type=cmdline.checked(validate.check_max_new_tokens), default=50,
                    help="tokens to generate, >= 1 (default 50)")
     p.add_argument("--temperature", "-t", type=cmdline.checked(validate.check_temperature, float), default=0.8,

@@ -50,7 +50,8 @@ def forward(cfg: Any, wte: Tensor, wpe: Tensor, ln_f: tuple[Tensor, Tensor], blo
     reads the cache rows 0 .. p0 + T - 1 directly (the flash kernels). Without, every row is its
     own sequence (distinct slots: a decode step, a batch) and attends by its own position, so the
     positions may live on the device and a captured graph of this function serves every step. The LM head is
-    `lm_head` (V, C) where the checkpoint has its own, else wte (tied)."""
+    `lm_head` (V, C) where the checkpoint has its own, else wte (tied). wte and the block matrices
+    may be q8_0 weights (dtype "int8"): `ops.embedding` and `ops.linear` take them as they are."""
     T, C, H, D, eps = ids.shape[0], cfg.n_embd, cfg.n_head, cfg.head_dim, cfg.layer_norm_epsilon
     # rows of one sequence: (T, C); rows of T sequences: (T, 1, C), so that every product is a stack
     # of one-row products and a row's numbers do not depend on who shares its step (batch invariance:
@@ -75,6 +76,7 @@ def forward(cfg: Any, wte: Tensor, wpe: Tensor, ln_f: tuple[Tensor, Tensor], blo
     x = x.reshape(T, C)
     if last_only:
         x = x[T - 1:T]
-    head = wte if lm_head is None else lm_head
-    logits = ops.linear(x if span is not None else x.reshape(-1, 1, C), head.T, ln=(*ln_f, eps))
+    head = wte if lm_head is None else lm_head  # (V, C)
+    head = head.T if isinstance(head, Tensor) else head  # x @ head.T; a q8_0 weight is (N, K) already
+    logits = ops.linear(x if span is not None else x.reshape(-1, 1, C), head, ln=(*ln_f, eps))
     return logits.reshape(-1, logits.shape[-1])  # (T or 1, V)

@@ -84,12 +84,22 @@ class GPT2:
     @classmethod
     def random(cls, cfg: GPT2Config, device: Device | str | None = None, dtype: Any = "float32",
                seed: int = 0, progress: bool | None = False) -> GPT2:
-        """Random weights of GPT-2's shapes (benchmarks need no download)."""
+        """Random weights of GPT-2's shapes (benchmarks need no download); dtype "int8" quantizes them."""
+        return cls.from_arrays(cfg, random_arrays(cfg, seed), device, dtype, progress,
+                               name=f"random-{cfg.n_layer}x{cfg.n_embd}")
+
+    @classmethod
+    def from_arrays(cls, cfg: GPT2Config, arrays: dict[str, np.ndarray], device: Device | str | None = None,
+                    dtype: Any = "float32", progress: bool | None = False, name: str = "gpt2") -> GPT2:
+        """A model of float32 numpy weights by HF name (no tokenizer); dtype "int8" quantizes them."""
         dev = Device.parse(device)
-        dtype = _check_dtype(dt.as_dtype(dtype), dev)
-        arrays = random_arrays(cfg, seed)
-        return cls(cfg, _upload(_DictReader(arrays), cfg, dev, dtype, progress, "random"), dev, dtype, None,
-                   name=f"random-{cfg.n_layer}x{cfg.n_embd}")
+        int8 = is_int8(dtype)
+        dtype = _check_dtype(dt.float32 if int8 else dt.as_dtype(dtype), dev)
+        reader: Any = _DictReader(arrays)
+        params = _upload(Int8Reader(reader) if int8 else reader, cfg, dev, dtype, progress, name)
+        m = cls(cfg, params, dev, dtype, None, name=name)
+        m.quant = "q8_0" if int8 else None
+        return m
 
     # -- forward --------------------------------------------------------------------------------
     @property
@@ -249,12 +259,19 @@ def _to_device(arr: np.ndarray, dev: Device) -> Tensor:
 
 
 def _export_arrays(model: GPT2) -> dict[str, np.ndarray]:
-    """The model's weights as float32 numpy arrays, by HF name (for side-by-side benchmarks)."""
-    out = {"wte.weight": model.wte.numpy(), "wpe.weight": model.wpe.numpy(),
+    """The model's weights as float32 numpy arrays, by HF name (for side-by-side benchmarks; q8_0
+    weights dequantized, block matrices back in HF's (K, N) layout)."""
+    def arr(t: Any, name: str) -> np.ndarray:
+        if isinstance(t, Q8Weight):
+            w = t.dequantize()
+            return w if name in ("wte.weight", "lm_head.weight") else w.T
+        return t.numpy()
+
+    out = {"wte.weight": arr(model.wte, "wte.weight"), "wpe.weight": model.wpe.numpy(),
            "ln_f.weight": model.ln_f[0].numpy(), "ln_f.bias": model.ln_f[1].numpy()}
     if model.lm_head is not model.wte:
-        out["lm_head.weight"] = model.lm_head.numpy()
+        out["lm_head.weight"] = arr(model.lm_head, "lm_head.weight")
     for i, b in enumerate(model.blocks):
         for n, t in zip(BLOCK_PARAMS, b, strict=True):
-            out[f"h.{i}.{n}"] = t.numpy()
+            out[f"h.{i}.{n}"] = arr(t, n)
     return {k: v.astype(np.float32) for k, v in out.items()}
