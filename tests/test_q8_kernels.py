@@ -35,8 +35,8 @@ def style(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> di
     ran: list[str] = []
     pick = q8_ops.kernel_for
 
-    def spy(ctx: Any, M: int, K: int) -> tuple[Any, str]:
-        k, which = pick(ctx, M, K)
+    def spy(ctx: Any, M: int, K: int, ln: bool = False) -> tuple[Any, str]:
+        k, which = pick(ctx, M, K, ln)
         ran.append(which)
         return k, which
 
@@ -108,6 +108,21 @@ def test_upload_and_read_back(gpu: wt.Device, gpu_small: wt.Device) -> None:
         assert len(g.chunks()) == chunks and g.nbytes == n * k + n * q8_ops.scale_words(k) * 4
         assert sum(rows for _, rows, _, _ in g.chunks()) == n
         assert np.array_equal(g.to_q8weight().to_blocks(), qw.to_blocks())
+
+
+@pytest.mark.parametrize("gpu_style", [False, True], ids=["cpu-adapter", "gpu-style"])
+def test_q8_linear_with_layer_norm(gpu: wt.Device, monkeypatch: pytest.MonkeyPatch, gpu_style: bool) -> None:
+    """`ln` in gemv_q8's prologue (GPU-style lanes), else a layer_norm launch: the reference's result."""
+    monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", gpu_style)
+    rng = np.random.default_rng(3)
+    for m, n, k in ((1, 37, 64), (5, 100, 160), (8, 9, 32)):
+        w = q8_0.quantize(rng.standard_normal((n, k)).astype(np.float32))
+        x, g, b = (rng.standard_normal(s).astype(np.float32) for s in ((m, k), (k,), (k,)))
+        outs = [wt.linear(*(wt.tensor(v, device=d) for v in (x,)), w,
+                          ln=(wt.tensor(g, device=d), wt.tensor(b, device=d), 1e-5)).numpy()
+                for d in (wt.Device.cpu(), gpu)]
+        err = np.linalg.norm(outs[1] - outs[0]) / np.linalg.norm(outs[0])
+        assert err <= 2e-5, (m, n, k, err)  # (the fused norm: one shifted float32 pass)
 
 
 def test_unused_inputs_get_the_dummy_not_the_output(gpu: wt.Device) -> None:

@@ -20,7 +20,7 @@ BAD_ARGS = [
     ["serve", "--max-batch", "0"],
     ["serve", "--max-queue", "-1"],
     ["serve", "--device", "tpu"],
-    ["serve", "--dtype", "int8"],
+    ["serve", "--dtype", "bfloat16"],
     ["serve", "--engine", "fast"],
     ["serve", "--model", str(ROOT / "pyproject.toml")],
     ["bench-serve", "--concurrency", "1,x"],

@@ -116,9 +116,7 @@ class WgpuBackend:
                   ln: tuple[Tensor, Tensor, float] | None) -> Tensor:
         from . import q8_ops
 
-        if ln is not None:  # (no fused layer-norm prologue in gemv_q8.wgsl yet)
-            x = plan.layer_norm(x, ln[0], ln[1], ln[2])
-        return q8_ops.q8_linear(x, w, bias, act, residual)
+        return q8_ops.q8_linear(x, w, bias, act, residual, ln)
 
     def q8_embedding(self, table: Any, ids: Tensor) -> Tensor:
         from . import q8_ops

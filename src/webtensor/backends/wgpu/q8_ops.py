@@ -159,11 +159,13 @@ def gemv_lanes(ctx: WgpuContext, K: int) -> int:
     return lanes
 
 
-def kernel_for(ctx: WgpuContext, M: int, K: int) -> tuple[Any, str]:
-    """(kernel, which): which is "gemv", "tiled" or "regs"."""
+def kernel_for(ctx: WgpuContext, M: int, K: int, ln: bool = False) -> tuple[Any, str]:
+    """(kernel, which): which is "gemv", "tiled" or "regs". `ln`: gemv_q8 with its layer-norm
+    prologue (only where it has lanes to reduce with: ln_fusable)."""
     if M <= GEMV_MAX_ROWS:
         mr = 1 << max(0, (M - 1).bit_length())
-        return ctx.kernel("gemv_q8", {"LANES": f"{gemv_lanes(ctx, K)}u", "MR": f"{mr}u"}), "gemv"
+        defs = {"LANES": f"{gemv_lanes(ctx, K)}u", "MR": f"{mr}u", "LN": "true" if ln else "false"}
+        return ctx.kernel("gemv_q8", defs), "gemv"
     if not gops._gpu_style(ctx):
         return ctx.kernel("matmul_q8_regs"), "regs"
     return ctx.kernel("matmul_q8"), "tiled"
@@ -184,12 +186,20 @@ def _f32_rows(t: Tensor) -> tuple[Tensor, int, int, int]:
     return t, rows, cols, ld
 
 
+def ln_fusable(ctx: WgpuContext, M: int, K: int, ln: Any) -> bool:
+    """Whether q8_linear can take `ln` = (weight, bias, eps) into gemv_q8's prologue."""
+    return (ln is not None and M <= GEMV_MAX_ROWS and gemv_lanes(ctx, K) > 1
+            and all(t.dtype is dt.float32 and t._offset == 0 and len(t._storage.chunks) == 1 for t in ln[:2]))
+
+
 def q8_linear(x: Tensor, qweight: Q8Weight | Q8Gpu, bias: Tensor | None = None, act: str | None = None,
-              residual: Tensor | None = None) -> Tensor:
+              residual: Tensor | None = None, ln: tuple[Tensor, Tensor, float] | None = None) -> Tensor:
     """Fused epilogue(x @ W.T) with a q8_0 weight W (N, K) (nn.Linear's layout; `Q8Weight` or
     `Q8Gpu`), like `webtensor.ops.linear`: + bias (N,), then the activation `act` (a name of
     `webtensor.activations`), then + residual (..., N). x: (..., K) on a WebGPU device, K a
-    multiple of 32. Returns a new float32 tensor (..., N); float16 inputs are widened first."""
+    multiple of 32. Returns a new float32 tensor (..., N); float16 inputs are widened first.
+    `ln` = (weight, bias, eps) layer-normalises x's rows first (in gemv_q8's prologue where it can,
+    else as a layer_norm launch)."""
     device = x.device
     ctx = gops._ctx(x)
     w = on_device(device, qweight)
@@ -209,6 +219,9 @@ def q8_linear(x: Tensor, qweight: Q8Weight | Q8Gpu, bias: Tensor | None = None, 
     if out.size == 0:
         return out
     x2, M, _, lda = _f32_rows(x)
+    fuse = ln_fusable(ctx, M, K, ln)
+    if ln is not None and not fuse:
+        x2, M, _, lda = _f32_rows(gops.layer_norm(x2, ln[0], ln[1], ln[2]))
     bits = gops.epilogue_bits(bias is not None, act, residual is not None)
     b_buf, b_off = None, 0
     if bias is not None:
@@ -218,12 +231,15 @@ def q8_linear(x: Tensor, qweight: Q8Weight | Q8Gpu, bias: Tensor | None = None, 
     if residual is not None:
         r, _, _, r_ld = _f32_rows(residual)
         r_buf, r_off = gops._buf(r), r._offset
-    kern, which = kernel_for(ctx, M, K)
+    kern, which = kernel_for(ctx, M, K, fuse)
     sw = scale_words(K)
     for n0, nn, qbuf, sbuf in w.chunks():
         params = dict(M=M, N=nn, K=K, a_off4=x2._offset // 4, lda4=lda // 4, d_ld=sw, c_off=n0, ldc=N, epi=bits,
                       bias_off=b_off + n0, r_off=r_off + n0, r_ld=r_ld)
         bufs = dict(a=gops._buf(x2), qs=qbuf, scales=sbuf, bias=b_buf, res=r_buf, c=gops._buf(out))
+        if fuse:
+            params["eps"] = ln[2]
+            bufs.update(lnw=gops._buf(ln[0]), lnb=gops._buf(ln[1]))
         if which == "gemv":
             grid = gops._grid(math.ceil(nn / (256 // gemv_lanes(ctx, K))), ctx)
         elif which == "regs":

@@ -10,14 +10,29 @@
 // row m's output (LANES >= 32 >= MR). LANES = 1 (CPU adapters): one thread per output, no
 // reduction, no barrier. No subgroup operations.
 // Epilogue (epilogue.wgsl): + bias[n], the activation, + residual[m, n], chosen by p.epi.
+// With const LN (LANES > 1 only), A' = LayerNorm(A) (weights lnw, lnb; eps in p.eps; statistics in
+// the prologue, one shifted pass as in gemv.wgsl), so "layer norm -> linear" is one dispatch.
 // Needs K % 32 == 0 (whole blocks) and A rows 4-aligned. Header: const LANES, MR (MR >= p.M, a
-// power of two up to 8: the accumulators per thread).
+// power of two up to 8: the accumulators per thread), LN.
 alias TC = f32;
 // #include epilogue.wgsl
 @group(0) @binding(2) var<storage, read> qs: array<vec4<u32>>;
+@group(0) @binding(6) var<storage, read> lnw: array<vec4<f32>>;
+@group(0) @binding(7) var<storage, read> lnb: array<vec4<f32>>;
+@group(0) @binding(8) var<storage, read_write> c: array<f32>;
 // #include q8_dequant.wgsl
 
 var<workgroup> red: array<f32, 2048>;  // [m][thread]: MR x 256 partial sums (MR <= 8)
+var<workgroup> red2: array<vec2<f32>, 256>;
+var<workgroup> stats: array<vec2<f32>, 8>;  // LN: (mean, rstd) of each row of A
+
+// row m of A, vec4 i (i < K / 4), layer-normalised when LN
+fn arow(m: u32, i: u32) -> vec4<f32> {
+  let x = a[p.a_off4 + m * p.lda4 + i];
+  if (!LN) { return x; }
+  let st = stats[m];
+  return (x - st.x) * st.y * lnw[i] + lnb[i];
+}
 
 const ROWS: u32 = 256u / LANES;
 
@@ -28,6 +43,28 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   let lane = li % LANES;
   let n = (wg.y * nwg.x + wg.x) * ROWS + r;
   let units = p.K / 16u;
+  if (LN) {  // each row's statistics, one shifted pass (as gemv.wgsl), by the whole workgroup
+    let k4 = p.K / 4u;
+    for (var m = 0u; m < p.M; m = m + 1u) {
+      let x0 = a[p.a_off4 + m * p.lda4].x;
+      var acc = vec2<f32>();
+      for (var k = li; k < k4; k = k + 256u) {
+        let dd = a[p.a_off4 + m * p.lda4 + k] - x0;
+        acc = acc + vec2<f32>(dd.x + dd.y + dd.z + dd.w, dot(dd, dd));
+      }
+      red2[li] = acc;
+      workgroupBarrier();
+      for (var st = 128u; st > 0u; st = st >> 1u) {
+        if (li < st) { red2[li] = red2[li] + red2[li + st]; }
+        workgroupBarrier();
+      }
+      if (li == 0u) {
+        let tot = red2[0] / f32(p.K);
+        stats[m] = vec2<f32>(x0 + tot.x, inverseSqrt(max(tot.y - tot.x * tot.x, 0.0) + p.eps));
+      }
+      workgroupBarrier();
+    }
+  }
   var s: array<f32, MR>;
   if (n < p.N) {
     let qb = n * units;
@@ -38,11 +75,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
       let w1 = quants4(q.y);
       let w2 = quants4(q.z);
       let w3 = quants4(q.w);
-      let ab = p.a_off4 + u * 4u;
+      let i = u * 4u;
       for (var m = 0u; m < MR; m = m + 1u) {
         if (m < p.M) {
-          let x = ab + m * p.lda4;
-          s[m] = s[m] + d * ((dot(a[x], w0) + dot(a[x + 1u], w1)) + (dot(a[x + 2u], w2) + dot(a[x + 3u], w3)));
+          s[m] = s[m] + d * ((dot(arow(m, i), w0) + dot(arow(m, i + 1u), w1))
+                             + (dot(arow(m, i + 2u), w2) + dot(arow(m, i + 3u), w3)));
         }
       }
     }

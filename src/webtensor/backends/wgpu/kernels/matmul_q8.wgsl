@@ -9,6 +9,7 @@
 alias TC = f32;
 // #include epilogue.wgsl
 @group(0) @binding(2) var<storage, read> qs: array<u32>;
+@group(0) @binding(6) var<storage, read_write> c: array<f32>;
 // #include q8_dequant.wgsl
 var<workgroup> As: array<vec4<f32>, 256>;  // [k][m/4]: 16 x 16 vec4
 var<workgroup> Bs: array<vec4<f32>, 256>;  // [k][n/4]

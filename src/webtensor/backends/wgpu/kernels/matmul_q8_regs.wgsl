@@ -8,6 +8,7 @@
 alias TC = f32;
 // #include epilogue.wgsl
 @group(0) @binding(2) var<storage, read> qs: array<u32>;
+@group(0) @binding(6) var<storage, read_write> c: array<f32>;
 // #include q8_dequant.wgsl
 
 fn row_a(m: u32, k4: u32) -> vec4<f32> {

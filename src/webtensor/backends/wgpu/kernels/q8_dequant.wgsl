@@ -1,6 +1,6 @@
 // What gemv_q8.wgsl, matmul_q8.wgsl and matmul_q8_regs.wgsl share (included where they say
 // `// #include q8_dequant.wgsl`): their parameters, their bindings but the quants (binding 2, whose
-// vector width each kernel picks), and q8_0 dequantization in registers. `scales` holds two
+// vector width each kernel picks) and the output (last, after any inputs of its own), and q8_0 dequantization in registers. `scales` holds two
 // float16 scales per u32 word, p.d_ld words per W row.
 struct P {
   M: u32,          // rows of A (gemv_q8: <= MR)
@@ -16,13 +16,13 @@ struct P {
   bias_off: u32,   // bias element of n = 0
   r_off: u32,      // residual element of (m = 0, n = 0)
   r_ld: u32,       // residual row stride
+  eps: f32,        // gemv_q8 with LN: the layer norm's epsilon
 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> a: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read> scales: array<u32>;
 @group(0) @binding(4) var<storage, read> bias: array<f32>;
 @group(0) @binding(5) var<storage, read> res: array<f32>;
-@group(0) @binding(6) var<storage, read_write> c: array<f32>;
 
 // the four int8 of `w` (little-endian bytes), sign-extended, as f32
 fn quants4(w: u32) -> vec4<f32> {
