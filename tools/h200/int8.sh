@@ -3,7 +3,7 @@
 source .gl/env.sh || exit 1
 B="python3 -m webtensor.cli bench --device wgpu --decode 128 --repeats 5"
 for m in gpt2 gpt2-xl; do
-  for d in int8 float16 float32; do
+  for d in ${DTYPES:-int8 float16 float32}; do
     [ $m = gpt2-xl ] && [ $d = float32 ] && continue
     echo "== $m $d"
     timeout 150 $B --model $m --dtype $d --prompts 128,1023 --json $OUT/$m-$d.json 2>&1 | grep -v "it/s\]" | tail -2
