@@ -3,28 +3,15 @@
 
 import json
 import os
-import statistics
-import time
+import sys
 
 import webtensor as wt
 from webtensor.backends.wgpu import ops as gops
 from webtensor.models.gpt2 import GPT2
 from webtensor.models.gpt2.config import GPT2Config
 
-
-def decode_tok_s(m, n=128):
-    ids = list(range(8))
-
-    def run():
-        g = m.generate_ids(ids, n + 1, stop_at_eos=False)
-        next(g)
-        t0 = time.perf_counter()
-        for _ in g:
-            pass
-        return time.perf_counter() - t0
-
-    run()
-    return n / statistics.median(run() for _ in range(5))
+sys.path.insert(0, os.path.dirname(__file__))
+from sweep import decode_tok_s  # noqa: E402
 
 
 def main():

@@ -36,7 +36,7 @@ from ..generation import DecodeState, int_tensor, upload_ints
 from ..models.gpt2.model import GPT2
 from ..models.gpt2.validate import check_ids
 from ..tensor import Tensor
-from .engine import Row, choose, is_decode_row
+from .engine import GPT2EngineBase, Row, choose, is_decode_row
 
 GEMV_ROWS = 8  # backends.wgpu.ops.GEMV_MAX_ROWS: the most rows a product runs through gemv.wgsl
 
@@ -57,7 +57,7 @@ class _Group:
         self.graph.release()
 
 
-class BatchedGPT2Engine:
+class BatchedGPT2Engine(GPT2EngineBase):
     """The batched engine: one KV cache of `max_batch` slots; each step's one-token rows run as one
     forward (groups of at most 8 rows on WebGPU), prompt chunks through the span path."""
 
@@ -65,16 +65,7 @@ class BatchedGPT2Engine:
 
     def __init__(self, model: GPT2, max_batch: int, name: str | None = None, use_graph: bool | None = None,
                  group: int | None = None):
-        if model.tokenizer is None:
-            raise ArgumentError("serving needs a model with a tokenizer")
-        if max_batch < 1:
-            raise ArgumentError(f"max_batch must be >= 1, got {max_batch}")
-        self.model, self.max_batch = model, max_batch
-        self.name = name or model.name
-        cfg = model.config
-        self.n_ctx, self.vocab_size = cfg.n_positions, cfg.vocab_size
-        self.eos_token_id = cfg.eos_token_id
-        self.tokenizer = model.tokenizer
+        super().__init__(model, max_batch, name)
         dev = model.device
         host = dev.backend.host_memory
         self.use_graph = (model.use_graph and not host) if use_graph is None else use_graph

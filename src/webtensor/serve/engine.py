@@ -100,10 +100,8 @@ def choose(logits: np.ndarray, s: Sampling, position: int) -> int:
     return sample(logits, s.params(), position)
 
 
-class GPT2Engine:
-    """The reference engine: one KV cache per slot (made on first use), rows run one at a time."""
-
-    engine = "reference"
+class GPT2EngineBase:
+    """What both GPT-2 engines know of their model: its name, context, vocabulary, tokenizer."""
 
     def __init__(self, model: GPT2, max_batch: int, name: str | None = None):
         if model.tokenizer is None:
@@ -116,6 +114,15 @@ class GPT2Engine:
         self.n_ctx, self.vocab_size = cfg.n_positions, cfg.vocab_size
         self.eos_token_id = cfg.eos_token_id
         self.tokenizer = model.tokenizer
+
+
+class GPT2Engine(GPT2EngineBase):
+    """The reference engine: one KV cache per slot (made on first use), rows run one at a time."""
+
+    engine = "reference"
+
+    def __init__(self, model: GPT2, max_batch: int, name: str | None = None):
+        super().__init__(model, max_batch, name)
         self._caches: list[KVCache | None] = [None] * max_batch
 
     def step(self, rows: Sequence[Row]) -> list[int | None]:

@@ -28,6 +28,7 @@ from .. import generation
 from ..device import Device
 from ..errors import CheckpointError
 from ..formats.safetensors_pure import SafetensorsFile
+from ..models.gpt2.forward import GPT2Weights
 from ..tensor import Tensor, from_buffer
 
 
@@ -63,18 +64,14 @@ class GenerationStats:
                     token_ids=list(self.token_ids))
 
 
-class WebGPT2:
-    """GPT-2 weights on a WebGPU device, and numpy-free KV-cached generation."""
+class WebGPT2(GPT2Weights):
+    """GPT-2 weights on a WebGPU device (`GPT2Weights`: the same forward as the native model), a
+    numpy-free loader, and generation through `webtensor.generation`."""
 
     def __init__(self, cfg: Any, params: dict[str, Tensor], device: Device, tokenizer: Any = None):
-        self.config, self.device, self.tokenizer = cfg, device, tokenizer
-        self.wte, self.wpe = params["wte.weight"], params["wpe.weight"]
-        self.lm_head = params.get("lm_head.weight", self.wte)  # (V, C); wte itself when tied
-        self.ln_f = (params["ln_f.weight"], params["ln_f.bias"])
-        fwd = _gpt2_module("forward")
-        self.blocks = [fwd.Block(*(params[f"h.{i}.{n}"] for n in fwd.BLOCK_PARAMS)) for i in range(cfg.n_layer)]
+        super().__init__(cfg, params, device)
+        self.tokenizer = tokenizer
         self._workspaces = generation.WorkspacePool()
-        self.use_graph = True
         self.last_stats = GenerationStats()
 
     # -- loading --------------------------------------------------------------------------------
@@ -116,21 +113,6 @@ class WebGPT2:
             if progress is not None:
                 progress(name, done, total)
         return cls(cfg, params, device, tok)
-
-    # -- forward --------------------------------------------------------------------------------
-    @property
-    def n_ctx(self) -> int:
-        return self.config.n_positions
-
-    @property
-    def vocab_size(self) -> int:
-        return self.config.vocab_size
-
-    def forward(self, ids: Tensor, pos: Tensor, slot: Tensor, cache: Any, span: tuple[int, int] | None,
-                last_only: bool) -> Tensor:
-        """GPT-2's one forward (`models/gpt2/forward.py`) over these weights."""
-        return _gpt2_module("forward").forward(self.config, self.wte, self.wpe, self.ln_f, self.blocks, ids, pos, slot,
-                                               cache, span, last_only, lm_head=self.lm_head)
 
     # -- generation -----------------------------------------------------------------------------
     def generate_ids(self, ids: Sequence[int], max_new_tokens: int = 32, temperature: float = 0.0,

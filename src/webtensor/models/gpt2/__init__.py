@@ -1,7 +1,7 @@
 """GPT-2: Hugging Face checkpoints, tokenizer, KV-cached generation, sampling, CLI.
 
 The names below are imported on first use (PEP 562), so the numpy-free modules (config,
-tokenizer, bpe, weights) load in the browser, where the numpy model cannot."""
+tokenizer, weights, forward, sampling, validate) load in the browser, where the numpy model cannot."""
 
 from typing import Any
 

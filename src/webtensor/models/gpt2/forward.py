@@ -80,3 +80,32 @@ def forward(cfg: Any, wte: Tensor, wpe: Tensor, ln_f: tuple[Tensor, Tensor], blo
     head = head.T if isinstance(head, Tensor) else head  # x @ head.T; a q8_0 weight is (N, K) already
     logits = ops.linear(x if span is not None else x.reshape(-1, 1, C), head, ln=(*ln_f, eps))
     return logits.reshape(-1, logits.shape[-1])  # (T or 1, V)
+
+
+class GPT2Weights:
+    """GPT-2's weights on a device, by role, and `forward` over them: what every GPT-2 driver holds
+    (`model.GPT2` natively, `web.gpt2_web.WebGPT2` in the page) and what `webtensor.generation`
+    needs of a model (`Decodable`). `params` by HF name (wte, wpe, lm_head, ln_f, h.{i}.*)."""
+
+    def __init__(self, cfg: Any, params: dict[str, Any], device: Any):
+        self.config, self.device = cfg, device
+        self.wte, self.wpe = params["wte.weight"], params["wpe.weight"]
+        self.lm_head = params.get("lm_head.weight", self.wte)  # (V, C); wte itself when tied
+        self.ln_f = (params["ln_f.weight"], params["ln_f.bias"])
+        self.blocks = [Block(*(params[f"h.{i}.{n}"] for n in BLOCK_PARAMS)) for i in range(cfg.n_layer)]
+        self.use_graph = True  # replay the captured decode step (False: op by op, for comparison)
+
+    @property
+    def n_ctx(self) -> int:
+        return self.config.n_positions
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    def forward(self, ids: Tensor, pos: Tensor, slot: Tensor, cache: Any, span: tuple[int, int] | None,
+                last_only: bool) -> Tensor:
+        """`forward` (above) over these weights: rows of (token, position, slot) int32 tensors ->
+        logits (T, V), or (1, V) with `last_only`."""
+        return forward(self.config, self.wte, self.wpe, self.ln_f, self.blocks, ids, pos, slot, cache, span,
+                       last_only, lm_head=self.lm_head)

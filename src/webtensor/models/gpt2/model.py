@@ -20,7 +20,7 @@ from ...formats.q8_0 import Q8Weight
 from ...generation import KVCache, Workspace, WorkspacePool, generate, int_tensor, prefill
 from ...tensor import Tensor, tensor
 from .config import GPT2Config
-from .forward import BLOCK_PARAMS, Block, forward
+from .forward import BLOCK_PARAMS, GPT2Weights
 from .quantized import Int8Reader, is_int8
 from .sampling import SamplingParams, check_max_new_tokens, sample, with_seed
 from .tokenizer import GPT2Tokenizer
@@ -36,16 +36,12 @@ from .weights import (
 )
 
 
-class GPT2:
+class GPT2(GPT2Weights):
     def __init__(self, cfg: GPT2Config, params: dict[str, Tensor], device: Device, dtype: dt.DType,
                  tokenizer: GPT2Tokenizer | None = None, name: str = "gpt2"):
-        self.config, self.device, self.dtype, self.tokenizer, self.name = cfg, device, dtype, tokenizer, name
-        self.wte, self.wpe = params["wte.weight"], params["wpe.weight"]
-        self.lm_head = params.get("lm_head.weight", self.wte)  # (V, C); wte itself when tied
-        self.ln_f = (params["ln_f.weight"], params["ln_f.bias"])
-        self.blocks = [Block(*(params[f"h.{i}.{n}"] for n in BLOCK_PARAMS)) for i in range(cfg.n_layer)]
+        super().__init__(cfg, params, device)
+        self.dtype, self.tokenizer, self.name = dtype, tokenizer, name
         self._workspaces = WorkspacePool()  # KV caches and decode graphs, reused by generate()
-        self.use_graph = True  # replay the captured decode step (False: op by op, for comparison)
         self.quant: str | None = None  # "q8_0": wte and block matrices are Q8Weight (dtype="int8")
 
     # -- loading --------------------------------------------------------------------------------
@@ -102,21 +98,6 @@ class GPT2:
         return m
 
     # -- forward --------------------------------------------------------------------------------
-    @property
-    def n_ctx(self) -> int:
-        return self.config.n_positions
-
-    @property
-    def vocab_size(self) -> int:
-        return self.config.vocab_size
-
-    def forward(self, ids: Tensor, pos: Tensor, slot: Tensor, cache: KVCache, span: tuple[int, int] | None,
-                last_only: bool) -> Tensor:
-        """`forward.forward` over this model's weights (see there): rows of (token, position,
-        slot) int32 tensors -> logits (T, V), or (1, V) with `last_only`."""
-        return forward(self.config, self.wte, self.wpe, self.ln_f, self.blocks, ids, pos, slot, cache, span,
-                       last_only, lm_head=self.lm_head)
-
     def new_cache(self, n_slots: int = 1) -> KVCache:
         cfg = self.config
         return KVCache(cfg.n_layer, n_slots, cfg.n_positions, cfg.n_head, cfg.head_dim, self.device)
