@@ -5,7 +5,8 @@ Pyodide folder)."""
 from webtensor.web.headless import run_page
 from webtensor.web.server import default_model_dir
 
-tasks = [dict(type="generate_ui", name=f"run{i}", prompt="It is a truth universally acknowledged", maxNewTokens=64, temperature=0) for i in range(3)]
+PROMPT = "It is a truth universally acknowledged"
+tasks = [dict(type="generate_ui", name=f"run{i}", prompt=PROMPT, maxNewTokens=64, temperature=0) for i in range(3)]
 out = run_page(tasks, default_model_dir(), timeout_s=300)
 for t in out["tasks"]:
     r = t.get("result", {})
