@@ -1,7 +1,8 @@
 // The fused `linear` epilogue of matmul.wgsl, matmul_regs.wgsl and gemv.wgsl, included where they
 // say `// #include epilogue.wgsl`: c[ci] = (c[ci] when p.acc) + v, then + bias[n] (bit 1 of p.epi),
 // the activation whose code is p.epi >> 8 (0: none; codes as in webtensor/activations.py), then
-// + residual[m, n] (bit 4). Uses the including kernel's p, c, bias, res, TC.
+// + residual[m, n] (bit 4); store4 writes four outputs of a row through it. Uses the including
+// kernel's p (M, N, c_off, ldc, acc, epi, bias_off, r_off, r_ld), c, bias, res, TC.
 
 // erfc(x) to ~1.2e-7 relative (a Chebyshev fit, t = 1 / (1 + |x| / 2)); relative accuracy in the
 // tail x > 0, so 0.5 x erfc(-x / sqrt 2) is an accurate GELU for negative x too.
@@ -70,4 +71,15 @@ fn write_out(ci: u32, m: u32, n: u32, v: f32) {
   if (a != 0u) { x = activate(a, x); }
   if ((p.epi & 4u) != 0u) { x = x + f32(res[p.r_off + m * p.r_ld + n]); }
   c[ci] = TC(x);
+}
+
+// four outputs of row m from column n0 on (a register-tiled kernel's vec4), each through write_out;
+// columns at or past p.N and rows at or past p.M are skipped
+fn store4(m: u32, n0: u32, v: vec4<f32>) {
+  if (m >= p.M) { return; }
+  for (var j = 0u; j < 4u; j = j + 1u) {
+    let n = n0 + j;
+    if (n >= p.N) { return; }
+    write_out(p.c_off + m * p.ldc + n, m, n, v[j]);
+  }
 }

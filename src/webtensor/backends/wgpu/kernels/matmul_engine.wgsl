@@ -188,15 +188,6 @@ fn total(cv: vec4<CT>, ov: vec4<f32>) -> vec4<f32> {
   return vec4<f32>(cv);
 }
 
-fn store(m: u32, n0: u32, v: vec4<f32>) {
-  if (m >= p.M) { return; }
-  for (var j = 0u; j < 4u; j = j + 1u) {
-    let n = n0 + j;
-    if (n >= p.N) { return; }
-    write_out(p.c_off + m * p.ldc + n, m, n, v[j]);
-  }
-}
-
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
   let tx = li % 16u;  // columns n0 + 4 tx .. (+ 64 when NT == 2)
@@ -217,26 +208,26 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   }
   let m = m0 + 4u * ty;
   let n = n0 + 4u * tx;
-  store(m, n, total(c00, o00));
-  store(m + 1u, n, total(c10, o10));
-  store(m + 2u, n, total(c20, o20));
-  store(m + 3u, n, total(c30, o30));
+  store4(m, n, total(c00, o00));
+  store4(m + 1u, n, total(c10, o10));
+  store4(m + 2u, n, total(c20, o20));
+  store4(m + 3u, n, total(c30, o30));
   if (NT == 2u) {
-    store(m, n + 64u, total(c01, o01));
-    store(m + 1u, n + 64u, total(c11, o11));
-    store(m + 2u, n + 64u, total(c21, o21));
-    store(m + 3u, n + 64u, total(c31, o31));
+    store4(m, n + 64u, total(c01, o01));
+    store4(m + 1u, n + 64u, total(c11, o11));
+    store4(m + 2u, n + 64u, total(c21, o21));
+    store4(m + 3u, n + 64u, total(c31, o31));
   }
   if (MT == 2u) {
-    store(m + 64u, n, total(c40, o40));
-    store(m + 65u, n, total(c50, o50));
-    store(m + 66u, n, total(c60, o60));
-    store(m + 67u, n, total(c70, o70));
+    store4(m + 64u, n, total(c40, o40));
+    store4(m + 65u, n, total(c50, o50));
+    store4(m + 66u, n, total(c60, o60));
+    store4(m + 67u, n, total(c70, o70));
     if (NT == 2u) {
-      store(m + 64u, n + 64u, total(c41, o41));
-      store(m + 65u, n + 64u, total(c51, o51));
-      store(m + 66u, n + 64u, total(c61, o61));
-      store(m + 67u, n + 64u, total(c71, o71));
+      store4(m + 64u, n + 64u, total(c41, o41));
+      store4(m + 65u, n + 64u, total(c51, o51));
+      store4(m + 66u, n + 64u, total(c61, o61));
+      store4(m + 67u, n + 64u, total(c71, o71));
     }
   }
 }

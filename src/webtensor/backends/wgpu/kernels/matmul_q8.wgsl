@@ -14,15 +14,6 @@ alias TC = f32;
 var<workgroup> As: array<vec4<f32>, 256>;  // [k][m/4]: 16 x 16 vec4
 var<workgroup> Bs: array<vec4<f32>, 256>;  // [k][n/4]
 
-fn store(m: u32, n0: u32, v: vec4<f32>) {
-  if (m >= p.M) { return; }
-  for (var j = 0u; j < 4u; j = j + 1u) {
-    let n = n0 + j;
-    if (n >= p.N) { return; }
-    write_out(p.c_off + m * p.ldc + n, m, n, v[j]);
-  }
-}
-
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
   let m0 = wg.y * 64u;
@@ -58,8 +49,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   }
   let m = m0 + ty * 4u;
   let n = n0 + tx * 4u;
-  store(m, n, c0);
-  store(m + 1u, n, c1);
-  store(m + 2u, n, c2);
-  store(m + 3u, n, c3);
+  store4(m, n, c0);
+  store4(m + 1u, n, c1);
+  store4(m + 2u, n, c2);
+  store4(m + 3u, n, c3);
 }

@@ -27,16 +27,6 @@ fn row_w(n: u32, k: u32) -> vec4<f32> {
   return vec4<f32>();
 }
 
-fn store(m: u32, n0: u32, v: vec4<f32>) {
-  if (m >= p.M) { return; }
-  for (var j = 0u; j < 4u; j = j + 1u) {
-    let n = n0 + j;
-    if (n >= p.N) { return; }
-    let ci = p.c_off + m * p.ldc + n;
-    write_out(ci, m, n, v[j]);
-  }
-}
-
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   let n0 = gid.x * 4u;
@@ -54,8 +44,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let a3 = row_a(m0 + 3u, k);
     c3 = c3 + vec4<f32>(dot(a3, w0), dot(a3, w1), dot(a3, w2), dot(a3, w3));
   }
-  store(m0, n0, c0);
-  store(m0 + 1u, n0, c1);
-  store(m0 + 2u, n0, c2);
-  store(m0 + 3u, n0, c3);
+  store4(m0, n0, c0);
+  store4(m0 + 1u, n0, c1);
+  store4(m0 + 2u, n0, c2);
+  store4(m0 + 3u, n0, c3);
 }
