@@ -33,6 +33,8 @@ class Decodable(Protocol):
     vocab_size: int
     use_graph: bool
 
+    def new_cache(self, n_slots: int = 1) -> KVCache: ...
+
     def forward(self, ids: Tensor, pos: Tensor, slot: Tensor, cache: KVCache, span: tuple[int, int] | None,
                 last_only: bool) -> Tensor: ...
 
@@ -214,24 +216,60 @@ def generate(model: Decodable, ws: Workspace, ids: Sequence[int], n_new: int, gr
                 return
             ws.state.set([tok], [pos])
         return
-    graph = ws.greedy_graph(model)
-    tokens = ws.state.tokens
+    for (nxt,) in replay_steps(dev, ws.greedy_graph(model), ws.state.tokens, 1, rest, batch):
+        yield nxt
+        if nxt in eos:
+            return
+
+
+def replay_steps(dev: Any, graph: Any, tokens: Tensor, rows: int, steps: int, batch: int) -> Iterator[list[int]]:
+    """Replay a greedy graph (one step: argmax + advance_tokens into the ring `tokens`) `steps`
+    times, yielding each step's `rows` tokens. Submits grow from 1 to `batch` steps; submit k+1 is
+    queued before submit k's tokens are read back (double buffering)."""
     queued, inflight, size = 0, [], 1
     try:
-        while queued < rest or inflight:
-            if queued < rest:
-                k = min(size, rest - queued)
+        while queued < steps or inflight:
+            if queued < steps:
+                k = min(size, steps - queued)
                 with dev.dispatch_scope():
                     graph.replay(k)
-                    inflight.append((dev.backend.read_async(tokens[queued:queued + k]), k))
+                    inflight.append((dev.backend.read_async(tokens[queued * rows:(queued + k) * rows]), k))
                 queued += k
                 size = min(batch, size * 2)
-            if len(inflight) >= 2 or queued >= rest:
+            if len(inflight) >= 2 or queued >= steps:
                 ticket, k = inflight.pop(0)
-                for nxt in struct.unpack(f"<{k}i", bytes(ticket.wait())):
-                    yield nxt
-                    if nxt in eos:
-                        return
+                toks = struct.unpack(f"<{k * rows}i", bytes(ticket.wait()))
+                for j in range(k):
+                    yield list(toks[j * rows:(j + 1) * rows])
     finally:
         for ticket, _ in inflight:  # an early stop (EOS, close) still returns the staging buffers
             ticket.wait()
+
+
+def generate_batch(model: Decodable, prompts: Sequence[Sequence[int]], n_new: int,
+                   batch: int = 16) -> Iterator[list[int]]:
+    """Greedy decoding of several sequences together: yield, step by step, the list of each row's
+    next token (the first right after the prompts' prefills). Prompt r runs in cache slot r; then
+    every step is one forward over all rows (no span: each row attends by its own position),
+    captured once and replayed in submits of up to `batch` steps while the previous submit's tokens
+    are read back. Prompts (checked by the caller) must leave room for `n_new` tokens."""
+    dev, B = model.device, len(prompts)
+    cache = model.new_cache(B)
+    first = [read_ints(ops.argmax(prefill(model, cache, p, 0, r)))[0] for r, p in enumerate(prompts)]
+    yield first
+    rest = n_new - 1
+    if rest <= 0:
+        return
+    state = DecodeState(dev, B, rest)
+    state.set(first, [len(p) for p in prompts], list(range(B)))
+
+    def step() -> Tensor:
+        new = ops.argmax(model.forward(state.ids, state.pos, state.slot, cache, None, False))  # (B,)
+        ops.advance_tokens(new, state.ids, state.pos, state.tokens, state.count)
+        return new
+
+    graph = dev.capture(step)
+    try:
+        yield from replay_steps(dev, graph, state.tokens, B, rest, batch)
+    finally:
+        graph.release()

@@ -44,3 +44,17 @@ def test_bench_writes_every_field(tmp_path, device, gpu):
         assert prof["dispatches"] > 0 and len(prof["per_dispatch"]) == prof["dispatches"]
     assert png.stat().st_size > 1000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "decode tok/s" in r.stdout
+
+
+def test_bench_batch(tmp_path, gpu):
+    """`--batch B`: B sequences decode together on both engines; decode tok/s is the aggregate."""
+    pytest.importorskip("torch")
+    ckpt = make_checkpoint(tmp_path / "ckpt", vocab_size=300, n_embd=64, n_layer=2, n_head=4)
+    out = tmp_path / "bench.json"
+    r = subprocess.run([sys.executable, "-m", "webtensor.cli", "bench", "--model", str(ckpt), "--device", "wgpu",
+                        "--prompts", "8", "--decode", "6", "--repeats", "1", "--batch", "3", "--compare",
+                        "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for res in json.loads(out.read_text())["results"]:
+        assert res["extra"]["batch"] == 3
+        assert res["decode_tok_s"] == pytest.approx(3 * res["extra"]["decode_tok_s_per_sequence"])

@@ -27,7 +27,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--prompts", default=[128, 1023], type=cmdline.int_list("--prompts"),
                    help="prefill prompt lengths, comma-separated, each < the context (default 128,1023)")
     p.add_argument("--decode", type=cmdline.integer("--decode", 1), default=128,
-                   help="tokens to decode (batch 1, greedy)")
+                   help="tokens to decode (greedy)")
+    p.add_argument("--batch", type=cmdline.integer("--batch", 1), default=1,
+                   help="sequences decoding together (decode tok/s is then the batch's aggregate)")
     p.add_argument("--repeats", type=cmdline.integer("--repeats", 1), default=3)
     p.add_argument("--compare", action="store_true", help="also run HF transformers (torch) on the same weights")
     p.add_argument("--profile", action="store_true", help="GPU time per kernel of one decode step (timestamps)")
@@ -87,14 +89,15 @@ def run_bench(args: argparse.Namespace) -> int:
     steps = (len(prompts) + 1) * (2 if args.compare else 1)
     results = []
     with tqdm(total=steps, desc="bench", file=sys.stderr) as bar:
-        results.append(bench_webtensor(model, prompts, decode, args.repeats, bar, args.profile))
+        results.append(bench_webtensor(model, prompts, decode, args.repeats, bar, args.profile, args.batch))
         if args.compare:
             if arrays is None:
                 from ..models.gpt2.model import _export_arrays
 
                 arrays = _export_arrays(model)
             del model
-            results.append(bench_hf(_cfg(args.model, results), arrays, args.dtype, prompts, decode, args.repeats, bar))
+            results.append(bench_hf(_cfg(args.model, results), arrays, args.dtype, prompts, decode, args.repeats, bar,
+                                    args.batch))
     report = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": platform.node(), "python": platform.python_version(),
         "command": "webtensor " + " ".join(sys.argv[1:]) if sys.argv else "", "model": args.model,

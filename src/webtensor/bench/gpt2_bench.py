@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..device import Device
+from ..generation import generate_batch
 from ..models.gpt2 import GPT2, GPT2Config
 from ..models.gpt2.model import random_arrays
 
@@ -60,7 +61,7 @@ def _prefill_table(res: BenchResult, prompts: list[int], make_prompt: Any, prefi
 
 
 def bench_webtensor(model: GPT2, prompts: list[int], decode_tokens: int, repeats: int, progress: Any = None,
-                    profile: bool = False) -> BenchResult:
+                    profile: bool = False, batch: int = 1) -> BenchResult:
     cfg, dev = model.config, model.device
     rng = np.random.default_rng(0)
     res = BenchResult("webtensor", dev.describe(), model.name, "int8" if model.quant else model.dtype.name)
@@ -73,8 +74,13 @@ def bench_webtensor(model: GPT2, prompts: list[int], decode_tokens: int, repeats
     ids = rng.integers(0, cfg.vocab_size, 8).tolist()
     n = decode_tokens
 
+    batch_ids = [rng.integers(0, cfg.vocab_size, 8).tolist() for _ in range(batch)]
+
     def decode() -> tuple[float, dict[str, int]]:
-        gen = model.generate_ids(ids, n + 1, temperature=0.0, stop_at_eos=False)
+        if batch > 1:  # B sequences decoding together (generation.generate_batch)
+            gen: Any = generate_batch(model, batch_ids, n + 1)
+        else:
+            gen = model.generate_ids(ids, n + 1, temperature=0.0, stop_at_eos=False)
         next(gen)  # prefill + first token: not part of decode
         s0 = dev.stats()
         t0 = time.perf_counter()
@@ -90,9 +96,11 @@ def bench_webtensor(model: GPT2, prompts: list[int], decode_tokens: int, repeats
         progress.update(1)
     dt = statistics.median(r[0] for r in runs)
     res.decode_tokens = n
-    res.decode_tok_s = n / dt
-    res.decode_ms_per_token = dt / n * 1e3
+    res.decode_tok_s = batch * n / dt  # aggregate over the batch's rows
+    res.decode_ms_per_token = dt / n * 1e3  # per step
     res.per_step = {k: v / n for k, v in runs[-1][1].items()}
+    res.extra["batch"] = batch
+    res.extra["decode_tok_s_per_sequence"] = n / dt
     st = dev.stats()
     res.memory_mb = st.get("peak_bytes_in_use", 0) / 2**20
     if profile and dev.kind == "wgpu":
@@ -104,7 +112,7 @@ def bench_webtensor(model: GPT2, prompts: list[int], decode_tokens: int, repeats
 
 
 def bench_hf(cfg: GPT2Config, arrays: dict[str, np.ndarray], dtype: str, prompts: list[int], decode_tokens: int,
-             repeats: int, progress: Any = None) -> BenchResult:
+             repeats: int, progress: Any = None, batch: int = 1) -> BenchResult:
     """Hugging Face transformers on the same weights: CUDA if present, else the CPU."""
     import torch
     from transformers import GPT2Config as HFConfig
@@ -130,7 +138,7 @@ def bench_hf(cfg: GPT2Config, arrays: dict[str, np.ndarray], dtype: str, prompts
 
         _prefill_table(res, prompts, lambda T: torch.tensor([rng.integers(0, cfg.vocab_size, T).tolist()], device=dev),
                        prefill, repeats, progress)
-        x = torch.tensor([rng.integers(0, cfg.vocab_size, 8).tolist()], device=dev)
+        x = torch.tensor([rng.integers(0, cfg.vocab_size, 8).tolist() for _ in range(batch)], device=dev)  # (B, 8)
         mask = torch.ones_like(x)
         n = decode_tokens
 
@@ -158,8 +166,10 @@ def bench_hf(cfg: GPT2Config, arrays: dict[str, np.ndarray], dtype: str, prompts
         if progress:
             progress.update(1)
     res.decode_tokens = n
-    res.decode_tok_s = n / dt
-    res.decode_ms_per_token = dt / n * 1e3
+    res.decode_tok_s = batch * n / dt  # aggregate over the batch's rows
+    res.decode_ms_per_token = dt / n * 1e3  # per step
+    res.extra["batch"] = batch
+    res.extra["decode_tok_s_per_sequence"] = n / dt
     if dev == "cuda":
         res.memory_mb = torch.cuda.max_memory_allocated() / 2**20
     return res

@@ -103,6 +103,13 @@ class GPT2Weights:
     def vocab_size(self) -> int:
         return self.config.vocab_size
 
+    def new_cache(self, n_slots: int = 1) -> Any:
+        """A KV cache (`generation.KVCache`) of `n_slots` sequences of the full context."""
+        from ...generation import KVCache
+
+        cfg = self.config
+        return KVCache(cfg.n_layer, n_slots, cfg.n_positions, cfg.n_head, cfg.head_dim, self.device)
+
     def forward(self, ids: Tensor, pos: Tensor, slot: Tensor, cache: Any, span: tuple[int, int] | None,
                 last_only: bool) -> Tensor:
         """`forward` (above) over these weights: rows of (token, position, slot) int32 tensors ->

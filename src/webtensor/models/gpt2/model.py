@@ -17,7 +17,7 @@ from ...device import Device
 from ...errors import CheckpointError, ContextLengthError, SamplingError
 from ...formats.gguf_reader import GGUFCheckpoint, find_gguf
 from ...formats.q8_0 import Q8Weight
-from ...generation import KVCache, Workspace, WorkspacePool, generate, int_tensor, prefill
+from ...generation import KVCache, Workspace, WorkspacePool, generate, generate_batch, int_tensor, prefill
 from ...tensor import Tensor, tensor
 from .config import GPT2Config
 from .forward import BLOCK_PARAMS, GPT2Weights
@@ -98,10 +98,6 @@ class GPT2(GPT2Weights):
         return m
 
     # -- forward --------------------------------------------------------------------------------
-    def new_cache(self, n_slots: int = 1) -> KVCache:
-        cfg = self.config
-        return KVCache(cfg.n_layer, n_slots, cfg.n_positions, cfg.n_head, cfg.head_dim, self.device)
-
     def forward_cached(self, ids: Sequence[int], cache: KVCache) -> Tensor:
         """Run `ids` at positions cache.length.. of slot 0 of `cache` (appending their keys and
         values) and return the last position's logits (1, V), for callers that drive their own
@@ -141,6 +137,21 @@ class GPT2(GPT2Weights):
             yield from generate(self, ws, ids, n_new, params.greedy, lambda row, p: sample(row, params, p), eos)
         finally:
             self._workspaces.release(ws)
+
+    def generate_batch(self, prompts: Sequence[Sequence[int]], max_new_tokens: int = 32,
+                       stop_at_eos: bool = True) -> list[list[int]]:
+        """Greedy continuations of several prompts decoded together: one forward over all rows a
+        step (the weights read once for the batch), a captured graph replayed. Each list stops
+        after its first EOS. The rows are not promised bit-identical to decoding each alone."""
+        n_new = check_max_new_tokens(max_new_tokens)
+        rows = [list(fit_context(self._check_ids(p), n_new, self.config.n_positions, False)) for p in prompts]
+        out: list[list[int]] = [[] for _ in rows]
+        eos = self.config.eos_ids if stop_at_eos else frozenset()
+        for column in generate_batch(self, rows, n_new):
+            for r, tok in zip(out, column, strict=True):
+                if not (r and r[-1] in eos):
+                    r.append(tok)
+        return out
 
     def generate(self, ids: Sequence[int], max_new_tokens: int = 32, **kw: Any) -> list[int]:
         """New token ids (a list), greedy by default (temperature=0)."""
