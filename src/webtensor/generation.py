@@ -36,7 +36,7 @@ class Decodable(Protocol):
     def new_cache(self, n_slots: int = 1) -> KVCache: ...
 
     def forward(self, ids: Tensor, pos: Tensor, slot: Tensor, cache: KVCache, span: tuple[int, int] | None,
-                last_only: bool) -> Tensor: ...
+                last_only: bool, batch_invariant: bool = True) -> Tensor: ...
 
 
 class KVCache:
@@ -250,7 +250,8 @@ def generate_batch(model: Decodable, prompts: Sequence[Sequence[int]], n_new: in
                    batch: int = 16) -> Iterator[list[int]]:
     """Greedy decoding of several sequences together: yield, step by step, the list of each row's
     next token (the first right after the prompts' prefills). Prompt r runs in cache slot r; then
-    every step is one forward over all rows (no span: each row attends by its own position),
+    every step is one forward over all rows (no span: each row attends by its own position; one
+    matrix product for the batch, so a row may differ in the last bits from decoding it alone),
     captured once and replayed in submits of up to `batch` steps while the previous submit's tokens
     are read back. Prompts (checked by the caller) must leave room for `n_new` tokens."""
     dev, B = model.device, len(prompts)
@@ -264,7 +265,8 @@ def generate_batch(model: Decodable, prompts: Sequence[Sequence[int]], n_new: in
     state.set(first, [len(p) for p in prompts], list(range(B)))
 
     def step() -> Tensor:
-        new = ops.argmax(model.forward(state.ids, state.pos, state.slot, cache, None, False))  # (B,)
+        logits = model.forward(state.ids, state.pos, state.slot, cache, None, False, batch_invariant=False)
+        new = ops.argmax(logits)  # (B,)
         ops.advance_tokens(new, state.ids, state.pos, state.tokens, state.count)
         return new
 

@@ -40,7 +40,7 @@ class Block:
 
 def forward(cfg: Any, wte: Tensor, wpe: Tensor, ln_f: tuple[Tensor, Tensor], blocks: Sequence[Sequence[Tensor]],
             ids: Tensor, pos: Tensor, slot: Tensor, cache: Any, span: tuple[int, int] | None, last_only: bool,
-            lm_head: Tensor | None = None) -> Tensor:
+            lm_head: Tensor | None = None, batch_invariant: bool = True) -> Tensor:
     """Rows of (token ids[t], position pos[t], cache slot slot[t]), int32 (T,) tensors on the
     device -> logits (T, V), or (1, V) for the last row only.
 
@@ -56,7 +56,8 @@ def forward(cfg: Any, wte: Tensor, wpe: Tensor, ln_f: tuple[Tensor, Tensor], blo
     # rows of one sequence: (T, C); rows of T sequences: (T, 1, C), so that every product is a stack
     # of one-row products and a row's numbers do not depend on who shares its step (batch invariance:
     # numpy's matmul of a (T, C) operand would take BLAS's matrix-matrix path, summing in another order)
-    rows = (T, C) if span is not None else (T, 1, C)
+    # (batch_invariant=False: one (T, C) product, faster on the CPU for big batches, rows may differ in the last bits)
+    rows = (T, 1, C) if span is None and batch_invariant else (T, C)
     x = ops.add(ops.embedding(wte, ids), ops.embedding(wpe, pos)).reshape(rows)
     for layer, (kc, vc, (ln1_w, ln1_b, attn_w, attn_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fc2_w, fc2_b)) in \
             enumerate(zip(cache.k, cache.v, blocks, strict=True)):
@@ -78,7 +79,7 @@ def forward(cfg: Any, wte: Tensor, wpe: Tensor, ln_f: tuple[Tensor, Tensor], blo
         x = x[T - 1:T]
     head = wte if lm_head is None else lm_head  # (V, C)
     head = head.T if isinstance(head, Tensor) else head  # x @ head.T; a q8_0 weight is (N, K) already
-    logits = ops.linear(x if span is not None else x.reshape(-1, 1, C), head, ln=(*ln_f, eps))
+    logits = ops.linear(x.reshape(-1, *rows[1:]), head, ln=(*ln_f, eps))
     return logits.reshape(-1, logits.shape[-1])  # (T or 1, V)
 
 
@@ -111,8 +112,8 @@ class GPT2Weights:
         return KVCache(cfg.n_layer, n_slots, cfg.n_positions, cfg.n_head, cfg.head_dim, self.device)
 
     def forward(self, ids: Tensor, pos: Tensor, slot: Tensor, cache: Any, span: tuple[int, int] | None,
-                last_only: bool) -> Tensor:
+                last_only: bool, batch_invariant: bool = True) -> Tensor:
         """`forward` (above) over these weights: rows of (token, position, slot) int32 tensors ->
         logits (T, V), or (1, V) with `last_only`."""
         return forward(self.config, self.wte, self.wpe, self.ln_f, self.blocks, ids, pos, slot, cache, span,
-                       last_only, lm_head=self.lm_head)
+                       last_only, lm_head=self.lm_head, batch_invariant=batch_invariant)

@@ -141,8 +141,9 @@ class GPT2(GPT2Weights):
     def generate_batch(self, prompts: Sequence[Sequence[int]], max_new_tokens: int = 32,
                        stop_at_eos: bool = True) -> list[list[int]]:
         """Greedy continuations of several prompts decoded together: one forward over all rows a
-        step (the weights read once for the batch), a captured graph replayed. Each list stops
-        after its first EOS. The rows are not promised bit-identical to decoding each alone."""
+        step (the weights read once for the batch, as one matrix product), a captured graph
+        replayed. Each list stops after its first EOS. The rows are not promised bit-identical to
+        decoding each alone (the server's batched engine is: it multiplies row by row)."""
         n_new = check_max_new_tokens(max_new_tokens)
         rows = [list(fit_context(self._check_ids(p), n_new, self.config.n_positions, False)) for p in prompts]
         out: list[list[int]] = [[] for _ in rows]
