@@ -1,9 +1,10 @@
 """Generation, written once for every model and device: KV caches, workspaces, the decode step as
 a captured graph, the greedy and sampling loops, streaming. Importable without numpy (the page).
 
-A model gives `generate` four things (the `Decodable` protocol): its device, context length,
-vocabulary size and `forward(ids, pos, slot, cache, span, last_only) -> logits` — one forward
-over rows of (token, position, cache slot) tensors. Everything else is here:
+A model gives `generate` what the `Decodable` protocol names: its device, context length,
+vocabulary size, `new_cache(n_slots)` and `forward(ids, pos, slot, cache, span, last_only) ->
+logits` — one forward over rows of (token, position, cache slot) tensors (`GPT2Weights` in
+`models/gpt2/forward.py` is GPT-2's). Everything else is here:
 
 - the prompt runs eagerly in one dispatch scope (its positions are known on the host, so `span`
   lets attention read the cache rows directly: the flash kernels);
@@ -11,7 +12,8 @@ over rows of (token, position, cache slot) tensors. Everything else is here:
   workspace as a graph (`Device.capture`) and replayed: greedy steps end in an on-device argmax
   and `advance_tokens`, which moves the state on and appends the token to a ring that the host
   reads in batches while the next batch runs; sampled steps read one row of logits back;
-- on the CPU a "graph" calls the function again: the same loop, the same tokens.
+- on the CPU a "graph" calls the function again: the same loop, the same tokens;
+- `generate_batch` decodes several prompts together (one forward over all rows a step).
 """
 
 from __future__ import annotations
