@@ -55,6 +55,7 @@ class Device:
     __slots__ = ("kind", "backend", "ctx")
     _cpu: Device | None = None
     _wgpu_cache: dict[tuple, Device] = {}
+    _picked: dict[bool | None, tuple] = {}  # software choice -> the adapter it picked
     _warned_fallback = False
 
     def __init__(self, kind: str, backend: Any, ctx: Any = None):
@@ -80,10 +81,16 @@ class Device:
         from .backends.wgpu.gpu_api import NativeGpu
 
         feats = _check_features(features)
+        binding = _check_binding(max_binding_bytes)
+        known = cls._picked.get(software)  # (enumerating adapters costs ~2 ms: once per choice)
+        dev = cls._wgpu_cache.get((known, binding, feats)) if known is not None else None
+        if dev is not None and not dev.ctx.released:
+            return dev
         adapter = NativeGpu.pick(software)
         if adapter is None:
             raise _no_adapter(software)
-        key = (NativeGpu.adapter_key(adapter), _check_binding(max_binding_bytes), feats)
+        cls._picked[software] = NativeGpu.adapter_key(adapter)
+        key = (cls._picked[software], binding, feats)
         dev = cls._wgpu_cache.get(key)
         if dev is None or dev.ctx.released:
             dev = cls._wgpu_cache[key] = cls._from_api(NativeGpu.open(adapter, max_binding_bytes, feats),

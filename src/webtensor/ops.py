@@ -167,9 +167,7 @@ def linear(x: Tensor, weight: Any, bias: Tensor | None = None, act: str | None =
     weight may also be a q8_0 (int8) weight of shape (N, K), nn.Linear's layout
     (`formats.q8_0.Q8Weight`, or its upload `backends.wgpu.q8_ops.Q8Gpu`): dequantized in
     registers on WebGPU, by the numpy reference on the CPU; the result is float32."""
-    quantized = not isinstance(weight, Tensor)
-    if quantized and type(weight).__name__ not in ("Q8Weight", "Q8Gpu"):
-        raise DTypeError(f"linear: weight must be a Tensor or a q8_0 weight, got {type(weight).__name__}")
+    quantized = _is_q8("linear", "weight", weight)
     if not isinstance(x, Tensor):
         raise DTypeError(f"linear: x must be a Tensor, got {type(x).__name__}")
     ts = [t for t in (x, None if quantized else weight, bias, residual) if t is not None]
@@ -230,9 +228,7 @@ def embedding(table: Tensor, ids: Any) -> Tensor:
     Ids given as host data (lists, numpy) or as a CPU tensor are range-checked; ids already on a
     WebGPU device are not (that would need a readback), and an out-of-range one there gives an
     unspecified row."""
-    quantized = not isinstance(table, Tensor)
-    if quantized and type(table).__name__ not in ("Q8Weight", "Q8Gpu"):
-        raise DTypeError(f"embedding: table must be a Tensor or a q8_0 weight, got {type(table).__name__}")
+    quantized = _is_q8("embedding", "table", table)
     if len(table.shape) != 2:
         raise ShapeError(f"embedding: table must be 2-d (V, C), got {table.shape}")
     V = table.shape[0]
@@ -250,6 +246,16 @@ def embedding(table: Tensor, ids: Any) -> Tensor:
     if quantized:
         return ids.device.backend.q8_embedding(table, ids)
     return table.device.backend.embedding(table, ids)
+
+
+def _is_q8(op: str, name: str, w: Any) -> bool:
+    """Whether `w` is a q8_0 weight (`formats.q8_0.Q8Weight` or its upload `Q8Gpu`; matched by name,
+    so that ops need not import numpy); a Tensor is not; anything else is refused."""
+    if isinstance(w, Tensor):
+        return False
+    if type(w).__name__ not in ("Q8Weight", "Q8Gpu"):
+        raise DTypeError(f"{op}: {name} must be a Tensor or a q8_0 weight, got {type(w).__name__}")
+    return True
 
 
 def _check_eps(op: str, eps: Any) -> float:

@@ -31,14 +31,13 @@ from typing import Any
 import numpy as np
 
 from .. import ops
+from ..backends.wgpu.ops import GEMV_MAX_ROWS  # the most rows a product runs through gemv.wgsl
 from ..errors import ArgumentError, ContextLengthError
-from ..generation import DecodeState, int_tensor, upload_ints
+from ..generation import DecodeState, int_tensor, prefill, upload_ints
 from ..models.gpt2.model import GPT2
 from ..models.gpt2.validate import check_ids
 from ..tensor import Tensor
 from .engine import GPT2EngineBase, Row, choose, is_decode_row
-
-GEMV_ROWS = 8  # backends.wgpu.ops.GEMV_MAX_ROWS: the most rows a product runs through gemv.wgsl
 
 
 class _Group:
@@ -69,7 +68,7 @@ class BatchedGPT2Engine(GPT2EngineBase):
         dev = model.device
         host = dev.backend.host_memory
         self.use_graph = (model.use_graph and not host) if use_graph is None else use_graph
-        self.group = group or (max_batch if host else GEMV_ROWS)
+        self.group = group or (max_batch if host else GEMV_MAX_ROWS)
         if self.group < 1:
             raise ArgumentError(f"group must be >= 1, got {group}")
         self.cache = model.new_cache(max_batch)
@@ -105,10 +104,7 @@ class BatchedGPT2Engine(GPT2EngineBase):
                 pending.append((idx, read(best), (read(logits), logits) if sampled else None))
             for i in chunks:
                 r = rows[i]
-                T = len(r.ids)
-                positions = int_tensor(list(range(r.start, r.start + T)), dev)
-                logits = self.model.forward(int_tensor(list(r.ids), dev), positions, int_tensor([r.slot] * T, dev),
-                                            self.cache, (r.slot, r.start), True)
+                logits = prefill(self.model, self.cache, r.ids, r.start, r.slot)  # (1, V)
                 if r.sample:
                     sampled = r.sampling.temperature != 0
                     pending.append(([i], None if sampled else read(ops.argmax(logits)),

@@ -106,7 +106,7 @@ class WebGPT2(GPT2Weights):
         params: dict[str, Tensor] = {}
         for name, shape in shapes.items():
             t = from_buffer(_stored_float32(where, name), shape, dt.float32, device)
-            if len(shape) == 2 and name.startswith("h."):  # k-major storage (a GPU transpose), as the native model
+            if len(shape) == 2 and name.startswith("h.") and device.backend.kmajor_weights:  # as the native model
                 t = t.T.contiguous().T
             params[name] = t
             done += math.prod(shape) * 4

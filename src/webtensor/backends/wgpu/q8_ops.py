@@ -40,7 +40,7 @@ from . import ops as gops
 from .context import GpuBuffer, WgpuContext
 from .storage import WgpuStorage
 
-GEMV_MAX_ROWS = 8  # up to this many rows of activations, gemv_q8 (W read once for all rows)
+GEMV_MAX_ROWS = gops.GEMV_MAX_ROWS  # up to this many rows of activations, gemv_q8 (W read once for all rows)
 
 
 # -- the layout ---------------------------------------------------------------------------------
@@ -149,14 +149,9 @@ def on_device(device: Any, w: Q8Weight | Q8Gpu) -> Q8Gpu:
 
 # -- kernel choice ------------------------------------------------------------------------------
 def gemv_lanes(ctx: WgpuContext, K: int) -> int:
-    """Threads per output in gemv_q8.wgsl: 1 on CPU adapters (no reduction, no barrier); on GPUs
-    32 to 256, enough that each lane has at most ~4 units of 16 quants."""
-    if not gops._gpu_style(ctx):
-        return 1
-    lanes, units = 32, K // 16
-    while lanes < 256 and units > 4 * lanes:
-        lanes *= 2
-    return lanes
+    """Threads per output in gemv_q8.wgsl: the float GEMV's rule (`ops.gemv_lanes`) with a 16-quant
+    unit in place of a vec4 (1 on CPU adapters; on GPUs 32 to 256, ~4 units a lane at most)."""
+    return gops.gemv_lanes(ctx, K // 4)
 
 
 def kernel_for(ctx: WgpuContext, M: int, K: int, ln: bool = False) -> tuple[Any, str]:
