@@ -35,10 +35,10 @@ def style(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> di
     ran: list[str] = []
     pick = q8_ops.kernel_for
 
-    def spy(ctx: Any, M: int, K: int, ln: bool = False) -> tuple[Any, str]:
-        k, which = pick(ctx, M, K, ln)
+    def spy(ctx: Any, M: int, K: int, ln: bool = False, stack: bool = False) -> tuple[Any, str, int]:
+        k, which, mr = pick(ctx, M, K, ln, stack)
         ran.append(which)
-        return k, which
+        return k, which, mr
 
     monkeypatch.setattr(q8_ops, "kernel_for", spy)
     return {"gpu_style": gpu_style, "ran": ran}
@@ -132,7 +132,7 @@ def test_unused_inputs_get_the_dummy_not_the_output(gpu: wt.Device) -> None:
     g = q8_ops.upload(gpu, q8_0.quantize(np.ones((4, 32), np.float32)))
     x = wt.tensor(np.ones((1, 32), np.float32), device=gpu)
     out = gops.empty(gpu, (1, 4), wt.float32)
-    kern, _ = q8_ops.kernel_for(ctx, 1, 32)
+    kern, _, _ = q8_ops.kernel_for(ctx, 1, 32)
     ((_, _, qb, sb),) = g.chunks()
     params = dict(M=1, N=4, K=32, a_off4=0, lda4=8, d_ld=1, ldc=4)
     bufs = dict(a=x._storage.buffer, qs=qb, scales=sb, c=out._storage.buffer)

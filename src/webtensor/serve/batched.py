@@ -1,6 +1,6 @@
 """`BatchedGPT2Engine`: every single-token row of a step (the running sequences' decode tokens) in
-one forward over B rows, the weights read once per step (per group of rows on WebGPU), instead of
-once per row as `GPT2Engine` does. Prompt chunks (rows of more than one token) run through the
+one forward over B rows, the weights read once per step (on WebGPU once per 8 rows, inside each
+product's one launch), instead of once per row as `GPT2Engine` does. Prompt chunks (rows of more than one token) run through the
 span path, as in the reference engine, in the same dispatch scope.
 
 Batch invariance is exact: each row's logits are bit for bit what the reference engine computes
@@ -10,13 +10,16 @@ for it alone, on the CPU and on WebGPU, in float32 and float16. Two things keep 
   matmul of a stack of one-row matrices calls the same BLAS matrix-vector product for each row that
   a lone row gets, while a (B, C) operand would go to the matrix-matrix kernel, whose rows differ
   from the lone row's in the last bits; the Python cost is still paid once per step;
-- on WebGPU the rows run in groups of at most `GEMV_MAX_ROWS` (8): up to there every product is
-  gemv.wgsl, one workgroup row per output independent of M; from 9 rows on the tiled kernels
-  (matmul_regs.wgsl on CPU adapters, matmul_engine.wgsl on GPUs) sum in another order.
+- on WebGPU the same layout makes every product a stack of one-row products, which the planner
+  runs as one GEMV launch over all B rows (gemv.wgsl / gemv_q8.wgsl, 8 rows a workgroup, each
+  row's sum in the order of a one-row launch: `backends.wgpu.ops.gemv_group`), where a (B, C)
+  product would go to the tiled kernels (matmul_regs.wgsl on CPU adapters, matmul_engine.wgsl on
+  GPUs), which sum in another order; every other op of the step is row by row already.
 
-Each group size's decode step is captured as a graph on WebGPU (keyed by (group index, rows),
-built on first use, each with its own state tensors) and replayed; on the CPU a graph would only
-call the function again, so the CPU runs it eagerly.
+Each step width's decode step is captured as a graph on WebGPU (built on first use, each with its
+own state tensors) and replayed; on the CPU a graph would only call the function again, so the
+CPU runs it eagerly. `group` can split the rows into several forwards (graphs) of at most that
+many rows; the default is one of up to `max_batch`.
 
 The one-token rows run through the model's forward without a span (one sequence a row); the
 reference engine's one-token rows take the same path with B = 1 (`GPT2Engine`), which is what
@@ -31,7 +34,6 @@ from typing import Any
 import numpy as np
 
 from .. import ops
-from ..backends.wgpu.ops import GEMV_MAX_ROWS  # the most rows a product runs through gemv.wgsl
 from ..errors import ArgumentError, ContextLengthError
 from ..generation import DecodeState, int_tensor, prefill, upload_ints
 from ..models.gpt2.model import GPT2
@@ -58,7 +60,7 @@ class _Group:
 
 class BatchedGPT2Engine(GPT2EngineBase):
     """The batched engine: one KV cache of `max_batch` slots; each step's one-token rows run as one
-    forward (groups of at most 8 rows on WebGPU), prompt chunks through the span path."""
+    forward, prompt chunks through the span path."""
 
     engine = "batched"
 
@@ -68,7 +70,7 @@ class BatchedGPT2Engine(GPT2EngineBase):
         dev = model.device
         host = dev.backend.host_memory
         self.use_graph = (model.use_graph and not host) if use_graph is None else use_graph
-        self.group = group or (max_batch if host else GEMV_MAX_ROWS)
+        self.group = group or max_batch
         if self.group < 1:
             raise ArgumentError(f"group must be >= 1, got {group}")
         self.cache = model.new_cache(max_batch)

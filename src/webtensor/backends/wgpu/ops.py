@@ -295,13 +295,15 @@ def matmul(a: Tensor, b: Tensor, out_dtype: dt.DType, bias: Tensor | None = None
         a = a.contiguous()
     batch = math.prod(batch_shape)
     if b.ndim == 2:
-        # fold a's batch into M when its rows are evenly strided: one (batch*M, K) product
+        # fold a's batch into M when its rows are evenly strided: one (batch*M, K) product; a stack
+        # of one-row matrices (..., 1, K) keeps each row's M = 1 result (see gemv_group)
+        stack = M == 1 and a.ndim > 2
         shape, (st,) = _collapse(a.shape[:-1], a._strides[:-1])
         if len(shape) > 1:
             a = a.contiguous()
             shape, (st,) = _collapse(a.shape[:-1], a._strides[:-1])
         lda = st[0] if st else K
-        _matmul_2d(ctx, a, lda, batch * M, K, b, out, _Epilogue(out, bias, act, residual), ln)
+        _matmul_2d(ctx, a, lda, batch * M, K, b, out, _Epilogue(out, bias, act, residual), ln, stack)
         return out
     # batched b: same batch dims as a, each operand one batch stride
     a = a if _one_batch_stride(a) else a.contiguous()
@@ -329,6 +331,7 @@ def _mm_kernel(ctx: WgpuContext, a: Tensor, b: Tensor, out: Tensor, bias: Tensor
 
 
 GEMV_MAX_ROWS = 8  # up to this many rows of A, a bandwidth-bound GEMV beats the tiled kernel
+GEMV_GROUP = 8  # rows of A per gemv workgroup for a stack of one-row products (decode rows)
 GEMV_PACKED_F16 = True  # float16 weights read as u32 pairs (False: vec4<f16>; H200: 4.5x faster LM-head GEMV)
 FLASH_MIN_QUERIES = 2  # attention over this many queries or more takes the flash-style kernels
 GPU_STYLE_ON_SOFTWARE = False  # tests set this to run the GPU kernel variants on lavapipe
@@ -352,10 +355,25 @@ def gemv_lanes(ctx: WgpuContext, K: int, ln: bool = False) -> int:
     return lanes
 
 
+def gemv_group(ctx: WgpuContext, M: int, stack: bool) -> int:
+    """MR, the rows of A one gemv workgroup takes (gemv.wgsl, gemv_q8.wgsl; W is read once per
+    group), or 0 where the product does not go to the GEMV by its rows. A stack of one-row products
+    ((T, 1, K): decode rows, the forward's batch-invariant layout) takes GEMV_GROUP for every T,
+    so every decode step, alone or among others, runs the one variant and a row's result is bit for
+    bit its M = 1 result (rows over GEMV_GROUP x the grid limit go to the tiled kernels); a plain
+    product of up to GEMV_MAX_ROWS rows takes M rounded up to a power of two."""
+    if math.ceil(M / GEMV_GROUP) > ctx.max_workgroups:
+        return 0
+    if stack:
+        return GEMV_GROUP
+    return min(GEMV_GROUP, 1 << (M - 1).bit_length()) if M <= GEMV_MAX_ROWS else 0
+
+
 def gemv_kernel(ctx: WgpuContext, a_dtype: dt.DType, w_dtype: dt.DType, out_dtype: dt.DType, bias_dtype: dt.DType,
-                K: int, ln: bool = False) -> tuple[Any, int]:
-    """The gemv variant for these dtypes and K, and how many outputs one workgroup computes. The
-    subgroup reduction is built in only on devices with the feature and a fixed subgroup size."""
+                K: int, ln: bool = False, mr: int = 1) -> tuple[Any, int]:
+    """The gemv variant for these dtypes and K, taking `mr` rows of A a workgroup, and how many
+    outputs one workgroup computes. The subgroup reduction is built in only on devices with the
+    feature and a fixed subgroup size."""
     lanes = gemv_lanes(ctx, K, ln)
     if ln and lanes == 1:
         raise ValueError("the fused layer-norm prologue needs lanes > 1")
@@ -363,7 +381,7 @@ def gemv_kernel(ctx: WgpuContext, a_dtype: dt.DType, w_dtype: dt.DType, out_dtyp
     pack = GEMV_PACKED_F16 and w_dtype is dt.float16
     k = ctx.kernel("gemv", {"TA": a_dtype.wgsl, "TB": "u32" if pack else w_dtype.wgsl, "TC": out_dtype.wgsl,
                             "TBIAS": bias_dtype.wgsl, "LN": "true" if ln else "false", "LANES": f"{lanes}u",
-                            "SG": f"{sg}u", "WPACK": "true" if pack else "false"})
+                            "SG": f"{sg}u", "WPACK": "true" if pack else "false", "MR": f"{mr}u"})
     return k, 256 // lanes
 
 
@@ -410,13 +428,16 @@ def _parts(b: Tensor, K: int, N: int) -> list[_Part]:
 
 
 def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor, out: Tensor,
-               epi: _Epilogue, ln: tuple[Tensor, Tensor, float] | None) -> None:
+               epi: _Epilogue, ln: tuple[Tensor, Tensor, float] | None, stack: bool = False) -> None:
+    """out (M, N) = epilogue(LN(a) @ b), a's rows `lda` apart; `stack`: the rows are a stack of
+    one-row products (see gemv_group)."""
     N = b.shape[1]
     parts = _parts(b, K, N)
     kmajor = parts[0][5] == 1
     vec_ok = (kmajor and K % 4 == 0 and lda % 4 == 0 and a._offset % 4 == 0
               and all(pt[4] % 4 == 0 and pt[6] == K for pt in parts))
-    gemv = M <= GEMV_MAX_ROWS and vec_ok
+    mr = gemv_group(ctx, M, stack)
+    gemv = mr > 0 and vec_ok
     fuse_ln = (ln is not None and gemv and gemv_lanes(ctx, K, True) > 1 and ln[0].dtype is ln[1].dtype is dt.float32
                and ln[0]._offset == ln[1]._offset == 0)
     if ln is not None and not fuse_ln:  # a separate layer norm, then the product of its output
@@ -424,13 +445,13 @@ def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor,
         a = layer_norm(x, ln[0], ln[1], ln[2])
         lda = K
         vec_ok = vec_ok or (kmajor and K % 4 == 0 and all(pt[4] % 4 == 0 and pt[6] == K for pt in parts))
-        gemv = M <= GEMV_MAX_ROWS and vec_ok
+        gemv = mr > 0 and vec_ok
     regs = not gemv and vec_ok and not _gpu_style(ctx)
     if not gemv and not regs and engine_fits(ctx, a, lda, parts):
         _matmul_engine(ctx, a, lda, M, b.dtype, parts, out, epi)
         return
     if gemv:
-        k, rows_per_wg = gemv_kernel(ctx, a.dtype, b.dtype, out.dtype, epi.bias_dtype, K, fuse_ln)
+        k, rows_per_wg = gemv_kernel(ctx, a.dtype, b.dtype, out.dtype, epi.bias_dtype, K, fuse_ln, mr)
     elif regs:  # CPU-backed adapters: no workgroup memory, no barriers
         k = ctx.kernel("matmul_regs", {"TA": a.dtype.wgsl, "TB": b.dtype.wgsl, "TC": out.dtype.wgsl,
                                        "TBIAS": epi.bias_dtype.wgsl})
@@ -449,7 +470,7 @@ def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor,
                 bufs.update(lnw=_buf(ln[0]), lnb=_buf(ln[1]))
                 prm["eps"] = ln[2]
             ctx.launch(k, dict(prm, K4=K // 4, a_off4=a._offset // 4, lda4=lda // 4, b_off4=b_off // 4),
-                       dict(bufs, w=buf), (x, y, M))
+                       dict(bufs, w=buf), (x, y, math.ceil(M / mr)))
         elif regs:
             ctx.launch(k, dict(prm, K4=K // 4, a_off4=a._offset // 4, lda4=lda // 4, b_off4=b_off // 4),
                        dict(bufs, w=buf), (math.ceil(nn / 256), math.ceil(M / 4), 1))

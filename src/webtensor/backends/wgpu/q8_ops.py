@@ -16,7 +16,8 @@ of buffers; `q8_linear` runs one dispatch per chunk, each writing its block of o
 
 Kernels (all f32 arithmetic; bindings: uniform p, then a, quants, scales, bias, residual (read),
 then the output (read_write), the same `struct P` for all three):
-- gemv_q8.wgsl for M <= 8 rows (decode), LANES threads per output (1 on CPU adapters),
+- gemv_q8.wgsl for M <= 8 rows and for stacks of one-row products of any number (decode), MR rows a
+  workgroup (`ops.gemv_group`), LANES threads per output (1 on CPU adapters),
 - matmul_q8.wgsl for M > 8 on GPUs (64x64 tiles through workgroup memory),
 - matmul_q8_regs.wgsl for M > 8 on CPU adapters (no workgroup memory, no barriers).
 
@@ -154,16 +155,17 @@ def gemv_lanes(ctx: WgpuContext, K: int) -> int:
     return gops.gemv_lanes(ctx, K // 4)
 
 
-def kernel_for(ctx: WgpuContext, M: int, K: int, ln: bool = False) -> tuple[Any, str]:
-    """(kernel, which): which is "gemv", "tiled" or "regs". `ln`: gemv_q8 with its layer-norm
-    prologue (only where it has lanes to reduce with: ln_fusable)."""
-    if M <= GEMV_MAX_ROWS:
-        mr = 1 << max(0, (M - 1).bit_length())
+def kernel_for(ctx: WgpuContext, M: int, K: int, ln: bool = False, stack: bool = False) -> tuple[Any, str, int]:
+    """(kernel, which, MR): which is "gemv" (MR rows a workgroup), "tiled" or "regs". `ln`: gemv_q8
+    with its layer-norm prologue (only where it has lanes to reduce with: ln_fusable). `stack`: the
+    rows are a stack of one-row products (`ops.gemv_group`)."""
+    mr = gops.gemv_group(ctx, M, stack)
+    if mr:
         defs = {"LANES": f"{gemv_lanes(ctx, K)}u", "MR": f"{mr}u", "LN": "true" if ln else "false"}
-        return ctx.kernel("gemv_q8", defs), "gemv"
+        return ctx.kernel("gemv_q8", defs), "gemv", mr
     if not gops._gpu_style(ctx):
-        return ctx.kernel("matmul_q8_regs"), "regs"
-    return ctx.kernel("matmul_q8"), "tiled"
+        return ctx.kernel("matmul_q8_regs"), "regs", 0
+    return ctx.kernel("matmul_q8"), "tiled", 0
 
 
 def _f32_rows(t: Tensor) -> tuple[Tensor, int, int, int]:
@@ -181,9 +183,9 @@ def _f32_rows(t: Tensor) -> tuple[Tensor, int, int, int]:
     return t, rows, cols, ld
 
 
-def ln_fusable(ctx: WgpuContext, M: int, K: int, ln: Any) -> bool:
+def ln_fusable(ctx: WgpuContext, M: int, K: int, ln: Any, stack: bool = False) -> bool:
     """Whether q8_linear can take `ln` = (weight, bias, eps) into gemv_q8's prologue."""
-    return (ln is not None and M <= GEMV_MAX_ROWS and gemv_lanes(ctx, K) > 1
+    return (ln is not None and gops.gemv_group(ctx, M, stack) > 0 and gemv_lanes(ctx, K) > 1
             and all(t.dtype is dt.float32 and t._offset == 0 and len(t._storage.chunks) == 1 for t in ln[:2]))
 
 
@@ -213,8 +215,9 @@ def q8_linear(x: Tensor, qweight: Q8Weight | Q8Gpu, bias: Tensor | None = None, 
     out = gops._out(device, out_shape, dt.float32)
     if out.size == 0:
         return out
+    stack = x.ndim > 2 and x.shape[-2] == 1  # a stack of one-row products: each row its M = 1 result
     x2, M, _, lda = _f32_rows(x)
-    fuse = ln_fusable(ctx, M, K, ln)
+    fuse = ln_fusable(ctx, M, K, ln, stack)
     if ln is not None and not fuse:
         x2, M, _, lda = _f32_rows(gops.layer_norm(x2, ln[0], ln[1], ln[2]))
     bits = gops.epilogue_bits(bias is not None, act, residual is not None)
@@ -226,7 +229,7 @@ def q8_linear(x: Tensor, qweight: Q8Weight | Q8Gpu, bias: Tensor | None = None, 
     if residual is not None:
         r, _, _, r_ld = _f32_rows(residual)
         r_buf, r_off = gops._buf(r), r._offset
-    kern, which = kernel_for(ctx, M, K, fuse)
+    kern, which, mr = kernel_for(ctx, M, K, fuse, stack)
     sw = scale_words(K)
     for n0, nn, qbuf, sbuf in w.chunks():
         params = dict(M=M, N=nn, K=K, a_off4=x2._offset // 4, lda4=lda // 4, d_ld=sw, c_off=n0, ldc=N, epi=bits,
@@ -236,7 +239,8 @@ def q8_linear(x: Tensor, qweight: Q8Weight | Q8Gpu, bias: Tensor | None = None, 
             params["eps"] = ln[2]
             bufs.update(lnw=gops._buf(ln[0]), lnb=gops._buf(ln[1]))
         if which == "gemv":
-            grid = gops._grid(math.ceil(nn / (256 // gemv_lanes(ctx, K))), ctx)
+            x_, y_, _ = gops._grid(math.ceil(nn / (256 // gemv_lanes(ctx, K))), ctx)
+            grid = (x_, y_, math.ceil(M / mr))
         elif which == "regs":
             grid = (math.ceil(nn / 256), math.ceil(M / 4), 1)
         else:

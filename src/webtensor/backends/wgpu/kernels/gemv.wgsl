@@ -1,10 +1,15 @@
-// Matrix-vector products for decode (a few rows of A): C[m, n] = sum_k A'[m, k] W[n, k], with W
+// Matrix-vector products for decode (rows of A): C[m, n] = sum_k A'[m, k] W[n, k], with W
 // stored row-major as (N, K) ("k-major": each output reads one contiguous row), read as vec4.
-// A workgroup of 256 threads computes 256 / LANES outputs: LANES threads per W row, each summing
-// K/4/LANES vec4 products, then a tree reduction in workgroup memory (GPUs: LANES of 32..256,
+// A workgroup of 256 threads computes 256 / LANES outputs for MR consecutive rows of A (rows
+// wg.z * MR ..., fewer in the last group): LANES threads per W row, each reading its K/4/LANES vec4
+// of W once and dotting them with each row's, then a tree reduction in workgroup memory
+// (GPUs: LANES of 32..256,
 // chosen so each thread keeps a few loads in flight and many workgroups cover the memory system).
 // With LANES = 1 there is no reduction and no barrier at all: one thread per output, which is what
-// CPU-backed adapters (lavapipe, SwiftShader) run fastest. Bandwidth-bound by design: W is read once.
+// CPU-backed adapters (lavapipe, SwiftShader) run fastest. Bandwidth-bound by design: W is read once
+// per group of MR rows. Each row has its own accumulators and reduction, so a row's sum is computed
+// in the same order whatever MR, the row's place in its group and the number of rows: with one
+// variant (const MR) a row of a launch over any number of rows is bit for bit that row alone.
 // With const LN (LANES > 1 only), A' = LayerNorm(A) (weights lnw, lnb; eps in p.eps) is computed in
 // the prologue, so "layer norm -> linear" is one dispatch. Epilogue: + bias[n], GELU, + residual
 // (p.epi bits 1 / 2 / 4). With p.acc, C is read and added to (a K-chunked product).
@@ -13,7 +18,7 @@
 // and a single barrier instead of a tree; otherwise the source has no subgroup call at all.
 // With WPACK, float16 weights are read as u32 pairs and widened with unpack2x16float (the H200's
 // Vulkan driver reads 16-bit storage far slower). Header: alias TA, TB, TC, TBIAS; const LN,
-// LANES, SG, WPACK.
+// LANES, SG, WPACK, MR (1..8: rows per workgroup; LANES >= MR where LANES > 1).
 // #include epilogue.wgsl
 struct P {
   M: u32, N: u32, K4: u32, acc: u32,
@@ -38,7 +43,9 @@ fn wvec(v: WV) -> vec4<f32> { return vec4<f32>(v); }
 @group(0) @binding(7) var<storage, read_write> c: array<TC>;
 
 
-var<workgroup> red2: array<vec2<f32>, 256>;
+const ROWS: u32 = 256u / LANES;
+var<workgroup> red2: array<vec2<f32>, 256>;  // LN statistics
+var<workgroup> red: array<f32, MR * 256u>;  // [row of the group][thread]: partial sums
 
 fn block_sum2(li: u32, v: vec2<f32>) -> vec2<f32> {
 // #if SG
@@ -55,11 +62,11 @@ fn block_sum2(li: u32, v: vec2<f32>) -> vec2<f32> {
     if (li < st) { red2[li] = red2[li] + red2[li + st]; }
     workgroupBarrier();
   }
-  return red2[0];
+  let t = red2[0];
+  workgroupBarrier();
+  return t;
 // #endif
 }
-
-const ROWS: u32 = 256u / LANES;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -67,68 +74,91 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   let r = li / LANES;     // which of the ROWS outputs
   let lane = li % LANES;
   let n = (wg.y * nwg.x + wg.x) * ROWS + r;
-  let m = wg.z;
-  let ab = p.a_off4 + m * p.lda4;
-  var mean = 0.0;
-  var rstd = 1.0;
-  if (LN) {
-    // one pass: sums of (x - x0) and (x - x0)^2, shifted by x0 = a[0] against cancellation
-    let x0 = vec4<f32>(a[ab]).x;
-    var acc = vec2<f32>();
-    for (var k = li; k < p.K4; k = k + 256u) {
-      let d = vec4<f32>(a[ab + k]) - x0;
-      acc = acc + vec2<f32>(d.x + d.y + d.z + d.w, dot(d, d));
+  let m0 = wg.z * MR;     // this group's first row of A
+  let rows = min(MR, p.M - m0);
+  var mean: array<f32, MR>;
+  var rstd: array<f32, MR>;
+  for (var m = 0u; m < MR; m = m + 1u) {
+    mean[m] = 0.0;
+    rstd[m] = 1.0;
+    if (LN && m < rows) {
+      // one pass: sums of (x - x0) and (x - x0)^2, shifted by x0 = a[0] against cancellation
+      let ab = p.a_off4 + (m0 + m) * p.lda4;
+      let x0 = vec4<f32>(a[ab]).x;
+      var acc = vec2<f32>();
+      for (var k = li; k < p.K4; k = k + 256u) {
+        let d = vec4<f32>(a[ab + k]) - x0;
+        acc = acc + vec2<f32>(d.x + d.y + d.z + d.w, dot(d, d));
+      }
+      let tot = block_sum2(li, acc) / f32(p.K4 * 4u);
+      mean[m] = x0 + tot.x;
+      rstd[m] = inverseSqrt(max(tot.y - tot.x * tot.x, 0.0) + p.eps);
     }
-    let tot = block_sum2(li, acc) / f32(p.K4 * 4u);
-    mean = x0 + tot.x;
-    rstd = inverseSqrt(max(tot.y - tot.x * tot.x, 0.0) + p.eps);
   }
-  var s = 0.0;
+  var s: array<f32, MR>;
+  var s1: array<f32, MR>;  // two accumulators a row: two independent loads in flight per iteration
   if (n < p.N) {
     let wb = p.b_off4 + n * p.K4;
-    var s1 = 0.0;  // two accumulators: two independent loads in flight per iteration
     var k = lane;
     for (; k + LANES < p.K4; k = k + 2u * LANES) {
-      var x0 = vec4<f32>(a[ab + k]);
-      var x1 = vec4<f32>(a[ab + k + LANES]);
-      if (LN) {
-        x0 = (x0 - mean) * rstd * lnw[k] + lnb[k];
-        x1 = (x1 - mean) * rstd * lnw[k + LANES] + lnb[k + LANES];
+      let w0 = wvec(w[wb + k]);
+      let w1 = wvec(w[wb + k + LANES]);
+      for (var m = 0u; m < MR; m = m + 1u) {
+        if (m < rows) {
+          let ab = p.a_off4 + (m0 + m) * p.lda4;
+          var x0 = vec4<f32>(a[ab + k]);
+          var x1 = vec4<f32>(a[ab + k + LANES]);
+          if (LN) {
+            x0 = (x0 - mean[m]) * rstd[m] * lnw[k] + lnb[k];
+            x1 = (x1 - mean[m]) * rstd[m] * lnw[k + LANES] + lnb[k + LANES];
+          }
+          s[m] = s[m] + dot(x0, w0);
+          s1[m] = s1[m] + dot(x1, w1);
+        }
       }
-      s = s + dot(x0, wvec(w[wb + k]));
-      s1 = s1 + dot(x1, wvec(w[wb + k + LANES]));
     }
     if (k < p.K4) {
-      var x0 = vec4<f32>(a[ab + k]);
-      if (LN) { x0 = (x0 - mean) * rstd * lnw[k] + lnb[k]; }
-      s = s + dot(x0, wvec(w[wb + k]));
-    }
-    s = s + s1;
-  }
-// #if SG
-  if (LANES > 1u) {
-    s = subgroupAdd(s);
-    if (LANES > SG) {  // combine the row's subgroups
-      wg_red[li] = s;
-      workgroupBarrier();
-      if (lane == 0u) {
-        for (var k = SG; k < LANES; k = k + SG) { s = s + wg_red[li + k]; }
+      let w0 = wvec(w[wb + k]);
+      for (var m = 0u; m < MR; m = m + 1u) {
+        if (m < rows) {
+          var x0 = vec4<f32>(a[p.a_off4 + (m0 + m) * p.lda4 + k]);
+          if (LN) { x0 = (x0 - mean[m]) * rstd[m] * lnw[k] + lnb[k]; }
+          s[m] = s[m] + dot(x0, w0);
+        }
       }
     }
+    for (var m = 0u; m < MR; m = m + 1u) { s[m] = s[m] + s1[m]; }
+  }
+  if (LANES == 1u) {
+    if (n < p.N) {
+      for (var m = 0u; m < rows; m = m + 1u) { write_out(p.c_off + (m0 + m) * p.ldc + n, m0 + m, n, s[m]); }
+    }
+    return;
+  }
+  // LANES > 1: each row's partial sums reduced in workgroup memory; lane m writes row m (one
+  // write_out call site: each is the whole activation switch)
+// #if SG
+  for (var m = 0u; m < MR; m = m + 1u) {
+    if (m < rows) { red[m * 256u + li] = subgroupAdd(s[m]); }
+  }
+  workgroupBarrier();
+  var t = 0.0;
+  if (lane < rows) {  // combine the row's subgroups, in order
+    let base = lane * 256u + r * LANES;
+    t = red[base];
+    for (var k = SG; k < LANES; k = k + SG) { t = t + red[base + k]; }
   }
 // #else
-  if (LANES > 1u) {
-    wg_red[li] = s;
-    workgroupBarrier();
-    for (var st = LANES / 2u; st > 0u; st = st >> 1u) {
-      if (lane < st) { wg_red[li] = wg_red[li] + wg_red[li + st]; }
-      workgroupBarrier();
+  for (var m = 0u; m < MR; m = m + 1u) { red[m * 256u + li] = s[m]; }
+  workgroupBarrier();
+  for (var st = LANES / 2u; st > 0u; st = st >> 1u) {
+    if (lane < st) {
+      for (var m = 0u; m < MR; m = m + 1u) { red[m * 256u + li] = red[m * 256u + li] + red[m * 256u + li + st]; }
     }
-    s = wg_red[li];
+    workgroupBarrier();
   }
+  var t = 0.0;
+  if (lane < rows) { t = red[lane * 256u + r * LANES]; }
 // #endif
-  if (lane == 0u && n < p.N) {
-    let ci = p.c_off + m * p.ldc + n;
-    write_out(ci, m, n, s);
-  }
+  if (lane < rows && n < p.N) { write_out(p.c_off + (m0 + lane) * p.ldc + n, m0 + lane, n, t); }
 }

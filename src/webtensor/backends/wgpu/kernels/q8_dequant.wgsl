@@ -3,7 +3,7 @@
 // vector width each kernel picks) and the output (last, after any inputs of its own), and q8_0 dequantization in registers. `scales` holds two
 // float16 scales per u32 word, p.d_ld words per W row.
 struct P {
-  M: u32,          // rows of A (gemv_q8: <= MR)
+  M: u32,          // rows of A
   N: u32,          // outputs (W rows) in this dispatch: one row chunk of W
   K: u32,          // values per row (a multiple of 32)
   acc: u32,        // epilogue.wgsl: add to C's old value (always 0 here)
