@@ -5,7 +5,8 @@ At each concurrency level C, C clients each send `rounds` streamed /v1/completio
 at most C are in flight. Reported per level: aggregate tokens/s (all tokens over the wall time),
 time to first token p50/p99 and inter-token latency p50/p99 (gaps between a stream's token events).
 With `--hf`, HF transformers' batched `generate` of the same C prompts (greedy, exactly max_tokens
-new tokens, left-padded) is timed in the same run, after the server's levels, for the ratio.
+new tokens, left-padded; `--hf-device`, `--hf-dtype`) is timed in the same run, after the server's
+levels, for the ratio; `--hf-only` times it alone (no server: e.g. after the server has stopped).
 Several servers (comma-separated URLs, e.g. the batched and the reference engine on two ports) are
 measured one after another in the same run, each row labelled with the engine its /health names.
 """
@@ -58,6 +59,12 @@ class Level:
 
 
 class Client:
+    """A lean streaming client: asyncio over raw sockets, all of a level's streams on one thread
+    (the load generator shares the machine with the server, so its own CPU time matters). It reads
+    the HTTP/1.1 chunked body itself and looks at each server-sent event only as far as it needs:
+    a token event is timed, the usage event's completion_tokens counts the tokens (an event may
+    carry several when the server coalesces a stream that fell behind), errors are raised."""
+
     def __init__(self, url: str, api_key: str | None, model: str | None = None):
         u = urlsplit(url)
         self.host, self.port = u.hostname or "127.0.0.1", u.port or 80
@@ -95,51 +102,83 @@ class Client:
             c.close()
         return str(body.get("engine") or f"{self.host}:{self.port}")
 
-    def stream(self, text: str, max_tokens: int) -> Stream:
-        """One streamed completion; its token count, TTFT and inter-token gaps."""
-        body = {"model": self.model, "prompt": text, "max_tokens": max_tokens, "temperature": 0, "stream": True,
-                "ignore_eos": True, "stream_options": {"include_usage": True}}
-        c = self._conn()
+    def _request(self, text: str, max_tokens: int) -> bytes:
+        body = json.dumps({"model": self.model, "prompt": text, "max_tokens": max_tokens, "temperature": 0,
+                           "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}}).encode()
+        head = "".join(f"{k}: {v}\r\n" for k, v in self.headers.items())
+        return (f"POST /v1/completions HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n{head}"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+
+    async def stream(self, text: str, max_tokens: int) -> Stream:
+        """One streamed completion; its token count, TTFT and the gaps between its token events."""
+        import asyncio
+
+        reader, writer = await asyncio.open_connection(self.host, self.port)
         t0 = time.perf_counter()
         try:
-            c.request("POST", "/v1/completions", body=json.dumps(body), headers=self.headers)
-            r = c.getresponse()
-            if r.status != 200:
-                raise WebtensorError(f"POST /v1/completions: HTTP {r.status}: {r.read()[:300]!r}")
-            out, last = Stream(), None
-            for line in r:
-                if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
-                    continue
-                msg = json.loads(line[6:])
-                if "error" in msg:
-                    raise WebtensorError(f"stream error: {msg['error'].get('message')}")
-                if not msg.get("choices"):
-                    continue
+            writer.write(self._request(text, max_tokens))
+            head = await reader.readuntil(b"\r\n\r\n")
+            status = int(head.split(b" ", 2)[1])
+            if status != 200:
+                raise WebtensorError(f"POST /v1/completions: HTTP {status}: {(await reader.read(300))!r}")
+            if b"transfer-encoding: chunked" not in head.lower():
+                raise WebtensorError("the server's stream is not chunked HTTP/1.1")
+            out, last, events, usage = Stream(), None, 0, None
+            raw, sse = b"", b""
+            while True:
+                data = await reader.read(1 << 16)
+                if not data:
+                    raise WebtensorError("the server closed the stream before its end")
                 now = time.perf_counter()
-                if last is None:
-                    out.ttft = now - t0
-                else:
-                    out.gaps.append(now - last)
-                last = now
-                out.tokens += 1
+                raw += data
+                end = False
+                while (i := raw.find(b"\r\n")) >= 0:  # chunked framing: size line, payload, CRLF
+                    size = int(raw[:i].split(b";")[0], 16)
+                    if len(raw) < i + 2 + size + 2:
+                        break
+                    sse += raw[i + 2:i + 2 + size]
+                    raw = raw[i + 4 + size:]
+                    end = end or size == 0
+                *done, sse = sse.split(b"\n\n")
+                for ev in done:
+                    if not ev.startswith(b"data: ") or ev == b"data: [DONE]":
+                        continue
+                    if ev.startswith(b'data: {"error"'):
+                        raise WebtensorError(f"stream error: {json.loads(ev[6:])['error'].get('message')}")
+                    if b'"choices":[]' in ev:  # the usage event
+                        usage = json.loads(ev[6:]).get("usage") or {}
+                        continue
+                    if last is None:
+                        out.ttft = now - t0
+                    else:
+                        out.gaps.append(now - last)
+                    last = now
+                    events += 1
+                if end:
+                    break
+            out.tokens = int(usage["completion_tokens"]) if usage else events
             return out
         finally:
-            c.close()
+            writer.close()
 
 
 def run_level(client: Client, c: int, rounds: int, max_tokens: int) -> Level:
+    import asyncio
+
     from tqdm.auto import tqdm
 
     streams: list[Stream] = []
     with tqdm(total=c * rounds, desc=f"concurrency {c}", unit="req", leave=False) as bar:
-        def one_client(k: int) -> None:
+        async def one_client(k: int) -> None:
             for r in range(rounds):
-                streams.append(client.stream(prompt(k + r * c), max_tokens))
+                streams.append(await client.stream(prompt(k + r * c), max_tokens))
                 bar.update(1)
 
+        async def level() -> None:
+            await asyncio.gather(*(one_client(k) for k in range(c)))
+
         t0 = time.perf_counter()
-        with ThreadPoolExecutor(c) as pool:
-            list(pool.map(one_client, range(c)))
+        asyncio.run(level())
         wall = time.perf_counter() - t0
     tokens = sum(s.tokens for s in streams)
     ttft = np.array([s.ttft for s in streams]) * 1e3
@@ -148,8 +187,9 @@ def run_level(client: Client, c: int, rounds: int, max_tokens: int) -> Level:
                  float(np.percentile(ttft, 99)), float(np.percentile(gaps, 50)), float(np.percentile(gaps, 99)))
 
 
-def hf_tok_s(model_spec: str | None, c: int, max_tokens: int) -> float:
-    """HF transformers' batched greedy generate of the level's first C prompts: new tokens per second."""
+def hf_tok_s(model_spec: str | None, c: int, max_tokens: int, device: str = "cpu", dtype: str = "float32") -> float:
+    """HF transformers' batched greedy generate of the level's first C prompts (on torch `device`,
+    in `dtype`): new tokens per second."""
     import torch
     from transformers import GPT2LMHeadModel
 
@@ -157,36 +197,54 @@ def hf_tok_s(model_spec: str | None, c: int, max_tokens: int) -> float:
     from ..models.gpt2.weights import resolve
 
     d = resolve(model_spec)
-    model = GPT2LMHeadModel.from_pretrained(str(d)).eval()
+    model = GPT2LMHeadModel.from_pretrained(str(d), torch_dtype=getattr(torch, dtype)).to(device).eval()
     tok = GPT2Tokenizer.from_dir(d)
     ids = [tok.encode(prompt(k)) for k in range(c)]
     width = max(len(x) for x in ids)
     pad = model.config.eos_token_id or 0
-    inp = torch.tensor([[pad] * (width - len(x)) + x for x in ids])
-    mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])
+    inp = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=device)
+    mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=device)
     kw = dict(attention_mask=mask, max_new_tokens=max_tokens, min_new_tokens=max_tokens, do_sample=False,
               pad_token_id=pad)
+    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
     with torch.inference_mode():
         model.generate(inp, **{**kw, "max_new_tokens": 4, "min_new_tokens": 4})  # warm-up
+        sync()
         t0 = time.perf_counter()
         out = model.generate(inp, **kw)
+        sync()
         dt = time.perf_counter() - t0
     return (out.shape[1] - width) * c / dt
 
 
 def main(url: str, levels: list[int], max_tokens: int, rounds: int, model: str | None, api_key: str | None,
-         json_path: str | None, plot_path: str | None, hf: bool) -> int:
-    urls = [u.strip() for u in url.split(",") if u.strip()]
+         json_path: str | None, plot_path: str | None, hf: bool, hf_only: bool = False, hf_device: str = "cpu",
+         hf_dtype: str = "float32") -> int:
+    import asyncio
+
+    urls = [] if hf_only else [u.strip() for u in url.split(",") if u.strip()]
     clients = [Client(u, api_key) for u in urls]
     results: list[Level] = []
     for client in clients:
-        client.stream(prompt(0), 4)  # warm-up
+        asyncio.run(client.stream(prompt(0), 4))  # warm-up
         results += [run_level(client, c, rounds, max_tokens) for c in levels]
-    if hf:
-        hf_rate = {c: hf_tok_s(model, c, max_tokens) for c in levels}
+    hf_rate: dict[int, float] = {}
+    if hf or hf_only:
+        hf_rate = {c: hf_tok_s(model, c, max_tokens, hf_device, hf_dtype) for c in levels}
         for lv in results:
             lv.hf_tok_s = hf_rate[lv.concurrency]
             lv.ratio_vs_hf = lv.tok_s / lv.hf_tok_s
+    if hf_only:
+        print(f"HF transformers batched generate ({hf_device}, {hf_dtype}), {max_tokens} new tokens a prompt")
+        for c, r in hf_rate.items():
+            print(f"  batch {c:4d}: {r:9.1f} tok/s")
+        report = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": platform.platform(),
+                  "model": model, "max_tokens": max_tokens, "hf_device": hf_device, "hf_dtype": hf_dtype,
+                  "hf_tok_s": {str(c): r for c, r in hf_rate.items()}}
+        if json_path:
+            with open(json_path, "w") as f:
+                json.dump(report, f, indent=2)
+        return 0
     width = max(6, *(len(lv.engine) for lv in results))
     print(f"{'engine':>{width}} {'conc':>5} {'reqs':>5} {'tok/s':>9} {'TTFT p50':>9} {'p99':>8} {'ITL p50':>8} "
           f"{'p99':>8}" + (f" {'HF tok/s':>9} {'ratio':>6}" if hf else ""))
@@ -196,7 +254,8 @@ def main(url: str, levels: list[int], max_tokens: int, rounds: int, model: str |
               + (f" {lv.hf_tok_s:9.1f} {lv.ratio_vs_hf:6.2f}" if lv.hf_tok_s else ""))
     report = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": platform.platform(),
               "processor": platform.processor(), "url": url, "model": clients[0].model, "max_tokens": max_tokens,
-              "rounds": rounds, "levels": [asdict(lv) for lv in results]}
+              "rounds": rounds, "levels": [asdict(lv) for lv in results],
+              **({"hf_device": hf_device, "hf_dtype": hf_dtype} if hf else {})}
     if json_path:
         with open(json_path, "w") as f:
             json.dump(report, f, indent=2)

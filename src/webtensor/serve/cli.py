@@ -41,6 +41,9 @@ def add_parsers(sub: Any) -> None:
     b.add_argument("--json", default=None, help="write the figures to this JSON file")
     b.add_argument("--plot", default=None, help="draw tokens/s and latency per level to this image file")
     b.add_argument("--hf", action="store_true", help="also time HF transformers' batched generate, same prompts")
+    b.add_argument("--hf-only", action="store_true", help="time only HF's batched generate (no server needed)")
+    b.add_argument("--hf-device", default="cpu", help="torch device for --hf / --hf-only (default cpu; e.g. cuda)")
+    b.add_argument("--hf-dtype", default="float32", help="torch dtype for --hf / --hf-only (default float32)")
     b.set_defaults(func=run_bench)
 
 
@@ -109,9 +112,12 @@ def run_bench(a: argparse.Namespace) -> int:
         return _fail(f"--url must start with http:// (each of a comma-separated list), got {a.url!r}")
     if a.max_tokens < 1 or a.rounds < 1:
         return _fail("--max-tokens and --rounds must be >= 1")
+    if a.hf_dtype not in ("float32", "float16", "bfloat16"):
+        return _fail(f"--hf-dtype must be float32, float16 or bfloat16, got {a.hf_dtype!r}")
     from . import bench
 
     try:
-        return bench.main(a.url, levels, a.max_tokens, a.rounds, a.model, a.api_key, a.json, a.plot, a.hf)
+        return bench.main(a.url, levels, a.max_tokens, a.rounds, a.model, a.api_key, a.json, a.plot, a.hf,
+                          a.hf_only, a.hf_device, a.hf_dtype)
     except WebtensorError as e:
         return _fail(str(e))

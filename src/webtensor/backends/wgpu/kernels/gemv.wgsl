@@ -129,9 +129,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     }
     for (var m = 0u; m < MR; m = m + 1u) { s[m] = s[m] + s1[m]; }
   }
-  if (LANES == 1u) {
+  if (LANES == 1u) {  // (through workgroup memory: s indexed only by constants stays in registers)
+    for (var m = 0u; m < MR; m = m + 1u) { red[m * 256u + li] = s[m]; }
     if (n < p.N) {
-      for (var m = 0u; m < rows; m = m + 1u) { write_out(p.c_off + (m0 + m) * p.ldc + n, m0 + m, n, s[m]); }
+      for (var m = 0u; m < rows; m = m + 1u) { write_out(p.c_off + (m0 + m) * p.ldc + n, m0 + m, n, red[m * 256u + li]); }
     }
     return;
   }
