@@ -187,3 +187,23 @@ def test_unknown_model_and_route_are_404(server, client):
     with pytest.raises(openai.BadRequestError) as e:  # the client surfaces the body
         client.completions.create(model=MODEL, prompt="x", max_tokens=-1)
     assert e.value.body["param"] == "max_tokens"
+
+
+def test_token_events_from_the_template_are_the_models_dump():
+    """The per-token SSE event made from a template once per stream (app._framer) is byte for byte
+    what dumping the chunk's pydantic model gives, for completions and chat."""
+    from webtensor.serve import app as A
+    from webtensor.serve.protocol import ChatChunkChoice, ChatCompletionChunk, Completion, CompletionChoice, Delta
+
+    def completion(text, finish):
+        return Completion(id="cmpl-1", model="m\"x", created=5, choices=[CompletionChoice(text=text,
+                                                                                        finish_reason=finish)])
+
+    def chat_chunk(text, finish):
+        return ChatCompletionChunk(id="c-1", model="m", created=5,
+                                   choices=[ChatChunkChoice(delta=Delta(content=text), finish_reason=finish)])
+
+    for chunk in (completion, chat_chunk):
+        frame = A._framer(chunk)
+        for text in ["", "a", ' "quoted"\n\\', "é😀\u2028\x00", "\ue000", A._MARK]:
+            assert frame(text) == A._data(chunk(text, None).model_dump())

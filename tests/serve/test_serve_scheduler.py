@@ -44,16 +44,17 @@ class RecordingEngine:
         self.released.append(slot)
 
 
-async def _run(engine: RecordingEngine, jobs: list[tuple[float, int, int]]) -> list[list[str]]:
-    """jobs: (delay before submit, prompt length, max_tokens). The events' texts per job."""
+async def _run(engine: RecordingEngine, jobs: list[tuple[float, int, int]]) -> list[str]:
+    """jobs: (delay before submit, prompt length, max_tokens). Each job's text ("x" a token; events
+    that waited for a slow consumer arrive joined)."""
     sched = Scheduler(engine, max_queue=64, prefill_chunk=64, prefill_budget=128)
     sched.start()
 
-    async def one(delay: float, n_prompt: int, max_tokens: int) -> list[str]:
+    async def one(delay: float, n_prompt: int, max_tokens: int) -> str:
         await asyncio.sleep(delay)
         g = Generation(list(range(1, n_prompt + 1)), max_tokens, Sampling())
         sched.submit(g)
-        return [ev.text async for ev in g.stream()]
+        return "".join([ev.text async for ev in g.stream()])
 
     try:
         out = list(await asyncio.gather(*(one(*j) for j in jobs)))
@@ -84,3 +85,23 @@ def test_every_request_gets_its_tokens_whatever_the_batch(jobs, max_batch):
     assert [len(o) for o in out] == [m for _, m in jobs]
     assert max(len(rows) for rows in eng.steps) <= max_batch
     assert len(eng.released) == len(jobs)
+
+
+def test_events_a_slow_consumer_missed_arrive_joined():
+    from webtensor.serve.protocol import APIError
+    from webtensor.serve.scheduler import Event
+
+    async def main() -> list[Event]:
+        g = Generation([1], 9, Sampling())
+        for e in (Event("a", 1), Event("b", 1), Event("c", 1), Event(error=APIError(500, "boom"))):
+            g.events.put_nowait(e)
+        got = [ev async for ev in g.stream()]
+        g2 = Generation([1], 9, Sampling())
+        for e in (Event("a", 1), Event("", 1), Event("z", 1, "length"), Event("never", 1)):
+            g2.events.put_nowait(e)
+        return got + [ev async for ev in g2.stream()]
+
+    a, err, b = asyncio.run(main())
+    assert (a.text, a.tokens, a.finish, a.error) == ("abc", 3, None, None)
+    assert err.error is not None and err.tokens == 0
+    assert (b.text, b.tokens, b.finish) == ("az", 3, "length")  # nothing after the finish

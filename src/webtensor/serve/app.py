@@ -186,11 +186,12 @@ def _sse(sched: Scheduler, seq: Generation, include_usage: bool, first: Callable
         try:
             for c in first():
                 yield _data(c.model_dump(exclude_none=False))
+            frame = _framer(chunk)
             async for ev in seq.stream():
                 if ev.error is not None:
                     yield _data(ev.error.body())
                     break
-                yield _data(chunk(ev.text, ev.finish).model_dump())
+                yield frame(ev.text) if ev.finish is None else _data(chunk(ev.text, ev.finish).model_dump())
                 if ev.finish is not None and include_usage:
                     yield _data(usage_chunk(_usage(seq)).model_dump())
             yield "data: [DONE]\n\n"
@@ -203,6 +204,17 @@ def _sse(sched: Scheduler, seq: Generation, include_usage: bool, first: Callable
 
 def _data(obj: dict[str, Any]) -> str:
     return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
+
+
+_MARK = "\ue000webtensor-text\ue000"  # a private-use string no JSON encoder leaves as is
+
+
+def _framer(chunk: Callable[[str, Any], Any]) -> Callable[[str], str]:
+    """text -> the event `_data(chunk(text, None).model_dump())`, from a template made once per
+    stream (the JSON of a chunk around a marker for its text): a token's event without building and
+    dumping a pydantic model each time (the same bytes, the stream's first `created` throughout)."""
+    head, tail = _data(chunk(_MARK, None).model_dump()).split(json.dumps(_MARK), 1)
+    return lambda text: head + json.dumps(text) + tail
 
 
 # -- errors, auth, request counts -----------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """`BatchedGPT2Engine`: every single-token row of a step (the running sequences' decode tokens) in
 one forward over B rows, the weights read once per step (on WebGPU once per 8 rows, inside each
-product's one launch), instead of once per row as `GPT2Engine` does. Prompt chunks (rows of more than one token) run through the
-span path, as in the reference engine, in the same dispatch scope.
+product's one launch), instead of once per row as `GPT2Engine` does. Prompt chunks (rows of more
+than one token) run through the span path, as in the reference engine, in the same dispatch scope.
 
 Batch invariance is exact: each row's logits are bit for bit what the reference engine computes
 for it alone, on the CPU and on WebGPU, in float32 and float16. Two things keep it so:

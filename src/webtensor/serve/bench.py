@@ -17,7 +17,6 @@ import http.client
 import json
 import platform
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from urllib.parse import urlsplit

@@ -64,9 +64,18 @@ class Generation:
         self.last_token_at: float | None = None
 
     async def stream(self) -> AsyncIterator[Event]:
-        """The events, until the last one."""
+        """The events, until the last one. Events already waiting when one is taken (the consumer fell
+        behind the engine) are joined into one: their text and tokens in order, the last one's finish;
+        an error is never joined (it follows what came before it)."""
         while True:
             ev = await self.events.get()
+            while ev.finish is None and ev.error is None and not self.events.empty():
+                nxt = self.events.get_nowait()
+                if nxt.error is not None:
+                    yield ev
+                    ev = nxt
+                    break
+                ev = Event(ev.text + nxt.text, ev.tokens + nxt.tokens, nxt.finish)
             yield ev
             if ev.finish is not None or ev.error is not None:
                 return
