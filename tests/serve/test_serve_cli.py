@@ -22,6 +22,7 @@ BAD_ARGS = [
     ["serve", "--device", "tpu"],
     ["serve", "--dtype", "bfloat16"],
     ["serve", "--engine", "fast"],
+    ["serve", "--blas-threads", "-1"],
     ["serve", "--model", str(ROOT / "pyproject.toml")],
     ["bench-serve", "--concurrency", "1,x"],
     ["bench-serve", "--concurrency", "0"],

@@ -186,10 +186,14 @@ def run_level(client: Client, c: int, rounds: int, max_tokens: int) -> Level:
                  float(np.percentile(ttft, 99)), float(np.percentile(gaps, 50)), float(np.percentile(gaps, 99)))
 
 
-def hf_tok_s(model_spec: str | None, c: int, max_tokens: int, device: str = "cpu", dtype: str = "float32") -> float:
+def hf_tok_s(model_spec: str | None, c: int, max_tokens: int, device: str = "cpu", dtype: str = "float32",
+             threads: int = 0) -> float:
     """HF transformers' batched greedy generate of the level's first C prompts (on torch `device`,
-    in `dtype`): new tokens per second."""
+    in `dtype`, with `threads` torch CPU threads, 0: torch's default): new tokens per second."""
     import torch
+
+    if threads:
+        torch.set_num_threads(threads)
     from transformers import GPT2LMHeadModel
 
     from ..models.gpt2.tokenizer import GPT2Tokenizer
@@ -218,7 +222,7 @@ def hf_tok_s(model_spec: str | None, c: int, max_tokens: int, device: str = "cpu
 
 def main(url: str, levels: list[int], max_tokens: int, rounds: int, model: str | None, api_key: str | None,
          json_path: str | None, plot_path: str | None, hf: bool, hf_only: bool = False, hf_device: str = "cpu",
-         hf_dtype: str = "float32") -> int:
+         hf_dtype: str = "float32", hf_threads: int = 0) -> int:
     import asyncio
 
     urls = [] if hf_only else [u.strip() for u in url.split(",") if u.strip()]
@@ -229,7 +233,7 @@ def main(url: str, levels: list[int], max_tokens: int, rounds: int, model: str |
         results += [run_level(client, c, rounds, max_tokens) for c in levels]
     hf_rate: dict[int, float] = {}
     if hf or hf_only:
-        hf_rate = {c: hf_tok_s(model, c, max_tokens, hf_device, hf_dtype) for c in levels}
+        hf_rate = {c: hf_tok_s(model, c, max_tokens, hf_device, hf_dtype, hf_threads) for c in levels}
         for lv in results:
             lv.hf_tok_s = hf_rate[lv.concurrency]
             lv.ratio_vs_hf = lv.tok_s / lv.hf_tok_s
@@ -239,6 +243,7 @@ def main(url: str, levels: list[int], max_tokens: int, rounds: int, model: str |
             print(f"  batch {c:4d}: {r:9.1f} tok/s")
         report = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": platform.platform(),
                   "model": model, "max_tokens": max_tokens, "hf_device": hf_device, "hf_dtype": hf_dtype,
+                  "hf_threads": hf_threads,
                   "hf_tok_s": {str(c): r for c, r in hf_rate.items()}}
         if json_path:
             with open(json_path, "w") as f:
@@ -254,7 +259,7 @@ def main(url: str, levels: list[int], max_tokens: int, rounds: int, model: str |
     report = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": platform.platform(),
               "processor": platform.processor(), "url": url, "model": clients[0].model, "max_tokens": max_tokens,
               "rounds": rounds, "levels": [asdict(lv) for lv in results],
-              **({"hf_device": hf_device, "hf_dtype": hf_dtype} if hf else {})}
+              **({"hf_device": hf_device, "hf_dtype": hf_dtype, "hf_threads": hf_threads} if hf else {})}
     if json_path:
         with open(json_path, "w") as f:
             json.dump(report, f, indent=2)

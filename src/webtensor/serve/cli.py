@@ -28,6 +28,9 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--max-queue", type=int, default=256, help="requests waiting for a slot before 429")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/*")
     p.add_argument("--grace", type=float, default=30.0, help="seconds running streams get to finish on SIGTERM")
+    p.add_argument("--blas-threads", type=int, default=1,
+                   help="threads of numpy's BLAS (the CPU device's products; default 1: the other cores stay free "
+                        "for HTTP); 0 keeps the library's own count")
     p.set_defaults(func=run_serve)
 
     b = sub.add_parser("bench-serve", help="load-test a running server: tokens/s, TTFT, inter-token latency")
@@ -44,6 +47,7 @@ def add_parsers(sub: Any) -> None:
     b.add_argument("--hf-only", action="store_true", help="time only HF's batched generate (no server needed)")
     b.add_argument("--hf-device", default="cpu", help="torch device for --hf / --hf-only (default cpu; e.g. cuda)")
     b.add_argument("--hf-dtype", default="float32", help="torch dtype for --hf / --hf-only (default float32)")
+    b.add_argument("--hf-threads", type=int, default=0, help="torch CPU threads for HF (default 0: torch's own)")
     b.set_defaults(func=run_bench)
 
 
@@ -67,6 +71,8 @@ def _check_serve(a: argparse.Namespace) -> str | None:
         return f"--max-queue must be >= 0, got {a.max_queue}"
     if a.grace < 0:
         return f"--grace must be >= 0, got {a.grace}"
+    if a.blas_threads < 0:
+        return f"--blas-threads must be >= 0, got {a.blas_threads}"
     if not a.host:
         return "--host must not be empty"
     if a.api_key is not None and not a.api_key:
@@ -79,6 +85,10 @@ def _check_serve(a: argparse.Namespace) -> str | None:
 def run_serve(a: argparse.Namespace) -> int:
     if (msg := _check_serve(a)) is not None:
         return _fail(msg)
+    if a.blas_threads:
+        from ..backends import blas
+
+        blas.set_threads(a.blas_threads)
     try:
         from ..device import Device
         from ..models.gpt2.model import GPT2
@@ -112,12 +122,14 @@ def run_bench(a: argparse.Namespace) -> int:
         return _fail(f"--url must start with http:// (each of a comma-separated list), got {a.url!r}")
     if a.max_tokens < 1 or a.rounds < 1:
         return _fail("--max-tokens and --rounds must be >= 1")
+    if a.hf_threads < 0:
+        return _fail(f"--hf-threads must be >= 0, got {a.hf_threads}")
     if a.hf_dtype not in ("float32", "float16", "bfloat16"):
         return _fail(f"--hf-dtype must be float32, float16 or bfloat16, got {a.hf_dtype!r}")
     from . import bench
 
     try:
         return bench.main(a.url, levels, a.max_tokens, a.rounds, a.model, a.api_key, a.json, a.plot, a.hf,
-                          a.hf_only, a.hf_device, a.hf_dtype)
+                          a.hf_only, a.hf_device, a.hf_dtype, a.hf_threads)
     except WebtensorError as e:
         return _fail(str(e))
