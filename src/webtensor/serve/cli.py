@@ -28,6 +28,9 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--max-queue", type=int, default=256, help="requests waiting for a slot before 429")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/*")
     p.add_argument("--grace", type=float, default=30.0, help="seconds running streams get to finish on SIGTERM")
+    p.add_argument("--engine-process", default="auto", choices=("auto", "on", "off"),
+                   help="run the engine in its own process, off the HTTP event loop's GIL (auto: on for --device cpu, "
+                        "whose steps are mostly Python)")
     p.add_argument("--blas-threads", type=int, default=1,
                    help="threads of numpy's BLAS (the CPU device's products; default 1: the other cores stay free "
                         "for HTTP); 0 keeps the library's own count")
@@ -89,24 +92,30 @@ def run_serve(a: argparse.Namespace) -> int:
         from ..backends import blas
 
         blas.set_threads(a.blas_threads)
-    try:
-        from ..device import Device
-        from ..models.gpt2.model import GPT2
-        from .batched import BatchedGPT2Engine
-        from .engine import GPT2Engine
+    from .process import ProcessEngine, build_engine
 
-        device = Device.parse(a.device)
-        model = GPT2.from_pretrained(a.model, device=device, dtype=a.dtype)
-        name = "webtensor-shipped" if a.model is None else Path(a.model).name or str(a.model)
-        make = BatchedGPT2Engine if a.engine == "batched" else GPT2Engine
-        engine = make(model, a.max_batch, name=name)
+    name = "webtensor-shipped" if a.model is None else Path(a.model).name or str(a.model)
+    spec = dict(model=a.model, device=a.device, dtype=a.dtype, max_batch=a.max_batch, engine=a.engine, name=name,
+                blas_threads=a.blas_threads)
+    in_process = a.engine_process == "on" or (a.engine_process == "auto" and a.device.lower() == "cpu")
+    try:
+        if in_process:
+            engine: Any = ProcessEngine(spec)
+            where = f"{engine.device}, engine in its own process"
+        else:
+            engine = build_engine(spec)
+            where = engine.model.device.describe()
     except WebtensorError as e:
         return _fail(str(e))
-    print(f"[webtensor] serving {engine.name} ({a.dtype}) on {device.describe()} at http://{a.host}:{a.port} "
+    print(f"[webtensor] serving {engine.name} ({a.dtype}) on {where} at http://{a.host}:{a.port} "
           f"({a.engine} engine, max batch {a.max_batch}, queue {a.max_queue})", file=sys.stderr)
     from .server import serve
 
-    serve(engine, a.host, a.port, a.max_queue, a.api_key, a.grace)
+    try:
+        serve(engine, a.host, a.port, a.max_queue, a.api_key, a.grace)
+    finally:
+        if in_process:
+            engine.close()
     return 0
 
 

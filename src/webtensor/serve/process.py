@@ -1,0 +1,139 @@
+"""`ProcessEngine`: an engine that runs in a child process, so that its Python work does not share
+a GIL with the server's HTTP event loop.
+
+On the CPU device a decode step is mostly Python (a few dozen small numpy ops, which hold the GIL),
+and in one process the event loop's per-token work (SSE events, socket sends) and the engine's
+step run one after the other. Measured on the 2-core machine at 8 streams: the engine's step ~3 ms,
+the loop's work ~2 ms a step, so ~5 ms between tokens in one process (docs/performance-notes.md).
+In its own process the engine steps on one core while the loop serves the tokens on the other.
+
+The parent keeps what the scheduler reads (name, max_batch, n_ctx, vocab_size, eos_token_id, the
+tokenizer: sent once by the child) and forwards `step` and `release` over a pipe; the engine thread
+waiting on the pipe releases the GIL. The child builds the model and engine itself (from `spec`,
+the serve command's choices), so nothing unpicklable crosses. An exception in the child's step is
+raised in the parent as an `EngineProcessError` with the child's message (the scheduler fails that
+step's requests and goes on); a child that died is an `EngineProcessError` on every call after.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import WebtensorError
+from .engine import Row
+
+
+class EngineProcessError(WebtensorError):
+    """The engine process failed a call (its message), or is gone."""
+
+
+def build_engine(spec: dict[str, Any]) -> Any:
+    """The engine `spec` describes: model (None: the shipped one), device, dtype, max_batch, engine
+    ("batched" or "reference"), name, blas_threads (0: as the library has it)."""
+    from ..device import Device
+    from ..models.gpt2.model import GPT2
+    from .batched import BatchedGPT2Engine
+    from .engine import GPT2Engine
+
+    if spec.get("blas_threads"):
+        from ..backends import blas
+
+        blas.set_threads(spec["blas_threads"])
+    model = GPT2.from_pretrained(spec["model"], device=Device.parse(spec["device"]), dtype=spec["dtype"])
+    make = BatchedGPT2Engine if spec["engine"] == "batched" else GPT2Engine
+    return make(model, spec["max_batch"], name=spec["name"])
+
+
+def _child(conn: Any, spec: dict[str, Any]) -> None:
+    import signal
+
+    # Ctrl-C and SIGTERM reach the whole process group: the parent drains (running streams finish,
+    # still stepping here), then closes this process
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        engine = build_engine(spec)
+        info = {k: getattr(engine, k) for k in ("name", "max_batch", "n_ctx", "vocab_size", "eos_token_id",
+                                                "tokenizer")}
+        info["engine"] = getattr(engine, "engine", None)
+        info["device"] = engine.model.device.describe()
+        conn.send(("ready", info))
+    except Exception as e:  # the parent reports it and exits
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+        return
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:  # the parent is gone
+            return
+        if msg[0] == "close":
+            return
+        try:
+            if msg[0] == "release":
+                engine.release(msg[1])
+                conn.send(("ok", None))
+            else:
+                conn.send(("ok", engine.step(msg[1])))
+        except Exception as e:
+            conn.send(("error", f"{type(e).__name__}: {e}"))
+
+
+class ProcessEngine:
+    """The engine `spec` describes (see `build_engine`), running in a child process."""
+
+    def __init__(self, spec: dict[str, Any], start_timeout: float = 600.0):
+        ctx = mp.get_context("spawn")  # (fork would copy a process that may hold a GPU context and threads)
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_child, args=(child, spec), name="webtensor-engine", daemon=True)
+        self._proc.start()
+        child.close()
+        if not self._conn.poll(start_timeout):
+            self.close()
+            raise EngineProcessError(f"the engine process did not start within {start_timeout:.0f} s")
+        kind, info = self._recv()
+        if kind != "ready":
+            self.close()
+            raise EngineProcessError(f"the engine process failed to start: {info}")
+        self.name: str = info["name"]
+        self.max_batch: int = info["max_batch"]
+        self.n_ctx: int = info["n_ctx"]
+        self.vocab_size: int = info["vocab_size"]
+        self.eos_token_id: int | None = info["eos_token_id"]
+        self.tokenizer = info["tokenizer"]
+        self.engine: str | None = info["engine"]
+        self.device: str = info["device"]
+
+    def _recv(self) -> tuple[str, Any]:
+        try:
+            return self._conn.recv()
+        except (EOFError, OSError) as e:
+            raise EngineProcessError(f"the engine process is gone (exit code {self._proc.exitcode})") from e
+
+    def _call(self, *msg: Any) -> Any:
+        try:
+            self._conn.send(msg)
+        except (BrokenPipeError, OSError) as e:
+            raise EngineProcessError(f"the engine process is gone (exit code {self._proc.exitcode})") from e
+        kind, value = self._recv()
+        if kind == "error":
+            raise EngineProcessError(value)
+        return value
+
+    def step(self, rows: Sequence[Row]) -> list[int | None]:
+        return self._call("step", list(rows))
+
+    def release(self, slot: int) -> None:
+        self._call("release", slot)
+
+    def close(self) -> None:
+        """Stop the child (it exits on its own when the parent goes, too)."""
+        try:
+            self._conn.send(("close",))
+        except OSError:
+            pass
+        self._proc.join(5)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(5)
