@@ -227,6 +227,9 @@ def main(url: str, levels: list[int], max_tokens: int, rounds: int, model: str |
 
     urls = [] if hf_only else [u.strip() for u in url.split(",") if u.strip()]
     clients = [Client(u, api_key) for u in urls]
+    if len({c.engine for c in clients}) < len(clients):  # two servers of one engine: tell them apart
+        for c in clients:
+            c.engine = f"{c.engine}@{c.port}"
     results: list[Level] = []
     for client in clients:
         asyncio.run(client.stream(prompt(0), 4))  # warm-up
