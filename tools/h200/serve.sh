@@ -1,8 +1,9 @@
 #!/bin/bash
 # H200: `webtensor serve` (GPT-2 124M fp16 on WebGPU, 64 slots) under bench-serve at 1/8/32/64
 # concurrent 128-token streams, then HF transformers' batched generate (CUDA, fp16) of the same
-# prompts for the side-by-side figure; also the engine step alone (one forward of B rows vs groups
-# of 8) and a check that 16 concurrent greedy streams get what they get alone. Writes under $OUT;
+# prompts for the side-by-side figure; a check that 16 concurrent greedy streams get what they get
+# alone; then, as time allows, the engine step alone (one forward of B rows vs groups of 8) and
+# the single-stream decode of `webtensor bench`. Writes under $OUT;
 # stops by itself (every step under `timeout`, the whole under ~7 minutes). Files (7): gpu.txt,
 # engine_step.txt, server.log, exact.txt, serve.json, metrics.txt, hf.json.
 #
@@ -10,6 +11,7 @@
 #   LOCAL=1 DEVICE=cpu MODEL= DTYPE=float32 MAX_BATCH=4 LEVELS=1,2 TOKENS=8 HF_DEVICE=cpu HF_DTYPE=float32 \
 #     PY=.venv/bin/python bash tools/h200/serve.sh       (a small local trial on the shipped model)
 set -u
+T0=$(date +%s)
 if [ -z "${LOCAL:-}" ]; then source .gl/env.sh || exit 1; else export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"; fi
 OUT=${OUT:-$(mktemp -d)}
 PY=${PY:-python3}
@@ -18,24 +20,19 @@ LEVELS=${LEVELS:-1,8,32,64} TOKENS=${TOKENS:-128} PORT=${PORT:-8177}
 HF_DEVICE=${HF_DEVICE:-cuda} HF_DTYPE=${HF_DTYPE:-float16}
 M=(); [ -n "$MODEL" ] && M=(--model "$MODEL")
 URL=http://127.0.0.1:$PORT
-T0=$(date +%s)
+BUDGET=${BUDGET:-430}  # seconds for the whole script (from its start): each step's timeout is cut to what is left
 stamp() { echo "== $(( $(date +%s) - T0 ))s: $*"; }
+cap() { local left=$(( BUDGET - ($(date +%s) - T0) )); [ "$left" -lt 5 ] && left=5; [ "$1" -lt "$left" ] && echo "$1" || echo "$left"; }
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 
-stamp "engine step alone (one forward of B rows; then groups of 8 rows, as before)"
-timeout 120 $PY tools/engine_step.py --device "$DEVICE" "${M[@]}" --dtype "$DTYPE" --rows "$LEVELS" 2>&1 \
-  | grep -v Warn | tee "$OUT/engine_step.txt"
-timeout 90 $PY tools/engine_step.py --device "$DEVICE" "${M[@]}" --dtype "$DTYPE" --rows "$LEVELS" --group 8 2>&1 \
-  | grep -v Warn | sed 's/^/group 8: /' | tee -a "$OUT/engine_step.txt"
-
 stamp "server"
-timeout 330 $PY -m webtensor.cli serve --device "$DEVICE" "${M[@]}" --dtype "$DTYPE" --max-batch "$MAX_BATCH" \
+timeout $(cap 330) $PY -m webtensor.cli serve --device "$DEVICE" "${M[@]}" --dtype "$DTYPE" --max-batch "$MAX_BATCH" \
   --host 127.0.0.1 --port "$PORT" --grace 5 > "$OUT/server.log" 2>&1 &
 SERVER=$!
 stop_server() { kill -TERM "$SERVER" 2>/dev/null; for _ in $(seq 20); do kill -0 "$SERVER" 2>/dev/null || return; sleep 0.5; done
                 kill -KILL "$SERVER" 2>/dev/null; }
 trap stop_server EXIT
-if ! timeout 150 $PY - "$URL" <<'EOF'
+if ! timeout $(cap 150) $PY - "$URL" <<'EOF'
 import sys, time, urllib.request
 while True:
     try:
@@ -48,11 +45,11 @@ then echo "the server did not come up"; tail -20 "$OUT/server.log"; exit 1; fi
 stamp "server up"
 
 stamp "warm-up (graphs for the step widths)"
-timeout 90 $PY -m webtensor.cli bench-serve --url "$URL" --concurrency "$LEVELS" --max-tokens 16 2>&1 \
+timeout $(cap 90) $PY -m webtensor.cli bench-serve --url "$URL" --concurrency "$LEVELS" --max-tokens 16 2>&1 \
   | tr '\r' '\n' | grep -v "concurrency [0-9]*:"
 
 stamp "alone vs together (16 greedy streams of 32 tokens)"
-timeout 90 $PY - "$URL" <<'EOF' 2>&1 | tee "$OUT/exact.txt"
+timeout $(cap 90) $PY - "$URL" <<'EOF' 2>&1 | tee "$OUT/exact.txt"
 import json, sys, urllib.request
 from concurrent.futures import ThreadPoolExecutor
 url = sys.argv[1]
@@ -70,7 +67,7 @@ print(f"{same} of 16 streams identical alone and together")
 EOF
 
 stamp "bench-serve"
-timeout 240 $PY -m webtensor.cli bench-serve --url "$URL" --concurrency "$LEVELS" --max-tokens "$TOKENS" \
+timeout $(cap 240) $PY -m webtensor.cli bench-serve --url "$URL" --concurrency "$LEVELS" --max-tokens "$TOKENS" \
   --json "$OUT/serve.json" 2>&1 | tr '\r' '\n' | grep -v "concurrency [0-9]*:"
 curl -s "$URL/metrics" > "$OUT/metrics.txt" 2>/dev/null || $PY -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen('$URL/metrics').read().decode())" > "$OUT/metrics.txt"
 stop_server
@@ -78,6 +75,16 @@ trap - EXIT
 stamp "server stopped"
 
 stamp "HF transformers batched generate ($HF_DEVICE, $HF_DTYPE)"
-timeout 150 $PY -m webtensor.cli bench-serve --hf-only "${M[@]}" --concurrency "$LEVELS" --max-tokens "$TOKENS" \
+timeout $(cap 150) $PY -m webtensor.cli bench-serve --hf-only "${M[@]}" --concurrency "$LEVELS" --max-tokens "$TOKENS" \
   --hf-device "$HF_DEVICE" --hf-dtype "$HF_DTYPE" --json "$OUT/hf.json" 2>&1 | tr '\r' '\n' | grep -v "Loading weights"
+stamp "engine step alone (one forward of B rows; then groups of 8 rows, as before)"
+timeout $(cap 120) $PY tools/engine_step.py --device "$DEVICE" "${M[@]}" --dtype "$DTYPE" --rows "$LEVELS" 2>&1 \
+  | grep -v Warn | tee "$OUT/engine_step.txt"
+timeout $(cap 90) $PY tools/engine_step.py --device "$DEVICE" "${M[@]}" --dtype "$DTYPE" --rows "$LEVELS" --group 8 2>&1 \
+  | grep -v Warn | sed 's/^/group 8: /' | tee -a "$OUT/engine_step.txt"
+
+stamp "single-stream decode (webtensor bench: compare with BENCHMARKS' earlier figures)"
+timeout $(cap 120) $PY -m webtensor.cli bench --device "$DEVICE" "${M[@]}" --dtype "$DTYPE" --prompts "${PROMPT:-128}" \
+  --decode "$TOKENS" --repeats 3 2>&1 | grep -v "it/s\]" | tail -4 | tee -a "$OUT/engine_step.txt"
+
 stamp "done"
