@@ -88,7 +88,7 @@
     const f16 = state.info.features.includes("shader-f16");
     const f16Option = $("dtype").querySelector('option[value="float16"]');
     f16Option.disabled = !f16;
-    if (!f16) f16Option.textContent = "float16 (needs shader-f16)";
+    if (!f16) f16Option.textContent = "float16 (no shader-f16)";
     $("dtype").addEventListener("change", () => { loadModel($("dtype").value).catch((e) => console.error(e)); });
     const asked = new URLSearchParams(location.search).get("dtype");
     await loadModel(asked || "", t0);
@@ -140,12 +140,13 @@
     const m = state.model;
     $("model").textContent = `${m.name}: ${m.n_layer} layers, ${m.n_embd} wide, ${(m.n_params / 1e6).toFixed(2)} M ` +
       `parameters, vocabulary ${m.vocab_size} (tokenizer: ${m.tokenizer})`;
-    const what = m.dtype === "int8" ? "int8 (q8_0 matrices; layer norms, biases, positions float32)" :
-      m.dtype === "float16" ? "float16 (matrices; layer norms, biases, positions float32)" : "float32";
+    const what = m.dtype === "int8" ? "int8 (q8_0 matrices)" : m.dtype === "float16" ? "float16 (matrices)" : "float32";
     const vs = m.dtype === "int8" ? `, ${(m.download_bytes / m.float32_bytes).toFixed(2)}x float32's ` +
       `${fmtBytes(m.float32_bytes)}` : "";
-    $("weights").textContent = `${what}: downloaded ${fmtBytes(m.download_bytes)}${vs} ` +
-      `(${m.files.join(", ")}); ${fmtBytes(m.weight_bytes)} on the GPU`;
+    $("weights").textContent = `${what}: downloaded ${fmtBytes(m.download_bytes)}${vs}; ` +
+      `${fmtBytes(m.weight_bytes)} on the GPU`;
+    $("weights").title = `files: ${m.files.join(", ")}` +
+      (m.dtype === "float32" ? "" : "; layer norms, biases and positions stay float32");
     $("generate").disabled = false;
     setPhase("ready", `Ready in ${((performance.now() - t0) / 1000).toFixed(1)} s. Type a prompt and press Generate.`);
     return m;

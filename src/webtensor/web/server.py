@@ -138,7 +138,8 @@ class WebApp:
 
     def manifest(self, dtype: str | None = None) -> dict[str, Any]:
         """What the page downloads for `dtype` (None: the server's default): {name, dtype, dtypes,
-        files: [{name, size}], float32_bytes (the float download, to compare)}. SetupError when there is no model (or no int8 file for it)."""
+        files: [{name, size}], float32_bytes (the float download, to compare)}. SetupError when
+        there is no model (or no int8 file for it)."""
         dtype = dtype or self.default_dtype
         if dtype not in DTYPES:
             raise SetupError(f"unknown dtype {dtype!r}: the page loads {', '.join(DTYPES)}")
