@@ -129,6 +129,33 @@ def test_upload_blocks_equals_upload(gpu: wt.Device, gpu_small: wt.Device, n: in
         assert np.array_equal(wt.linear(x, g).numpy(), wt.linear(x, ref).numpy())
 
 
+@SETTINGS
+@given(st.integers(1, 8), st.integers(1, 700), st.integers(1, 5), st.integers(0, 2**32 - 1))
+def test_gemv_outputs_per_thread_give_the_same_bits(gpu: wt.Device, cpu: wt.Device, M: int, N: int, blocks: int,
+                                                     seed: int) -> None:
+    """gemv_q8 on a CPU adapter with NR = 1, 2, 3 or 4 outputs a thread: the same sums in the same
+    order, so the same bits (N not a multiple of NR: the rows past N are computed, never written),
+    and the CPU reference within tolerance."""
+    rng = np.random.default_rng(seed)
+    K = 32 * blocks
+    qw = weight(rng, N, K)
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    bias = rng.standard_normal(N).astype(np.float32)
+    xt, bt = wt.tensor(x, device=gpu), wt.tensor(bias, device=gpu)
+    old = q8_ops.GEMV_Q8_NR
+    try:
+        outs = []
+        for nr in (1, 2, 3, 4):
+            q8_ops.GEMV_Q8_NR = nr
+            outs.append(wt.linear(xt, qw, bt, act="gelu").numpy())
+    finally:
+        q8_ops.GEMV_Q8_NR = old
+    for o in outs[1:]:
+        assert np.array_equal(o, outs[0])
+    want = wt.linear(wt.tensor(x, device=cpu), qw, wt.tensor(bias, device=cpu), act="gelu").numpy()
+    assert rel_err(outs[0], want) <= TOL
+
+
 def test_upload_blocks_refuses_bad_bytes(gpu: wt.Device) -> None:
     raw = weight(np.random.default_rng(0), 4, 64).to_blocks().tobytes()
     with pytest.raises(wt.CheckpointError, match="needs 272 bytes, got 271"):

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 BLOCK = 32  # values per q8_0 block (formats.q8_0.BLOCK, ggml's QK8_0)
 BLOCK_BYTES = 2 + BLOCK  # ggml's block: a float16 scale, then 32 int8 values
 GEMV_MAX_ROWS = gops.GEMV_MAX_ROWS  # up to this many rows of activations, gemv_q8 (W read once for all rows)
+GEMV_Q8_NR = 2  # gemv_q8's outputs per thread on CPU adapters (one lane an output): a unit's activations loaded once for both
 
 
 # -- the layout ---------------------------------------------------------------------------------
@@ -213,12 +214,24 @@ def gemv_lanes(ctx: WgpuContext, K: int) -> int:
     return gops.gemv_lanes(ctx, K // 4)
 
 
+def gemv_outputs(ctx: WgpuContext, K: int) -> int:
+    """Outputs one thread of gemv_q8.wgsl computes: GEMV_Q8_NR on CPU adapters (one lane an
+    output), else 1."""
+    return GEMV_Q8_NR if gemv_lanes(ctx, K) == 1 else 1
+
+
+def gemv_rows_per_group(ctx: WgpuContext, K: int) -> int:
+    """Outputs one workgroup (256 threads) of gemv_q8.wgsl computes."""
+    return 256 * gemv_outputs(ctx, K) // gemv_lanes(ctx, K)
+
+
 def kernel_for(ctx: WgpuContext, M: int, K: int, ln: bool = False) -> tuple[Any, str]:
     """(kernel, which): which is "gemv", "tiled" or "regs". `ln`: gemv_q8 with its layer-norm
     prologue (only where it has lanes to reduce with: ln_fusable)."""
     if M <= GEMV_MAX_ROWS:
         mr = 1 << max(0, (M - 1).bit_length())
-        defs = {"LANES": f"{gemv_lanes(ctx, K)}u", "MR": f"{mr}u", "LN": "true" if ln else "false"}
+        defs = {"LANES": f"{gemv_lanes(ctx, K)}u", "MR": f"{mr}u", "NR": f"{gemv_outputs(ctx, K)}u",
+                "LN": "true" if ln else "false"}
         return ctx.kernel("gemv_q8", defs), "gemv"
     if not gops._gpu_style(ctx):
         return ctx.kernel("matmul_q8_regs"), "regs"
@@ -295,7 +308,7 @@ def q8_linear(x: Tensor, qweight: Q8Weight | Q8Gpu, bias: Tensor | None = None, 
             params["eps"] = ln[2]
             bufs.update(lnw=gops._buf(ln[0]), lnb=gops._buf(ln[1]))
         if which == "gemv":
-            grid = gops._grid(math.ceil(nn / (256 // gemv_lanes(ctx, K))), ctx)
+            grid = gops._grid(math.ceil(nn / gemv_rows_per_group(ctx, K)), ctx)
         elif which == "regs":
             grid = (math.ceil(nn / 256), math.ceil(M / 4), 1)
         else:

@@ -7,13 +7,15 @@
 // for all of them); each row's 16 products are summed, then scaled by d once. Sums are f32.
 // A workgroup of 256 threads computes 256 / LANES outputs, LANES threads per W row striding over
 // its units, then a tree reduction of the MR partial sums in workgroup memory, and lane m writes
-// row m's output (LANES >= 32 >= MR). LANES = 1 (CPU adapters): one thread per output, no
-// reduction, no barrier. No subgroup operations.
+// row m's output (LANES >= 32 >= MR). LANES = 1 (CPU adapters): one thread per NR consecutive
+// outputs, no reduction, no barrier; a unit's activations are loaded once for the NR rows (on a
+// CPU adapter each load is a gather across the SIMD lanes: with NR = 1 the activations' loads
+// outnumber the quants' four to one). No subgroup operations.
 // Epilogue (epilogue.wgsl): + bias[n], the activation, + residual[m, n], chosen by p.epi.
 // With const LN (LANES > 1 only), A' = LayerNorm(A) (weights lnw, lnb; eps in p.eps; statistics in
 // the prologue, one shifted pass as in gemv.wgsl), so "layer norm -> linear" is one dispatch.
 // Needs K % 32 == 0 (whole blocks) and A rows 4-aligned. Header: const LANES, MR (MR >= p.M, a
-// power of two up to 8: the accumulators per thread), LN.
+// power of two up to 8: the accumulators per row), NR (outputs per thread: 1 where LANES > 1), LN.
 alias TC = f32;
 // #include epilogue.wgsl
 @group(0) @binding(2) var<storage, read> qs: array<vec4<u32>>;
@@ -34,14 +36,14 @@ fn arow(m: u32, i: u32) -> vec4<f32> {
   return (x - st.x) * st.y * lnw[i] + lnb[i];
 }
 
-const ROWS: u32 = 256u / LANES;
+const ROWS: u32 = 256u * NR / LANES;  // outputs per workgroup
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
   let r = li / LANES;
   let lane = li % LANES;
-  let n = (wg.y * nwg.x + wg.x) * ROWS + r;
+  let n0 = (wg.y * nwg.x + wg.x) * ROWS + r * NR;  // this thread's first output
   let units = p.K / 16u;
   if (LN) {  // each row's statistics, one shifted pass (as gemv.wgsl), by the whole workgroup
     let k4 = p.K / 4u;
@@ -65,21 +67,28 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
       workgroupBarrier();
     }
   }
-  var s: array<f32, MR>;
-  if (n < p.N) {
-    let qb = n * units;
+  var s: array<f32, MR * NR>;  // [m][j]: row m of A against output n0 + j
+  if (n0 < p.N) {
     for (var u = lane; u < units; u = u + LANES) {
-      let q = qs[qb + u];
-      let d = scale(n, u / 2u);
-      let w0 = quants4(q.x);
-      let w1 = quants4(q.y);
-      let w2 = quants4(q.z);
-      let w3 = quants4(q.w);
+      var w: array<mat4x4<f32>, NR>;  // the unit's 16 quants of each output, widened
+      var d: array<f32, NR>;
+      for (var j = 0u; j < NR; j = j + 1u) {
+        let n = min(n0 + j, p.N - 1u);  // outputs past N repeat the last one (never written)
+        let q = qs[n * units + u];
+        d[j] = scale(n, u / 2u);
+        w[j] = mat4x4<f32>(quants4(q.x), quants4(q.y), quants4(q.z), quants4(q.w));
+      }
       let i = u * 4u;
       for (var m = 0u; m < MR; m = m + 1u) {
         if (m < p.M) {
-          s[m] = s[m] + d * ((dot(arow(m, i), w0) + dot(arow(m, i + 1u), w1))
-                             + (dot(arow(m, i + 2u), w2) + dot(arow(m, i + 3u), w3)));
+          let x0 = arow(m, i);
+          let x1 = arow(m, i + 1u);
+          let x2 = arow(m, i + 2u);
+          let x3 = arow(m, i + 3u);
+          for (var j = 0u; j < NR; j = j + 1u) {
+            s[m * NR + j] = s[m * NR + j] + d[j] * ((dot(x0, w[j][0]) + dot(x1, w[j][1]))
+                                                   + (dot(x2, w[j][2]) + dot(x3, w[j][3])));
+          }
         }
       }
     }
@@ -95,8 +104,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
       }
       workgroupBarrier();
     }
-    if (lane < p.M && n < p.N) { write_out(p.c_off + lane * p.ldc + n, lane, n, red[lane * 256u + r * LANES]); }
-  } else if (n < p.N) {
-    for (var m = 0u; m < p.M; m = m + 1u) { write_out(p.c_off + m * p.ldc + n, m, n, s[m]); }
+    if (lane < p.M && n0 < p.N) { write_out(p.c_off + lane * p.ldc + n0, lane, n0, red[lane * 256u + r * LANES]); }
+  } else {
+    for (var j = 0u; j < NR; j = j + 1u) {
+      let n = n0 + j;
+      if (n < p.N) {
+        for (var m = 0u; m < p.M; m = m + 1u) { write_out(p.c_off + m * p.ldc + n, m, n, s[m * NR + j]); }
+      }
+    }
   }
 }
