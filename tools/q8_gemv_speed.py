@@ -57,12 +57,12 @@ for K, N in SHAPES:
     x = wt.tensor(rng.standard_normal((1, K)).astype(np.float32), device=dev)
     wf = wt.tensor(w, device=dev).T  # (K, N) view of k-major storage, as GPT-2's weights on WebGPU
     wq = q8_ops.upload(dev, q8_0.quantize(w))
-    row = {"float32": time_us(lambda: wt.linear(x, wf))}
+    row = {"float32": time_us(lambda x=x, wf=wf: wt.linear(x, wf))}
     ref = wt.linear(x, wq).numpy()
     for nr in nrs:
         q8_ops.GEMV_Q8_NR = nr
         assert np.array_equal(wt.linear(x, wq).numpy(), ref)  # every NR: the same bits
-        row[f"q8 NR={nr}"] = time_us(lambda: wt.linear(x, wq))
+        row[f"q8 NR={nr}"] = time_us(lambda x=x, wq=wq: wt.linear(x, wq))
     for k, v in row.items():
         total[k] += v
     print(f"K={K:5d} N={N:6d}: " + "  ".join(f"{k} {v:8.0f}" for k, v in row.items()))

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 BLOCK = 32  # values per q8_0 block (formats.q8_0.BLOCK, ggml's QK8_0)
 BLOCK_BYTES = 2 + BLOCK  # ggml's block: a float16 scale, then 32 int8 values
 GEMV_MAX_ROWS = gops.GEMV_MAX_ROWS  # up to this many rows of activations, gemv_q8 (W read once for all rows)
-GEMV_Q8_NR = 2  # gemv_q8's outputs per thread on CPU adapters (one lane an output): a unit's activations loaded once for both
+GEMV_Q8_NR = 2  # gemv_q8's outputs a thread on CPU adapters: a unit's activations loaded once for both
 
 
 # -- the layout ---------------------------------------------------------------------------------
