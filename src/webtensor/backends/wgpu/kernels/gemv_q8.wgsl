@@ -10,7 +10,10 @@
 // row m's output (LANES >= 32 >= MR). LANES = 1 (CPU adapters): one thread per NR consecutive
 // outputs, no reduction, no barrier; a unit's activations are loaded once for the NR rows (on a
 // CPU adapter each load is a gather across the SIMD lanes: with NR = 1 the activations' loads
-// outnumber the quants' four to one). No subgroup operations.
+// outnumber the quants' four to one). One row of A there (decode, MR = 1, NR <= 2) takes a path
+// with plain variables and no local arrays, which SwiftShader keeps in memory when they are
+// indexed (2.4-3x slower); its sums are the general path's, in the same order: the same bits.
+// No subgroup operations.
 // Epilogue (epilogue.wgsl): + bias[n], the activation, + residual[m, n], chosen by p.epi.
 // With const LN (LANES > 1 only), A' = LayerNorm(A) (weights lnw, lnb; eps in p.eps; statistics in
 // the prologue, one shifted pass as in gemv.wgsl), so "layer norm -> linear" is one dispatch.
@@ -37,6 +40,11 @@ fn arow(m: u32, i: u32) -> vec4<f32> {
 }
 
 const ROWS: u32 = 256u * NR / LANES;  // outputs per workgroup
+
+// a unit's 16 products: A's vec4s i .. i + 3 (x0 .. x3) against the 16 quants in q
+fn dot16(x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>, q: vec4<u32>) -> f32 {
+  return (dot(x0, quants4(q.x)) + dot(x1, quants4(q.y))) + (dot(x2, quants4(q.z)) + dot(x3, quants4(q.w)));
+}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -67,6 +75,25 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
       workgroupBarrier();
     }
   }
+  if (LANES == 1u && MR == 1u && NR <= 2u) {  // decode on a CPU adapter
+    let n1 = min(n0 + 1u, p.N - 1u);  // the second output (past N: the last again, never written)
+    var s0 = 0.0;
+    var s1 = 0.0;
+    if (n0 < p.N) {
+      for (var u = 0u; u < units; u = u + 1u) {
+        let i = u * 4u;
+        let x0 = arow(0u, i);
+        let x1 = arow(0u, i + 1u);
+        let x2 = arow(0u, i + 2u);
+        let x3 = arow(0u, i + 3u);
+        s0 = s0 + scale(n0, u / 2u) * dot16(x0, x1, x2, x3, qs[n0 * units + u]);
+        if (NR == 2u) { s1 = s1 + scale(n1, u / 2u) * dot16(x0, x1, x2, x3, qs[n1 * units + u]); }
+      }
+      write_out(p.c_off + n0, 0u, n0, s0);
+      if (NR == 2u && n0 + 1u < p.N) { write_out(p.c_off + n0 + 1u, 0u, n0 + 1u, s1); }
+    }
+    return;
+  }
   var s: array<f32, MR * NR>;  // [m][j]: row m of A against output n0 + j
   if (n0 < p.N) {
     for (var u = lane; u < units; u = u + LANES) {
@@ -85,7 +112,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
           let x1 = arow(m, i + 1u);
           let x2 = arow(m, i + 2u);
           let x3 = arow(m, i + 3u);
-          for (var j = 0u; j < NR; j = j + 1u) {
+          for (var j = 0u; j < NR; j = j + 1u) {  // dot16's sums, on the widened quants
             s[m * NR + j] = s[m * NR + j] + d[j] * ((dot(x0, w[j][0]) + dot(x1, w[j][1]))
                                                    + (dot(x2, w[j][2]) + dot(x3, w[j][3])));
           }
