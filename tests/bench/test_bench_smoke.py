@@ -38,6 +38,7 @@ def test_bench_writes_every_field(tmp_path, device, gpu):
     assert ours["engine"] == "webtensor" and hf["engine"] == "hf-transformers"
     assert step["engine"] in ("torch-step (cpu)", "torch+cudagraph")  # the second anchor
     assert step["extra"]["cuda_graph"] == (step["engine"] == "torch+cudagraph")
+    assert step["extra"]["tokens_agreeing_with_hf"] == 7  # the same model as HF: all 1 + 6 greedy tokens
     for res in (ours, hf, step):
         assert set(res["prefill_tok_s"]) == {"8", "16"} and res["decode_tokens"] == 6 and res["decode_tok_s"] > 0
     for key, other in (("ratios_webtensor_over_hf", hf), ("ratios_webtensor_over_torch_step", step)):

@@ -137,5 +137,7 @@ def test_cuda_graph_replays_the_eager_step(hf, dtype):
     g_tok, g_log = ours(graphed, [ids], STEPS)
     e_tok, e_log = ours(eager, [ids], STEPS)
     assert g_tok == e_tok
-    for g, e in zip(g_log, e_log, strict=True):
-        assert rel_err(g, e) <= 1e-6
+    for g, e in zip(g_log, e_log, strict=True):  # the same kernels, but cuBLAS may choose others in a capture
+        assert rel_err(g, e) <= (1e-5 if dtype == torch.float32 else 2e-3)
+    if dtype == torch.float32:  # and HF's own greedy tokens
+        assert g_tok == [hf_greedy(hf, [ids], STEPS)[0][0]]

@@ -111,6 +111,8 @@ def run_bench(args: argparse.Namespace) -> int:
             else:
                 results.append(bench_torch_step(hf, cfg, args.dtype, prompts, decode, args.repeats, bar,
                                                 args.batch))
+                agree = results[-1].extra["tokens_agreeing_with_hf"]
+                notes.append(f"torch step: its first {agree} of {decode + 1} greedy tokens are HF's")
     report = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": platform.node(), "python": platform.python_version(),
         "command": "webtensor " + " ".join(sys.argv[1:]) if sys.argv else "", "model": args.model,

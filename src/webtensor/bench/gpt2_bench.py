@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..device import Device
+from ..errors import WebtensorError
 from ..generation import generate_batch
 from ..models.gpt2 import GPT2, GPT2Config
 from ..models.gpt2.model import random_arrays
@@ -127,14 +128,18 @@ def hf_model(cfg: GPT2Config, arrays: dict[str, np.ndarray], dtype: str) -> Any:
                       scale_attn_by_inverse_layer_idx=cfg.scale_attn_by_inverse_layer_idx,
                       reorder_and_upcast_attn=cfg.reorder_and_upcast_attn,
                       tie_word_embeddings=cfg.tie_word_embeddings)
-    model = GPT2LMHeadModel(hf_cfg).eval()
+    with torch.device(dev):  # its random init runs there (seconds for gpt2-xl on a GPU), then is overwritten
+        model = GPT2LMHeadModel(hf_cfg).eval()
     sd = {("" if k == "lm_head.weight" else "transformer.") + k: torch.from_numpy(np.ascontiguousarray(v))
           for k, v in arrays.items()}
     if cfg.tie_word_embeddings:
         sd["lm_head.weight"] = sd["transformer.wte.weight"]
-    model.load_state_dict(sd, strict=False)
-    tdtype = torch.float16 if dtype == "float16" else torch.float32
-    return model.to(dev, tdtype)
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    missing = [k for k in missing if not k.endswith((".attn.bias", ".attn.masked_bias"))]  # buffers, not weights
+    if missing or unexpected:
+        raise WebtensorError(f"--compare: the HF model did not take the weights (missing {missing}, "
+                             f"unexpected {unexpected})")
+    return model.to(torch.float16 if dtype == "float16" else torch.float32)
 
 
 def _torch_device(model: Any) -> tuple[str, Any]:
@@ -256,11 +261,25 @@ def bench_torch_step(model: Any, cfg: GPT2Config, dtype: str, prompts: list[int]
     if progress:
         progress.update(1)
     _decode_figures(res, n, dt, batch)
+    res.extra["tokens_agreeing_with_hf"] = _agreement(step.tokens(8), model, rows, n + 1)
     res.extra["attention_span"] = span
     res.extra["cuda_graph"] = step.graph is not None
     if cuda:
         res.memory_mb = torch.cuda.max_memory_allocated() / 2**20
     return res
+
+
+def _agreement(got: list[list[int]], model: Any, rows: list[list[int]], n: int) -> int:
+    """How many leading tokens of `got` (each row's n greedy tokens after `rows`) HF's greedy
+    `generate` gives too, the fewest over the rows: a check that the anchor computes HF's model."""
+    import torch
+
+    with torch.inference_mode():
+        x = torch.tensor(rows, device=model.device)  # (B, T)
+        want = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, min_new_tokens=n,
+                              do_sample=False, pad_token_id=0)[:, x.shape[1]:].tolist()
+    return min(next((i for i, (a, b) in enumerate(zip(g, w, strict=True)) if a != b), n)
+               for g, w in zip(got, want, strict=True))
 
 
 def build_model(spec: str, device: Device, dtype: str, seed: int = 0) -> tuple[GPT2, dict[str, np.ndarray] | None]:
