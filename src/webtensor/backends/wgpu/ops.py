@@ -460,7 +460,12 @@ def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor,
 
 # -- matmul engine: matmul_engine.wgsl, the register-tiled kernel for GPUs ------------------------
 ENGINE = True  # False: GPUs use matmul.wgsl for M > GEMV_MAX_ROWS (the benchmark compares both)
-ENGINE_F16_CHUNKED = True  # float16: packed f16 FMAs summed into f32 every BK step; False: f32 FMAs
+# float16 operands of the engine (the sweep in tools/h200/f16_engine.py compares the settings):
+ENGINE_F16_WORDS = True  # read as u32 words widened with unpack2x16float; False: `vec4<f16>` loads
+# float16 x float16 arithmetic: "f32": f32 workgroup tiles and FMAs (fp32's kernel, BK = 8);
+# "f16": f16 tiles (BK = 16), f32 FMAs; "chunked": f16 tiles, packed f16 FMAs summed into f32 every BK step
+ENGINE_F16_MATH = "f32"
+ENGINE_F16_MATHS = ("f32", "f16", "chunked")
 ENGINE_WAVE = 264  # a larger tile is taken only when its grid has this many workgroups (H200: 2 x 132 SMs)
 
 
@@ -488,14 +493,23 @@ def engine_fits(ctx: WgpuContext, a: Tensor, lda: int, parts: list[_Part]) -> bo
 
 def engine_kernel(ctx: WgpuContext, a_dtype: dt.DType, b_dtype: dt.DType, c_dtype: dt.DType,
                   bias_dtype: dt.DType, kmajor: bool, tile: tuple[int, int]) -> Any:
-    """The matmul_engine variant: float16 operands get f16 workgroup tiles and BK = 16 (16 KiB of
-    workgroup memory either way), and packed f16 FMAs when ENGINE_F16_CHUNKED."""
+    """The matmul_engine variant. A float16 operand is read as u32 words when ENGINE_F16_WORDS;
+    float16 x float16 products compute as ENGINE_F16_MATH says (f16 tiles take BK = 16: 16 KiB of
+    workgroup memory either way); any other pair (float32 activations x float16 weights, as GPT-2
+    in float16 runs) in f32 tiles with f32 FMAs."""
     f16 = a_dtype is dt.float16 and b_dtype is dt.float16
-    chunked = f16 and ENGINE_F16_CHUNKED
+    math_ = ENGINE_F16_MATH if f16 else "f32"
+    if math_ not in ENGINE_F16_MATHS:
+        raise ValueError(f"ENGINE_F16_MATH must be one of {ENGINE_F16_MATHS}, got {math_!r}")
+    tiles16, chunked = math_ != "f32", math_ == "chunked"
+
+    def words(t: dt.DType) -> str:
+        return "true" if ENGINE_F16_WORDS and t is dt.float16 else "false"
+
     defs = {"TA": a_dtype.wgsl, "TB": b_dtype.wgsl, "TC": c_dtype.wgsl, "TBIAS": bias_dtype.wgsl,
-            "TS": "f16" if f16 else "f32", "CT": "f16" if chunked else "f32", "MT": f"{tile[0]}u",
-            "NT": f"{tile[1]}u", "BK": "16u" if f16 else "8u", "B_KMAJOR": "true" if kmajor else "false",
-            "CHUNKED": "true" if chunked else "false"}
+            "TS": "f16" if tiles16 else "f32", "CT": "f16" if chunked else "f32", "MT": f"{tile[0]}u",
+            "NT": f"{tile[1]}u", "BK": "16u" if tiles16 else "8u", "B_KMAJOR": "true" if kmajor else "false",
+            "CHUNKED": "true" if chunked else "false", "APACK": words(a_dtype), "BPACK": words(b_dtype)}
     return ctx.kernel("matmul_engine", defs)
 
 
