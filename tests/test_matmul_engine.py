@@ -184,17 +184,49 @@ def test_engine_f16_math_checked(gpu, calls, monkeypatch):
         run_linear(gpu, 0, 16, 8, 8, True, "float16", 0)
 
 
-@pytest.mark.parametrize("kmajor", [True, False])
-def test_engine_row_chunked_weights(gpu_small, calls, kmajor):
+@pytest.mark.parametrize(("dtype", "kmajor", "K"), [("float32", True, 72), ("float32", False, 600),
+                                                    ("float16", True, 72), ("float16", True, 80),
+                                                    ("float16", False, 600)])
+def test_engine_row_chunked_weights(gpu_small, calls, dtype, kmajor, K):
     """Weights over the binding limit (64 KiB here) live in row chunks: k-major chunks fill column
-    blocks of C, n-major chunks are partial sums over K (the epilogue runs on the last one)."""
-    M, K, N = (20, 72, 300) if kmajor else (10, 600, 64)
+    blocks of C, n-major chunks are partial sums over K (the epilogue runs on the last one). In
+    float16 the k-major chunks are 455 (K = 72) or 409 (K = 80) columns wide: blocks starting on an
+    even column write u32 words and end in a word only half theirs, blocks starting on an odd one
+    write halves; the n-major partial sums read the words back."""
+    if dtype == "float16" and not gpu_small.ctx.has_f16:
+        pytest.skip("this adapter has no shader-f16")
+    M, N = (20, 300 if dtype == "float32" else 1000) if kmajor else (10, 64)
     stored = (N, pad4(K)) if kmajor else (K, pad4(N))
-    n_chunks = len(wt.tensor(np.zeros(stored, np.float32), device=gpu_small)._storage.chunks)
+    n_chunks = len(wt.tensor(np.zeros(stored, dtype), device=gpu_small)._storage.chunks)
     assert n_chunks > 1
-    got, want, _, _ = run_linear(gpu_small, 3, M, K, N, kmajor, "float32", 7)
+    got, want, mag, _ = run_linear(gpu_small, 3, M, K, N, kmajor, dtype, 7 if dtype == "float32" else 5)
     assert calls["engine"] == n_chunks  # one launch per chunk
-    assert rel_err(got, want) <= 1e-5
+    if dtype == "float32":
+        assert rel_err(got, want) <= 1e-5
+    else:  # (the n-major partial sums are rounded to float16 between chunks)
+        bound = U16 * np.abs(want) + (n_chunks * U16 + K * 2.0 ** -24) * mag + 1e-6
+        assert np.all(np.abs(got.astype(np.float64) - want) <= bound)
+
+
+def test_engine_float16_words_keep_the_other_half(gpu, calls):
+    """A float16 output written as u32 words with N odd and an even row stride: each row's last
+    word is half in range, and its other half (column N, outside the product) keeps its bits."""
+    if not gpu.ctx.has_f16:
+        pytest.skip("this adapter has no shader-f16")
+    M, K, N, ldc = 20, 16, 37, 40
+    rng = np.random.default_rng(4)
+    a_np, b_np = rng.standard_normal((M, K)).astype(np.float16), rng.standard_normal((N, K)).astype(np.float16)
+    a, b = wt.tensor(a_np, device=gpu), wt.tensor(b_np, device=gpu)
+    out = wt.tensor(np.full((M, ldc), -3.5, np.float16), device=gpu)
+    f16 = wt.float16
+    k = gops.engine_kernel(gpu.ctx, f16, f16, f16, f16, True, (1, 1), even_out=True)
+    gpu.ctx.launch(k, dict(M=M, N=N, K=K, a_off4=0, lda4=K // 4, b_off4=0, ldb4=K // 4, c_off=0, ldc=ldc),
+                   dict(a=gops._buf(a), b=gops._buf(b), c=gops._buf(out)), (1, 1, 1))
+    got = out.numpy()
+    assert np.all(got[:, N:] == np.float16(-3.5))
+    want = a_np.astype(np.float64) @ b_np.astype(np.float64).T
+    assert np.all(np.abs(got[:, :N] - want) <= U16 * np.abs(want) + K * 2.0 ** -24 * (np.abs(a_np) @ np.abs(b_np).T)
+                  + 1e-6)
 
 
 def test_engine_tile_choice():

@@ -4,7 +4,9 @@
 1. GPU time (timestamps, as matmul_bench) of each engine variant at GPT-2 124M's and xl's prefill
    products (M = 128, 1023; K x N of qkv, proj, fc, fc2, LM head; weights k-major): float32; float32
    activations x float16 weights (what GPT-2 in float16 runs: only the loads of B differ, u32 words
-   or vec4<f16>); float16 x float16 with each (ENGINE_F16_WORDS, ENGINE_F16_MATH) of matmul_bench.F16.
+   or vec4<f16>); float16 x float16 with each (ENGINE_F16_WORDS, ENGINE_F16_MATH) of matmul_bench.F16,
+   and the default one with its output written as halves (ENGINE_F16_OUT_WORDS off; the LM head's odd
+   N always is) or as float32 (what writing halves costs).
 2. Whole prefill, tok/s (`next(generate_ids(ids, 1))`, median of 3 after a warm-up, two rounds
    with the variants interleaved): 124M float32 and float16 at 128 and 1,023 tokens, xl float16 at
    1,023. GPT-2's products are float32 x float16, which only ENGINE_F16_WORDS changes (the float16
@@ -55,13 +57,17 @@ def kernel_times(dev, res):
         for M in MS:
             x = rng.standard_normal((M, K)).astype(np.float32)
             a = {d: wt.tensor(x.astype(d), device=dev) for d in ("float32", "float16")}
-            cases = [("float32", "engine", "float32", "float32")]
-            cases += [(f"f32xf16/{name}", v, "float32", "float16") for name, v in MIXED_VARIANTS.items()]
+            # (label, matmul_bench variant, A dtype, B dtype, further switches, output dtype: None = linear's)
+            cases = [("float32", "engine", "float32", "float32", {}, None)]
+            cases += [(f"f32xf16/{name}", v, "float32", "float16", {}, None) for name, v in MIXED_VARIANTS.items()]
             cases += [(f"float16/{v.removeprefix('engine-') if v != 'engine' else 'words-f32'}", v, "float16",
-                       "float16") for v in F16_VARIANTS]
-            for label, variant, ad, bd in cases:
-                with mb._switches(mb._SWITCHES[variant]):
-                    us, kernels = mb._time_case(dev, a[ad], w[bd], REPS)
+                       "float16", {}, None) for v in F16_VARIANTS]
+            cases += [("float16/words-f32/out-halves", "engine", "float16", "float16", {"ENGINE_F16_OUT_WORDS": False},
+                       None), ("float16/words-f32/out-f32", "engine", "float16", "float16", {}, wt.float32)]
+            for label, variant, ad, bd, extra, out_dtype in cases:
+                fn = None if out_dtype is None else (lambda x, y, d=out_dtype: gops.matmul(x, y, d))
+                with mb._switches({**mb._SWITCHES[variant], **extra}):
+                    us, kernels = mb._time_case(dev, a[ad], w[bd], REPS, fn)
                 key = f"kernel/{shape}/M={M}/{label}"
                 res[key] = {"us": round(us, 2), "gflops": round(2 * M * N * K / us / 1e3, 1), "kernel": kernels}
                 log(key, res[key])

@@ -82,15 +82,16 @@ def _applies(variant: str, M: int, dtype: str, software: bool) -> bool:
     return True
 
 
-def _time_case(dev: Any, a: Any, w: Any, reps: int) -> tuple[float, str]:
-    """(µs a matmul, kernel names) of ops.linear(a, w) under the current switches."""
+def _time_case(dev: Any, a: Any, w: Any, reps: int, fn: Any = None) -> tuple[float, str]:
+    """(µs a matmul, kernel names) of fn(a, w) (default ops.linear) under the current switches."""
     from .. import ops
     from ..backends.wgpu.profiler import time_commands
 
+    fn = fn or ops.linear
     ctx = dev.ctx
-    ops.linear(a, w).numpy()  # compiles the variant and warms up
+    fn(a, w).numpy()  # compiles the variant and warms up
     with ctx.lock, dev.dispatch_scope():
-        out = ops.linear(a, w)
+        out = fn(a, w)
         cmds, names = ctx.take_pending()  # timed below instead of submitted by the scope
     kernels = ",".join(sorted({n.split("-")[0] for n in names}))
     if "timestamp-query" in ctx.api.features:
@@ -101,7 +102,7 @@ def _time_case(dev: Any, a: Any, w: Any, reps: int) -> tuple[float, str]:
         t0 = time.perf_counter()
         with dev.dispatch_scope():
             for _ in range(reps):
-                out = ops.linear(a, w)
+                out = fn(a, w)
         out[:1].numpy()
         us = (time.perf_counter() - t0) * 1e6 / reps
     return us, kernels

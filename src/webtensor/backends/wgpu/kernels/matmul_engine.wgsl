@@ -10,12 +10,13 @@
 // dims themselves are arbitrary (tails masked by bounds checks). Offsets and strides are in vec4s.
 // With APACK (BPACK), float16 A (B) is read as u32 words, two of them for each four values, and
 // widened with unpack2x16float: no 16-bit storage access (the H200's Vulkan driver reads 16-bit
-// storage several times slower, see gemv.wgsl); otherwise as `vec4<TA>` (`vec4<TB>`).
+// storage several times slower, see gemv.wgsl); otherwise as `vec4<TA>` (`vec4<TB>`). With CPACK
+// the float16 output (and residual) are u32 words too (epilogue.wgsl; c_off and ldc even).
 // Arithmetic: products in CT (f32, or f16 for packed `vec4<f16>` FMAs). With CHUNKED, the CT
 // accumulators cover one BK step only and are then added into f32 accumulators, which bounds the
 // f16 accumulation error to sums of BK terms. Epilogue: + bias, GELU, + residual (epilogue.wgsl).
 // Header: alias TA, TB, TC, TBIAS, TS (workgroup tile type), CT; const MT, NT (1 or 2), BK (8 or
-// 16), B_KMAJOR, CHUNKED, APACK, BPACK.
+// 16), B_KMAJOR, CHUNKED, APACK, BPACK, CPACK.
 // #include epilogue.wgsl
 struct P {
   M: u32, N: u32, K: u32, acc: u32,
@@ -41,8 +42,13 @@ fn b_vec(v: BV) -> vec4<TS> { return vec4<TS>(v); }
 @group(0) @binding(1) var<storage, read> a: array<AV>;
 @group(0) @binding(2) var<storage, read> b: array<BV>;
 @group(0) @binding(3) var<storage, read> bias: array<TBIAS>;
+// #if CPACK
+@group(0) @binding(4) var<storage, read> res: array<u32>;  // float16 C and residual as u32 words
+@group(0) @binding(5) var<storage, read_write> c: array<u32>;
+// #else
 @group(0) @binding(4) var<storage, read> res: array<TC>;
 @group(0) @binding(5) var<storage, read_write> c: array<TC>;
+// #endif
 
 const MV = 16u * MT;            // the A tile's rows / 4 (vec4s along M in workgroup memory)
 const NV = 16u * NT;            // the B tile's columns / 4
