@@ -8,10 +8,12 @@
    and the default one with its output written as halves (ENGINE_F16_OUT_WORDS off; the LM head's odd
    N always is) or as float32 (what writing halves costs).
 2. Whole prefill, tok/s (`next(generate_ids(ids, 1))`, median of 3 after a warm-up, two rounds
-   with the variants interleaved): 124M float32 and float16 at 128 and 1,023 tokens, xl float16 at
-   1,023. GPT-2's products are float32 x float16, which only ENGINE_F16_WORDS changes (the float16
-   arithmetic switch applies to float16 x float16 alone), so the model runs words / vec per dtype.
-   Plus the GPU time per kernel kind of each prompt pass (profiler.profile_prefill).
+   with the variants interleaved; random weights): 124M float32 and float16 at 128 and 1,023
+   tokens, xl float16 and float32 at 1,023. GPT-2's products are float32 x float16, which only
+   ENGINE_F16_WORDS changes (the float16 arithmetic switch applies to float16 x float16 alone),
+   so the float16 models run words and vec.
+   Plus the GPU time per kernel kind of each prompt pass (profiler.profile_prefill), and a summary
+   of fp16 / fp32 ratios at the end.
 
 `--tiny` (or F16_ENGINE_TINY=1): tiny shapes and model, GPU kernels forced on a CPU adapter, to
 check the script on lavapipe (`CI=true PYTHONPATH=src python tools/h200/f16_engine.py --tiny`);
@@ -32,6 +34,7 @@ from webtensor.backends.wgpu.profiler import profile_prefill
 from webtensor.bench import matmul_bench as mb
 from webtensor.models.gpt2 import GPT2
 from webtensor.models.gpt2.config import GPT2Config
+from webtensor.models.gpt2.model import random_arrays
 
 TINY = "--tiny" in sys.argv or os.environ.get("F16_ENGINE_TINY") == "1"
 C124, CXL = (64, 160) if TINY else (768, 1600)
@@ -90,31 +93,52 @@ def prefill_s(m, T):
 
 def model_prefill(dev, res):
     tiny = dict(n_embd=C124, n_layer=2, n_head=4, n_positions=128, vocab_size=VOCAB)
-    runs = [("124m", GPT2Config(**tiny) if TINY else GPT2Config(), "float32", (100,) if TINY else (128, 1023)),
-            ("124m", GPT2Config(**tiny) if TINY else GPT2Config(), "float16", (16, 100) if TINY else (128, 1023)),
-            ("xl", GPT2Config(**dict(tiny, n_embd=CXL, n_head=5)) if TINY else
-             GPT2Config(n_embd=1600, n_layer=48, n_head=25), "float16", (100,) if TINY else (1023,))]
+    c124 = GPT2Config(**tiny) if TINY else GPT2Config()
+    cxl = GPT2Config(**dict(tiny, n_embd=CXL, n_head=5)) if TINY else GPT2Config(n_embd=1600, n_layer=48, n_head=25)
+    t_124, t_xl = ((16, 100), (100,)) if TINY else ((128, 1023), (1023,))
+    # (name, config, dtypes, prompt lengths): one set of random weights per config, uploaded per dtype
+    runs = [("124m", c124, ("float32", "float16"), t_124), ("xl", cxl, ("float16", "float32"), t_xl)]
     timestamps = "timestamp-query" in dev.ctx.api.features
-    for name, cfg, dtype, Ts in runs:
-        m = GPT2.random(cfg, device=dev, dtype=dtype)
-        words = (True, False) if dtype == "float16" else (True,)
-        for rnd in range(2):
+    for name, cfg, dtypes, Ts in runs:
+        arrays = random_arrays(cfg)
+        for dtype in dtypes:
+            m = GPT2.from_arrays(cfg, arrays, dev, dtype, name=f"random-{name}")
+            words = (True, False) if dtype == "float16" else (True,)
+            for rnd in range(2):
+                for wv in words:
+                    gops.ENGINE_F16_WORDS = wv
+                    for T in Ts:
+                        tps = T / prefill_s(m, T)
+                        key = f"prefill/{name}/{dtype}/{'words' if wv else 'vec'}/T={T}"
+                        res.setdefault(key, []).append(round(tps, 1))
+                        log(key, "round", rnd, round(tps))
             for wv in words:
                 gops.ENGINE_F16_WORDS = wv
-                for T in Ts:
-                    tps = T / prefill_s(m, T)
-                    key = f"prefill/{name}/{dtype}/{'words' if wv else 'vec'}/T={T}"
-                    res.setdefault(key, []).append(round(tps, 1))
-                    log(key, "round", rnd, round(tps))
-        for wv in words:
-            gops.ENGINE_F16_WORDS = wv
-            if timestamps:
-                key = f"profile/{name}/{dtype}/{'words' if wv else 'vec'}/T={max(Ts)}"
-                p = res[key] = profile_prefill(m, max(Ts))
-                log(key, round(p["total_us"]), "us", [(k, round(us)) for k, us in p["kernels"][:6]])
-        gops.ENGINE_F16_WORDS = True
-        del m
-        dev.ctx.empty_cache()
+                if timestamps:
+                    key = f"profile/{name}/{dtype}/{'words' if wv else 'vec'}/T={max(Ts)}"
+                    p = res[key] = profile_prefill(m, max(Ts))
+                    log(key, round(p["total_us"]), "us", [(k, round(us)) for k, us in p["kernels"][:6]])
+            gops.ENGINE_F16_WORDS = True
+            del m
+            dev.ctx.empty_cache()
+        del arrays
+
+
+def summary(res):
+    """fp16 / fp32 time ratios of the default kernels (< 1: fp16 faster) and prefill tok/s."""
+    log("== kernels: us float32 | f32xf16 words (vec) | float16 words-f32 (vec-chunked: the old one)")
+    for shape in SHAPES:
+        for M in MS:
+            k = f"kernel/{shape}/M={M}"
+            f32 = res[f"{k}/float32"]["us"]
+            row = [res[f"{k}/{c}"]["us"] for c in ("f32xf16/words", "f32xf16/vec", "float16/words-f32",
+                                                    "float16/vec-chunked")]
+            log(f"{shape:>10} M={M:<5} {f32:9.1f} | {row[0]:9.1f} ({row[1]:9.1f}) x{row[0] / f32:.2f} | "
+                f"{row[2]:9.1f} ({row[3]:9.1f}) x{row[2] / f32:.2f}")
+    log("== prefill tok/s (rounds)")
+    for k, v in res.items():
+        if k.startswith("prefill/"):
+            log(k, v)
 
 
 def main():
@@ -128,6 +152,7 @@ def main():
         kernel_times(dev, res)
         log("kernels done in", round(time.perf_counter() - t0), "s")
         model_prefill(dev, res)
+        summary(res)
     finally:
         res["wall_s"] = round(time.perf_counter() - t0, 1)
         with open(os.path.join(os.environ.get("OUT", "."), "f16_engine.json"), "w") as f:
