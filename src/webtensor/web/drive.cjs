@@ -14,8 +14,8 @@
 //                                                             model); result: the page's model facts
 // Any task may carry a `name`, copied into its result.
 // Options: query: appended to the page's address ("?dtype=int8"); webgpu: false starts Chromium
-// without WebGPU (no adapter); hideWebgpu: true removes navigator.gpu from the page; expectError: true accepts a page that
-// stopped on an error (its state is in `boot`).
+// without WebGPU (no adapter); hideWebgpu: true removes navigator.gpu from the page; expectError:
+// true accepts a page that stopped on an error (its state is in `boot`).
 // Writes {boot, tasks: [...], console: [...], ms} to CONFIG.results; exits 1 on a failed task.
 "use strict";
 
