@@ -253,7 +253,7 @@ def add_parser(sub: Any) -> None:
                    help="Pyodide distribution folder (default: node_modules/pyodide)")
     p.add_argument("--dtype", choices=DTYPES, default="float32",
                    help="the weights the page loads first (default float32; float16 needs the adapter's "
-                        "shader-f16; int8: q8_0 matrices, a download ~0.27x float32's); the page's dtype "
+                        "shader-f16; int8: q8_0 matrices, ~0.27x their float32 bytes to download); the page's dtype "
                         "menu and its ?dtype= address switch")
 
 

@@ -16,7 +16,8 @@ of buffers; `q8_linear` runs one dispatch per chunk, each writing its block of o
 
 Kernels (all f32 arithmetic; bindings: uniform p, then a, quants, scales, bias, residual (read),
 then the output (read_write), the same `struct P` for all three):
-- gemv_q8.wgsl for M <= 8 rows (decode), LANES threads per output (1 on CPU adapters),
+- gemv_q8.wgsl for M <= 8 rows (decode), LANES threads per output (on CPU adapters 1, and
+  GEMV_Q8_NR outputs a thread),
 - matmul_q8.wgsl for M > 8 on GPUs (64x64 tiles through workgroup memory),
 - matmul_q8_regs.wgsl for M > 8 on CPU adapters (no workgroup memory, no barriers).
 
