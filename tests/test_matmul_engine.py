@@ -1,13 +1,18 @@
 """Parity of the GPU prefill kernels against float64 numpy: matmul_engine.wgsl (every workgroup
-tile, k-major and n-major B, the fused epilogue, row-chunked weights; float32, float16 with packed
-f16 FMAs and with f32 FMAs) and attention_prefill.wgsl (float32 / float16, head dims 16..128,
-causal or not, T from 1 to 300, with and without subgroups). On CPU adapters (lavapipe) the tests ask for the GPU kernel
-variants explicitly; each test checks that the kernel under test really ran.
+tile, k-major and n-major B, the fused epilogue, row-chunked weights; float32; float16 x float16
+read as u32 words or as vec4<f16>, with f32 tiles and FMAs, f16 tiles and f32 FMAs, or packed f16
+FMAs; float32 x float16 and float16 x float32, GPT-2 in float16's activations x weights) and
+attention_prefill.wgsl (float32 / float16, head dims 16..128, causal or not, T from 1 to 300, with
+and without subgroups). On CPU adapters (lavapipe) the tests ask for the GPU kernel variants
+explicitly; each test checks that the kernel under test really ran.
 
-Bounds: float32, norm-wise relative error <= 1e-5. float16 matmul, element-wise:
-|c - c_ref| <= u |c_ref| + BK u (|A| @ |B|) + 1e-6, u = 2^-11 (the output's rounding plus the f16
-accumulation of one BK = 16 step, worst case; the f32 sums across steps add ~K/BK * 2^-24). float16
-attention (f32 arithmetic, f16 inputs and output): norm-wise relative error <= 1e-3.
+Bounds: float32 and mixed float32 / float16 operands (f32 output), norm-wise relative error
+<= 1e-5. float16 matmul (f16 output), element-wise, u = 2^-11:
+|c - c_ref| <= u |c_ref| + g (|A| @ |B|) + 1e-6, where g = K 2^-24 with f32 FMAs (products of
+halves are exact in f32, so only the f32 sum and the output's rounding err) and g = BK u with
+packed f16 FMAs (the f16 accumulation of one BK = 16 step, worst case; the f32 sums across steps
+add ~K/BK 2^-24). float16 attention (f32 arithmetic, f16 inputs and output): norm-wise relative
+error <= 1e-3.
 """
 
 from __future__ import annotations
@@ -59,12 +64,13 @@ def pad4(n: int) -> int:
     return (n + 3) // 4 * 4
 
 
-def operands(dev: wt.Device, seed: int, M: int, K: int, N: int, kmajor: bool, dtype: str
+def operands(dev: wt.Device, seed: int, M: int, K: int, N: int, kmajor: bool, dtype: str, b_dtype: str | None = None
              ) -> tuple[wt.Tensor, wt.Tensor, np.ndarray, np.ndarray]:
-    """A (M, K) and B (K, N) as device views whose rows are 4-aligned (padded storage, as the engine
-    needs), B k-major (stored (N, K), the layout GPT-2's weights have on WebGPU) or n-major; and the
-    same values as numpy arrays."""
+    """A (M, K) `dtype` and B (K, N) `b_dtype` (default: dtype) as device views whose rows are
+    4-aligned (padded storage, as the engine needs), B k-major (stored (N, K), the layout GPT-2's
+    weights have on WebGPU) or n-major; and the same values as numpy arrays."""
     rng = np.random.default_rng(seed)
+    b_dtype = b_dtype or dtype
 
     def cols(x: np.ndarray, n: int) -> wt.Tensor:  # (row-chunked tensors cannot be sliced: only pads)
         t = wt.tensor(x, device=dev)
@@ -72,10 +78,10 @@ def operands(dev: wt.Device, seed: int, M: int, K: int, N: int, kmajor: bool, dt
 
     a_store = rng.standard_normal((M, pad4(K))).astype(dtype)
     if kmajor:
-        b_store = rng.standard_normal((N, pad4(K))).astype(dtype)
+        b_store = rng.standard_normal((N, pad4(K))).astype(b_dtype)
         b, b_np = cols(b_store, K).T, b_store[:, :K].T
     else:
-        b_store = rng.standard_normal((K, pad4(N))).astype(dtype)
+        b_store = rng.standard_normal((K, pad4(N))).astype(b_dtype)
         b, b_np = cols(b_store, N), b_store[:, :N]
     return cols(a_store, K), b, a_store[:, :K], b_np
 
@@ -89,14 +95,15 @@ def linear_ref(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, act: bool,
     return c + res if res is not None else c
 
 
-def run_linear(gpu: wt.Device, seed: int, M: int, K: int, N: int, kmajor: bool, dtype: str, epi: int
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def run_linear(gpu: wt.Device, seed: int, M: int, K: int, N: int, kmajor: bool, dtype: str, epi: int,
+               b_dtype: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Engine output, float64 reference, and |A| @ |B| (for the float16 bound); epi bits: 1 bias,
-    2 GELU, 4 residual."""
-    a, b, a_np, b_np = operands(gpu, seed, M, K, N, kmajor, dtype)
+    2 GELU, 4 residual (bias and residual in the output's dtype: float32 unless both are float16)."""
+    a, b, a_np, b_np = operands(gpu, seed, M, K, N, kmajor, dtype, b_dtype)
+    out_dtype = dtype if dtype == (b_dtype or dtype) else "float32"
     rng = np.random.default_rng(seed + 7)
-    bias = rng.standard_normal(N).astype(dtype) if epi & 1 else None
-    res = rng.standard_normal((M, N)).astype(dtype) if epi & 4 else None
+    bias = rng.standard_normal(N).astype(out_dtype) if epi & 1 else None
+    res = rng.standard_normal((M, N)).astype(out_dtype) if epi & 4 else None
     got = wt.linear(a, b, None if bias is None else wt.tensor(bias, device=gpu), "gelu" if epi & 2 else None,
                     None if res is None else wt.tensor(res, device=gpu)).numpy()
     want = linear_ref(a_np, b_np, bias, bool(epi & 2), res)
@@ -121,37 +128,105 @@ def test_engine_float32(gpu, calls, monkeypatch, tile, kmajor, seed, M, K, N, ep
     assert rel_err(got, want) <= 1e-5
 
 
-# (the largest tile compiles slowly on lavapipe: one case of it)
-@pytest.mark.parametrize(("tile", "kmajor", "chunked"), [((1, 1), True, True), ((1, 1), False, True),
-                                                        ((1, 1), True, False), ((1, 1), False, False),
-                                                        ((2, 2), True, True)])
+F16_CASES = [  # (tile, k-major B, u32-word loads, float16 arithmetic); the largest tile compiles slowly on lavapipe
+    ((1, 1), True, True, "f32"), ((1, 1), False, True, "f32"), ((2, 2), True, True, "f32"),  # the default
+    ((1, 1), True, True, "f16"), ((1, 1), False, True, "chunked"), ((1, 2), True, True, "chunked"),
+    ((1, 1), True, False, "f32"), ((1, 1), False, False, "f16"), ((1, 1), True, False, "chunked"),
+    ((2, 2), True, False, "chunked"),
+]
+
+
+@pytest.mark.parametrize(("tile", "kmajor", "words", "math"), F16_CASES)
 @SETTINGS
 @given(seed=st.integers(0, 2**31), M=dims, K=st.integers(1, 100), N=dims, epi=st.sampled_from([0, 1, 7]))
-def test_engine_float16(gpu, calls, monkeypatch, tile, kmajor, chunked, seed, M, K, N, epi):
+def test_engine_float16(gpu, calls, monkeypatch, tile, kmajor, words, math, seed, M, K, N, epi):
     if not gpu.ctx.has_f16:
         pytest.skip("this adapter has no shader-f16")
     monkeypatch.setattr(gops, "engine_tile", lambda m, n: tile)
-    monkeypatch.setattr(gops, "ENGINE_F16_CHUNKED", chunked)
+    monkeypatch.setattr(gops, "ENGINE_F16_WORDS", words)
+    monkeypatch.setattr(gops, "ENGINE_F16_MATH", math)
     M = max(M, gops.GEMV_MAX_ROWS + 1)
     before = calls["engine"]
     got, want, mag, _ = run_linear(gpu, seed, M, K, N, kmajor, "float16", epi & 1)  # bias only: bound stays linear
     assert calls["engine"] == before + 1 and got.dtype == np.float16
-    bound = U16 * np.abs(want) + BK16 * U16 * mag + 1e-6
+    g = BK16 * U16 if math == "chunked" else K * 2.0 ** -24
+    bound = U16 * np.abs(want) + g * mag + 1e-6
     assert np.all(np.abs(got.astype(np.float64) - want) <= bound)
     assert rel_err(got, want) <= 2e-3
 
 
-@pytest.mark.parametrize("kmajor", [True, False])
-def test_engine_row_chunked_weights(gpu_small, calls, kmajor):
-    """Weights over the binding limit (64 KiB here) live in row chunks: k-major chunks fill column
-    blocks of C, n-major chunks are partial sums over K (the epilogue runs on the last one)."""
-    M, K, N = (20, 72, 300) if kmajor else (10, 600, 64)
-    stored = (N, pad4(K)) if kmajor else (K, pad4(N))
-    n_chunks = len(wt.tensor(np.zeros(stored, np.float32), device=gpu_small)._storage.chunks)
-    assert n_chunks > 1
-    got, want, _, _ = run_linear(gpu_small, 3, M, K, N, kmajor, "float32", 7)
-    assert calls["engine"] == n_chunks  # one launch per chunk
+# float32 activations x float16 weights (GPT-2 in float16), and the reverse; every epilogue
+@pytest.mark.parametrize(("dtypes", "kmajor", "words"), [(("float32", "float16"), True, True),
+                                                         (("float32", "float16"), False, True),
+                                                         (("float32", "float16"), True, False),
+                                                         (("float16", "float32"), True, True)])
+@SETTINGS
+@given(seed=st.integers(0, 2**31), M=dims, K=st.integers(1, 70), N=dims, epi=st.integers(0, 7))
+def test_engine_mixed(gpu, calls, monkeypatch, dtypes, kmajor, words, seed, M, K, N, epi):
+    if not gpu.ctx.has_f16:
+        pytest.skip("this adapter has no shader-f16")
+    monkeypatch.setattr(gops, "engine_tile", lambda m, n: (1, 1))
+    monkeypatch.setattr(gops, "ENGINE_F16_WORDS", words)
+    monkeypatch.setattr(gops, "ENGINE_F16_MATH", "chunked")  # (applies to float16 x float16 only)
+    M = max(M, gops.GEMV_MAX_ROWS + 1)
+    before = calls["engine"]
+    got, want, _, _ = run_linear(gpu, seed, M, K, N, kmajor, dtypes[0], epi, b_dtype=dtypes[1])
+    assert calls["engine"] == before + 1
+    assert got.dtype == np.float32 and got.shape == (M, N)
     assert rel_err(got, want) <= 1e-5
+
+
+def test_engine_f16_math_checked(gpu, calls, monkeypatch):
+    if not gpu.ctx.has_f16:
+        pytest.skip("this adapter has no shader-f16")
+    monkeypatch.setattr(gops, "ENGINE_F16_MATH", "bf16")
+    with pytest.raises(ValueError, match="ENGINE_F16_MATH"):
+        run_linear(gpu, 0, 16, 8, 8, True, "float16", 0)
+
+
+@pytest.mark.parametrize(("dtype", "kmajor", "K"), [("float32", True, 72), ("float32", False, 600),
+                                                    ("float16", True, 72), ("float16", True, 80),
+                                                    ("float16", False, 600)])
+def test_engine_row_chunked_weights(gpu_small, calls, dtype, kmajor, K):
+    """Weights over the binding limit (64 KiB here) live in row chunks: k-major chunks fill column
+    blocks of C, n-major chunks are partial sums over K (the epilogue runs on the last one). In
+    float16 the k-major chunks are 455 (K = 72) or 409 (K = 80) columns wide: blocks starting on an
+    even column write u32 words and end in a word only half theirs, blocks starting on an odd one
+    write halves; the n-major partial sums read the words back."""
+    if dtype == "float16" and not gpu_small.ctx.has_f16:
+        pytest.skip("this adapter has no shader-f16")
+    M, N = (20, 300 if dtype == "float32" else 1000) if kmajor else (10, 64)
+    stored = (N, pad4(K)) if kmajor else (K, pad4(N))
+    n_chunks = len(wt.tensor(np.zeros(stored, dtype), device=gpu_small)._storage.chunks)
+    assert n_chunks > 1
+    got, want, mag, _ = run_linear(gpu_small, 3, M, K, N, kmajor, dtype, 7 if dtype == "float32" else 5)
+    assert calls["engine"] == n_chunks  # one launch per chunk
+    if dtype == "float32":
+        assert rel_err(got, want) <= 1e-5
+    else:  # (the n-major partial sums are rounded to float16 between chunks)
+        bound = U16 * np.abs(want) + (n_chunks * U16 + K * 2.0 ** -24) * mag + 1e-6
+        assert np.all(np.abs(got.astype(np.float64) - want) <= bound)
+
+
+def test_engine_float16_words_keep_the_other_half(gpu, calls):
+    """A float16 output written as u32 words with N odd and an even row stride: each row's last
+    word is half in range, and its other half (column N, outside the product) keeps its bits."""
+    if not gpu.ctx.has_f16:
+        pytest.skip("this adapter has no shader-f16")
+    M, K, N, ldc = 20, 16, 37, 40
+    rng = np.random.default_rng(4)
+    a_np, b_np = rng.standard_normal((M, K)).astype(np.float16), rng.standard_normal((N, K)).astype(np.float16)
+    a, b = wt.tensor(a_np, device=gpu), wt.tensor(b_np, device=gpu)
+    out = wt.tensor(np.full((M, ldc), -3.5, np.float16), device=gpu)
+    f16 = wt.float16
+    k = gops.engine_kernel(gpu.ctx, f16, f16, f16, f16, True, (1, 1), even_out=True)
+    gpu.ctx.launch(k, dict(M=M, N=N, K=K, a_off4=0, lda4=K // 4, b_off4=0, ldb4=K // 4, c_off=0, ldc=ldc),
+                   dict(a=gops._buf(a), b=gops._buf(b), c=gops._buf(out)), (1, 1, 1))
+    got = out.numpy()
+    assert np.all(got[:, N:] == np.float16(-3.5))
+    want = a_np.astype(np.float64) @ b_np.astype(np.float64).T
+    assert np.all(np.abs(got[:, :N] - want) <= U16 * np.abs(want) + K * 2.0 ** -24 * (np.abs(a_np) @ np.abs(b_np).T)
+                  + 1e-6)
 
 
 def test_engine_tile_choice():

@@ -156,6 +156,19 @@ def test_linear_fused(gpu, seed, m, k, n, bias, act, res):
     check(gpu, f, *arrays)
 
 
+@pytest.mark.parametrize(("dtype", "res_dtype"), [("float16", "float32"), ("float32", "float16")])
+@settings(SETTINGS, max_examples=6)
+@given(seed=seeds, m=st.integers(1, 40), k=st.integers(1, 100), n=dim)
+def test_linear_residual_of_another_dtype(gpu, dtype, res_dtype, seed, m, k, n):
+    """A residual whose dtype differs from the output's is converted first (the kernels read it as
+    the output's type), in the GEMV and the tiled kernels alike."""
+    if not gpu.ctx.has_f16:
+        pytest.skip("this adapter has no shader-f16")
+    x, w = rnd(seed, m, k).astype(dtype), rnd(seed + 1, k, n).astype(dtype)
+    r = rnd(seed + 2, m, n).astype(res_dtype)
+    check(gpu, lambda x, w, r: wt.linear(x, w, residual=r), x, w, r, tol=1e-5 if dtype == "float32" else 2e-3)
+
+
 def test_linear_fused_on_chunked_weight(gpu_small):
     rng = np.random.default_rng(5)
     x, w = rng.standard_normal((3, 300)).astype(np.float32), rng.standard_normal((300, 90)).astype(np.float32)

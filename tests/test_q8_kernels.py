@@ -110,6 +110,60 @@ def test_upload_and_read_back(gpu: wt.Device, gpu_small: wt.Device) -> None:
         assert np.array_equal(g.to_q8weight().to_blocks(), qw.to_blocks())
 
 
+@SETTINGS
+@given(st.integers(0, 40), st.integers(1, 7), st.integers(0, 2**32 - 1), st.booleans())
+def test_upload_blocks_equals_upload(gpu: wt.Device, gpu_small: wt.Device, n: int, blocks: int, seed: int,
+                                     small: bool) -> None:
+    """ggml's bytes straight to the device (the page's loader, no numpy) == a Q8Weight's upload:
+    even and odd block counts, one chunk or several."""
+    dev = gpu_small if small else gpu
+    k = 32 * blocks
+    qw = weight(np.random.default_rng(seed), n, k) if n else q8_0.Q8Weight(
+        np.zeros((0, k), np.int8), np.zeros((0, blocks), np.float16), (0, k))
+    raw = qw.to_blocks().tobytes()
+    g, ref = q8_ops.upload_blocks(dev, memoryview(raw), (n, k)), q8_ops.upload(dev, qw)
+    assert g.shape == (n, k) and g.nbytes == ref.nbytes and g.chunk_rows == ref.chunk_rows
+    assert np.array_equal(g.to_q8weight().to_blocks(), qw.to_blocks())
+    if n:
+        x = wt.tensor(np.random.default_rng(seed + 1).standard_normal((3, k)).astype(np.float32), device=dev)
+        assert np.array_equal(wt.linear(x, g).numpy(), wt.linear(x, ref).numpy())
+
+
+@SETTINGS
+@given(st.integers(1, 8), st.integers(1, 700), st.integers(1, 5), st.integers(0, 2**32 - 1))
+def test_gemv_outputs_per_thread_give_the_same_bits(gpu: wt.Device, cpu: wt.Device, M: int, N: int, blocks: int,
+                                                     seed: int) -> None:
+    """gemv_q8 on a CPU adapter with NR = 1, 2, 3 or 4 outputs a thread: the same sums in the same
+    order, so the same bits (N not a multiple of NR: the rows past N are computed, never written),
+    and the CPU reference within tolerance."""
+    rng = np.random.default_rng(seed)
+    K = 32 * blocks
+    qw = weight(rng, N, K)
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    bias = rng.standard_normal(N).astype(np.float32)
+    xt, bt = wt.tensor(x, device=gpu), wt.tensor(bias, device=gpu)
+    old = q8_ops.GEMV_Q8_NR
+    try:
+        outs = []
+        for nr in (1, 2, 3, 4):
+            q8_ops.GEMV_Q8_NR = nr
+            outs.append(wt.linear(xt, qw, bt, act="gelu").numpy())
+    finally:
+        q8_ops.GEMV_Q8_NR = old
+    for o in outs[1:]:
+        assert np.array_equal(o, outs[0])
+    want = wt.linear(wt.tensor(x, device=cpu), qw, wt.tensor(bias, device=cpu), act="gelu").numpy()
+    assert rel_err(outs[0], want) <= TOL
+
+
+def test_upload_blocks_refuses_bad_bytes(gpu: wt.Device) -> None:
+    raw = weight(np.random.default_rng(0), 4, 64).to_blocks().tobytes()
+    with pytest.raises(wt.CheckpointError, match="needs 272 bytes, got 271"):
+        q8_ops.upload_blocks(gpu, raw[:-1], (4, 64))
+    with pytest.raises(wt.CheckpointError, match="multiple of 32"):
+        q8_ops.upload_blocks(gpu, raw, (8, 34))
+
+
 @pytest.mark.parametrize("gpu_style", [False, True], ids=["cpu-adapter", "gpu-style"])
 def test_q8_linear_with_layer_norm(gpu: wt.Device, monkeypatch: pytest.MonkeyPatch, gpu_style: bool) -> None:
     """`ln` in gemv_q8's prologue (GPU-style lanes), else a layer_norm launch: the reference's result."""

@@ -1,13 +1,66 @@
-"""The page's decode speed in headless Chromium (SwiftShader): three greedy runs of 64 tokens
-through the UI. `python tools/page_speed.py` (PYTHONPATH selects the tree; WEBTENSOR_PYODIDE_DIR the
-Pyodide folder)."""
+"""The page's decode speed in headless Chromium (SwiftShader): greedy runs of 64 tokens through the
+UI, in one page session, for each dtype in turn (the dtype menu reloads the model between runs, so
+the dtypes alternate and share the machine's noise; an 8-token run after each load is not
+counted); the median tokens/s per dtype and the ratio
+to the first.
+
+    python tools/page_speed.py [--dtype float32,int8] [--q8-nr 1,2] [--runs 3] [--tokens 64]
+
+--q8-nr runs int8 once per value of gemv_q8's outputs a thread (q8_ops.GEMV_Q8_NR, set in the
+page's Python before each int8 load; default: the page's own value).
+
+(PYTHONPATH selects the tree; WEBTENSOR_PYODIDE_DIR the Pyodide folder.)"""
+
+import argparse
+import statistics
 
 from webtensor.web.headless import run_page
 from webtensor.web.server import default_model_dir
 
 PROMPT = "It is a truth universally acknowledged"
-tasks = [dict(type="generate_ui", name=f"run{i}", prompt=PROMPT, maxNewTokens=64, temperature=0) for i in range(3)]
-out = run_page(tasks, default_model_dir(), timeout_s=300)
+
+p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+p.add_argument("--dtype", default="float32", help="comma-separated dtypes (float32, float16, int8)")
+p.add_argument("--runs", type=int, default=3, help="runs per dtype")
+p.add_argument("--q8-nr", default="", help="comma-separated GEMV_Q8_NR values for int8 (default: as shipped)")
+p.add_argument("--tokens", type=int, default=64)
+a = p.parse_args()
+dtypes = [d.strip() for d in a.dtype.split(",") if d.strip()]
+nrs = [int(x) for x in a.q8_nr.split(",") if x.strip()]
+variants = [(d, nr) for d in dtypes for nr in (nrs if d == "int8" and nrs else [None])]  # (dtype, NR)
+
+
+def label(d: str, nr: int | None) -> str:
+    return d if nr is None else f"{d} NR={nr}"
+
+
+SET_NR = "from webtensor.backends.wgpu import q8_ops\nq8_ops.GEMV_Q8_NR = {}\n'ok'"
+tasks = []
+for i in range(a.runs):
+    for j, (d, nr) in enumerate(variants):
+        if nr is not None:
+            tasks.append(dict(type="python", name=f"NR={nr}", code=SET_NR.format(nr)))
+        if i or j or nr is not None:  # the page opens in the first dtype
+            tasks.append(dict(type="dtype", name=f"load {label(d, nr)}", dtype=d))
+        tasks.append(dict(type="generate_ui", name=f"{label(d, nr)} warm-up", prompt=PROMPT, maxNewTokens=8,
+                          temperature=0))
+        tasks.append(dict(type="generate_ui", name=f"{label(d, nr)} run{i}", prompt=PROMPT, maxNewTokens=a.tokens,
+                          temperature=0))
+out = run_page(tasks, default_model_dir(), timeout_s=120 + 60 * a.runs * len(variants), query=f"?dtype={dtypes[0]}")
+print(f"adapter: {((out.get('boot') or {}).get('info') or {}).get('adapter')}")
+speeds: dict[str, list[float]] = {label(*v): [] for v in variants}
 for t in out["tasks"]:
-    r = t.get("result", {})
-    print(t.get("name"), t.get("speed"), r.get("tokens_per_s"), r.get("new_tokens"), t.get("error"))
+    if t.get("error"):
+        print(t.get("name"), "FAILED", t["error"][:300])
+    elif t["type"] == "dtype":
+        print(t["name"], "|", t.get("weights"))
+    elif t["type"] == "generate_ui" and "warm-up" not in t["name"]:
+        speeds[t["name"].rsplit(" run", 1)[0]].append((t.get("result") or {}).get("tokens_per_s", 0.0))
+        print(t.get("name"), t.get("speed"))
+first = label(*variants[0])
+base = statistics.median(speeds[first]) if speeds[first] else 0.0
+for name, v in speeds.items():
+    if v:
+        med = statistics.median(v)
+        ratio = f", {med / base:.2f}x {first}" if base and name != first else ""
+        print(f"{name}: median {med:.2f} tokens/s over {len(v)} runs ({', '.join(f'{s:.2f}' for s in v)}){ratio}")

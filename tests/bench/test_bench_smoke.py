@@ -31,23 +31,31 @@ def test_bench_writes_every_field(tmp_path, device, gpu):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     report = json.loads(out.read_text())
-    assert {"date", "machine", "command", "model", "dtype", "results", "ratios_webtensor_over_hf"} <= set(report)
-    ours, hf = report["results"]
-    assert FIELDS <= set(ours) and FIELDS <= set(hf)
+    assert {"date", "machine", "command", "model", "dtype", "results", "ratios_webtensor_over_hf",
+            "ratios_webtensor_over_torch_step"} <= set(report)
+    ours, hf, step = report["results"]
+    assert FIELDS <= set(ours) and FIELDS <= set(hf) and FIELDS <= set(step)
     assert ours["engine"] == "webtensor" and hf["engine"] == "hf-transformers"
-    assert set(ours["prefill_tok_s"]) == {"8", "16"} and ours["decode_tokens"] == 6
-    assert ours["decode_tok_s"] > 0 and hf["decode_tok_s"] > 0
+    assert step["engine"] in ("torch-step (cpu)", "torch+cudagraph")  # the second anchor
+    assert step["extra"]["cuda_graph"] == (step["engine"] == "torch+cudagraph")
+    assert step["extra"]["tokens_agreeing_with_hf"] == 7  # the same model as HF: all 1 + 6 greedy tokens
+    for res in (ours, hf, step):
+        assert set(res["prefill_tok_s"]) == {"8", "16"} and res["decode_tokens"] == 6 and res["decode_tok_s"] > 0
+    for key, other in (("ratios_webtensor_over_hf", hf), ("ratios_webtensor_over_torch_step", step)):
+        ratios = report[key]
+        assert ratios["decode_tok_s"] == pytest.approx(ours["decode_tok_s"] / other["decode_tok_s"])
+        assert ratios["prefill_16_tok_s"] == pytest.approx(ours["prefill_tok_s"]["16"] / other["prefill_tok_s"]["16"])
     if device == "wgpu":
         assert ours["per_step"]["dispatches"] > 0 and ours["per_step"]["submits"] <= 1
         assert ours["memory_mb"] > 0
         prof = ours["extra"]["profile"]
         assert prof["dispatches"] > 0 and len(prof["per_dispatch"]) == prof["dispatches"]
     assert png.stat().st_size > 1000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "decode tok/s" in r.stdout
+    assert "decode tok/s" in r.stdout and "ratio webtensor / torch step" in r.stdout
 
 
 def test_bench_batch(tmp_path, gpu):
-    """`--batch B`: B sequences decode together on both engines; decode tok/s is the aggregate."""
+    """`--batch B`: B sequences decode together on every engine; decode tok/s is the aggregate."""
     pytest.importorskip("torch")
     ckpt = make_checkpoint(tmp_path / "ckpt", vocab_size=300, n_embd=64, n_layer=2, n_head=4)
     out = tmp_path / "bench.json"
@@ -55,6 +63,16 @@ def test_bench_batch(tmp_path, gpu):
                         "--prompts", "8", "--decode", "6", "--repeats", "1", "--batch", "3", "--compare",
                         "--json", str(out)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
-    for res in json.loads(out.read_text())["results"]:
+    results = json.loads(out.read_text())["results"]
+    assert len(results) == 3
+    for res in results:
         assert res["extra"]["batch"] == 3
         assert res["decode_tok_s"] == pytest.approx(3 * res["extra"]["decode_tok_s_per_sequence"])
+
+
+def test_bench_imports_torch_only_for_compare():
+    """webtensor (and its bench) run without torch: the anchors import it when --compare runs them."""
+    code = ("import sys, webtensor.cli, webtensor.bench.cli, webtensor.bench.gpt2_bench; "
+            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, sorted(sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]

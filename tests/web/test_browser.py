@@ -350,6 +350,78 @@ def test_screenshot_saved(session):
     print(f"\nscreenshot of the page after generation: {path}")
 
 
+# -- int8: the page opened at ?dtype=int8 (the served q8_0 GGUF), then switched to float32 by its menu --
+PAGE_INT8_STATE = """
+import json, sys
+from webtensor.web import app
+m = app._state["model"]
+json.dumps(dict(dtype=m.dtype, wte=type(m.wte).__name__, attn=type(list(m.blocks[0])[2]).__name__,
+                numpy="numpy" in sys.modules))
+"""
+
+
+@pytest.fixture(scope="module")
+def int8_session(model_dir) -> dict:
+    _need_browser()
+    from webtensor.web.headless import run_page
+
+    tasks = [
+        dict(type="generate_ui", name="greedy", prompt=PROMPT, maxNewTokens=N_NEW, temperature=0),
+        dict(type="generate_ui", name="sampled", prompt=PROMPT, maxNewTokens=N_NEW, temperature=SAMPLED["temperature"],
+             topK=SAMPLED["top_k"], topP=SAMPLED["top_p"], seed=SAMPLED["seed"]),
+        dict(type="python", name="state", code=PAGE_INT8_STATE),
+        dict(type="dtype", name="to-float32", dtype="float32"),
+        dict(type="generate_ui", name="greedy-float32", prompt=PROMPT, maxNewTokens=N_NEW, temperature=0),
+    ]
+    out = run_page(tasks, model_dir, timeout_s=180, query="?dtype=int8")
+    if out.get("error"):
+        pytest.fail(f"the browser session failed: {out['error']}\n" + "\n".join(out.get("console", [])[-20:]))
+    return {t["name"]: t for t in out["tasks"]} | {"boot": out["boot"]}
+
+
+def test_page_loads_int8_with_a_smaller_download(int8_session):
+    boot = int8_session["boot"]
+    m = boot["model"]
+    assert boot["phase"] == "ready" and boot["dtype"] == "int8" and m["dtype"] == "int8"
+    assert "model.q8_0.gguf" in m["files"] and not any(f.endswith(".safetensors") for f in m["files"])
+    assert m["download_bytes"] < 0.5 * m["float32_bytes"]
+    assert boot["weights"].startswith("int8 (q8_0") and "downloaded" in boot["weights"]
+    assert f"{m['download_bytes'] / m['float32_bytes']:.2f}x float32" in boot["weights"]
+    state = json.loads(int8_session["state"]["results"])
+    assert state == dict(dtype="int8", wte="Q8Gpu", attn="Q8Gpu", numpy=False)
+    print(f"\nint8 page: {boot['weights']}")
+
+
+def test_page_int8_tokens_match_native_int8(int8_session, model_dir, gpu):
+    """Greedy and seeded sampling in the page's int8 == the native int8 model on the same weights
+    (quantized at load from the safetensors), on the CPU device and on lavapipe."""
+    from webtensor.models.gpt2 import GPT2
+    from webtensor.web.server import default_model_dir
+
+    src = None if model_dir == default_model_dir() else model_dir
+    greedy, sampled = int8_session["greedy"], int8_session["sampled"]
+    for t in (greedy, sampled):
+        assert "error" not in t, t.get("error")
+        assert t["result"]["dtype"] == "int8"
+    for dev in (wt.Device.cpu(), gpu):
+        ref = GPT2.from_pretrained(src, device=dev, dtype="int8")
+        ids = ref.encode(PROMPT)
+        assert greedy["result"]["prompt_ids"] == ids
+        assert greedy["result"]["token_ids"] == ref.generate(ids, N_NEW, temperature=0), dev.describe()
+        assert sampled["result"]["token_ids"] == ref.generate(ids, N_NEW, **SAMPLED), dev.describe()
+    assert greedy["generated"] == ref.decode(greedy["result"]["token_ids"])
+
+
+def test_page_dtype_menu_reloads_the_model(int8_session, native):
+    switched = int8_session["to-float32"]
+    assert switched["dtype"] == "float32" and switched["model"]["dtype"] == "float32"
+    assert "model.safetensors" in switched["model"]["files"] and switched["weights"].startswith("float32")
+    gen = int8_session["greedy-float32"]
+    assert gen["result"]["dtype"] == "float32"
+    ids = native.encode(PROMPT)
+    assert gen["result"]["token_ids"] == native.generate(ids, N_NEW, temperature=0)
+
+
 def _error_page(model_dir: Path, **options) -> dict:
     _need_browser()
     from webtensor.web.headless import run_page

@@ -105,6 +105,96 @@ def test_web_gpt2_matches_native_greedy(gpu, tmp_path):
         model.generate(ids, 64)
 
 
+def test_web_gpt2_int8_from_the_served_gguf(gpu, tmp_path):
+    """The page's int8 loader (the served q8_0 GGUF, its blocks straight to the device, no numpy)
+    gives the native int8 model's tokens, greedy and sampled; float16 where the device has it."""
+    from gpt2_fixtures import make_checkpoint
+
+    from webtensor.formats.gguf_writer import write_gpt2
+    from webtensor.models.gpt2 import GPT2
+    from webtensor.web.gpt2_web import WebGPT2
+
+    d = make_checkpoint(tmp_path / "m", vocab_size=300, n_embd=96, n_layer=2, n_head=2, n_positions=64)
+    page = tmp_path / "page"
+    page.mkdir()
+    for f in ("config.json", "tokenizer.json"):
+        (page / f).write_bytes((d / f).read_bytes())
+    write_gpt2(d, page / "model.q8_0.gguf")
+    ref = GPT2.from_pretrained(d, device=gpu, dtype="int8")
+    ids = ref.encode("Once upon a time, a model")
+    model = WebGPT2.load(page, gpu, dtype="int8")
+    assert model.dtype == "int8" and type(model.wte).__name__ == "Q8Gpu"
+    assert model.weight_bytes < 0.4 * WebGPT2.load(d, gpu).weight_bytes  # matrices at 34/32 bytes, not 4
+    want = ref.generate(ids, 12, temperature=0, stop_at_eos=False)
+    assert model.generate(ids, 12, stop_at_eos=False) == want
+    assert want == GPT2.from_pretrained(d, device=wt.Device.cpu(), dtype="int8").generate(
+        ids, 12, temperature=0, stop_at_eos=False)
+    kw = dict(temperature=0.9, top_k=20, seed=3, stop_at_eos=False)
+    assert model.generate(ids, 8, **kw) == ref.generate(ids, 8, **kw)
+    if gpu.has_f16:
+        m16 = WebGPT2.load(d, gpu, dtype="float16")
+        assert m16.wte.dtype is wt.float16 and m16.wpe.dtype is wt.float32
+        assert m16.generate(ids, 8, stop_at_eos=False) == GPT2.from_pretrained(d, device=gpu, dtype="float16").generate(
+            ids, 8, temperature=0, stop_at_eos=False)
+    with pytest.raises(wt.CheckpointError, match="exactly one .gguf"):
+        WebGPT2.load(d, gpu, dtype="int8")
+    with pytest.raises(wt.CheckpointError, match="not 'int4'"):
+        WebGPT2.load(d, gpu, dtype="int4")
+    f32 = tmp_path / "f32"
+    f32.mkdir()
+    for f in ("config.json", "tokenizer.json"):
+        (f32 / f).write_bytes((d / f).read_bytes())
+    write_gpt2(d, f32 / "model.gguf", "f32")
+    with pytest.raises(wt.CheckpointError, match="is F32; the page's int8 model reads Q8_0"):
+        WebGPT2.load(f32, gpu, dtype="int8")
+
+
+def test_server_serves_int8(server):
+    """?dtype=int8: config + tokenizer + the q8_0 GGUF (no safetensors), about a quarter of the bytes."""
+    from webtensor.formats.gguf_pure import GGUFFile
+
+    man = json.loads(_get(server + "model/manifest.json")[1])
+    assert man["dtype"] == "float32" and man["dtypes"] == ["float32", "float16", "int8"]
+    q8 = json.loads(_get(server + "model/manifest.json?dtype=int8")[1])
+    names = [f["name"] for f in q8["files"]]
+    assert q8["dtype"] == "int8" and "model.q8_0.gguf" in names and not any(n.endswith(".safetensors") for n in names)
+    assert q8["float32_bytes"] == sum(f["size"] for f in man["files"])
+    status, body, _ = _get(server + "model/model.q8_0.gguf")
+    assert status == 200 and len(body) == next(f["size"] for f in q8["files"] if f["name"] == "model.q8_0.gguf")
+    f = GGUFFile.from_bytes(body)
+    assert f.tensors["token_embd.weight"].type_name == "Q8_0" and f.tensors["position_embd.weight"].type_name == "F32"
+    f32 = next(f["size"] for f in man["files"] if f["name"] == "model.safetensors")
+    assert len(body) < 0.45 * f32
+    status, body, _ = _get(server + "model/manifest.json?dtype=int4")
+    assert status == 404 and b"unknown dtype 'int4'" in body
+
+
+def test_server_int8_of_a_bad_checkpoint_says_why(tmp_path):
+    from gpt2_fixtures import make_checkpoint
+
+    from webtensor.web.server import WebApp
+
+    pyo = tmp_path / "pyodide"
+    pyo.mkdir()
+    (pyo / "pyodide.js").write_text("// stand-in")
+    (pyo / "pyodide.asm.wasm").write_bytes(b"\0asm")
+    d = make_checkpoint(tmp_path / "m", vocab_size=300, n_embd=32, n_layer=1, n_head=2, n_positions=32)
+    (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:2000])
+    app = WebApp(d, pyo)
+    assert app.manifest("float32")["files"]  # the float page still gets its files (and says what is wrong)
+    for _ in range(2):  # written once: the error is kept
+        with pytest.raises(web_setup_error(), match="int8 \\(q8_0\\) weights could not be written"):
+            app.manifest("int8")
+    with pytest.raises(wt.UsageError, match="dtype"):
+        WebApp(d, pyo, dtype="int4")
+
+
+def web_setup_error() -> type:
+    from webtensor.web.server import SetupError
+
+    return SetupError
+
+
 @pytest.fixture()
 def server(tmp_path):
     from gpt2_fixtures import make_checkpoint

@@ -31,7 +31,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--batch", type=cmdline.integer("--batch", 1), default=1,
                    help="sequences decoding together (decode tok/s is then the batch's aggregate)")
     p.add_argument("--repeats", type=cmdline.integer("--repeats", 1), default=3)
-    p.add_argument("--compare", action="store_true", help="also run HF transformers (torch) on the same weights")
+    p.add_argument("--compare", action="store_true",
+                   help="also run, on the same weights, HF transformers and a hand-written torch GPT-2 step "
+                        "(static KV cache, SDPA; on CUDA the decode step replayed as a CUDA graph: "
+                        "'torch+cudagraph'; on the CPU eagerly: 'torch-step (cpu)', float32 only) "
+                        "with ratios against both")
     p.add_argument("--profile", action="store_true", help="GPU time per kernel of one decode step (timestamps)")
     p.add_argument("--json", dest="json_path", default=None)
     p.add_argument("--plot", dest="plot_path", default=None)
@@ -81,14 +85,15 @@ def _check_writable(flag: str, path: str) -> None:
 def run_bench(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
-    from .gpt2_bench import bench_hf, bench_webtensor, build_model
+    from .gpt2_bench import bench_hf, bench_torch_step, bench_webtensor, build_model, hf_model
 
     device = args.device_obj
     model, arrays = build_model(args.model, device, args.dtype)
     prompts, decode = args.prompts, args.decode  # check_bench: both fit the context
-    steps = (len(prompts) + 1) * (2 if args.compare else 1)
+    engines = 3 if args.compare else 1
     results = []
-    with tqdm(total=steps, desc="bench", file=sys.stderr) as bar:
+    notes: list[str] = []
+    with tqdm(total=(len(prompts) + 1) * engines, desc="bench", file=sys.stderr) as bar:
         results.append(bench_webtensor(model, prompts, decode, args.repeats, bar, args.profile, args.batch))
         if args.compare:
             if arrays is None:
@@ -96,19 +101,26 @@ def run_bench(args: argparse.Namespace) -> int:
 
                 arrays = _export_arrays(model)
             del model
-            results.append(bench_hf(_cfg(args.model, results), arrays, args.dtype, prompts, decode, args.repeats, bar,
-                                    args.batch))
+            cfg = _cfg(args.model, results)
+            hf = hf_model(cfg, arrays, args.dtype)
+            del arrays
+            results.append(bench_hf(hf, cfg, args.dtype, prompts, decode, args.repeats, bar, args.batch))
+            if args.dtype == "float16" and hf.device.type != "cuda":
+                notes.append("torch step: float16 runs only on CUDA; not run")
+                bar.update(len(prompts) + 1)
+            else:
+                results.append(bench_torch_step(hf, cfg, args.dtype, prompts, decode, args.repeats, bar,
+                                                args.batch))
+                agree = results[-1].extra["tokens_agreeing_with_hf"]
+                notes.append(f"torch step: its first {agree} of {decode + 1} greedy tokens are HF's")
     report = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": platform.node(), "python": platform.python_version(),
         "command": "webtensor " + " ".join(sys.argv[1:]) if sys.argv else "", "model": args.model,
-        "dtype": args.dtype, "results": [r.as_dict() for r in results],
+        "dtype": args.dtype, "results": [r.as_dict() for r in results], "notes": notes,
     }
-    if len(results) == 2:
-        a, b = results
-        report["ratios_webtensor_over_hf"] = {
-            "decode_tok_s": a.decode_tok_s / b.decode_tok_s,
-            **{f"prefill_{k}_tok_s": a.prefill_tok_s[k] / b.prefill_tok_s[k] for k in a.prefill_tok_s},
-        }
+    for key, other in (("ratios_webtensor_over_hf", 1), ("ratios_webtensor_over_torch_step", 2)):
+        if len(results) > other:
+            report[key] = _ratios(results[0], results[other])
     print_table(report)
     if args.json_path:
         with open(args.json_path, "w") as f:
@@ -116,6 +128,12 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.plot_path:
         plot(report, args.plot_path)
     return 0
+
+
+def _ratios(a: Any, b: Any) -> dict[str, float]:
+    """a / b for decode tok/s and each prefill length's tok/s (two BenchResults)."""
+    return {"decode_tok_s": a.decode_tok_s / b.decode_tok_s,
+            **{f"prefill_{k}_tok_s": a.prefill_tok_s[k] / b.prefill_tok_s[k] for k in a.prefill_tok_s}}
 
 
 def _cfg(spec: str, results: list) -> Any:
@@ -144,8 +162,11 @@ def print_table(report: dict) -> None:
     print("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
     for t in table:
         print("  ".join(x.ljust(w) for x, w in zip(t, widths, strict=True)))
-    for k, v in report.get("ratios_webtensor_over_hf", {}).items():
-        print(f"ratio webtensor / hf  {k}: {v:.2f}x")
+    for key, name in (("ratios_webtensor_over_hf", "hf"), ("ratios_webtensor_over_torch_step", "torch step")):
+        for k, v in report.get(key, {}).items():
+            print(f"ratio webtensor / {name}  {k}: {v:.2f}x")
+    for note in report.get("notes", []):
+        print(note)
     extra = rows[0].get("extra", {})
     for key, title in (("profile", "one decode step"), ("profile_prefill", "one prefill")):
         prof = extra.get(key)
@@ -171,7 +192,7 @@ def plot(report: dict, path: str) -> None:
     fig, axes = plt.subplots(1, len(metrics), figsize=(4 * len(metrics), 3.6))
     for ax, (title, field, key) in zip(axes, metrics, strict=True):
         vals = [r[field] if key is None else r[field][key] for r in rows]
-        ax.bar([r["engine"] for r in rows], vals, color=["#3465a4", "#cc7a00"][: len(rows)])
+        ax.bar([r["engine"] for r in rows], vals, color=["#3465a4", "#cc7a00", "#4e9a06"][: len(rows)])
         ax.set_title(title)
         for i, v in enumerate(vals):
             ax.text(i, v, f"{v:,.0f}", ha="center", va="bottom")

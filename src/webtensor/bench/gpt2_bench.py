@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..device import Device
+from ..errors import WebtensorError
 from ..generation import generate_batch
 from ..models.gpt2 import GPT2, GPT2Config
 from ..models.gpt2.model import random_arrays
@@ -111,25 +112,56 @@ def bench_webtensor(model: GPT2, prompts: list[int], decode_tokens: int, repeats
     return res
 
 
-def bench_hf(cfg: GPT2Config, arrays: dict[str, np.ndarray], dtype: str, prompts: list[int], decode_tokens: int,
-             repeats: int, progress: Any = None, batch: int = 1) -> BenchResult:
-    """Hugging Face transformers on the same weights: CUDA if present, else the CPU."""
+def hf_model(cfg: GPT2Config, arrays: dict[str, np.ndarray], dtype: str) -> Any:
+    """A Hugging Face `GPT2LMHeadModel` (eval mode) with the weights `arrays` (HF names, without
+    "transformer.") and the config `cfg`, on CUDA if present, else the CPU; float16 for "float16",
+    else float32 (int8 runs compare against the dequantized weights)."""
     import torch
     from transformers import GPT2Config as HFConfig
     from transformers import GPT2LMHeadModel
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     hf_cfg = HFConfig(vocab_size=cfg.vocab_size, n_positions=cfg.n_positions, n_embd=cfg.n_embd,
-                      n_layer=cfg.n_layer, n_head=cfg.n_head)
-    model = GPT2LMHeadModel(hf_cfg).eval()
-    sd = {"transformer." + k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
-    sd["lm_head.weight"] = sd["transformer.wte.weight"]
-    model.load_state_dict(sd, strict=False)
-    tdtype = torch.float16 if dtype == "float16" else torch.float32
-    model = model.to(dev, tdtype)
+                      n_layer=cfg.n_layer, n_head=cfg.n_head, n_inner=cfg.n_inner,
+                      layer_norm_epsilon=cfg.layer_norm_epsilon, activation_function=cfg.activation_function,
+                      scale_attn_weights=cfg.scale_attn_weights,
+                      scale_attn_by_inverse_layer_idx=cfg.scale_attn_by_inverse_layer_idx,
+                      reorder_and_upcast_attn=cfg.reorder_and_upcast_attn,
+                      tie_word_embeddings=cfg.tie_word_embeddings)
+    with torch.device(dev):  # its random init runs there (seconds for gpt2-xl on a GPU), then is overwritten
+        model = GPT2LMHeadModel(hf_cfg).eval()
+    sd = {("" if k == "lm_head.weight" else "transformer.") + k: torch.from_numpy(np.ascontiguousarray(v))
+          for k, v in arrays.items()}
+    if cfg.tie_word_embeddings:
+        sd["lm_head.weight"] = sd["transformer.wte.weight"]
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    missing = [k for k in missing if not k.endswith((".attn.bias", ".attn.masked_bias"))]  # buffers, not weights
+    if missing or unexpected:
+        raise WebtensorError(f"--compare: the HF model did not take the weights (missing {missing}, "
+                             f"unexpected {unexpected})")
+    return model.to(torch.float16 if dtype == "float16" else torch.float32)
+
+
+def _torch_device(model: Any) -> tuple[str, Any]:
+    """(description, synchronize) of the device a torch model is on; on CUDA it also resets the
+    peak-memory counter, so each engine's memory figure is its own peak."""
+    import torch
+
+    dev = model.device.type
     name = torch.cuda.get_device_name() if dev == "cuda" else "CPU"
-    res = BenchResult("hf-transformers", f"torch {torch.__version__} {dev} ({name})", "", dtype)
-    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+    if dev == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    return f"torch {torch.__version__} {dev} ({name})", (torch.cuda.synchronize if dev == "cuda" else (lambda: None))
+
+
+def bench_hf(model: Any, cfg: GPT2Config, dtype: str, prompts: list[int], decode_tokens: int,
+             repeats: int, progress: Any = None, batch: int = 1) -> BenchResult:
+    """Hugging Face transformers (`hf_model`): prefill by `model(x)`, decode by `model.generate`."""
+    import torch
+
+    described, sync = _torch_device(model)
+    dev = model.device
+    res = BenchResult("hf-transformers", described, "", dtype)
     rng = np.random.default_rng(0)
     with torch.inference_mode():
         def prefill(x: Any) -> None:
@@ -165,14 +197,89 @@ def bench_hf(cfg: GPT2Config, arrays: dict[str, np.ndarray], dtype: str, prompts
         dt = statistics.median(decode_time() for _ in range(repeats))
         if progress:
             progress.update(1)
+    _decode_figures(res, n, dt, batch)
+    if dev.type == "cuda":
+        res.memory_mb = torch.cuda.max_memory_allocated() / 2**20
+    return res
+
+
+def _decode_figures(res: BenchResult, n: int, dt: float, batch: int) -> None:
     res.decode_tokens = n
     res.decode_tok_s = batch * n / dt  # aggregate over the batch's rows
     res.decode_ms_per_token = dt / n * 1e3  # per step
     res.extra["batch"] = batch
     res.extra["decode_tok_s_per_sequence"] = n / dt
-    if dev == "cuda":
+
+
+def torch_step_span(n_ctx: int, decode_tokens: int) -> int:
+    """The cache positions the torch step's decode attends over: the 8-token prompt plus the decode,
+    rounded up to 64 (as gpt-fast sizes its static cache to the generation), at most n_ctx."""
+    return min(n_ctx, -(-(8 + decode_tokens) // 64) * 64)
+
+
+def bench_torch_step(model: Any, cfg: GPT2Config, dtype: str, prompts: list[int], decode_tokens: int,
+                     repeats: int, progress: Any = None, batch: int = 1) -> BenchResult:
+    """The hand-written torch GPT-2 (`torch_step.TorchGPT2Step`) on the weights of the HF model
+    `model`: static KV cache, SDPA, the decode step a CUDA graph on CUDA (eager on the CPU).
+    Prefill: its own run of each prompt up to the first token; decode: the time from after the
+    prefill's token to the n-th step's token read back (one readback), median over repeats."""
+    import torch
+
+    from .torch_step import TorchGPT2Step
+
+    described, sync = _torch_device(model)
+    cuda = model.device.type == "cuda"
+    engine = "torch+cudagraph" if cuda else "torch-step (cpu)"
+    res = BenchResult(engine, described + (", CUDA graph" if cuda else ", eager"), "", dtype)
+    span = torch_step_span(cfg.n_positions, decode_tokens)
+    one = TorchGPT2Step(model, span=span)
+    rng = np.random.default_rng(0)  # the same prompts as the other engines
+
+    def prefill(ids: list[int]) -> None:
+        one.prefill(ids)
+        one.tokens(len(ids))  # the first token, read back
+
+    _prefill_table(res, prompts, lambda T: rng.integers(0, cfg.vocab_size, T).tolist(), prefill, repeats, progress)
+    rows = [rng.integers(0, cfg.vocab_size, 8).tolist() for _ in range(batch)]
+    step = one if batch == 1 else TorchGPT2Step(model, span=span, batch=batch)
+    n = decode_tokens
+
+    def decode_time() -> float:
+        step.prefill(rows)
+        step.tokens(8)  # prefill + first token: not part of decode
+        t0 = time.perf_counter()
+        for _ in range(n):
+            step.step()
+        got = step.tokens(9)  # the n decode tokens: one readback (synchronizes)
+        dt = time.perf_counter() - t0
+        assert len(got[0]) == n
+        return dt
+
+    decode_time()  # warm-up
+    dt = statistics.median(decode_time() for _ in range(repeats))
+    sync()
+    if progress:
+        progress.update(1)
+    _decode_figures(res, n, dt, batch)
+    res.extra["tokens_agreeing_with_hf"] = _agreement(step.tokens(8), model, rows, n + 1)
+    res.extra["attention_span"] = span
+    res.extra["cuda_graph"] = step.graph is not None
+    if cuda:
         res.memory_mb = torch.cuda.max_memory_allocated() / 2**20
     return res
+
+
+def _agreement(got: list[list[int]], model: Any, rows: list[list[int]], n: int) -> int:
+    """How many leading tokens of `got` (each row's n greedy tokens after `rows`) HF's greedy
+    `generate` gives too, the fewest over the rows: a check that the anchor computes HF's model."""
+    import torch
+
+    with torch.inference_mode():
+        x = torch.tensor(rows, device=model.device)  # (B, T)
+        want = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, min_new_tokens=n,
+                              do_sample=False, pad_token_id=0)[:, x.shape[1]:].tolist()
+    return min(next((i for i, (a, b) in enumerate(zip(g, w, strict=True)) if a != b), n)
+               for g, w in zip(got, want, strict=True))
 
 
 def build_model(spec: str, device: Device, dtype: str, seed: int = 0) -> tuple[GPT2, dict[str, np.ndarray] | None]:

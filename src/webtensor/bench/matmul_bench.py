@@ -8,8 +8,12 @@ LM head's 768x50257 is row-chunked where it is over the binding limit). A varian
 through the switches in `backends.wgpu.ops`:
 
 - `default`:       what ops picks on this adapter today
-- `engine`:        matmul_engine.wgsl (register-tiled, double-buffered; float16: packed f16 FMAs)
-- `engine-f32fma`: matmul_engine.wgsl for float16 with f32 FMAs (f16 tiles, f32 arithmetic)
+- `engine`:        matmul_engine.wgsl (register-tiled, double-buffered; float16 read as u32 words,
+                   f32 tiles and FMAs)
+- `engine-F16`:    matmul_engine.wgsl for float16 with ENGINE_F16_WORDS / ENGINE_F16_MATH set as
+                   F16 says: `words-f16` (u32 words, f16 tiles, f32 FMAs), `words-chunked` (u32
+                   words, packed f16 FMAs), `vec-f32`, `vec-f16`, `vec-chunked` (vec4<f16> loads;
+                   `vec-chunked` is the float16 engine before the u32 loads)
 - `engine-RxC`:    matmul_engine.wgsl with the workgroup tile forced to R x C (64x64, 64x128,
                    128x64, 128x128) instead of `engine_tile`'s choice (for tuning ENGINE_WAVE)
 - `tiled64`:       matmul.wgsl (64x64 tiles, 4x4 a thread), the GPU kernel before the engine
@@ -35,14 +39,19 @@ from typing import Any
 SHAPES = [(768, 2304), (768, 3072), (3072, 768), (768, 50257)]
 MS = [1, 16, 128, 512, 1023, 4096]
 TILES = {"64x64": (1, 1), "64x128": (1, 2), "128x64": (2, 1), "128x128": (2, 2)}
-VARIANTS = ["default", "engine", "engine-f32fma", *(f"engine-{t}" for t in TILES), "tiled64", "regs", "gemv"]
+# float16 engine variants: (ENGINE_F16_WORDS, ENGINE_F16_MATH)
+F16 = {"words-f16": (True, "f16"), "words-chunked": (True, "chunked"), "vec-f32": (False, "f32"),
+       "vec-f16": (False, "f16"), "vec-chunked": (False, "chunked")}
+VARIANTS = ["default", "engine", *(f"engine-{f}" for f in F16), *(f"engine-{t}" for t in TILES), "tiled64", "regs",
+            "gemv"]
+_ENGINE = {"ENGINE": True, "GPU_STYLE_ON_SOFTWARE": True, "GEMV_MAX_ROWS": 0, "ENGINE_F16_WORDS": True,
+           "ENGINE_F16_MATH": "f32"}
 # ops switches per variant (unlisted ones keep their values)
 _SWITCHES: dict[str, dict[str, Any]] = {
     "default": {},
-    "engine": {"ENGINE": True, "GPU_STYLE_ON_SOFTWARE": True, "GEMV_MAX_ROWS": 0},
-    "engine-f32fma": {"ENGINE": True, "GPU_STYLE_ON_SOFTWARE": True, "GEMV_MAX_ROWS": 0, "ENGINE_F16_CHUNKED": False},
-    **{f"engine-{name}": {"ENGINE": True, "GPU_STYLE_ON_SOFTWARE": True, "GEMV_MAX_ROWS": 0,
-                          "engine_tile": lambda m, n, t=tile: t} for name, tile in TILES.items()},
+    "engine": _ENGINE,
+    **{f"engine-{name}": {**_ENGINE, "ENGINE_F16_WORDS": w, "ENGINE_F16_MATH": m} for name, (w, m) in F16.items()},
+    **{f"engine-{name}": {**_ENGINE, "engine_tile": lambda m, n, t=tile: t} for name, tile in TILES.items()},
     "tiled64": {"ENGINE": False, "GPU_STYLE_ON_SOFTWARE": True, "GEMV_MAX_ROWS": 0},
     "regs": {"GEMV_MAX_ROWS": 0, "GPU_STYLE_ON_SOFTWARE": False},
     "gemv": {"GEMV_MAX_ROWS": 1 << 30},
@@ -64,7 +73,7 @@ def _switches(values: dict[str, Any]) -> Iterator[None]:
 
 
 def _applies(variant: str, M: int, dtype: str, software: bool) -> bool:
-    if variant == "engine-f32fma":
+    if variant.removeprefix("engine-") in F16:
         return dtype == "float16"
     if variant == "regs":
         return software
@@ -73,15 +82,16 @@ def _applies(variant: str, M: int, dtype: str, software: bool) -> bool:
     return True
 
 
-def _time_case(dev: Any, a: Any, w: Any, reps: int) -> tuple[float, str]:
-    """(µs a matmul, kernel names) of ops.linear(a, w) under the current switches."""
+def _time_case(dev: Any, a: Any, w: Any, reps: int, fn: Any = None) -> tuple[float, str]:
+    """(µs a matmul, kernel names) of fn(a, w) (default ops.linear) under the current switches."""
     from .. import ops
     from ..backends.wgpu.profiler import time_commands
 
+    fn = fn or ops.linear
     ctx = dev.ctx
-    ops.linear(a, w).numpy()  # compiles the variant and warms up
+    fn(a, w).numpy()  # compiles the variant and warms up
     with ctx.lock, dev.dispatch_scope():
-        out = ops.linear(a, w)
+        out = fn(a, w)
         cmds, names = ctx.take_pending()  # timed below instead of submitted by the scope
     kernels = ",".join(sorted({n.split("-")[0] for n in names}))
     if "timestamp-query" in ctx.api.features:
@@ -92,7 +102,7 @@ def _time_case(dev: Any, a: Any, w: Any, reps: int) -> tuple[float, str]:
         t0 = time.perf_counter()
         with dev.dispatch_scope():
             for _ in range(reps):
-                out = ops.linear(a, w)
+                out = fn(a, w)
         out[:1].numpy()
         us = (time.perf_counter() - t0) * 1e6 / reps
     return us, kernels

@@ -11,6 +11,10 @@ ffn_up -> mlp.c_fc, ffn_down -> mlp.c_proj. llama.cpp stores the four block matr
 the (N, K) layout that q8_0 blocks run along. GPT-2's LM head is tied to wte: a separate `output`
 tensor (the converter writes a copy) is ignored, and refused only if it is stored in the same type
 as token_embd with different bytes (a model whose head is not tied).
+
+numpy is imported only where tensors become arrays (`get`, `get_q8`): the page (Pyodide, no numpy)
+opens a file with reader="pure" for its config, tokenizer and checks, and takes each tensor's
+stored bytes with `stored`.
 """
 
 from __future__ import annotations
@@ -19,14 +23,16 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckpointError, TokenizerError
 from ..models.gpt2.config import GPT2Config
 from ..models.gpt2.tokenizer import GPT2Tokenizer
-from . import q8_0
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from . import q8_0
 
 SUPPORTED_TYPES = ("F32", "F16", "Q8_0")
 TOKEN_CONTROL, TOKEN_USER_DEFINED = 3, 4  # llama.cpp's token types for special / added tokens
@@ -65,6 +71,7 @@ class _Entry:
 
 def _open_with_gguf(path: Path) -> tuple[dict[str, Any], dict[str, tuple[str, tuple[int, ...], Callable[[], Any]]]]:
     import gguf
+    import numpy as np
 
     r = gguf.GGUFReader(str(path))
     meta = {k: f.contents() for k, f in r.fields.items() if not k.startswith("GGUF.")}
@@ -232,8 +239,25 @@ class GGUFCheckpoint:
         e = self._entries[name]
         return e.shape[::-1] if e.transposed else e.shape
 
+    def stored(self, name: str) -> tuple[str, tuple[int, ...], memoryview]:
+        """HF tensor `name` as the file holds it, without numpy: (ggml type "F32" / "F16" / "Q8_0",
+        its shape in GGUF's layout (numpy order: the block matrices (N, K), transposed from HF's),
+        its bytes). CheckpointError when the bytes do not fill the shape."""
+        e = self._entries[name]
+        raw = memoryview(e.read()).cast("B")
+        n = math.prod(e.shape)
+        want = n // 32 * 34 if e.type_name == "Q8_0" else n * (4 if e.type_name == "F32" else 2)
+        if raw.nbytes != want:
+            raise CheckpointError(f"{self.path}: tensor {_gguf_name(name)!r}: {raw.nbytes} bytes where shape "
+                                  f"{e.shape} {e.type_name} needs {want}")
+        return e.type_name, e.shape, raw
+
     def _stored(self, name: str) -> np.ndarray | q8_0.Q8Weight:
         """The tensor as stored: float32/float16 in GGUF's layout, or a Q8Weight."""
+        import numpy as np
+
+        from . import q8_0
+
         e = self._entries[name]
         try:
             raw = e.read()
@@ -253,6 +277,10 @@ class GGUFCheckpoint:
 
     def get(self, name: str) -> np.ndarray:
         """HF tensor `name` in HF's layout: float32 (F32, and Q8_0 dequantized) or float16 (F16)."""
+        import numpy as np
+
+        from . import q8_0
+
         e = self._entries[name]
         v = self._stored(name)
         arr = v.dequantize() if isinstance(v, q8_0.Q8Weight) else v
@@ -261,6 +289,10 @@ class GGUFCheckpoint:
     def get_q8(self, name: str) -> q8_0.Q8Weight:
         """HF matrix `name` as q8_0 in (N, K) layout (K = the input dimension): a Q8_0 tensor as
         stored, a float one quantized now."""
+        import numpy as np
+
+        from . import q8_0
+
         e = self._entries[name]
         v = self._stored(name)
         if isinstance(v, q8_0.Q8Weight):

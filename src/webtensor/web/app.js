@@ -1,6 +1,9 @@
 // The page's logic: load Pyodide and webtensor, create the WebGPU device, load the model, and
 // stream generated text into the page. `window.webtensorApp` exposes the same steps to the
-// headless-Chromium tests (generate, op parity, benchmarks).
+// headless-Chromium tests (generate, op parity, benchmarks, loadModel).
+// The weights' dtype comes from the address (?dtype=float32 | float16 | int8), else the server's
+// default (`webtensor web --dtype`); the dtype menu reloads the model in another. int8 downloads
+// the server's q8_0 GGUF in place of model.safetensors.
 "use strict";
 
 (function () {
@@ -8,7 +11,7 @@
   const LIB_DIR = "/home/pyodide/lib";
   const MODEL_DIR = "/home/pyodide/model";
   const state = { phase: "starting", app: null, pyodide: null, busy: false, runs: 0, info: null, model: null,
-                  lastResult: null, error: null, runError: null };
+                  lastResult: null, error: null, runError: null, loads: 0 };
 
   function setPhase(phase, text) {
     state.phase = phase;
@@ -25,6 +28,12 @@
     $("generate").disabled = true;
   }
 
+  function clearError() {
+    state.error = null;
+    $("error").textContent = "";
+    $("error").style.display = "none";
+  }
+
   // A Python exception's message without its traceback ("Type: message" -> "message (Type)").
   function pyError(e) {
     const lines = String((e && e.message) || e).trim().split("\n").filter((l) => l.trim());
@@ -33,10 +42,17 @@
     return m ? `${m[2]} (${m[1].split(".").pop()})` : last;
   }
 
-  async function fetchBytes(url) {
+  async function fetchOk(url) {
     const r = await fetch(url, { cache: "no-cache" });
-    if (!r.ok) throw new Error(`${url}: HTTP ${r.status} ${r.statusText}`);
-    return new Uint8Array(await r.arrayBuffer());
+    if (!r.ok) {
+      const why = (await r.text().catch(() => "")).trim();
+      throw new Error(`${url}: HTTP ${r.status} ${r.statusText}${why ? ": " + why : ""}`);
+    }
+    return r;
+  }
+
+  async function fetchBytes(url) {
+    return new Uint8Array(await (await fetchOk(url)).arrayBuffer());
   }
 
   function fmtBytes(n) {
@@ -69,34 +85,71 @@
     }
     $("adapter").textContent = `${state.info.adapter} (${state.info.backend}; max binding ${fmtBytes(state.info.binding_bytes)})`;
 
+    const f16 = state.info.features.includes("shader-f16");
+    const f16Option = $("dtype").querySelector('option[value="float16"]');
+    f16Option.disabled = !f16;
+    if (!f16) f16Option.textContent = "float16 (no shader-f16)";
+    $("dtype").addEventListener("change", () => { loadModel($("dtype").value).catch((e) => console.error(e)); });
+    const asked = new URLSearchParams(location.search).get("dtype");
+    await loadModel(asked || "", t0);
+  }
+
+  // Download the checkpoint for `dtype` ("" = the server's default) and load it onto the device,
+  // replacing the model loaded before. Resolves to the model's facts (state.model); on failure the
+  // page shows the error and state.model is null.
+  async function loadModel(dtype, t0) {
+    if (state.busy) throw new Error("generating: load a model when it is done");
+    t0 = t0 === undefined ? performance.now() : t0;
+    state.busy = true;
+    state.loads += 1;
+    state.model = null;
+    $("generate").disabled = true;
+    $("dtype").disabled = true;
+    clearError();
     setPhase("loading", "Loading the model…");
     try {
-      const r = await fetch("model/manifest.json", { cache: "no-cache" });
-      if (!r.ok) throw new Error(`model/manifest.json: HTTP ${r.status} ${r.statusText}`);
-      const manifest = await r.json();
-      pyodide.FS.mkdirTree(MODEL_DIR);
+      const query = dtype ? `?dtype=${encodeURIComponent(dtype)}` : "";
+      const manifest = await (await fetchOk(`model/manifest.json${query}`)).json();
+      $("dtype").value = manifest.dtype;
+      const dir = manifest.dtype === "int8" ? `${MODEL_DIR}-int8` : MODEL_DIR;
+      state.pyodide.FS.mkdirTree(dir);
       let done = 0;
       for (const f of manifest.files) {
         setPhase("loading", `Downloading ${f.name} (${fmtBytes(f.size)})…`);
         const bytes = await fetchBytes(`model/${encodeURIComponent(f.name)}`);
-        pyodide.FS.writeFile(`${MODEL_DIR}/${f.name}`, bytes);
+        state.pyodide.FS.writeFile(`${dir}/${f.name}`, bytes);
         done += bytes.length;
       }
       const onProgress = (name, doneBytes, total) => {
         $("status").textContent = `Uploading weights to the GPU… ${Math.round(100 * doneBytes / total)}%`;
       };
-      state.model = JSON.parse(await app.load_model.callPromising(MODEL_DIR, onProgress));
-      state.model.name = manifest.name;
-      state.model.download_bytes = done;
+      const model = JSON.parse(await state.app.load_model.callPromising(dir, onProgress, manifest.dtype));
+      model.name = manifest.name;
+      model.download_bytes = done;
+      model.float32_bytes = manifest.float32_bytes;
+      model.files = manifest.files.map((f) => f.name);
+      state.model = model;
     } catch (e) {
+      $("weights").textContent = "–";
       showError("Model failed to load.", pyError(e));
-      return;
+      return null;
+    } finally {
+      state.busy = false;
+      $("dtype").disabled = false;
     }
     const m = state.model;
     $("model").textContent = `${m.name}: ${m.n_layer} layers, ${m.n_embd} wide, ${(m.n_params / 1e6).toFixed(2)} M ` +
       `parameters, vocabulary ${m.vocab_size} (tokenizer: ${m.tokenizer})`;
+    const what = m.dtype === "int8" ? "int8 (q8_0 matrices)" : m.dtype === "float16" ? "float16 (matrices)" : "float32";
+    const vs = m.dtype === "int8" ? `, ${(m.download_bytes / m.float32_bytes).toFixed(2)}x float32's ` +
+      `${fmtBytes(m.float32_bytes)}` : "";
+    $("weights").textContent = `${what}: downloaded ${fmtBytes(m.download_bytes)}${vs}; ` +
+      `${fmtBytes(m.weight_bytes)} on the GPU`;
+    $("weights").title = `files: ${m.files.join(", ")}` +
+      (m.dtype === "float32" ? "" : "; layer norms, biases and positions stay float32");
     $("generate").disabled = false;
     setPhase("ready", `Ready in ${((performance.now() - t0) / 1000).toFixed(1)} s. Type a prompt and press Generate.`);
+    return m;
   }
 
   // A Python exception as {type, message}: its last line "pkg.Type: message", without the traceback.
@@ -195,5 +248,5 @@
     return state.pyodide.runPythonAsync(code);
   }
 
-  window.webtensorApp = { state, ready, generate, parity, bench, runPython };
+  window.webtensorApp = { state, ready, generate, parity, bench, runPython, loadModel };
 })();

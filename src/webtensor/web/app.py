@@ -8,7 +8,9 @@ JavaScript as JSON strings (one conversion instead of walking proxies).
 
 from __future__ import annotations
 
+import gc
 import json
+import math
 import time
 from typing import Any
 
@@ -42,22 +44,26 @@ async def init(max_binding_bytes: int | None = None) -> str:
                            binding_bytes=dev.max_binding_bytes(), features=sorted(dev.ctx.api.features)))
 
 
-async def load_model(model_dir: str, on_progress: Any = None) -> str:
-    """Load the GPT-2 checkpoint in `model_dir` (Pyodide's file system) onto the device."""
+async def load_model(model_dir: str, on_progress: Any = None, dtype: Any = "float32") -> str:
+    """Load the GPT-2 checkpoint in `model_dir` (Pyodide's file system) onto the device, in `dtype`
+    (`WebGPT2.DTYPES`: float32, float16, int8); a model loaded before is dropped first."""
     t0 = time.perf_counter()
 
     def progress(name: str, done: int, total: int) -> None:
         if on_progress is not None:
             on_progress(name, done, total)
 
-    model = WebGPT2.load(model_dir, _device(), progress)
+    _state["model"] = None  # its buffers go back to the device's pool before the new weights arrive
+    gc.collect()
+    model = WebGPT2.load(model_dir, _device(), progress, _opt(dtype) or "float32")
     _state["model"] = model
     cfg = model.config
-    n_params = sum(t.size for t in (model.wte, model.wpe, *model.ln_f)) + sum(
-        t.size for b in model.blocks for t in b)
+    n_params = sum(math.prod(t.shape) for t in (model.wte, model.wpe, *model.ln_f)) + sum(
+        math.prod(t.shape) for b in model.blocks for t in b)
     return json.dumps(dict(n_layer=cfg.n_layer, n_embd=cfg.n_embd, n_head=cfg.n_head,
                            vocab_size=cfg.vocab_size, n_positions=cfg.n_positions, n_params=n_params,
-                           tokenizer=model.tokenizer.kind, load_s=time.perf_counter() - t0))
+                           tokenizer=model.tokenizer.kind, dtype=model.dtype, weight_bytes=model.weight_bytes,
+                           load_s=time.perf_counter() - t0))
 
 
 def _field(x: Any, parse: type, blank: Any = "") -> Any:
@@ -111,6 +117,7 @@ async def generate(prompt: str, max_new_tokens: Any = 50, temperature: Any = 0.0
     st = model.last_stats
     return json.dumps(dict(prompt_ids=req["ids"], truncated_tokens=len(req["ids"]) - len(req["run_ids"]),
                            text="".join(pieces), adapter=_device().ctx.info.name, stats=_device().stats(),
+                           dtype=model.dtype,
                            temperature=req["temperature"], top_k=req["top_k"], top_p=req["top_p"],
                            **st.as_dict()))
 

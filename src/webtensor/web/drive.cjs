@@ -10,10 +10,12 @@
 //   {type: "bench", options}                                  options: a JSON string (app.bench)
 //   {type: "screenshot", path}
 //   {type: "python", code}                                    runs Python in the page (runPythonAsync)
+//   {type: "dtype", dtype}                                    picks the dtype menu's entry (reloads the
+//                                                             model); result: the page's model facts
 // Any task may carry a `name`, copied into its result.
-// Options: webgpu: false starts Chromium without WebGPU (no adapter); hideWebgpu: true removes
-// navigator.gpu from the page; expectError: true accepts a page that
-// stopped on an error (its state is in `boot`).
+// Options: query: appended to the page's address ("?dtype=int8"); webgpu: false starts Chromium
+// without WebGPU (no adapter); hideWebgpu: true removes navigator.gpu from the page; expectError:
+// true accepts a page that stopped on an error (its state is in `boot`).
 // Writes {boot, tasks: [...], console: [...], ms} to CONFIG.results; exits 1 on a failed task.
 "use strict";
 
@@ -46,12 +48,13 @@ async function main() {
       await page.addInitScript(() => Object.defineProperty(Navigator.prototype, "gpu", { get: () => undefined }));
     }
     page.on("pageerror", (e) => out.console.push(`pageerror: ${e.message}`));
-    await page.goto(cfg.url);
+    await page.goto(cfg.url + (cfg.query || ""));
     out.ms.launch = Date.now() - t0;
     await page.waitForFunction(() => ["ready", "error"].includes(document.body.dataset.phase));
     out.boot = await page.evaluate(() => {
       const s = window.webtensorApp.state;
-      return { phase: s.phase, info: s.info, model: s.model, error: s.error, status: document.getElementById("status").textContent };
+      return { phase: s.phase, info: s.info, model: s.model, error: s.error, status: document.getElementById("status").textContent,
+               weights: document.getElementById("weights").textContent, dtype: document.getElementById("dtype").value };
     });
     out.ms.boot = Date.now() - t0;
     if (out.boot.phase !== "ready" && !cfg.expectError) {
@@ -97,6 +100,17 @@ async function main() {
           res.results = await page.evaluate((o) => window.webtensorApp.bench(o), task.options || "{}");
         } else if (task.type === "python") {
           res.results = await page.evaluate((c) => window.webtensorApp.runPython(c), task.code);
+        } else if (task.type === "dtype") {
+          const loads = await page.evaluate(() => window.webtensorApp.state.loads);
+          await page.selectOption("#dtype", task.dtype);
+          await page.waitForFunction((n) => window.webtensorApp.state.loads > n && !window.webtensorApp.state.busy,
+                                     loads);
+          Object.assign(res, await page.evaluate(() => ({
+            phase: window.webtensorApp.state.phase, model: window.webtensorApp.state.model,
+            error: window.webtensorApp.state.error, weights: document.getElementById("weights").textContent,
+            dtype: document.getElementById("dtype").value,
+          })));
+          if (res.phase !== "ready") throw new Error(`loading ${task.dtype} failed: ${JSON.stringify(res.error)}`);
         } else if (task.type === "screenshot") {
           await page.screenshot({ path: task.path, fullPage: true });
           res.path = task.path;

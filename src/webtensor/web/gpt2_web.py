@@ -4,8 +4,9 @@ It runs the same forward pass as `webtensor.models.gpt2.model.GPT2` (embedding +
 block layer norm -> fused QKV linear -> KV-cache rows -> causal attention -> fused projection with
 residual -> layer norm -> fused linear + activation -> fused linear with residual, then the final layer
 norm and the LM head, wte when tied), through `webtensor.ops` on a WebGPU device, but loads the checkpoint
-with the pure-Python safetensors reader, tokenizes with the pure-Python BPE where `tokenizers` is
-missing, and generates with `webtensor.generation` (the native model's loop) and
+with the pure-Python safetensors reader (or, for dtype int8, a q8_0 GGUF file with the pure-Python
+GGUF reader: its blocks go to the GPU as they are, never through float32), tokenizes with the
+pure-Python BPE where `tokenizers` is missing, and generates with `webtensor.generation` (the native model's loop) and
 `models.gpt2.sampling.sample`'s pure-Python path (one sampler for every path, so a seed gives the
 native model's tokens): nothing here imports numpy.
 
@@ -31,6 +32,8 @@ from ..formats.safetensors_pure import SafetensorsFile
 from ..models.gpt2.forward import GPT2Weights
 from ..tensor import Tensor, from_buffer
 
+DTYPES = ("float32", "float16", "int8")  # what the page loads a model in
+
 
 def _gpt2_module(name: str) -> Any:
     """`webtensor.models.gpt2.<name>` (config, tokenizer, weights): numpy-free modules (the package
@@ -41,6 +44,98 @@ def _gpt2_module(name: str) -> Any:
 def _stored_float32(where: dict[str, tuple[SafetensorsFile, str]], name: str) -> memoryview:
     sf, key = where[name]
     return sf.float32(key)
+
+
+def _in_float16(name: str) -> bool:
+    """Under dtype float16: the matrices and wte (not layer norms, biases, wpe), as the native model."""
+    return name.endswith(".weight") and "ln_" not in name and name != "wpe.weight"
+
+
+def _load_safetensors(d: Path, cfg: Any, device: Device, dtype: dt.DType,
+                      progress: Callable[[str, int, int], None] | None) -> dict[str, Tensor]:
+    """The float weights of model.safetensors (every *.safetensors of `d`), by HF name."""
+    weights = _gpt2_module("weights")
+    files = sorted(d.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"{d} has no model.safetensors")
+    where: dict[str, tuple[SafetensorsFile, str]] = {}
+    for f in files:
+        try:
+            sf = SafetensorsFile.from_path(f)  # a bad file: CheckpointError saying what is wrong
+        except OSError as e:
+            raise CheckpointError(f"{f} could not be read: {e}") from e
+        for key in sf.keys():
+            weights.add_tensor(where, key, (sf, key), f)
+    weights.check_shapes({n: tuple(sf.info(k).shape) for n, (sf, k) in where.items()}, cfg, d)
+    if cfg.tie_word_embeddings and "lm_head.weight" in where:
+        same = bytes(_stored_float32(where, "lm_head.weight")) == bytes(_stored_float32(where, "wte.weight"))
+        weights.check_tied_head(same, d)
+    shapes = weights.expected_shapes(cfg)
+    total = sum(math.prod(s) * 4 for s in shapes.values())
+    done = 0
+    params: dict[str, Tensor] = {}
+    for name, shape in shapes.items():
+        t = from_buffer(_stored_float32(where, name), shape, dt.float32, device)
+        if dtype is dt.float16 and _in_float16(name):
+            t = t.to(dt.float16)
+        if len(shape) == 2 and name.startswith("h.") and device.backend.kmajor_weights:  # as the native model
+            t = t.T.contiguous().T
+        params[name] = t
+        done += math.prod(shape) * 4
+        if progress is not None:
+            progress(name, done, total)
+    return params
+
+
+def _load_q8_gguf(d: Path, cfg: Any, device: Device,
+                  progress: Callable[[str, int, int], None] | None) -> dict[str, Any]:
+    """The int8 weights of the one *.gguf file in `d` (what `webtensor web` serves: formats/gguf_writer),
+    by HF name: Q8_0 matrices as `Q8Gpu`s built from their blocks, F32 tensors as float32."""
+    from ..backends.wgpu import q8_ops
+    from ..formats.gguf_pure import GGUFFile, GGUFFormatError
+    from ..formats.gguf_reader import hf_name
+
+    weights, quantized = _gpt2_module("weights"), _gpt2_module("quantized")
+    if device.kind != "wgpu":
+        raise CheckpointError(f"the page's int8 loader runs on WebGPU, not on {device.describe()}")
+    files = sorted(d.glob("*.gguf"))
+    if len(files) != 1:
+        raise CheckpointError(f"{d} must hold exactly one .gguf file for dtype int8, found {len(files)}")
+    try:
+        f = GGUFFile.from_path(files[0])
+    except (OSError, GGUFFormatError) as e:
+        raise CheckpointError(f"{files[0]} is not a valid GGUF file (truncated or corrupt?): {e}") from e
+    stored: dict[str, Any] = {}  # HF name -> TensorInfo
+    for name, info in f.tensors.items():
+        hf = "lm_head.weight" if name == "output.weight" else hf_name(name)
+        if hf is None:
+            raise CheckpointError(f"{files[0]}: tensor {name!r} is not part of a GPT-2 model")
+        stored[hf] = info
+    hf_shape = {n: (i.shape[::-1] if len(i.shape) == 2 and n.startswith("h.") else i.shape) for n, i in stored.items()}
+    weights.check_shapes(hf_shape, cfg, files[0])
+    shapes = weights.expected_shapes(cfg)
+    if not cfg.tie_word_embeddings:
+        if "lm_head.weight" not in stored:
+            raise CheckpointError(f"{files[0]}: tie_word_embeddings = false but the file has no output.weight")
+        shapes["lm_head.weight"] = (cfg.vocab_size, cfg.n_embd)
+    total = sum(stored[n].nbytes for n in shapes)
+    done = 0
+    params: dict[str, Any] = {}
+    for name in shapes:
+        info = stored[name]
+        want = "Q8_0" if quantized.held_in_q8(name) else "F32"
+        if info.type_name != want:
+            raise CheckpointError(f"{files[0]}: tensor {info.name!r} is {info.type_name}; the page's int8 model reads "
+                                  f"{want} there (write the file with `webtensor.formats.gguf_writer`, outtype q8_0)")
+        raw = f.raw(info.name)
+        if want == "Q8_0":
+            params[name] = q8_ops.upload_blocks(device, raw, info.shape)  # (N, K)
+        else:
+            params[name] = from_buffer(raw, info.shape, dt.float32, device)
+        done += info.nbytes
+        if progress is not None:
+            progress(name, done, total)
+    return params
 
 
 @dataclass
@@ -71,48 +166,45 @@ class WebGPT2(GPT2Weights):
     def __init__(self, cfg: Any, params: dict[str, Tensor], device: Device, tokenizer: Any = None):
         super().__init__(cfg, params, device)
         self.tokenizer = tokenizer
+        self.dtype = "float32"  # the weights' dtype as the page names it (DTYPES)
         self._workspaces = generation.WorkspacePool()
         self.last_stats = GenerationStats()
 
     # -- loading --------------------------------------------------------------------------------
     @classmethod
     def load(cls, model_dir: str | Path, device: Device,
-             progress: Callable[[str, int, int], None] | None = None) -> WebGPT2:
-        """Load config.json, model.safetensors and the tokenizer from `model_dir` onto `device`.
-        `progress(name, done_bytes, total_bytes)` is called after each tensor is uploaded."""
+             progress: Callable[[str, int, int], None] | None = None, dtype: str = "float32") -> WebGPT2:
+        """Load config.json, the weights and the tokenizer from `model_dir` onto `device`.
+        `progress(name, done_bytes, total_bytes)` is called after each tensor is uploaded.
+
+        dtype "float32" or "float16" (matrices and wte in float16, the rest float32, as the native
+        model; needs shader-f16) read model.safetensors; "int8" reads the one *.gguf file of the
+        folder, whose wte and block matrices must be Q8_0 (the rest F32): the weights of
+        `GPT2.from_pretrained(..., dtype="int8")`, held as q8_0 on the device."""
+        if dtype not in DTYPES and not _gpt2_module("quantized").is_int8(dtype):
+            raise CheckpointError(f"the page loads a model in {', '.join(DTYPES)}, not {dtype!r}")
         d = Path(model_dir)
         config, tokenizer_mod, weights = (_gpt2_module(m) for m in ("config", "tokenizer", "weights"))
         cfg = config.GPT2Config.from_file(d / "config.json")
         tok = tokenizer_mod.GPT2Tokenizer.from_dir(d)
         weights.check_tokenizer(cfg, tok.vocab_size, d)
-        files = sorted(d.glob("*.safetensors"))
-        if not files:
-            raise CheckpointError(f"{d} has no model.safetensors")
-        where: dict[str, tuple[SafetensorsFile, str]] = {}
-        for f in files:
-            try:
-                sf = SafetensorsFile.from_path(f)  # a bad file: CheckpointError saying what is wrong
-            except OSError as e:
-                raise CheckpointError(f"{f} could not be read: {e}") from e
-            for key in sf.keys():
-                weights.add_tensor(where, key, (sf, key), f)
-        weights.check_shapes({n: tuple(sf.info(k).shape) for n, (sf, k) in where.items()}, cfg, d)
-        if cfg.tie_word_embeddings and "lm_head.weight" in where:
-            same = bytes(_stored_float32(where, "lm_head.weight")) == bytes(_stored_float32(where, "wte.weight"))
-            weights.check_tied_head(same, d)
-        shapes = weights.expected_shapes(cfg)
-        total = sum(math.prod(s) * 4 for s in shapes.values())
-        done = 0
-        params: dict[str, Tensor] = {}
-        for name, shape in shapes.items():
-            t = from_buffer(_stored_float32(where, name), shape, dt.float32, device)
-            if len(shape) == 2 and name.startswith("h.") and device.backend.kmajor_weights:  # as the native model
-                t = t.T.contiguous().T
-            params[name] = t
-            done += math.prod(shape) * 4
-            if progress is not None:
-                progress(name, done, total)
-        return cls(cfg, params, device, tok)
+        if dtype == "float16" and not device.has_f16:
+            raise CheckpointError(f"{device.describe()} has no shader-f16 feature: use dtype float32 or int8")
+        if dtype in ("float32", "float16"):
+            params = _load_safetensors(d, cfg, device, dt.as_dtype(dtype), progress)
+        else:
+            params = _load_q8_gguf(d, cfg, device, progress)
+        m = cls(cfg, params, device, tok)
+        m.dtype = "int8" if dtype not in ("float32", "float16") else dtype
+        return m
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes the weights take on the device (q8_0: quants and scales)."""
+        ts = [self.wte, self.wpe, *self.ln_f, *(t for b in self.blocks for t in b)]
+        if self.lm_head is not self.wte:
+            ts.append(self.lm_head)
+        return sum(t.nbytes for t in ts)
 
     # -- generation -----------------------------------------------------------------------------
     def generate_ids(self, ids: Sequence[int], max_new_tokens: int = 32, temperature: float = 0.0,

@@ -1,8 +1,8 @@
 """Run the web page in real headless Chromium (Debian's `chromium`, driven by the npm package
 `playwright-core` through `drive.cjs`), for the tests and the browser benchmark.
 
-    python -m webtensor.web.headless [--model DIR] [--bench] [--screenshot out/page.png]
-        [--prompt TEXT] [--tokens N]
+    python -m webtensor.web.headless [--model DIR] [--dtype float32|float16|int8] [--bench]
+        [--screenshot out/page.png] [--prompt TEXT] [--tokens N]
 
 prints the adapter, the generated text, tokens/s and (with --bench) the per-dispatch cost.
 """
@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default=None, help="checkpoint directory (default: the shipped model)")
     p.add_argument("--prompt", default="It is a truth universally acknowledged")
     p.add_argument("--tokens", type=int, default=40)
+    p.add_argument("--dtype", default=None, help="the weights' dtype (the page's ?dtype=; default: the server's)")
     p.add_argument("--bench", action="store_true", help="also measure per-dispatch cost and decode tokens/s")
     p.add_argument("--screenshot", default=None, help="save a screenshot of the page after generation here")
     a = p.parse_args(argv)
@@ -97,13 +98,13 @@ def main(argv: list[str] | None = None) -> int:
         opts = dict(gen=dict(prompt=a.prompt, max_new_tokens=a.tokens))
         tasks.append(dict(type="bench", options=json.dumps(opts)))
     try:
-        out = run_page(tasks, Path(a.model) if a.model else None)
+        out = run_page(tasks, Path(a.model) if a.model else None, **({"query": f"?dtype={a.dtype}"} if a.dtype else {}))
     except SetupError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     boot = out.get("boot") or {}
     print(f"adapter: {(boot.get('info') or {}).get('adapter')}  boot: {out['ms'].get('boot')} ms")
-    print(f"model: {json.dumps(boot.get('model'))}")
+    print(f"model: {json.dumps(boot.get('model'))}\nweights: {boot.get('weights')}")
     for t in out["tasks"]:
         if t.get("error"):
             print(f"[{t['type']}] FAILED: {t['error']}")

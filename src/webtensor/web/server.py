@@ -9,6 +9,11 @@ What it serves:
                          unpacks them into Pyodide's file system)
     /model/manifest.json and /model/<file>
                          the checkpoint: the model shipped with webtensor, or --model DIR
+    /model/manifest.json?dtype=int8 and /model/model.q8_0.gguf
+                         the same checkpoint for the page's int8: its matrices in llama.cpp's q8_0
+                         (a GGUF file written from the safetensors by `formats.gguf_writer` on the
+                         first request and kept in memory; ~0.27x the float32 bytes of the matrices)
+                         beside config.json and the tokenizer files
 Only files of those folders are served; nothing else on the machine is reachable through it.
 """
 
@@ -27,16 +32,18 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from .. import cmdline
 from ..errors import UsageError, WebtensorError
+from .gpt2_web import DTYPES
 
 WEB_DIR = Path(__file__).resolve().parent
 PACKAGE_DIR = WEB_DIR.parent
 PAGE_FILES = {"index.html": WEB_DIR, "app.js": WEB_DIR,
               "gpu_helper.js": PACKAGE_DIR / "backends" / "wgpu"}  # name -> folder
 MODEL_FILES = ("config.json", "tokenizer.json", "vocab.json", "merges.txt")
+Q8_GGUF = "model.q8_0.gguf"  # the int8 weights, written at serve time
 MIME = {".wasm": "application/wasm", ".mjs": "text/javascript", ".js": "text/javascript",
         ".json": "application/json", ".html": "text/html; charset=utf-8", ".zip": "application/zip",
         ".map": "application/json", ".txt": "text/plain; charset=utf-8"}
@@ -95,9 +102,15 @@ def package_zip() -> bytes:
 class WebApp:
     """What the handler serves; built once per server."""
 
-    def __init__(self, model_dir: Path | None = None, pyodide_dir: Path | None = None):
+    def __init__(self, model_dir: Path | None = None, pyodide_dir: Path | None = None, dtype: str = "float32"):
+        if dtype not in DTYPES:
+            raise UsageError(f"the page's dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         self.pyodide_dir = find_pyodide(pyodide_dir)
         self.model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
+        self.default_dtype = dtype
+        self._q8: bytes | None = None
+        self._q8_error: str | None = None
+        self._q8_lock = threading.Lock()
         self.model_error: str | None = None
         try:
             self.model = {p.name: p for p in model_files(self.model_dir)}
@@ -108,11 +121,37 @@ class WebApp:
     def zip_bytes(self) -> bytes:
         return package_zip()
 
-    def manifest(self) -> dict[str, Any] | None:
+    def q8_gguf(self) -> bytes:
+        """The checkpoint as a q8_0 GGUF file, written once (SetupError when it cannot be: a bad
+        checkpoint; the message says why)."""
+        from ..formats.gguf_writer import gpt2_gguf_bytes
+
+        with self._q8_lock:
+            if self._q8 is None and self._q8_error is None:
+                try:
+                    self._q8 = gpt2_gguf_bytes(self.model_dir, "q8_0")
+                except WebtensorError as e:
+                    self._q8_error = f"the int8 (q8_0) weights could not be written: {e}"
+            if self._q8 is None:
+                raise SetupError(self._q8_error)
+            return self._q8
+
+    def manifest(self, dtype: str | None = None) -> dict[str, Any]:
+        """What the page downloads for `dtype` (None: the server's default): {name, dtype, dtypes,
+        files: [{name, size}], float32_bytes (the float download, to compare)}. SetupError when
+        there is no model (or no int8 file for it)."""
+        dtype = dtype or self.default_dtype
+        if dtype not in DTYPES:
+            raise SetupError(f"unknown dtype {dtype!r}: the page loads {', '.join(DTYPES)}")
         if self.model_error:
-            return None
+            raise SetupError(self.model_error)
         name = "webtensor shipped GPT-2" if self.model_dir == default_model_dir() else self.model_dir.name
-        return dict(name=name, files=[dict(name=n, size=p.stat().st_size) for n, p in self.model.items()])
+        files = [dict(name=n, size=p.stat().st_size) for n, p in self.model.items()
+                 if dtype != "int8" or not n.endswith(".safetensors")]
+        if dtype == "int8":
+            files.append(dict(name=Q8_GGUF, size=len(self.q8_gguf())))
+        float32_bytes = sum(p.stat().st_size for p in self.model.values())
+        return dict(name=name, dtype=dtype, dtypes=list(DTYPES), files=files, float32_bytes=float32_bytes)
 
 
 def _handler(app: WebApp, quiet: bool) -> type[BaseHTTPRequestHandler]:
@@ -162,10 +201,17 @@ def _handler(app: WebApp, quiet: bool) -> type[BaseHTTPRequestHandler]:
                     return self._not_found()
                 return self._file(target, cache=True)
             if name == "model/manifest.json":
-                man = app.manifest()
-                if man is None:
-                    return self._not_found(f"no model: {app.model_error}")
+                dtype = parse_qs(urlsplit(self.path).query).get("dtype", [None])[0]
+                try:
+                    man = app.manifest(dtype)
+                except SetupError as e:
+                    return self._not_found(f"no model: {e}")
                 return self._send(200, json.dumps(man).encode(), MIME[".json"])
+            if name == f"model/{Q8_GGUF}":
+                try:
+                    return self._send(200, app.q8_gguf(), "application/octet-stream")
+                except SetupError as e:
+                    return self._not_found(f"no model: {e}")
             if name.startswith("model/"):
                 p = app.model.get(name[len("model/"):])
                 return self._file(p) if p is not None else self._not_found()
@@ -175,9 +221,10 @@ def _handler(app: WebApp, quiet: bool) -> type[BaseHTTPRequestHandler]:
 
 
 def make_server(host: str = "127.0.0.1", port: int = 0, model_dir: Path | None = None,
-                pyodide_dir: Path | None = None, quiet: bool = True) -> ThreadingHTTPServer:
-    """A server for the page (not started); port 0 picks a free port (`server.server_address`)."""
-    app = WebApp(model_dir, pyodide_dir)
+                pyodide_dir: Path | None = None, quiet: bool = True, dtype: str = "float32") -> ThreadingHTTPServer:
+    """A server for the page (not started); port 0 picks a free port (`server.server_address`).
+    `dtype`: what the page loads unless its address says (?dtype=float32 / float16 / int8)."""
+    app = WebApp(model_dir, pyodide_dir, dtype)
     srv = ThreadingHTTPServer((host, port), _handler(app, quiet))
     srv.daemon_threads = True
     srv.webtensor_app = app  # type: ignore[attr-defined]
@@ -204,6 +251,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--model", default=None, help="GPT-2 checkpoint directory (default: the shipped model)")
     p.add_argument("--pyodide", default=None,
                    help="Pyodide distribution folder (default: node_modules/pyodide)")
+    p.add_argument("--dtype", choices=DTYPES, default="float32",
+                   help="the weights the page loads first (default float32; float16 needs the adapter's "
+                        "shader-f16; int8: q8_0 matrices, ~0.27x their float32 bytes to download); the page's dtype "
+                        "menu and its ?dtype= address switch")
 
 
 def _is_pyodide(d: Path) -> bool:
@@ -226,13 +277,14 @@ def cmd_web(args: argparse.Namespace) -> int:
     srv = None
     try:
         srv = make_server(args.host, args.port, Path(args.model) if args.model else None,
-                          Path(args.pyodide) if args.pyodide else None, quiet=False)
+                          Path(args.pyodide) if args.pyodide else None, quiet=False, dtype=args.dtype)
     except OSError as e:
         raise SetupError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}") from e
     host, port = srv.server_address[:2]
     url = f"http://{host}:{port}/"
     app = srv.webtensor_app  # type: ignore[attr-defined]
-    print(f"webtensor web: serving {url}  (Pyodide from {app.pyodide_dir}; model {app.model_dir})")
+    print(f"webtensor web: serving {url}  (Pyodide from {app.pyodide_dir}; model {app.model_dir}; "
+          f"dtype {app.default_dtype})")
     if app.model_error:
         print(f"webtensor web: warning: {app.model_error}; the page will say the model failed to load")
     print("Open it in a browser with WebGPU (Chrome/Edge 113+, Safari 26+). Ctrl-C stops.", flush=True)

@@ -358,15 +358,17 @@ def gemv_lanes(ctx: WgpuContext, K: int, ln: bool = False) -> int:
 def gemv_group(ctx: WgpuContext, M: int, stack: bool) -> int:
     """MR, the rows of A one gemv workgroup takes (gemv.wgsl, gemv_q8.wgsl; W is read once per
     group), or 0 where the product does not go to the GEMV by its rows. A stack of one-row products
-    ((T, 1, K): decode rows, the forward's batch-invariant layout) takes GEMV_GROUP for every T,
-    so every decode step, alone or among others, runs the one variant and a row's result is bit for
-    bit its M = 1 result (rows over GEMV_GROUP x the grid limit go to the tiled kernels); a plain
-    product of up to GEMV_MAX_ROWS rows takes M rounded up to a power of two."""
+    ((T, 1, K): decode rows, the forward's batch-invariant layout) of any T goes to the GEMV: one
+    row as the M = 1 launch (MR = 1: a lone decode step keeps its kernel), more rows GEMV_GROUP a
+    workgroup. Each row's sum is computed in the M = 1 launch's order either way, so a row of a
+    step is bit for bit that row alone (tests/test_gemv_stack.py); rows over GEMV_GROUP x the
+    grid limit go to the tiled kernels. A plain product of up to GEMV_MAX_ROWS rows takes M
+    rounded up to a power of two."""
     if math.ceil(M / GEMV_GROUP) > ctx.max_workgroups:
         return 0
-    if stack:
-        return GEMV_GROUP
-    return min(GEMV_GROUP, 1 << (M - 1).bit_length()) if M <= GEMV_MAX_ROWS else 0
+    if M == 1 or M <= GEMV_MAX_ROWS and not stack:
+        return min(GEMV_GROUP, 1 << (M - 1).bit_length())
+    return GEMV_GROUP if stack else 0
 
 
 def gemv_kernel(ctx: WgpuContext, a_dtype: dt.DType, w_dtype: dt.DType, out_dtype: dt.DType, bias_dtype: dt.DType,
@@ -399,6 +401,8 @@ class _Epilogue:
         self.bias_dtype = self.bias.dtype if self.bias is not None else out.dtype
         self.r_ld = 0
         if residual is not None:
+            if residual.dtype is not out.dtype:  # the kernels read the residual as the output's type
+                residual = copy(residual, out.dtype)
             residual, _, _, self.r_ld = _rows(residual)
         self.res = residual
 
@@ -481,7 +485,13 @@ def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor,
 
 # -- matmul engine: matmul_engine.wgsl, the register-tiled kernel for GPUs ------------------------
 ENGINE = True  # False: GPUs use matmul.wgsl for M > GEMV_MAX_ROWS (the benchmark compares both)
-ENGINE_F16_CHUNKED = True  # float16: packed f16 FMAs summed into f32 every BK step; False: f32 FMAs
+# float16 operands of the engine (the sweep in tools/h200/f16_engine.py compares the settings):
+ENGINE_F16_WORDS = True  # read as u32 words widened with unpack2x16float; False: `vec4<f16>` loads
+ENGINE_F16_OUT_WORDS = True  # a float16 output written as u32 words where its offset and row stride are even
+# float16 x float16 arithmetic: "f32": f32 workgroup tiles and FMAs (fp32's kernel, BK = 8);
+# "f16": f16 tiles (BK = 16), f32 FMAs; "chunked": f16 tiles, packed f16 FMAs summed into f32 every BK step
+ENGINE_F16_MATH = "f32"
+ENGINE_F16_MATHS = ("f32", "f16", "chunked")
 ENGINE_WAVE = 264  # a larger tile is taken only when its grid has this many workgroups (H200: 2 x 132 SMs)
 
 
@@ -508,15 +518,27 @@ def engine_fits(ctx: WgpuContext, a: Tensor, lda: int, parts: list[_Part]) -> bo
 
 
 def engine_kernel(ctx: WgpuContext, a_dtype: dt.DType, b_dtype: dt.DType, c_dtype: dt.DType,
-                  bias_dtype: dt.DType, kmajor: bool, tile: tuple[int, int]) -> Any:
-    """The matmul_engine variant: float16 operands get f16 workgroup tiles and BK = 16 (16 KiB of
-    workgroup memory either way), and packed f16 FMAs when ENGINE_F16_CHUNKED."""
+                  bias_dtype: dt.DType, kmajor: bool, tile: tuple[int, int], even_out: bool = False) -> Any:
+    """The matmul_engine variant. A float16 operand is read as u32 words when ENGINE_F16_WORDS, a
+    float16 output (and residual) written as words when ENGINE_F16_OUT_WORDS and `even_out` (its
+    offset and row stride are even);
+    float16 x float16 products compute as ENGINE_F16_MATH says (f16 tiles take BK = 16: 16 KiB of
+    workgroup memory either way); any other pair (float32 activations x float16 weights, as GPT-2
+    in float16 runs) in f32 tiles with f32 FMAs."""
     f16 = a_dtype is dt.float16 and b_dtype is dt.float16
-    chunked = f16 and ENGINE_F16_CHUNKED
+    math_ = ENGINE_F16_MATH if f16 else "f32"
+    if math_ not in ENGINE_F16_MATHS:
+        raise ValueError(f"ENGINE_F16_MATH must be one of {ENGINE_F16_MATHS}, got {math_!r}")
+    tiles16, chunked = math_ != "f32", math_ == "chunked"
+
+    def words(t: dt.DType) -> str:
+        return "true" if ENGINE_F16_WORDS and t is dt.float16 else "false"
+
     defs = {"TA": a_dtype.wgsl, "TB": b_dtype.wgsl, "TC": c_dtype.wgsl, "TBIAS": bias_dtype.wgsl,
-            "TS": "f16" if f16 else "f32", "CT": "f16" if chunked else "f32", "MT": f"{tile[0]}u",
-            "NT": f"{tile[1]}u", "BK": "16u" if f16 else "8u", "B_KMAJOR": "true" if kmajor else "false",
-            "CHUNKED": "true" if chunked else "false"}
+            "TS": "f16" if tiles16 else "f32", "CT": "f16" if chunked else "f32", "MT": f"{tile[0]}u",
+            "NT": f"{tile[1]}u", "BK": "16u" if tiles16 else "8u", "B_KMAJOR": "true" if kmajor else "false",
+            "CHUNKED": "true" if chunked else "false", "APACK": words(a_dtype), "BPACK": words(b_dtype),
+            "CPACK": "true" if ENGINE_F16_OUT_WORDS and even_out and c_dtype is dt.float16 else "false"}
     return ctx.kernel("matmul_engine", defs)
 
 
@@ -528,7 +550,8 @@ def _matmul_engine(ctx: WgpuContext, a: Tensor, lda: int, M: int, b_dtype: dt.DT
     for i, (k0, kn, n0, nn, b_off, ldb_k, ldb_n, buf) in enumerate(parts):
         kmajor = ldb_k == 1
         tile = engine_tile(M, nn)
-        k = engine_kernel(ctx, a.dtype, b_dtype, out.dtype, epi.bias_dtype, kmajor, tile)
+        k = engine_kernel(ctx, a.dtype, b_dtype, out.dtype, epi.bias_dtype, kmajor, tile,
+                          even_out=n0 % 2 == 0 and N % 2 == 0)  # (out: a new tensor, offset 0)
         last = i == len(parts) - 1 or n0 > 0 or parts[-1][2] > 0  # K-chunks: epilogue on the last only
         ctx.launch(k, dict(M=M, N=nn, K=kn, acc=1 if k0 > 0 else 0, a_off4=(a._offset + k0) // 4, lda4=lda // 4,
                            b_off4=b_off // 4, ldb4=(ldb_n if kmajor else ldb_k) // 4, c_off=n0, ldc=N,

@@ -17,31 +17,40 @@ of buffers; `q8_linear` runs one dispatch per chunk, each writing its block of o
 Kernels (all f32 arithmetic; bindings: uniform p, then a, quants, scales, bias, residual (read),
 then the output (read_write), the same `struct P` for all three):
 - gemv_q8.wgsl for M <= 8 rows and for stacks of one-row products of any number (decode), MR rows a
-  workgroup (`ops.gemv_group`), LANES threads per output (1 on CPU adapters),
+  workgroup (`ops.gemv_group`), LANES threads per output (on CPU adapters 1, and GEMV_Q8_NR
+  outputs a thread),
 - matmul_q8.wgsl for M > 8 on GPUs (64x64 tiles through workgroup memory),
 - matmul_q8_regs.wgsl for M > 8 on CPU adapters (no workgroup memory, no barriers).
 
 Unused bias / residual inputs get the context's dummy buffer (see `WgpuContext.launch`).
+
+Nothing here needs numpy except `pack` / `unpack` (and so `upload` of a numpy `Q8Weight`): the
+page (Pyodide, no numpy) builds its weights with `upload_blocks` straight from ggml's bytes.
 """
 
 from __future__ import annotations
 
 import math
 import weakref
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ... import activations
 from ... import dtypes as dt
-from ...errors import ArgumentError, BufferLimitError, DTypeError, ShapeError
-from ...formats.q8_0 import BLOCK, Q8Weight
+from ...errors import ArgumentError, BufferLimitError, CheckpointError, DTypeError, ShapeError
 from ...tensor import Tensor
 from . import ops as gops
 from .context import GpuBuffer, WgpuContext
 from .storage import WgpuStorage
 
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ...formats.q8_0 import Q8Weight
+
+BLOCK = 32  # values per q8_0 block (formats.q8_0.BLOCK, ggml's QK8_0)
+BLOCK_BYTES = 2 + BLOCK  # ggml's block: a float16 scale, then 32 int8 values
 GEMV_MAX_ROWS = gops.GEMV_MAX_ROWS  # up to this many rows of activations, gemv_q8 (W read once for all rows)
+GEMV_Q8_NR = 2  # gemv_q8's outputs a thread on CPU adapters: a unit's activations loaded once for both
 
 
 # -- the layout ---------------------------------------------------------------------------------
@@ -52,6 +61,8 @@ def scale_words(k: int) -> int:
 
 def pack(w: Q8Weight) -> tuple[np.ndarray, np.ndarray]:
     """(quants u32 (N, K / 4), scales u32 (N, d_ld)): the GPU layout of `w` (module docstring)."""
+    import numpy as np
+
     n, k = w.shape
     if k % BLOCK:
         raise ShapeError(f"q8_0 on WebGPU needs K a multiple of {BLOCK} (whole blocks), got a weight "
@@ -65,6 +76,10 @@ def pack(w: Q8Weight) -> tuple[np.ndarray, np.ndarray]:
 
 def unpack(quants: np.ndarray, scales: np.ndarray, shape: tuple[int, int]) -> Q8Weight:
     """The inverse of `pack`: a Q8Weight from the two u32 arrays (any of their flat forms)."""
+    import numpy as np
+
+    from ...formats.q8_0 import Q8Weight
+
     n, k = shape
     qs = np.ascontiguousarray(quants, "<u4").reshape(n, k // 4).view(np.int8).reshape(n, k)
     d = np.ascontiguousarray(scales, "<u4").reshape(n, scale_words(k)).view("<f2")[:, : k // BLOCK]
@@ -96,38 +111,84 @@ class Q8Gpu:
 
     def to_q8weight(self) -> Q8Weight:
         """Read the buffers back (tests: the inverse of `upload`)."""
+        import numpy as np
+
         ctx = self.device.ctx
         n, k = self.shape
         sw = scale_words(k)
-        q = b"".join(bytes(ctx.read(qb, 0, rows * k)) for _, rows, qb, _ in self.chunks())
-        s = b"".join(bytes(ctx.read(sb, 0, rows * sw * 4)) for _, rows, _, sb in self.chunks())
+        parts = [c for c in self.chunks() if c[1]]  # (an empty weight has nothing to read)
+        q = b"".join(bytes(ctx.read(qb, 0, rows * k)) for _, rows, qb, _ in parts)
+        s = b"".join(bytes(ctx.read(sb, 0, rows * sw * 4)) for _, rows, _, sb in parts)
         return unpack(np.frombuffer(q, "<u4"), np.frombuffer(s, "<u4"), self.shape)
 
     def __repr__(self) -> str:
         return f"Q8Gpu(shape={self.shape}, chunks={len(self.quants.chunks)}, {self.device.describe()})"
 
 
-def upload(device: Any, w: Q8Weight) -> Q8Gpu:
-    """`w` on WebGPU device `device`, row-chunked where its quants exceed the binding limit."""
-    ctx: WgpuContext = device.ctx
-    quants, scales = pack(w)
-    n, k = w.shape
+def _chunk_rows(ctx: WgpuContext, shape: tuple[int, int]) -> int:
+    """Rows per chunk: as many as fit the binding limit with their K bytes of quants each."""
+    n, k = shape
     limit = ctx.max_binding_bytes
     if k > limit:
-        raise BufferLimitError(f"one row of a q8_0 weight of shape {w.shape} ({k:,} bytes) is over the binding "
+        raise BufferLimitError(f"one row of a q8_0 weight of shape {shape} ({k:,} bytes) is over the binding "
                                f"limit of {limit:,} bytes")
-    rows_per = max(1, min(n, limit // k)) if n else 1
+    return max(1, min(n, limit // k)) if n else 1
+
+
+def _upload_chunks(device: Any, shape: tuple[int, int], parts: Any) -> Q8Gpu:
+    """A Q8Gpu from `parts(r0, r1)` -> (quants bytes, scales bytes) of rows r0..r1 in the GPU layout."""
+    ctx: WgpuContext = device.ctx
+    n = shape[0]
+    rows_per = _chunk_rows(ctx, shape)
     q_chunks, s_chunks = [], []
     for r0 in range(0, max(n, 1), rows_per):
-        r1 = min(n, r0 + rows_per)
-        for arr, out in ((quants, q_chunks), (scales, s_chunks)):
-            part = arr[r0:r1]
-            buf = ctx.alloc(max(4, part.nbytes))
+        for data, out in zip(parts(r0, min(n, r0 + rows_per)), (q_chunks, s_chunks), strict=True):
+            nbytes = memoryview(data).nbytes
+            buf = ctx.alloc(max(4, nbytes))
             out.append(buf)
-            if part.nbytes:
-                ctx.upload(buf, part, fresh=True)
-    return Q8Gpu(device, (n, k), WgpuStorage(ctx, q_chunks, rows_per), WgpuStorage(ctx, s_chunks, rows_per),
+            if nbytes:
+                ctx.upload(buf, data, fresh=True)
+    return Q8Gpu(device, shape, WgpuStorage(ctx, q_chunks, rows_per), WgpuStorage(ctx, s_chunks, rows_per),
                  rows_per)
+
+
+def upload(device: Any, w: Q8Weight) -> Q8Gpu:
+    """`w` on WebGPU device `device`, row-chunked where its quants exceed the binding limit."""
+    quants, scales = pack(w)
+    return _upload_chunks(device, w.shape, lambda r0, r1: (quants[r0:r1], scales[r0:r1]))
+
+
+def split_blocks(raw: bytes, rows: int, k: int) -> tuple[bytearray, bytearray]:
+    """ggml's q8_0 bytes of `rows` rows of K values -> (quants, scales) in the GPU layout, without
+    numpy: each of the 32 value positions and the two scale bytes is one strided slice copy."""
+    nb = k // BLOCK
+    quants = bytearray(rows * k)
+    for j in range(BLOCK):  # value j of every block
+        quants[j::BLOCK] = raw[2 + j::BLOCK_BYTES]
+    d = bytearray(rows * nb * 2)  # the float16 scales, nb per row, packed
+    d[0::2], d[1::2] = raw[0::BLOCK_BYTES], raw[1::BLOCK_BYTES]
+    row_bytes = scale_words(k) * 4
+    if row_bytes == nb * 2:
+        return quants, d
+    scales = bytearray(rows * row_bytes)  # an odd block count: each row ends in a zero half-word
+    for r in range(rows):
+        scales[r * row_bytes : r * row_bytes + nb * 2] = d[r * nb * 2 : (r + 1) * nb * 2]
+    return quants, scales
+
+
+def upload_blocks(device: Any, raw: Any, shape: tuple[int, int]) -> Q8Gpu:
+    """A q8_0 matrix of logical shape (N, K) from ggml's bytes (a GGUF tensor: N * K / 32 blocks of
+    34 bytes, row-major) straight onto `device`, without numpy (the page's loader). Equal to
+    `upload(device, Q8Weight.from_blocks(raw, shape))`. CheckpointError when the bytes do not fit."""
+    n, k = (int(s) for s in shape)
+    if k % BLOCK or k <= 0 or n < 0:
+        raise CheckpointError(f"a q8_0 tensor needs rows of a positive multiple of {BLOCK} values, got shape {(n, k)}")
+    mv = memoryview(raw).cast("B")
+    row_bytes = k // BLOCK * BLOCK_BYTES
+    if mv.nbytes != n * row_bytes:
+        raise CheckpointError(f"a q8_0 tensor of shape {(n, k)} needs {n * row_bytes} bytes, got {mv.nbytes}")
+    return _upload_chunks(device, (n, k),
+                          lambda r0, r1: split_blocks(bytes(mv[r0 * row_bytes : r1 * row_bytes]), r1 - r0, k))
 
 
 _UPLOADED: weakref.WeakKeyDictionary[Q8Weight, dict[int, Q8Gpu]] = weakref.WeakKeyDictionary()
@@ -155,13 +216,25 @@ def gemv_lanes(ctx: WgpuContext, K: int) -> int:
     return gops.gemv_lanes(ctx, K // 4)
 
 
+def gemv_outputs(ctx: WgpuContext, K: int) -> int:
+    """Outputs one thread of gemv_q8.wgsl computes: GEMV_Q8_NR on CPU adapters (one lane an
+    output), else 1."""
+    return GEMV_Q8_NR if gemv_lanes(ctx, K) == 1 else 1
+
+
+def gemv_rows_per_group(ctx: WgpuContext, K: int) -> int:
+    """Outputs one workgroup (256 threads) of gemv_q8.wgsl computes."""
+    return 256 * gemv_outputs(ctx, K) // gemv_lanes(ctx, K)
+
+
 def kernel_for(ctx: WgpuContext, M: int, K: int, ln: bool = False, stack: bool = False) -> tuple[Any, str, int]:
-    """(kernel, which, MR): which is "gemv" (MR rows a workgroup), "tiled" or "regs". `ln`: gemv_q8
-    with its layer-norm prologue (only where it has lanes to reduce with: ln_fusable). `stack`: the
-    rows are a stack of one-row products (`ops.gemv_group`)."""
+    """(kernel, which, MR): which is "gemv" (MR rows of A a workgroup), "tiled" or "regs". `ln`:
+    gemv_q8 with its layer-norm prologue (only where it has lanes to reduce with: ln_fusable).
+    `stack`: the rows are a stack of one-row products (`ops.gemv_group`)."""
     mr = gops.gemv_group(ctx, M, stack)
     if mr:
-        defs = {"LANES": f"{gemv_lanes(ctx, K)}u", "MR": f"{mr}u", "LN": "true" if ln else "false"}
+        defs = {"LANES": f"{gemv_lanes(ctx, K)}u", "MR": f"{mr}u", "NR": f"{gemv_outputs(ctx, K)}u",
+                "LN": "true" if ln else "false"}
         return ctx.kernel("gemv_q8", defs), "gemv", mr
     if not gops._gpu_style(ctx):
         return ctx.kernel("matmul_q8_regs"), "regs", 0
@@ -239,7 +312,7 @@ def q8_linear(x: Tensor, qweight: Q8Weight | Q8Gpu, bias: Tensor | None = None, 
             params["eps"] = ln[2]
             bufs.update(lnw=gops._buf(ln[0]), lnb=gops._buf(ln[1]))
         if which == "gemv":
-            x_, y_, _ = gops._grid(math.ceil(nn / (256 // gemv_lanes(ctx, K))), ctx)
+            x_, y_, _ = gops._grid(math.ceil(nn / gemv_rows_per_group(ctx, K)), ctx)
             grid = (x_, y_, math.ceil(M / mr))
         elif which == "regs":
             grid = (math.ceil(nn / 256), math.ceil(M / 4), 1)

@@ -2,15 +2,12 @@
 there. The token embedding (also the tied LM head) and the four matrices of each block are q8_0;
 layer norms, biases and the position embedding stay float32, as llama.cpp keeps them. Matrices
 become `Q8Weight`s in (N, K) layout (K = the input dimension), the transpose of HF's Conv1D
-(K, N); wte stays (V, C), the layout the LM head (x @ wte.T) and the embedding lookup read."""
+(K, N); wte stays (V, C), the layout the LM head (x @ wte.T) and the embedding lookup read. numpy is imported only
+to quantize (the page, without it, uses `is_int8` and `held_in_q8`)."""
 
 from __future__ import annotations
 
 from typing import Any
-
-import numpy as np
-
-from ...formats import q8_0
 
 INT8_NAMES = ("int8", "q8_0")
 _BLOCK_MATRICES = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
@@ -39,5 +36,9 @@ class Int8Reader:
         get_q8 = getattr(self.reader, "get_q8", None)
         if get_q8 is not None:
             return get_q8(name)
+        import numpy as np
+
+        from ...formats import q8_0
+
         w = np.asarray(self.reader.get(name), np.float32)
         return q8_0.quantize(w if name == "wte.weight" else w.T)

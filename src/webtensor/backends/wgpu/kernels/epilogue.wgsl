@@ -3,6 +3,10 @@
 // the activation whose code is p.epi >> 8 (0: none; codes as in webtensor/activations.py), then
 // + residual[m, n] (bit 4); store4 writes four outputs of a row through it. Uses the including
 // kernel's p (M, N, c_off, ldc, acc, epi, bias_off, r_off, r_ld), c, bias, res, TC.
+// With CPACK (matmul_engine only) c and res are float16 held as u32 words (two values a word, no
+// 16-bit storage access) and store4 writes whole words: c_off and ldc must be even, so a thread's
+// four outputs are two words of one row. The last word of a row with N odd is half in range: its
+// other half (column N < ldc) belongs to no invocation of the launch and is kept bit for bit.
 
 // erfc(x) to ~1.2e-7 relative (a Chebyshev fit, t = 1 / (1 + |x| / 2)); relative accuracy in the
 // tail x > 0, so 0.5 x erfc(-x / sqrt 2) is an accurate GELU for negative x too.
@@ -63,14 +67,49 @@ fn activate(a: u32, x: f32) -> f32 {
   }
 }
 
-fn write_out(ci: u32, m: u32, n: u32, v: f32) {
+// the final value of output ci = (m, n): v, + c[ci] when p.acc, + bias, activation, + residual
+fn out_value(ci: u32, m: u32, n: u32, v: f32) -> f32 {
   var x = v;
-  if (p.acc != 0u) { x = x + f32(c[ci]); }
+  if (p.acc != 0u) { x = x + c_at(ci); }
   if ((p.epi & 1u) != 0u) { x = x + f32(bias[p.bias_off + n]); }
   let a = p.epi >> 8u;
   if (a != 0u) { x = activate(a, x); }
-  if ((p.epi & 4u) != 0u) { x = x + f32(res[p.r_off + m * p.r_ld + n]); }
-  c[ci] = TC(x);
+  if ((p.epi & 4u) != 0u) { x = x + res_at(p.r_off + m * p.r_ld + n); }
+  return x;
+}
+
+// #if CPACK
+fn half_of(w: u32, i: u32) -> f32 {
+  let h = unpack2x16float(w);
+  return select(h.x, h.y, (i & 1u) != 0u);
+}
+fn c_at(ci: u32) -> f32 { return half_of(c[ci / 2u], ci); }
+fn res_at(i: u32) -> f32 { return half_of(res[i / 2u], i); }
+
+fn store4(m: u32, n0: u32, v: vec4<f32>) {
+  if (m >= p.M) { return; }
+  let ci = p.c_off + m * p.ldc + n0;  // even
+  var o = v;
+  for (var j = 0u; j < 4u; j = j + 1u) {  // (one out_value call site: it holds the activation switch)
+    if (n0 + j < p.N) { o[j] = out_value(ci + j, m, n0 + j, v[j]); }
+  }
+  let w = ci / 2u;
+  if (n0 + 3u < p.N) {
+    c[w] = pack2x16float(o.xy);
+    c[w + 1u] = pack2x16float(o.zw);
+  } else if (n0 + 1u < p.N) {  // 2 or 3 in range
+    c[w] = pack2x16float(o.xy);
+    if (n0 + 2u < p.N) { c[w + 1u] = (pack2x16float(o.zw) & 0xffffu) | (c[w + 1u] & 0xffff0000u); }
+  } else if (n0 < p.N) {
+    c[w] = (pack2x16float(o.xy) & 0xffffu) | (c[w] & 0xffff0000u);
+  }
+}
+// #else
+fn c_at(ci: u32) -> f32 { return f32(c[ci]); }
+fn res_at(i: u32) -> f32 { return f32(res[i]); }
+
+fn write_out(ci: u32, m: u32, n: u32, v: f32) {
+  c[ci] = TC(out_value(ci, m, n, v));
 }
 
 // four outputs of row m from column n0 on (a register-tiled kernel's vec4), each through write_out;
@@ -83,3 +122,4 @@ fn store4(m: u32, n0: u32, v: vec4<f32>) {
     write_out(p.c_off + m * p.ldc + n, m, n, v[j]);
   }
 }
+// #endif

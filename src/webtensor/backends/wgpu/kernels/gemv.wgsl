@@ -8,8 +8,8 @@
 // With LANES = 1 there is no reduction and no barrier at all: one thread per output, which is what
 // CPU-backed adapters (lavapipe, SwiftShader) run fastest. Bandwidth-bound by design: W is read once
 // per group of MR rows. Each row has its own accumulators and reduction, so a row's sum is computed
-// in the same order whatever MR, the row's place in its group and the number of rows: with one
-// variant (const MR) a row of a launch over any number of rows is bit for bit that row alone.
+// in the same order whatever MR, the row's place in its group and the number of rows (a row of a
+// launch over any number of rows is bit for bit that row alone).
 // With const LN (LANES > 1 only), A' = LayerNorm(A) (weights lnw, lnb; eps in p.eps) is computed in
 // the prologue, so "layer norm -> linear" is one dispatch. Epilogue: + bias[n], GELU, + residual
 // (p.epi bits 1 / 2 / 4). With p.acc, C is read and added to (a K-chunked product).

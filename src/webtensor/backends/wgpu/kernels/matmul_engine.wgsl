@@ -8,11 +8,15 @@
 // row stride ldb, the layout WebGPU keeps weights in) or n-major (stored (K, N), row stride ldb).
 // Loads are vec4 along the unit-stride dim: rows and offsets must be 4-aligned (in elements); the
 // dims themselves are arbitrary (tails masked by bounds checks). Offsets and strides are in vec4s.
+// With APACK (BPACK), float16 A (B) is read as u32 words, two of them for each four values, and
+// widened with unpack2x16float: no 16-bit storage access (the H200's Vulkan driver reads 16-bit
+// storage several times slower, see gemv.wgsl); otherwise as `vec4<TA>` (`vec4<TB>`). With CPACK
+// the float16 output (and residual) are u32 words too (epilogue.wgsl; c_off and ldc even).
 // Arithmetic: products in CT (f32, or f16 for packed `vec4<f16>` FMAs). With CHUNKED, the CT
 // accumulators cover one BK step only and are then added into f32 accumulators, which bounds the
 // f16 accumulation error to sums of BK terms. Epilogue: + bias, GELU, + residual (epilogue.wgsl).
 // Header: alias TA, TB, TC, TBIAS, TS (workgroup tile type), CT; const MT, NT (1 or 2), BK (8 or
-// 16), B_KMAJOR, CHUNKED.
+// 16), B_KMAJOR, CHUNKED, APACK, BPACK, CPACK.
 // #include epilogue.wgsl
 struct P {
   M: u32, N: u32, K: u32, acc: u32,
@@ -21,11 +25,30 @@ struct P {
   r_off: u32, r_ld: u32,
 }
 @group(0) @binding(0) var<uniform> p: P;
-@group(0) @binding(1) var<storage, read> a: array<vec4<TA>>;
-@group(0) @binding(2) var<storage, read> b: array<vec4<TB>>;
+// #if APACK
+alias AV = vec2<u32>;  // four float16 values of A as two u32 words
+fn a_vec(v: AV) -> vec4<TS> { return vec4<TS>(vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y))); }
+// #else
+alias AV = vec4<TA>;
+fn a_vec(v: AV) -> vec4<TS> { return vec4<TS>(v); }
+// #endif
+// #if BPACK
+alias BV = vec2<u32>;  // four float16 values of B as two u32 words
+fn b_vec(v: BV) -> vec4<TS> { return vec4<TS>(vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y))); }
+// #else
+alias BV = vec4<TB>;
+fn b_vec(v: BV) -> vec4<TS> { return vec4<TS>(v); }
+// #endif
+@group(0) @binding(1) var<storage, read> a: array<AV>;
+@group(0) @binding(2) var<storage, read> b: array<BV>;
 @group(0) @binding(3) var<storage, read> bias: array<TBIAS>;
+// #if CPACK
+@group(0) @binding(4) var<storage, read> res: array<u32>;  // float16 C and residual as u32 words
+@group(0) @binding(5) var<storage, read_write> c: array<u32>;
+// #else
 @group(0) @binding(4) var<storage, read> res: array<TC>;
 @group(0) @binding(5) var<storage, read_write> c: array<TC>;
+// #endif
 
 const MV = 16u * MT;            // the A tile's rows / 4 (vec4s along M in workgroup memory)
 const NV = 16u * NT;            // the B tile's columns / 4
@@ -58,21 +81,21 @@ fn lanes_below(i0: u32, lim: u32) -> vec4<bool> {
 // vec4 kq (elements 4 kq ..) of row m of A, zero outside [0, M) x [0, K)
 fn load_a(m: u32, kq: u32) -> vec4<TS> {
   if (m >= p.M || kq * 4u >= p.K) { return vec4<TS>(); }
-  let v = vec4<TS>(a[p.a_off4 + m * p.lda4 + kq]);
+  let v = a_vec(a[p.a_off4 + m * p.lda4 + kq]);
   return select(vec4<TS>(), v, lanes_below(kq * 4u, p.K));
 }
 
 // k-major B: vec4 kq of stored row n
 fn load_bk(n: u32, kq: u32) -> vec4<TS> {
   if (n >= p.N || kq * 4u >= p.K) { return vec4<TS>(); }
-  let v = vec4<TS>(b[p.b_off4 + n * p.ldb4 + kq]);
+  let v = b_vec(b[p.b_off4 + n * p.ldb4 + kq]);
   return select(vec4<TS>(), v, lanes_below(kq * 4u, p.K));
 }
 
 // n-major B: vec4 nq (columns 4 nq ..) of stored row k
 fn load_bn(k: u32, nq: u32) -> vec4<TS> {
   if (k >= p.K || nq * 4u >= p.N) { return vec4<TS>(); }
-  let v = vec4<TS>(b[p.b_off4 + k * p.ldb4 + nq]);
+  let v = b_vec(b[p.b_off4 + k * p.ldb4 + nq]);
   return select(vec4<TS>(), v, lanes_below(nq * 4u, p.N));
 }
 

@@ -1,0 +1,92 @@
+"""`formats.gguf_writer`: a HF GPT-2 checkpoint written as GGUF through the gguf package's writer
+(what `webtensor web` serves the page for int8). Read back by the gguf package and the pure
+reader: the q8_0 tensors are bit for bit the native int8 model's quantization at load, the floats
+the checkpoint's, config and tokenizer the same; f16 / f32 outtypes; bad input refused."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent.parent))
+from gpt2_fixtures import make_checkpoint  # noqa: E402
+
+import webtensor as wt  # noqa: E402
+from webtensor.formats.gguf_reader import GGUFCheckpoint  # noqa: E402
+from webtensor.formats.gguf_writer import gguf_name, gpt2_gguf_bytes, write_gpt2  # noqa: E402
+from webtensor.models.gpt2 import GPT2  # noqa: E402
+from webtensor.models.gpt2.quantized import Int8Reader, held_in_q8  # noqa: E402
+from webtensor.models.gpt2.tokenizer import GPT2Tokenizer  # noqa: E402
+from webtensor.models.gpt2.weights import SafetensorsReader, weight_files  # noqa: E402
+
+pytest.importorskip("gguf")
+TEXT = "Hello world, it is a truth universally acknowledged <|endoftext|> again"
+
+
+@pytest.fixture(scope="module")
+def hf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # n_embd 96: three blocks a row (an odd count) in the attention matrices
+    return make_checkpoint(tmp_path_factory.mktemp("w") / "hf", vocab_size=300, n_embd=96, n_layer=2, n_head=2)
+
+
+@pytest.mark.parametrize("reader", ["gguf", "pure"])
+@pytest.mark.parametrize("outtype", ["q8_0", "f16", "f32"])
+def test_written_file_reads_back(hf: Path, tmp_path: Path, outtype: str, reader: str) -> None:
+    path = write_gpt2(hf, tmp_path / f"m.{outtype}.gguf", outtype)
+    ck = GGUFCheckpoint(path, reader=reader)
+    src = SafetensorsReader(weight_files(hf))
+    q8 = Int8Reader(src)
+    want_type = {"q8_0": "Q8_0", "f16": "F16", "f32": "F32"}[outtype]
+    for name in ck.names():
+        assert ck.tensor_type(name) == (want_type if held_in_q8(name) else "F32"), name
+        if outtype == "q8_0" and held_in_q8(name):
+            got, ref = ck.get_q8(name), q8.get(name)
+            assert np.array_equal(got.to_blocks(), ref.to_blocks()), name  # the native int8 weights, bit for bit
+        else:
+            ref = src.get(name)
+            got = ck.get(name)
+            ref = ref.astype(np.float16) if outtype == "f16" and held_in_q8(name) else ref
+            assert np.array_equal(got, ref), name
+    cfg = GPT2.from_pretrained(hf, device=wt.Device.cpu()).config
+    assert (ck.config.n_layer, ck.config.n_embd, ck.config.n_head, ck.config.n_positions, ck.config.vocab_size) == (
+        cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.n_positions, cfg.vocab_size)
+    assert ck.config.layer_norm_epsilon == pytest.approx(cfg.layer_norm_epsilon)
+    assert ck.tokenizer.encode(TEXT) == GPT2Tokenizer.from_dir(hf).encode(TEXT)
+
+
+def test_int8_model_from_the_file_is_the_int8_model(hf: Path, tmp_path: Path) -> None:
+    """GPT2 int8 from the written q8_0 GGUF and from the safetensors: the same logits, exactly."""
+    path = write_gpt2(hf, tmp_path / "m.gguf")
+    ids = GPT2Tokenizer.from_dir(hf).encode(TEXT)
+    a = GPT2.from_pretrained(path, device=wt.Device.cpu(), dtype="int8").logits(ids)
+    b = GPT2.from_pretrained(hf, device=wt.Device.cpu(), dtype="int8").logits(ids)
+    assert np.array_equal(a, b)
+
+
+def test_bytes_and_size(hf: Path) -> None:
+    data = gpt2_gguf_bytes(hf)
+    assert data[:4] == b"GGUF"
+    ck_f32 = (hf / "model.safetensors").stat().st_size
+    # the matrices at 34/32 bytes a value instead of 4; the rest (biases, wpe, metadata) float
+    assert len(data) < 0.45 * ck_f32
+
+
+def test_names() -> None:
+    assert gguf_name("h.3.mlp.c_fc.weight") == "blk.3.ffn_up.weight"
+    assert gguf_name("wte.weight") == "token_embd.weight" and gguf_name("ln_f.bias") == "output_norm.bias"
+    assert gguf_name("lm_head.weight") == "output.weight"
+
+
+def test_bad_input_refused(hf: Path, tmp_path: Path) -> None:
+    with pytest.raises(wt.ArgumentError, match="outtype"):
+        write_gpt2(hf, tmp_path / "x.gguf", "q4_0")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for f in hf.iterdir():
+        (bad / f.name).write_bytes(f.read_bytes())
+    (bad / "model.safetensors").write_bytes((hf / "model.safetensors").read_bytes()[:3000])
+    with pytest.raises(wt.CheckpointError, match="safetensors"):
+        write_gpt2(bad, tmp_path / "y.gguf")
