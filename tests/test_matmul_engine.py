@@ -3,7 +3,9 @@ tile, k-major and n-major B, the fused epilogue, row-chunked weights; float32; f
 read as u32 words or as vec4<f16>, with f32 tiles and FMAs, f16 tiles and f32 FMAs, or packed f16
 FMAs; float32 x float16 and float16 x float32, GPT-2 in float16's activations x weights) and
 attention_prefill.wgsl (float32 / float16, head dims 16..128, causal or not, T from 1 to 300, with
-and without subgroups). On CPU adapters (lavapipe) the tests ask for the GPU kernel variants
+and without subgroups). The engine's function-scope form (ENGINE_FUNCTION_VARS, the default) is
+bit-identical to its original module-scope form; split-K (engine slices, then matmul_splitk_sum)
+is checked against numpy like the engine. On CPU adapters (lavapipe) the tests ask for the GPU kernel variants
 explicitly; each test checks that the kernel under test really ran.
 
 Bounds: float32 and mixed float32 / float16 operands (f32 output), norm-wise relative error
@@ -42,12 +44,12 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     from webtensor.backends.wgpu.context import WgpuContext
 
     monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", True)
-    seen = {"engine": 0, "prefill": 0}
+    seen = {"engine": 0, "prefill": 0, "splitk": 0}
     launch = WgpuContext.launch
 
     def counted(self: WgpuContext, kernel: Any, *args: Any) -> None:
         stem = kernel.name.split("-")[0]
-        key = {"matmul_engine": "engine", "attention_prefill": "prefill"}.get(stem)
+        key = {"matmul_engine": "engine", "attention_prefill": "prefill", "matmul_splitk_sum": "splitk"}.get(stem)
         if key is not None:
             seen[key] += 1
         launch(self, kernel, *args)
@@ -236,6 +238,89 @@ def test_engine_tile_choice():
     for m, n in [(2, 5), (300, 300), (4096, 50257)]:
         mt, nt = gops.engine_tile(m, n)
         assert mt in (1, 2) and nt in (1, 2)
+
+
+BIT_CASES = [  # (tile, k-major B, dtype, float16 arithmetic): each form of the kernel's registers
+    ((1, 1), True, "float32", "f32"), ((2, 2), True, "float32", "f32"), ((1, 2), False, "float32", "f32"),
+    ((2, 1), True, "float32", "f32"), ((1, 1), True, "float16", "f32"), ((1, 1), False, "float16", "f16"),
+    ((1, 2), True, "float16", "chunked"),
+]
+
+
+@pytest.mark.parametrize(("tile", "kmajor", "dtype", "math"), BIT_CASES)
+@settings(SETTINGS, max_examples=3)
+@given(seed=st.integers(0, 2**31), M=dims, K=st.integers(1, 100), N=dims, epi=st.integers(0, 7))
+def test_engine_function_vars_bit_identical(gpu, calls, monkeypatch, tile, kmajor, dtype, math, seed, M, K, N, epi):
+    """The function-scope registers (ENGINE_FUNCTION_VARS) change where the values live, not the
+    arithmetic: the same bits as the module-scope form."""
+    if dtype == "float16" and not gpu.ctx.has_f16:
+        pytest.skip("this adapter has no shader-f16")
+    monkeypatch.setattr(gops, "engine_tile", lambda m, n: tile)
+    monkeypatch.setattr(gops, "ENGINE_F16_MATH", math)
+    monkeypatch.setattr(gops, "ENGINE_SPLIT_K", False)
+    M = max(M, gops.GEMV_MAX_ROWS + 1)
+    got = {}
+    for fvars in (False, True):
+        monkeypatch.setattr(gops, "ENGINE_FUNCTION_VARS", fvars)
+        got[fvars] = run_linear(gpu, seed, M, K, N, kmajor, dtype, epi)[0]
+    assert calls["splitk"] == 0
+    assert got[True].dtype == got[False].dtype and np.array_equal(got[True], got[False])
+
+
+SPLIT_CASES = [  # (A dtype, B dtype, k-major B, tile, float16 arithmetic)
+    ("float32", "float32", True, (1, 1), "f32"), ("float32", "float32", False, (1, 1), "f32"),
+    ("float32", "float32", True, (2, 2), "f32"), ("float32", "float16", True, (1, 2), "f32"),
+    ("float16", "float16", True, (1, 1), "f32"), ("float16", "float16", False, (1, 1), "chunked"),
+]
+
+
+@pytest.mark.parametrize(("a_dtype", "b_dtype", "kmajor", "tile", "math"), SPLIT_CASES)
+@settings(SETTINGS, max_examples=4)
+@given(seed=st.integers(0, 2**31), M=dims, K=st.integers(64, 200), N=dims, epi=st.integers(0, 7),
+       min_k=st.sampled_from([16, 32]))
+def test_engine_split_k(gpu, calls, monkeypatch, a_dtype, b_dtype, kmajor, tile, math, seed, M, K, N, epi, min_k):
+    """Split-K at every grid size (ENGINE_SPLIT_GRID raised), K in slices of min_k or more: the
+    engine's slices into scratch, then the sum and the epilogue."""
+    if "float16" in (a_dtype, b_dtype) and not gpu.ctx.has_f16:
+        pytest.skip("this adapter has no shader-f16")
+    monkeypatch.setattr(gops, "engine_tile", lambda m, n: tile)
+    monkeypatch.setattr(gops, "ENGINE_F16_MATH", math)
+    monkeypatch.setattr(gops, "ENGINE_SPLIT_GRID", 1 << 30)
+    monkeypatch.setattr(gops, "ENGINE_SPLIT_MIN_K", min_k)
+    M = max(M, gops.GEMV_MAX_ROWS + 1)
+    S, ks = gops.engine_split(M, N, K, tile)
+    assert S >= 2 and ks % 16 == 0 and (S - 1) * ks < K <= S * ks
+    before = dict(calls)
+    f16 = a_dtype == b_dtype == "float16"
+    got, want, mag, _ = run_linear(gpu, seed, M, K, N, kmajor, a_dtype, epi & 1 if f16 else epi, b_dtype=b_dtype)
+    assert calls["engine"] == before["engine"] + 1 and calls["splitk"] == before["splitk"] + 1
+    assert got.shape == (M, N)
+    if not f16:
+        assert got.dtype == np.float32 and rel_err(got, want) <= 1e-5
+        return
+    assert got.dtype == np.float16
+    g = BK16 * U16 if math == "chunked" else (K + S) * 2.0 ** -24  # (+ the f32 sum of S slices)
+    assert np.all(np.abs(got.astype(np.float64) - want) <= U16 * np.abs(want) + g * mag + 1e-6)
+
+
+def test_engine_split_k_by_default(gpu, calls):
+    """With the default switches a small grid with a long K is split (here 1 x 2 workgroups, K = 256:
+    two slices); a full grid is not."""
+    assert gops.engine_split(20, 100, 256, (1, 1)) == (2, 128)
+    got, want, _, _ = run_linear(gpu, 5, 20, 256, 100, True, "float32", 7)
+    assert calls["engine"] == calls["splitk"] == 1 and rel_err(got, want) <= 1e-5
+
+
+def test_engine_split_choice(monkeypatch):
+    assert gops.engine_split(128, 768, 768, (1, 1)) == (6, 128)  # GPT-2 at 128 tokens: 24 workgroups x 6
+    assert gops.engine_split(128, 768, 3072, (1, 1)) == (11, 288)
+    assert gops.engine_split(1023, 768, 768, (1, 1)) == (1, 0)  # 192 workgroups: full enough
+    assert gops.engine_split(128, 768, 200, (1, 1)) == (1, 0)  # K too short for two slices
+    monkeypatch.setattr(gops, "ENGINE_FUNCTION_VARS", False)
+    assert gops.engine_split(128, 768, 768, (1, 1)) == (1, 0)
+    monkeypatch.setattr(gops, "ENGINE_FUNCTION_VARS", True)
+    monkeypatch.setattr(gops, "ENGINE_SPLIT_K", False)
+    assert gops.engine_split(128, 768, 768, (1, 1)) == (1, 0)
 
 
 def attention_ref(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:

@@ -493,6 +493,15 @@ ENGINE_F16_OUT_WORDS = True  # a float16 output written as u32 words where its o
 ENGINE_F16_MATH = "f32"
 ENGINE_F16_MATHS = ("f32", "f16", "chunked")
 ENGINE_WAVE = 264  # a larger tile is taken only when its grid has this many workgroups (H200: 2 x 132 SMs)
+# the engine's registers as function-scope vars of main (False: module-scope var<private>s, the
+# original form, which NVIDIA's Vulkan compiler may keep in local memory; tools/h200/mm_fix.py compares)
+ENGINE_FUNCTION_VARS = True
+# split-K (with ENGINE_FUNCTION_VARS): a grid of fewer than ENGINE_SPLIT_GRID workgroups gets K cut
+# into slices of at least ENGINE_SPLIT_MIN_K, enough of them for ENGINE_WAVE workgroups; partial
+# products go to a scratch (S, M, N) float32 buffer and matmul_splitk_sum.wgsl adds them
+ENGINE_SPLIT_K = True
+ENGINE_SPLIT_GRID = 132
+ENGINE_SPLIT_MIN_K = 128
 
 
 def engine_tile(M: int, N: int) -> tuple[int, int]:
@@ -501,6 +510,18 @@ def engine_tile(M: int, N: int) -> tuple[int, int]:
         if math.ceil(M / (64 * mt)) * math.ceil(N / (64 * nt)) >= ENGINE_WAVE:
             return mt, nt
     return 1, 1
+
+
+def engine_split(M: int, N: int, K: int, tile: tuple[int, int]) -> tuple[int, int]:
+    """(S, ks): K in S slices of ks (a multiple of 16, so of every BK); (1, 0) when not split."""
+    grid = math.ceil(M / (64 * tile[0])) * math.ceil(N / (64 * tile[1]))
+    if not (ENGINE_SPLIT_K and ENGINE_FUNCTION_VARS) or grid >= ENGINE_SPLIT_GRID:
+        return 1, 0
+    want = min(math.ceil(ENGINE_WAVE / grid), K // max(ENGINE_SPLIT_MIN_K, 1))
+    if want < 2:
+        return 1, 0
+    ks = math.ceil(math.ceil(K / want) / 16) * 16
+    return math.ceil(K / ks), ks
 
 
 def engine_fits(ctx: WgpuContext, a: Tensor, lda: int, parts: list[_Part]) -> bool:
@@ -518,13 +539,15 @@ def engine_fits(ctx: WgpuContext, a: Tensor, lda: int, parts: list[_Part]) -> bo
 
 
 def engine_kernel(ctx: WgpuContext, a_dtype: dt.DType, b_dtype: dt.DType, c_dtype: dt.DType,
-                  bias_dtype: dt.DType, kmajor: bool, tile: tuple[int, int], even_out: bool = False) -> Any:
+                  bias_dtype: dt.DType, kmajor: bool, tile: tuple[int, int], even_out: bool = False,
+                  split: bool = False) -> Any:
     """The matmul_engine variant. A float16 operand is read as u32 words when ENGINE_F16_WORDS, a
     float16 output (and residual) written as words when ENGINE_F16_OUT_WORDS and `even_out` (its
     offset and row stride are even);
     float16 x float16 products compute as ENGINE_F16_MATH says (f16 tiles take BK = 16: 16 KiB of
     workgroup memory either way); any other pair (float32 activations x float16 weights, as GPT-2
-    in float16 runs) in f32 tiles with f32 FMAs."""
+    in float16 runs) in f32 tiles with f32 FMAs. `split`: split-K's first pass (raw float32 partial
+    products of the launch's K slices, no epilogue; needs ENGINE_FUNCTION_VARS)."""
     f16 = a_dtype is dt.float16 and b_dtype is dt.float16
     math_ = ENGINE_F16_MATH if f16 else "f32"
     if math_ not in ENGINE_F16_MATHS:
@@ -538,7 +561,12 @@ def engine_kernel(ctx: WgpuContext, a_dtype: dt.DType, b_dtype: dt.DType, c_dtyp
             "TS": "f16" if tiles16 else "f32", "CT": "f16" if chunked else "f32", "MT": f"{tile[0]}u",
             "NT": f"{tile[1]}u", "BK": "16u" if tiles16 else "8u", "B_KMAJOR": "true" if kmajor else "false",
             "CHUNKED": "true" if chunked else "false", "APACK": words(a_dtype), "BPACK": words(b_dtype),
-            "CPACK": "true" if ENGINE_F16_OUT_WORDS and even_out and c_dtype is dt.float16 else "false"}
+            "CPACK": "true" if ENGINE_F16_OUT_WORDS and even_out and c_dtype is dt.float16 else "false",
+            "FVARS": "true" if ENGINE_FUNCTION_VARS else "false", "SPLIT": "true" if split else "false"}
+    if split:
+        if not ENGINE_FUNCTION_VARS:
+            raise ValueError("split-K needs ENGINE_FUNCTION_VARS")
+        defs.update(TC="f32", CPACK="false")
     return ctx.kernel("matmul_engine", defs)
 
 
@@ -547,6 +575,8 @@ def _matmul_engine(ctx: WgpuContext, a: Tensor, lda: int, M: int, b_dtype: dt.DT
     """out (M, N) = epilogue(a @ b): a's rows `lda` apart, b given as `parts` (see _parts), one
     launch per part."""
     N = out.shape[-1]
+    if len(parts) == 1 and _engine_split_k(ctx, a, lda, M, b_dtype, parts[0], out, epi):
+        return
     for i, (k0, kn, n0, nn, b_off, ldb_k, ldb_n, buf) in enumerate(parts):
         kmajor = ldb_k == 1
         tile = engine_tile(M, nn)
@@ -558,6 +588,32 @@ def _matmul_engine(ctx: WgpuContext, a: Tensor, lda: int, M: int, b_dtype: dt.DT
                            **epi.params(n0, last)),
                    dict(a=_buf(a), b=buf, c=_buf(out), **epi.buffers()),
                    (math.ceil(nn / (64 * tile[1])), math.ceil(M / (64 * tile[0])), 1))
+
+
+def _engine_split_k(ctx: WgpuContext, a: Tensor, lda: int, M: int, b_dtype: dt.DType, part: _Part,
+                    out: Tensor, epi: _Epilogue) -> bool:
+    """out (M, N) = epilogue(a @ b) by split-K when engine_split cuts K (b in one piece): the
+    engine's S slices into a scratch (S, M, N) float32, then matmul_splitk_sum adds them and
+    applies the epilogue. False (nothing launched) when K is not cut or the scratch is too big."""
+    _, K, _, N, b_off, ldb_k, ldb_n, buf = part
+    kmajor = ldb_k == 1
+    tile = engine_tile(M, N)
+    S, ks = engine_split(M, N, K, tile)
+    if S < 2 or S * M * N * 4 > ctx.max_binding_bytes:
+        return False
+    scratch = _out(out.device, (S, M, N), dt.float32)
+    k = engine_kernel(ctx, a.dtype, b_dtype, dt.float32, epi.bias_dtype, kmajor, tile, split=True)
+    ctx.launch(k, dict(M=M, N=N, K=K, a_off4=a._offset // 4, lda4=lda // 4, b_off4=b_off // 4,
+                       ldb4=(ldb_n if kmajor else ldb_k) // 4, ldc=N, ks=ks, c_zs=M * N),
+               dict(a=_buf(a), b=buf, c=_buf(scratch)),
+               (math.ceil(N / (64 * tile[1])), math.ceil(M / (64 * tile[0])), S))
+    even = N % 2 == 0
+    packed = ENGINE_F16_OUT_WORDS and even and out.dtype is dt.float16
+    ks_kernel = ctx.kernel("matmul_splitk_sum", {"TC": out.dtype.wgsl, "TBIAS": epi.bias_dtype.wgsl,
+                                                 "CPACK": "true" if packed else "false"})
+    ctx.launch(ks_kernel, dict(M=M, N=N, S=S, ld_s=M * N, ldc=N, **epi.params(0, True)),
+               dict(part=_buf(scratch), c=_buf(out), **epi.buffers()), (math.ceil(math.ceil(N / 4) / 64), M, 1))
+    return True
 
 
 # -- attention ------------------------------------------------------------------------------------

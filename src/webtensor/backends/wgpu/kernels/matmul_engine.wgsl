@@ -15,14 +15,22 @@
 // Arithmetic: products in CT (f32, or f16 for packed `vec4<f16>` FMAs). With CHUNKED, the CT
 // accumulators cover one BK step only and are then added into f32 accumulators, which bounds the
 // f16 accumulation error to sums of BK terms. Epilogue: + bias, GELU, + residual (epilogue.wgsl).
+// FVARS: the accumulators, prefetch registers and loop state are function-scope `var`s of main,
+// handed to the helpers by pointer (structs Acc, Tot) or by value (Pre); otherwise (the original
+// form, kept to compare on GPUs) they are module-scope var<private>s the helpers mutate. Same
+// arithmetic in the same order: the two give bit-identical results.
+// Split-K (FVARS only): the launch's grid z is the K slice, workgroup z sums k in
+// [z ks, (z + 1) ks) (ks a multiple of BK; p.ks = 0: the whole of K). With SPLIT the raw sums
+// (no epilogue, TC = f32, no CPACK) go to c[c_off + z c_zs + m ldc + n], and
+// matmul_splitk_sum.wgsl adds the slices and applies the epilogue.
 // Header: alias TA, TB, TC, TBIAS, TS (workgroup tile type), CT; const MT, NT (1 or 2), BK (8 or
-// 16), B_KMAJOR, CHUNKED, APACK, BPACK, CPACK.
+// 16), B_KMAJOR, CHUNKED, APACK, BPACK, CPACK, FVARS, SPLIT.
 // #include epilogue.wgsl
 struct P {
   M: u32, N: u32, K: u32, acc: u32,
   a_off4: u32, lda4: u32, b_off4: u32, ldb4: u32,
   c_off: u32, ldc: u32, epi: u32, bias_off: u32,
-  r_off: u32, r_ld: u32,
+  r_off: u32, r_ld: u32, ks: u32, c_zs: u32,
 }
 @group(0) @binding(0) var<uniform> p: P;
 // #if APACK
@@ -58,20 +66,6 @@ const B_VEC = 4u * NV * KQ;
 // workgroup tiles, [buffer][k][m / 4] and [buffer][k][n / 4]
 var<workgroup> As: array<vec4<TS>, 2u * BK * MV>;
 var<workgroup> Bs: array<vec4<TS>, 2u * BK * NV>;
-
-// this thread's prefetch registers (at most two vec4 loads per operand per step)
-var<private> pa0: vec4<TS>; var<private> pa1: vec4<TS>;
-var<private> pb0: vec4<TS>; var<private> pb1: vec4<TS>;
-// accumulators: row r of the thread's block (0..3: from a0, 4..7: from a1), column half h
-var<private> c00: vec4<CT>; var<private> c01: vec4<CT>; var<private> c10: vec4<CT>; var<private> c11: vec4<CT>;
-var<private> c20: vec4<CT>; var<private> c21: vec4<CT>; var<private> c30: vec4<CT>; var<private> c31: vec4<CT>;
-var<private> c40: vec4<CT>; var<private> c41: vec4<CT>; var<private> c50: vec4<CT>; var<private> c51: vec4<CT>;
-var<private> c60: vec4<CT>; var<private> c61: vec4<CT>; var<private> c70: vec4<CT>; var<private> c71: vec4<CT>;
-// f32 totals of the CT accumulators (CHUNKED only)
-var<private> o00: vec4<f32>; var<private> o01: vec4<f32>; var<private> o10: vec4<f32>; var<private> o11: vec4<f32>;
-var<private> o20: vec4<f32>; var<private> o21: vec4<f32>; var<private> o30: vec4<f32>; var<private> o31: vec4<f32>;
-var<private> o40: vec4<f32>; var<private> o41: vec4<f32>; var<private> o50: vec4<f32>; var<private> o51: vec4<f32>;
-var<private> o60: vec4<f32>; var<private> o61: vec4<f32>; var<private> o70: vec4<f32>; var<private> o71: vec4<f32>;
 
 // lanes of the vec4 starting at element i0 that lie below lim
 fn lanes_below(i0: u32, lim: u32) -> vec4<bool> {
@@ -110,14 +104,6 @@ fn fetch_b(e: u32, n0: u32, k0: u32) -> vec4<TS> {
   return load_bn(k0 + e / NV, n0 / 4u + e % NV);
 }
 
-// global -> registers for the step starting at k0
-fn fetch(li: u32, m0: u32, n0: u32, k0: u32) {
-  pa0 = fetch_a(li, m0, k0);
-  pb0 = fetch_b(li, n0, k0);
-  if (A_VEC > 256u) { pa1 = fetch_a(li + 256u, m0, k0); }
-  if (B_VEC > 256u) { pb1 = fetch_b(li + 256u, n0, k0); }
-}
-
 // A vec4 (row r, k = 4 kq ..) goes to As[buf][k][r / 4] component r % 4 (transposed)
 fn put_a(e: u32, buf: u32, v: vec4<TS>) {
   if (e >= A_VEC) { return; }
@@ -143,6 +129,184 @@ fn put_b(e: u32, buf: u32, v: vec4<TS>) {
   } else {
     Bs[(buf * BK + e / NV) * NV + e % NV] = v;
   }
+}
+
+fn total(cv: vec4<CT>, ov: vec4<f32>) -> vec4<f32> {
+  if (CHUNKED) { return ov; }
+  return vec4<f32>(cv);
+}
+
+// #if FVARS
+// the function-scope form: main's own vars, handed to the helpers
+// accumulators: row r of the thread's block (0..3: from a0, 4..7: from a1), column half h
+struct Acc {
+  c00: vec4<CT>, c01: vec4<CT>, c10: vec4<CT>, c11: vec4<CT>, c20: vec4<CT>, c21: vec4<CT>, c30: vec4<CT>, c31: vec4<CT>,
+  c40: vec4<CT>, c41: vec4<CT>, c50: vec4<CT>, c51: vec4<CT>, c60: vec4<CT>, c61: vec4<CT>, c70: vec4<CT>, c71: vec4<CT>,
+}
+// f32 totals of the CT accumulators (CHUNKED only)
+struct Tot {
+  o00: vec4<f32>, o01: vec4<f32>, o10: vec4<f32>, o11: vec4<f32>, o20: vec4<f32>, o21: vec4<f32>, o30: vec4<f32>,
+  o31: vec4<f32>, o40: vec4<f32>, o41: vec4<f32>, o50: vec4<f32>, o51: vec4<f32>, o60: vec4<f32>, o61: vec4<f32>,
+  o70: vec4<f32>, o71: vec4<f32>,
+}
+// this thread's prefetch registers (at most two vec4 loads per operand per step)
+struct Pre { a0: vec4<TS>, a1: vec4<TS>, b0: vec4<TS>, b1: vec4<TS>, }
+
+// global -> registers for the step starting at k0
+fn fetch(li: u32, m0: u32, n0: u32, k0: u32) -> Pre {
+  var r = Pre();
+  r.a0 = fetch_a(li, m0, k0);
+  r.b0 = fetch_b(li, n0, k0);
+  if (A_VEC > 256u) { r.a1 = fetch_a(li + 256u, m0, k0); }
+  if (B_VEC > 256u) { r.b1 = fetch_b(li + 256u, n0, k0); }
+  return r;
+}
+
+// registers -> workgroup buffer `buf`
+fn put(li: u32, buf: u32, r: Pre) {
+  put_a(li, buf, r.a0);
+  put_b(li, buf, r.b0);
+  if (A_VEC > 256u) { put_a(li + 256u, buf, r.a1); }
+  if (B_VEC > 256u) { put_b(li + 256u, buf, r.b1); }
+}
+
+// the FMAs of one BK step from workgroup buffer `buf` into *acc
+fn mma(buf: u32, tx: u32, ty: u32, acc: ptr<function, Acc>) {
+  for (var k = 0u; k < BK; k = k + 1u) {
+    let ar = (buf * BK + k) * MV;
+    let br = (buf * BK + k) * NV;
+    let a0 = vec4<CT>(As[ar + ty]);
+    let b0 = vec4<CT>(Bs[br + tx]);
+    var b1 = vec4<CT>();
+    if (NT == 2u) { b1 = vec4<CT>(Bs[br + 16u + tx]); }
+    (*acc).c00 = fma(vec4<CT>(a0.x), b0, (*acc).c00);
+    (*acc).c10 = fma(vec4<CT>(a0.y), b0, (*acc).c10);
+    (*acc).c20 = fma(vec4<CT>(a0.z), b0, (*acc).c20);
+    (*acc).c30 = fma(vec4<CT>(a0.w), b0, (*acc).c30);
+    if (NT == 2u) {
+      (*acc).c01 = fma(vec4<CT>(a0.x), b1, (*acc).c01);
+      (*acc).c11 = fma(vec4<CT>(a0.y), b1, (*acc).c11);
+      (*acc).c21 = fma(vec4<CT>(a0.z), b1, (*acc).c21);
+      (*acc).c31 = fma(vec4<CT>(a0.w), b1, (*acc).c31);
+    }
+    if (MT == 2u) {
+      let a1 = vec4<CT>(As[ar + 16u + ty]);
+      (*acc).c40 = fma(vec4<CT>(a1.x), b0, (*acc).c40);
+      (*acc).c50 = fma(vec4<CT>(a1.y), b0, (*acc).c50);
+      (*acc).c60 = fma(vec4<CT>(a1.z), b0, (*acc).c60);
+      (*acc).c70 = fma(vec4<CT>(a1.w), b0, (*acc).c70);
+      if (NT == 2u) {
+        (*acc).c41 = fma(vec4<CT>(a1.x), b1, (*acc).c41);
+        (*acc).c51 = fma(vec4<CT>(a1.y), b1, (*acc).c51);
+        (*acc).c61 = fma(vec4<CT>(a1.z), b1, (*acc).c61);
+        (*acc).c71 = fma(vec4<CT>(a1.w), b1, (*acc).c71);
+      }
+    }
+  }
+}
+
+// CHUNKED: add the step's CT sums into the f32 totals *tot and restart them (*acc = 0)
+fn flush(acc: ptr<function, Acc>, tot: ptr<function, Tot>) {
+  (*tot).o00 += vec4<f32>((*acc).c00); (*tot).o10 += vec4<f32>((*acc).c10);
+  (*tot).o20 += vec4<f32>((*acc).c20); (*tot).o30 += vec4<f32>((*acc).c30);
+  if (NT == 2u) {
+    (*tot).o01 += vec4<f32>((*acc).c01); (*tot).o11 += vec4<f32>((*acc).c11);
+    (*tot).o21 += vec4<f32>((*acc).c21); (*tot).o31 += vec4<f32>((*acc).c31);
+  }
+  if (MT == 2u) {
+    (*tot).o40 += vec4<f32>((*acc).c40); (*tot).o50 += vec4<f32>((*acc).c50);
+    (*tot).o60 += vec4<f32>((*acc).c60); (*tot).o70 += vec4<f32>((*acc).c70);
+    if (NT == 2u) {
+      (*tot).o41 += vec4<f32>((*acc).c41); (*tot).o51 += vec4<f32>((*acc).c51);
+      (*tot).o61 += vec4<f32>((*acc).c61); (*tot).o71 += vec4<f32>((*acc).c71);
+    }
+  }
+  *acc = Acc();
+}
+
+// four results of row m from column n0 on, of K slice z
+// #if SPLIT
+fn out4(m: u32, n0: u32, z: u32, v: vec4<f32>) {  // raw partial sums (TC = f32) into slice z
+  if (m >= p.M) { return; }
+  let ci = p.c_off + z * p.c_zs + m * p.ldc + n0;
+  for (var j = 0u; j < 4u; j = j + 1u) {
+    if (n0 + j < p.N) { c[ci + j] = TC(v[j]); }
+  }
+}
+// #else
+fn out4(m: u32, n0: u32, z: u32, v: vec4<f32>) { store4(m, n0, v); }  // through the epilogue
+// #endif
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+  let tx = li % 16u;  // columns n0 + 4 tx .. (+ 64 when NT == 2)
+  let ty = li / 16u;  // rows m0 + 4 ty .. (+ 64 when MT == 2)
+  let m0 = wg.y * 64u * MT;
+  let n0 = wg.x * 64u * NT;
+  let ks = select(p.K, p.ks, p.ks != 0u);
+  let kb = wg.z * ks;  // this slice: k in [kb, min(K, kb + ks))
+  let steps = (min(p.K, kb + ks) - kb + BK - 1u) / BK;
+  var acc = Acc();
+  var tot = Tot();
+  var r = fetch(li, m0, n0, kb);
+  put(li, 0u, r);
+  workgroupBarrier();
+  for (var s = 0u; s < steps; s = s + 1u) {
+    let more = s + 1u < steps;
+    if (more) { r = fetch(li, m0, n0, kb + (s + 1u) * BK); }
+    mma(s % 2u, tx, ty, &acc);
+    if (CHUNKED) { flush(&acc, &tot); }
+    if (more) { put(li, (s + 1u) % 2u, r); }
+    workgroupBarrier();
+  }
+  let m = m0 + 4u * ty;
+  let n = n0 + 4u * tx;
+  let z = wg.z;
+  out4(m, n, z, total(acc.c00, tot.o00));
+  out4(m + 1u, n, z, total(acc.c10, tot.o10));
+  out4(m + 2u, n, z, total(acc.c20, tot.o20));
+  out4(m + 3u, n, z, total(acc.c30, tot.o30));
+  if (NT == 2u) {
+    out4(m, n + 64u, z, total(acc.c01, tot.o01));
+    out4(m + 1u, n + 64u, z, total(acc.c11, tot.o11));
+    out4(m + 2u, n + 64u, z, total(acc.c21, tot.o21));
+    out4(m + 3u, n + 64u, z, total(acc.c31, tot.o31));
+  }
+  if (MT == 2u) {
+    out4(m + 64u, n, z, total(acc.c40, tot.o40));
+    out4(m + 65u, n, z, total(acc.c50, tot.o50));
+    out4(m + 66u, n, z, total(acc.c60, tot.o60));
+    out4(m + 67u, n, z, total(acc.c70, tot.o70));
+    if (NT == 2u) {
+      out4(m + 64u, n + 64u, z, total(acc.c41, tot.o41));
+      out4(m + 65u, n + 64u, z, total(acc.c51, tot.o51));
+      out4(m + 66u, n + 64u, z, total(acc.c61, tot.o61));
+      out4(m + 67u, n + 64u, z, total(acc.c71, tot.o71));
+    }
+  }
+}
+// #else
+// the original form: module-scope registers
+// this thread's prefetch registers (at most two vec4 loads per operand per step)
+var<private> pa0: vec4<TS>; var<private> pa1: vec4<TS>;
+var<private> pb0: vec4<TS>; var<private> pb1: vec4<TS>;
+// accumulators: row r of the thread's block (0..3: from a0, 4..7: from a1), column half h
+var<private> c00: vec4<CT>; var<private> c01: vec4<CT>; var<private> c10: vec4<CT>; var<private> c11: vec4<CT>;
+var<private> c20: vec4<CT>; var<private> c21: vec4<CT>; var<private> c30: vec4<CT>; var<private> c31: vec4<CT>;
+var<private> c40: vec4<CT>; var<private> c41: vec4<CT>; var<private> c50: vec4<CT>; var<private> c51: vec4<CT>;
+var<private> c60: vec4<CT>; var<private> c61: vec4<CT>; var<private> c70: vec4<CT>; var<private> c71: vec4<CT>;
+// f32 totals of the CT accumulators (CHUNKED only)
+var<private> o00: vec4<f32>; var<private> o01: vec4<f32>; var<private> o10: vec4<f32>; var<private> o11: vec4<f32>;
+var<private> o20: vec4<f32>; var<private> o21: vec4<f32>; var<private> o30: vec4<f32>; var<private> o31: vec4<f32>;
+var<private> o40: vec4<f32>; var<private> o41: vec4<f32>; var<private> o50: vec4<f32>; var<private> o51: vec4<f32>;
+var<private> o60: vec4<f32>; var<private> o61: vec4<f32>; var<private> o70: vec4<f32>; var<private> o71: vec4<f32>;
+
+// global -> registers for the step starting at k0
+fn fetch(li: u32, m0: u32, n0: u32, k0: u32) {
+  pa0 = fetch_a(li, m0, k0);
+  pb0 = fetch_b(li, n0, k0);
+  if (A_VEC > 256u) { pa1 = fetch_a(li + 256u, m0, k0); }
+  if (B_VEC > 256u) { pb1 = fetch_b(li + 256u, n0, k0); }
 }
 
 // registers -> workgroup buffer `buf`
@@ -206,11 +370,6 @@ fn flush() {
   }
 }
 
-fn total(cv: vec4<CT>, ov: vec4<f32>) -> vec4<f32> {
-  if (CHUNKED) { return ov; }
-  return vec4<f32>(cv);
-}
-
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
   let tx = li % 16u;  // columns n0 + 4 tx .. (+ 64 when NT == 2)
@@ -254,3 +413,4 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
   }
 }
+// #endif

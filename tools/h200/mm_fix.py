@@ -1,0 +1,116 @@
+"""H200: the matmul engine's register forms and split-K, in one run
+(`source .gl/env.sh && python3 tools/h200/mm_fix.py`; $OUT/mm_fix.json, a line per case; < 60 s).
+
+1. GPU time (timestamps, as matmul_bench) of the engine at M = 1, 128, 1023 (the GEMV off, so M = 1
+   runs the engine too) and (K, N) = (768, 768), (768, 3072), (3072, 768), (768, 2304), weights
+   k-major, float32 x float32 and float32 x float16 (GPT-2 in float16), for three variants:
+   old (module-scope var<private> registers, ENGINE_FUNCTION_VARS off), new (function-scope vars,
+   split-K off) and new+split (the default: split-K where the grid is under ENGINE_SPLIT_GRID).
+2. Whole prefill tok/s of random GPT-2 124M in float16 at 128 and 1,023 tokens
+   (`next(generate_ids(ids, 1))`, median of 3 after a warm-up), old vs new vs new+split.
+
+`--tiny` (or MM_FIX_TINY=1): tiny shapes and model, GPU kernels forced on a CPU adapter, to check
+the script on lavapipe (`CI=true PYTHONPATH=src python tools/h200/mm_fix.py --tiny`); without $OUT
+the JSON goes to the current directory.
+"""
+
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import webtensor as wt
+from webtensor.backends.wgpu import ops as gops
+from webtensor.bench import matmul_bench as mb
+from webtensor.models.gpt2 import GPT2
+from webtensor.models.gpt2.config import GPT2Config
+from webtensor.models.gpt2.model import random_arrays
+
+TINY = "--tiny" in sys.argv or os.environ.get("MM_FIX_TINY") == "1"
+MS = (1, 9, 37) if TINY else (1, 128, 1023)
+SHAPES = [(64, 64), (64, 256), (256, 64)] if TINY else [(768, 768), (768, 3072), (3072, 768), (768, 2304)]
+VARIANTS = {"old": {"ENGINE_FUNCTION_VARS": False, "ENGINE_SPLIT_K": False},
+            "new": {"ENGINE_FUNCTION_VARS": True, "ENGINE_SPLIT_K": False},
+            "new+split": {"ENGINE_FUNCTION_VARS": True, "ENGINE_SPLIT_K": True}}
+REPS = 2 if TINY else 5
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def kernel_times(dev, res):
+    rng = np.random.default_rng(0)
+    for K, N in SHAPES:
+        w32 = (rng.standard_normal((N, K)) * 0.02).astype(np.float32)
+        w = {d: wt.tensor(w32.astype(d), device=dev).T for d in ("float32", "float16")}  # k-major (K, N) views
+        for M in MS:
+            a = wt.tensor(rng.standard_normal((M, K)).astype(np.float32), device=dev)
+            for bd in ("float32", "float16"):
+                for name, switches in VARIANTS.items():
+                    with mb._switches({**mb._SWITCHES["engine"], **switches}):
+                        us, kernels = mb._time_case(dev, a, w[bd], REPS)
+                    key = f"kernel/M={M}/K={K}/N={N}/f32x{bd[5:]}/{name}"
+                    res[key] = {"us": round(us, 2), "gflops": round(2 * M * N * K / us / 1e3, 1), "kernel": kernels}
+                    log(key, res[key])
+        del w
+        dev.ctx.empty_cache()
+
+
+def prefill_s(m, T):
+    ids = [i % m.config.vocab_size for i in range(T)]
+
+    def run():
+        t0 = time.perf_counter()
+        next(m.generate_ids(ids, 1, stop_at_eos=False))
+        return time.perf_counter() - t0
+
+    run()  # warm-up: compiles this variant's kernels
+    return statistics.median(run() for _ in range(3))
+
+
+def model_prefill(dev, res):
+    cfg = GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=128, vocab_size=500) if TINY else GPT2Config()
+    m = GPT2.from_arrays(cfg, random_arrays(cfg), dev, "float16", name="random-124m")
+    for T in (16, 100) if TINY else (128, 1023):
+        for name, switches in VARIANTS.items():
+            with mb._switches(switches):
+                tps = T / prefill_s(m, T)
+            key = f"prefill/124m/float16/T={T}/{name}"
+            res[key] = round(tps, 1)
+            log(key, round(tps), "tok/s")
+
+
+def summary(res):
+    log("== kernels: us old | new (x old) | new+split (x old)")
+    for k, v in res.items():
+        if k.startswith("kernel/") and k.endswith("/old"):
+            base = k.removesuffix("/old")
+            old, new, split = v["us"], res[f"{base}/new"]["us"], res[f"{base}/new+split"]["us"]
+            log(f"{base:>36} {old:9.1f} | {new:9.1f} (x{new / old:.2f}) | {split:9.1f} (x{split / old:.2f})")
+
+
+def main():
+    if TINY:
+        gops.GPU_STYLE_ON_SOFTWARE = True  # the GPU kernels on lavapipe
+    dev = wt.Device.wgpu()
+    res = {"adapter": dev.describe(), "tiny": TINY,
+           "timing": "gpu-timestamps" if "timestamp-query" in dev.ctx.api.features else "wall-clock"}
+    t0 = time.perf_counter()
+    try:
+        kernel_times(dev, res)
+        log("kernels done in", round(time.perf_counter() - t0), "s")
+        model_prefill(dev, res)
+        summary(res)
+    finally:
+        res["wall_s"] = round(time.perf_counter() - t0, 1)
+        with open(os.path.join(os.environ.get("OUT", "."), "mm_fix.json"), "w") as f:
+            json.dump(res, f, indent=1)
+    log("done in", res["wall_s"], "s")
+
+
+if __name__ == "__main__":
+    main()
