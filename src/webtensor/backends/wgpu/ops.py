@@ -585,7 +585,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Te
 
 
 PREFILL = True  # False: GPUs use attention_flash.wgsl / attention.wgsl for T > 1
-PREFILL_MIN_QUERIES = 256  # below, one workgroup a (query, head) is faster (H200, 128 tokens fp16: 5.8k vs 2.0k tok/s)
+# attention_prefill's threshold (it runs with PREFILL_FLASH2 off or where attention_flash2 does not fit): below,
+# one workgroup a (query, head) is faster (H200, 128 tokens fp16: 5.8k vs 2.0k tok/s)
+PREFILL_MIN_QUERIES = 256
 PREFILL_SUBGROUPS = True  # False: the partial scores go through workgroup memory even with subgroups
 
 
