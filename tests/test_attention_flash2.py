@@ -1,7 +1,8 @@
 """Parity of attention_flash2.wgsl (the register-blocked flash-attention-2 prefill kernel) against
 the numpy reference (the CPU backend on float32 copies of the inputs): float32 and float16 inputs,
 head dims 16 / 64 / 128, causal or not, odd T and S >= T (a cache of S - T keys before the queries),
-several heads, q / k / v as strided views (column slices of a fused qkv, rows of a longer cache).
+several heads, q / k / v as strided views (column slices of a fused qkv, rows of a longer cache),
+q read from global memory or staged in workgroup memory (QS, where it fits).
 On CPU adapters (lavapipe) the test asks for the GPU kernels; it checks the kernel really ran
 wherever its workgroup memory fits the adapter (float32 at D = 128 needs 48 KiB: elsewhere the
 older kernels answer, and the parity check still holds). The subgroup variant needs a fixed
@@ -43,15 +44,17 @@ def launches(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     return seen
 
 
+@pytest.mark.parametrize("stage_q", [False, True])
 @pytest.mark.parametrize("subgroups", [False, True])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @settings(SETTINGS)
 @given(seed=st.integers(0, 2**31), T=st.integers(1, 200), extra=st.integers(0, 80), H=st.integers(1, 3),
        D=st.sampled_from([16, 64, 128]), causal=st.booleans(), fused_kv=st.booleans())
-def test_flash2_parity(gpu, launches, monkeypatch, subgroups, dtype, seed, T, extra, H, D, causal, fused_kv):
+def test_flash2_parity(gpu, launches, monkeypatch, stage_q, subgroups, dtype, seed, T, extra, H, D, causal, fused_kv):
     if dtype == "float16" and not gpu.ctx.has_f16:
         pytest.skip("this adapter has no shader-f16")
     monkeypatch.setattr(gops, "FLASH2_SUBGROUPS", subgroups)
+    monkeypatch.setattr(gops, "FLASH2_STAGE_Q", stage_q)
     if subgroups and not gops.flash2_subgroups(gpu.ctx):
         pytest.skip("no fixed subgroup size of 16 or more on this adapter")
     monkeypatch.setattr(gops, "FLASH2_MIN_QUERIES", 1)  # the kernel at every T here
@@ -66,8 +69,10 @@ def test_flash2_parity(gpu, launches, monkeypatch, subgroups, dtype, seed, T, ex
     kn, vn = (qkv[:, 1], qkv[:, 2]) if fused_kv else (kc[:S], vc[:S])
     before = launches["flash2"]
     got = wt.attention(q, k, v, causal=causal).numpy()
-    fits = gops.flash2_workgroup_bytes(D, q.dtype) <= gpu.ctx.api.limits["max-compute-workgroup-storage-size"]
-    assert launches["flash2"] == before + (1 if fits else 0)
+    limit = gpu.ctx.api.limits["max-compute-workgroup-storage-size"]
+    assert launches["flash2"] == before + (1 if gops.flash2_workgroup_bytes(D, q.dtype, False) <= limit else 0)
+    assert gops.flash2_stage_q(gpu.ctx, D, q.dtype) == (stage_q and gops.flash2_workgroup_bytes(D, q.dtype, True)
+                                                         <= limit)
     cpu = wt.Device.cpu()
     want = wt.attention(*(wt.tensor(x.astype(np.float32), device=cpu) for x in (qkv[:, 0], kn, vn)),
                         causal=causal).numpy()

@@ -6,7 +6,8 @@
    in 32, 64, 128, 512, 1,023 at H = 12 and 1,023 at H = 25 (xl), D = 64, float32 (the dtype
    GPT-2's attention runs in, float16 models included) and float16; variants:
    flash2 (attention_flash2, subgroup row max where the adapter allows), flash2-nosg (row max
-   through workgroup memory), prefill (attention_prefill, the 4-threads-a-query kernel, forced at
+   through workgroup memory), flash2-noqs (q from global memory even where the staged Q tile
+   fits the adapter's workgroup memory), prefill (attention_prefill, the 4-threads-a-query kernel, forced at
    every T), old (the planner without attention_flash2: attention_prefill from 256 queries, below
    it the one-workgroup-a-(query, head) kernels). Each case also records flash2's norm-wise
    relative error against a float64 numpy reference (the subgroup variant is not run by the tests
@@ -41,6 +42,7 @@ CASES = [(64, 2), (100, 2)] if TINY else [(32, 12), (64, 12), (128, 12), (512, 1
 VARIANTS = {
     "flash2": {"PREFILL_FLASH2": True, "FLASH2_MIN_QUERIES": 1},
     "flash2-nosg": {"PREFILL_FLASH2": True, "FLASH2_MIN_QUERIES": 1, "FLASH2_SUBGROUPS": False},
+    "flash2-noqs": {"PREFILL_FLASH2": True, "FLASH2_MIN_QUERIES": 1, "FLASH2_STAGE_Q": False},
     "prefill": {"PREFILL_FLASH2": False, "PREFILL_MIN_QUERIES": 1},
     "old": {"PREFILL_FLASH2": False},
 }
@@ -149,6 +151,7 @@ def main():
     dev = wt.Device.wgpu()
     res = {"adapter": dev.describe(), "tiny": TINY, "subgroup_size": dev.ctx.subgroup_size,
            "flash2_subgroups": gops.flash2_subgroups(dev.ctx),
+           "flash2_stage_q_f32_d64": gops.flash2_stage_q(dev.ctx, D, wt.float32),
            "workgroup_storage": dev.ctx.api.limits.get("max-compute-workgroup-storage-size"),
            "timing": "gpu-timestamps" if "timestamp-query" in dev.ctx.api.features else "wall-clock"}
     t0 = time.perf_counter()

@@ -557,7 +557,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Te
     if T >= FLASH2_MIN_QUERIES and flash2_fits(ctx, q, k, v, vec):
         kern = ctx.kernel("attention_flash2", {
             "TQ": q.dtype.wgsl, "TO": out.dtype.wgsl, "TS": "f16" if q.dtype is dt.float16 else "f32",
-            "D4": f"{D // 4}u", "DT": f"{D // 16}u", "SG": "true" if flash2_subgroups(ctx) else "false"})
+            "D4": f"{D // 4}u", "DT": f"{D // 16}u", "SG": "true" if flash2_subgroups(ctx) else "false",
+            "QS": "true" if flash2_stage_q(ctx, D, q.dtype) else "false"})
         ctx.launch(kern, dict({n: x // 4 for n, x in views.items() if n[0] != "o"}, o_ts=H * D, o_hs=D,
                               T=T, S=S, causal=int(causal), scale=scale), bufs, (math.ceil(T / 64), H, 1))
         return out
@@ -594,6 +595,7 @@ PREFILL_SUBGROUPS = True  # False: the partial scores go through workgroup memor
 PREFILL_FLASH2 = True  # False: attention_prefill.wgsl (the 4-threads-a-query kernel) takes GPU prefill
 FLASH2_MIN_QUERIES = 64  # attention_flash2 from this many queries (one full workgroup of queries)
 FLASH2_SUBGROUPS = True  # False: attention_flash2's row maxima go through workgroup memory
+FLASH2_STAGE_Q = True  # False: attention_flash2 reads q from global memory even where a staged Q tile fits
 
 
 def flash2_fits(ctx: WgpuContext, q: Tensor, k: Tensor, v: Tensor, offsets: list[int]) -> bool:
@@ -605,12 +607,19 @@ def flash2_fits(ctx: WgpuContext, q: Tensor, k: Tensor, v: Tensor, offsets: list
     D = q.shape[2]
     limit = int(ctx.api.limits.get("max-compute-workgroup-storage-size", 16384))
     return (D % 16 == 0 and D <= 128 and q.dtype is k.dtype is v.dtype and all(x % 4 == 0 for x in offsets)
-            and flash2_workgroup_bytes(D, q.dtype) <= limit)
+            and flash2_workgroup_bytes(D, q.dtype, False) <= limit)
 
 
-def flash2_workgroup_bytes(D: int, dtype: dt.DType) -> int:
-    """attention_flash2's workgroup memory: the kv tile (64 x D, f16 for float16 inputs) and ps (64 x 64 f32)."""
-    return 64 * D * (2 if dtype is dt.float16 else 4) + 64 * 64 * 4
+def flash2_stage_q(ctx: WgpuContext, D: int, dtype: dt.DType) -> bool:
+    """Whether attention_flash2 stages the Q tile in workgroup memory (QS): where it fits."""
+    limit = int(ctx.api.limits.get("max-compute-workgroup-storage-size", 16384))
+    return FLASH2_STAGE_Q and flash2_workgroup_bytes(D, dtype, True) <= limit
+
+
+def flash2_workgroup_bytes(D: int, dtype: dt.DType, stage_q: bool) -> int:
+    """attention_flash2's workgroup memory: the kv tile (64 x D, f16 for float16 inputs), ps (64 x 64 f32)
+    and, staged, the Q tile (64 x D, as kv)."""
+    return 64 * D * (2 if dtype is dt.float16 else 4) * (2 if stage_q else 1) + 64 * 64 * 4
 
 
 def flash2_subgroups(ctx: WgpuContext) -> bool:

@@ -3,8 +3,9 @@
 // one workgroup buffer `kv` (the K tile, then the V tile of the same keys).
 // Thread (qg, kg) = (li / 16, li % 16) owns query rows 4 qg .. 4 qg + 3, keys kg + 16 j (j < 4) of
 // each tile and output dims kg + 16 c (c < DT = D / 16) of its rows, all in f32 registers:
-//   S = Q K^T: a 4 x 4 block of scores, the D loop reading q (vec4s from global memory, the 16
-//     threads of a row group read the same ones) and K (from `kv`, laid out [d][key]);
+//   S = Q K^T: a 4 x 4 block of scores, the D loop reading K (from `kv`, laid out [d][key]) and q:
+//     with QS from `qs` (the 64 queries staged once, [d][row]), else vec4s from global memory
+//     (the 16 threads of a row group read the same ones, through L1);
 //   softmax: per row a running max m and sum l; the tile's row max by subgroup shuffles across the
 //     16 threads of the row group (SG, subgroups of 16 or more) or through `ps` (without); the
 //     output is rescaled once per tile;
@@ -17,7 +18,7 @@
 // unit stride along D (column slices of the fused qkv, rows of a KV cache), offsets and strides in
 // vec4 units; output (T, H, D) contiguous, offsets and strides in elements.
 // Header: alias TQ (q, k, v), TO (output), TS (the kv tile: f16 for float16 inputs); const D4 (D / 4),
-// DT (D / 16); define SG selects the subgroup row max.
+// DT (D / 16); define SG selects the subgroup row max, QS the staged Q tile.
 struct P {
   T: u32, S: u32, causal: u32, scale: f32,
   q_off: u32, q_ts: u32, q_hs: u32, k_off: u32,
@@ -33,6 +34,9 @@ struct P {
 const NEG = -3.4028234663852886e38;  // masked scores and the initial running max
 var<workgroup> kv: array<TS, 64u * D4 * 4u>;  // K tile [d][key], then V tile [key][d]
 var<workgroup> ps: array<vec4<f32>, 1024u>;  // [key][(row / 4) ^ (key % 16)]: P (or S, without SG)
+// #if QS
+var<workgroup> qs: array<vec4<TS>, 64u * D4>;  // [d][row / 4]: the workgroup's q (4 rows a vec4)
+// #endif
 
 fn ps_at(key: u32, qg: u32) -> u32 { return key * 16u + (qg ^ (key & 15u)); }
 
@@ -51,6 +55,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     lim[i] = p.S;
     if (p.causal != 0u) { lim[i] = min(p.S, t0 + i + shift + 1u); }
   }
+// #if QS
+  for (var e = li; e < 64u * D4; e = e + 256u) {  // (read after the loop's first barriers)
+    let r = e % 64u;
+    let d4 = e / 64u;
+    let x = vec4<f32>(q[p.q_off + min(wg.x * 64u + r, p.T - 1u) * p.q_ts + h * p.q_hs + d4]);
+    for (var c = 0u; c < 4u; c = c + 1u) { qs[(d4 * 4u + c) * 16u + r / 4u][r % 4u] = TS(x[c]); }
+  }
+// #endif
   var acc: array<f32, 4u * DT>;  // [row i][c]: output dim kg + 16 c of row i
   var m = vec4<f32>(NEG);
   var l = vec4<f32>(0.0);
@@ -71,6 +83,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
     workgroupBarrier();
     for (var j = 0u; j < 4u; j = j + 1u) { s[j] = vec4<f32>(0.0); }
+// #if QS
+    for (var d = 0u; d < 4u * D4; d = d + 1u) {
+      let qc = vec4<f32>(qs[d * 16u + qg]);  // dim d of the 4 rows
+      let kb = d * 64u + kg;
+      for (var j = 0u; j < 4u; j = j + 1u) { s[j] = s[j] + qc * f32(kv[kb + 16u * j]); }
+    }
+// #else
     for (var d4 = 0u; d4 < D4; d4 = d4 + 1u) {
       let q0 = vec4<f32>(q[qb[0] + d4]);
       let q1 = vec4<f32>(q[qb[1] + d4]);
@@ -82,6 +101,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         for (var j = 0u; j < 4u; j = j + 1u) { s[j] = s[j] + qc * f32(kv[kb + 16u * j]); }
       }
     }
+// #endif
     mx = vec4<f32>(NEG);
     for (var j = 0u; j < 4u; j = j + 1u) {
       let key = j0 + kg + 16u * j;
@@ -90,16 +110,16 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
       }
       mx = max(mx, s[j]);
     }
-    // #if SG
+// #if SG
     mx = max(mx, subgroupShuffleXor(mx, 1u));
     mx = max(mx, subgroupShuffleXor(mx, 2u));
     mx = max(mx, subgroupShuffleXor(mx, 4u));
     mx = max(mx, subgroupShuffleXor(mx, 8u));
-    // #else
+// #else
     for (var j = 0u; j < 4u; j = j + 1u) { ps[ps_at(kg + 16u * j, qg)] = s[j]; }
     workgroupBarrier();
     for (var jj = 0u; jj < 64u; jj = jj + 1u) { mx = max(mx, ps[ps_at(jj, qg)]); }
-    // #endif
+// #endif
     let m_new = max(m, mx);
     let corr = exp(m - m_new);
     m = m_new;
