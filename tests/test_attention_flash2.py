@@ -57,6 +57,7 @@ def test_flash2_parity(gpu, launches, monkeypatch, stage_q, subgroups, dtype, se
     monkeypatch.setattr(gops, "FLASH2_STAGE_Q", stage_q)
     if subgroups and not gops.flash2_subgroups(gpu.ctx):
         pytest.skip("no fixed subgroup size of 16 or more on this adapter")
+    monkeypatch.setattr(gops, "PREFILL_FLASH2", True)  # off by default (slower on the H200), tested here
     monkeypatch.setattr(gops, "FLASH2_MIN_QUERIES", 1)  # the kernel at every T here
     S = T if fused_kv else T + extra
     rng = np.random.default_rng(seed)
@@ -80,8 +81,9 @@ def test_flash2_parity(gpu, launches, monkeypatch, stage_q, subgroups, dtype, se
     assert rel_err(got, want) <= (1e-5 if dtype == "float32" else 1e-3)
 
 
-def test_flash2_threshold(gpu, launches):
-    """Below FLASH2_MIN_QUERIES queries the other kernels answer; from it, attention_flash2."""
+def test_flash2_threshold(gpu, launches, monkeypatch):
+    """Switched on, below FLASH2_MIN_QUERIES queries the other kernels answer; from it, attention_flash2."""
+    monkeypatch.setattr(gops, "PREFILL_FLASH2", True)
     rng = np.random.default_rng(0)
     n = gops.FLASH2_MIN_QUERIES
     for T, want in ((n - 1, 0), (n, 1)):

@@ -671,7 +671,7 @@ PREFILL_MIN_QUERIES = 256
 PREFILL_SUBGROUPS = True  # False: the partial scores go through workgroup memory even with subgroups
 
 
-PREFILL_FLASH2 = True  # False: attention_prefill.wgsl (the 4-threads-a-query kernel) takes GPU prefill
+PREFILL_FLASH2 = False  # H200: 9.5x slower than attention_prefill.wgsl at 1,023 tokens (performance notes); True: attention_flash2 takes GPU prefill
 FLASH2_MIN_QUERIES = 64  # attention_flash2 from this many queries (one full workgroup of queries)
 FLASH2_SUBGROUPS = True  # False: attention_flash2's row maxima go through workgroup memory
 FLASH2_STAGE_Q = True  # False: attention_flash2 reads q from global memory even where a staged Q tile fits
