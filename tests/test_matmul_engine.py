@@ -3,8 +3,7 @@ tile, k-major and n-major B, the fused epilogue, row-chunked weights; float32; f
 read as u32 words or as vec4<f16>, with f32 tiles and FMAs, f16 tiles and f32 FMAs, or packed f16
 FMAs; float32 x float16 and float16 x float32, GPT-2 in float16's activations x weights) and
 attention_prefill.wgsl (float32 / float16, head dims 16..128, causal or not, T from 1 to 300, with
-and without subgroups). The engine's function-scope form (ENGINE_FUNCTION_VARS, the default) is
-bit-identical to its original module-scope form; split-K (engine slices, then matmul_splitk_sum)
+and without subgroups). Split-K (engine slices, then matmul_splitk_sum)
 is checked against numpy like the engine. On CPU adapters (lavapipe) the tests ask for the GPU kernel variants
 explicitly; each test checks that the kernel under test really ran.
 
@@ -240,33 +239,6 @@ def test_engine_tile_choice():
         assert mt in (1, 2) and nt in (1, 2)
 
 
-BIT_CASES = [  # (tile, k-major B, dtype, float16 arithmetic): each form of the kernel's registers
-    ((1, 1), True, "float32", "f32"), ((2, 2), True, "float32", "f32"), ((1, 2), False, "float32", "f32"),
-    ((2, 1), True, "float32", "f32"), ((1, 1), True, "float16", "f32"), ((1, 1), False, "float16", "f16"),
-    ((1, 2), True, "float16", "chunked"),
-]
-
-
-@pytest.mark.parametrize(("tile", "kmajor", "dtype", "math"), BIT_CASES)
-@settings(SETTINGS, max_examples=3)
-@given(seed=st.integers(0, 2**31), M=dims, K=st.integers(1, 100), N=dims, epi=st.integers(0, 7))
-def test_engine_function_vars_bit_identical(gpu, calls, monkeypatch, tile, kmajor, dtype, math, seed, M, K, N, epi):
-    """The function-scope registers (ENGINE_FUNCTION_VARS) change where the values live, not the
-    arithmetic: the same bits as the module-scope form."""
-    if dtype == "float16" and not gpu.ctx.has_f16:
-        pytest.skip("this adapter has no shader-f16")
-    monkeypatch.setattr(gops, "engine_tile", lambda m, n: tile)
-    monkeypatch.setattr(gops, "ENGINE_F16_MATH", math)
-    monkeypatch.setattr(gops, "ENGINE_SPLIT_K", False)
-    M = max(M, gops.GEMV_MAX_ROWS + 1)
-    got = {}
-    for fvars in (False, True):
-        monkeypatch.setattr(gops, "ENGINE_FUNCTION_VARS", fvars)
-        got[fvars] = run_linear(gpu, seed, M, K, N, kmajor, dtype, epi)[0]
-    assert calls["splitk"] == 0
-    assert got[True].dtype == got[False].dtype and np.array_equal(got[True], got[False])
-
-
 SPLIT_CASES = [  # (A dtype, B dtype, k-major B, tile, float16 arithmetic)
     ("float32", "float32", True, (1, 1), "f32"), ("float32", "float32", False, (1, 1), "f32"),
     ("float32", "float32", True, (2, 2), "f32"), ("float32", "float16", True, (1, 2), "f32"),
@@ -316,9 +288,6 @@ def test_engine_split_choice(monkeypatch):
     assert gops.engine_split(128, 768, 3072, (1, 1)) == (11, 288)
     assert gops.engine_split(1023, 768, 768, (1, 1)) == (1, 0)  # 192 workgroups: full enough
     assert gops.engine_split(128, 768, 200, (1, 1)) == (1, 0)  # K too short for two slices
-    monkeypatch.setattr(gops, "ENGINE_FUNCTION_VARS", False)
-    assert gops.engine_split(128, 768, 768, (1, 1)) == (1, 0)
-    monkeypatch.setattr(gops, "ENGINE_FUNCTION_VARS", True)
     monkeypatch.setattr(gops, "ENGINE_SPLIT_K", False)
     assert gops.engine_split(128, 768, 768, (1, 1)) == (1, 0)
 

@@ -1,13 +1,13 @@
-"""H200: the matmul engine's register forms and split-K, in one run
+"""H200: the matmul engine with and without split-K, in one run
 (`source .gl/env.sh && python3 tools/h200/mm_fix.py`; $OUT/mm_fix.json, a line per case; < 60 s).
 
 1. GPU time (timestamps, as matmul_bench) of the engine at M = 1, 128, 1023 (the GEMV off, so M = 1
    runs the engine too) and (K, N) = (768, 768), (768, 3072), (3072, 768), (768, 2304), weights
-   k-major, float32 x float32 and float32 x float16 (GPT-2 in float16), for three variants:
-   old (module-scope var<private> registers, ENGINE_FUNCTION_VARS off), new (function-scope vars,
-   split-K off) and new+split (the default: split-K where the grid is under ENGINE_SPLIT_GRID).
+   k-major, float32 x float32 and float32 x float16 (GPT-2 in float16), split-K off and on (the
+   default: split-K where the grid is under ENGINE_SPLIT_GRID). (The run of 2026-12-03 also had the
+   module-scope register form, since removed: x1.00 against the function-scope form.)
 2. Whole prefill tok/s of random GPT-2 124M in float16 at 128 and 1,023 tokens
-   (`next(generate_ids(ids, 1))`, median of 3 after a warm-up), old vs new vs new+split.
+   (`next(generate_ids(ids, 1))`, median of 3 after a warm-up), without vs with split-K.
 
 `--tiny` (or MM_FIX_TINY=1): tiny shapes and model, GPU kernels forced on a CPU adapter, to check
 the script on lavapipe (`CI=true PYTHONPATH=src python tools/h200/mm_fix.py --tiny`); without $OUT
@@ -32,9 +32,7 @@ from webtensor.models.gpt2.model import random_arrays
 TINY = "--tiny" in sys.argv or os.environ.get("MM_FIX_TINY") == "1"
 MS = (1, 9, 37) if TINY else (1, 128, 1023)
 SHAPES = [(64, 64), (64, 256), (256, 64)] if TINY else [(768, 768), (768, 3072), (3072, 768), (768, 2304)]
-VARIANTS = {"old": {"ENGINE_FUNCTION_VARS": False, "ENGINE_SPLIT_K": False},
-            "new": {"ENGINE_FUNCTION_VARS": True, "ENGINE_SPLIT_K": False},
-            "new+split": {"ENGINE_FUNCTION_VARS": True, "ENGINE_SPLIT_K": True}}
+VARIANTS = {"new": {"ENGINE_SPLIT_K": False}, "new+split": {"ENGINE_SPLIT_K": True}}
 REPS = 2 if TINY else 5
 
 
@@ -85,12 +83,12 @@ def model_prefill(dev, res):
 
 
 def summary(res):
-    log("== kernels: us old | new (x old) | new+split (x old)")
+    log("== kernels: us without split-K | with (x without)")
     for k, v in res.items():
-        if k.startswith("kernel/") and k.endswith("/old"):
-            base = k.removesuffix("/old")
-            old, new, split = v["us"], res[f"{base}/new"]["us"], res[f"{base}/new+split"]["us"]
-            log(f"{base:>36} {old:9.1f} | {new:9.1f} (x{new / old:.2f}) | {split:9.1f} (x{split / old:.2f})")
+        if k.startswith("kernel/") and k.endswith("/new"):
+            base = k.removesuffix("/new")
+            new, split = v["us"], res[f"{base}/new+split"]["us"]
+            log(f"{base:>36} {new:9.1f} | {split:9.1f} (x{split / new:.2f})")
 
 
 def main():

@@ -493,10 +493,7 @@ ENGINE_F16_OUT_WORDS = True  # a float16 output written as u32 words where its o
 ENGINE_F16_MATH = "f32"
 ENGINE_F16_MATHS = ("f32", "f16", "chunked")
 ENGINE_WAVE = 264  # a larger tile is taken only when its grid has this many workgroups (H200: 2 x 132 SMs)
-# the engine's registers as function-scope vars of main (False: module-scope var<private>s, the
-# original form, which NVIDIA's Vulkan compiler may keep in local memory; tools/h200/mm_fix.py compares)
-ENGINE_FUNCTION_VARS = True
-# split-K (with ENGINE_FUNCTION_VARS): a grid of fewer than ENGINE_SPLIT_GRID workgroups gets K cut
+# split-K: a grid of fewer than ENGINE_SPLIT_GRID workgroups gets K cut
 # into slices of at least ENGINE_SPLIT_MIN_K, enough of them for ENGINE_WAVE workgroups; partial
 # products go to a scratch (S, M, N) float32 buffer and matmul_splitk_sum.wgsl adds them
 ENGINE_SPLIT_K = True
@@ -515,7 +512,7 @@ def engine_tile(M: int, N: int) -> tuple[int, int]:
 def engine_split(M: int, N: int, K: int, tile: tuple[int, int]) -> tuple[int, int]:
     """(S, ks): K in S slices of ks (a multiple of 16, so of every BK); (1, 0) when not split."""
     grid = math.ceil(M / (64 * tile[0])) * math.ceil(N / (64 * tile[1]))
-    if not (ENGINE_SPLIT_K and ENGINE_FUNCTION_VARS) or grid >= ENGINE_SPLIT_GRID:
+    if not ENGINE_SPLIT_K or grid >= ENGINE_SPLIT_GRID:
         return 1, 0
     want = min(math.ceil(ENGINE_WAVE / grid), K // max(ENGINE_SPLIT_MIN_K, 1))
     if want < 2:
@@ -547,7 +544,7 @@ def engine_kernel(ctx: WgpuContext, a_dtype: dt.DType, b_dtype: dt.DType, c_dtyp
     float16 x float16 products compute as ENGINE_F16_MATH says (f16 tiles take BK = 16: 16 KiB of
     workgroup memory either way); any other pair (float32 activations x float16 weights, as GPT-2
     in float16 runs) in f32 tiles with f32 FMAs. `split`: split-K's first pass (raw float32 partial
-    products of the launch's K slices, no epilogue; needs ENGINE_FUNCTION_VARS)."""
+    products of the launch's K slices, no epilogue)."""
     f16 = a_dtype is dt.float16 and b_dtype is dt.float16
     math_ = ENGINE_F16_MATH if f16 else "f32"
     if math_ not in ENGINE_F16_MATHS:
@@ -562,10 +559,8 @@ def engine_kernel(ctx: WgpuContext, a_dtype: dt.DType, b_dtype: dt.DType, c_dtyp
             "NT": f"{tile[1]}u", "BK": "16u" if tiles16 else "8u", "B_KMAJOR": "true" if kmajor else "false",
             "CHUNKED": "true" if chunked else "false", "APACK": words(a_dtype), "BPACK": words(b_dtype),
             "CPACK": "true" if ENGINE_F16_OUT_WORDS and even_out and c_dtype is dt.float16 else "false",
-            "FVARS": "true" if ENGINE_FUNCTION_VARS else "false", "SPLIT": "true" if split else "false"}
+            "SPLIT": "true" if split else "false"}
     if split:
-        if not ENGINE_FUNCTION_VARS:
-            raise ValueError("split-K needs ENGINE_FUNCTION_VARS")
         defs.update(TC="f32", CPACK="false")
     return ctx.kernel("matmul_engine", defs)
 
@@ -671,7 +666,7 @@ PREFILL_MIN_QUERIES = 256
 PREFILL_SUBGROUPS = True  # False: the partial scores go through workgroup memory even with subgroups
 
 
-PREFILL_FLASH2 = False  # H200: 9.5x slower than attention_prefill.wgsl at 1,023 tokens (performance notes); True: attention_flash2 takes GPU prefill
+PREFILL_FLASH2 = False  # True: attention_flash2 takes GPU prefill (H200: 9.5x slower than attention_prefill)
 FLASH2_MIN_QUERIES = 64  # attention_flash2 from this many queries (one full workgroup of queries)
 FLASH2_SUBGROUPS = True  # False: attention_flash2's row maxima go through workgroup memory
 FLASH2_STAGE_Q = True  # False: attention_flash2 reads q from global memory even where a staged Q tile fits

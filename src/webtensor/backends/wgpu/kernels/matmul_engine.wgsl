@@ -15,16 +15,14 @@
 // Arithmetic: products in CT (f32, or f16 for packed `vec4<f16>` FMAs). With CHUNKED, the CT
 // accumulators cover one BK step only and are then added into f32 accumulators, which bounds the
 // f16 accumulation error to sums of BK terms. Epilogue: + bias, GELU, + residual (epilogue.wgsl).
-// FVARS: the accumulators, prefetch registers and loop state are function-scope `var`s of main,
-// handed to the helpers by pointer (structs Acc, Tot) or by value (Pre); otherwise (the original
-// form, kept to compare on GPUs) they are module-scope var<private>s the helpers mutate. Same
-// arithmetic in the same order: the two give bit-identical results.
-// Split-K (FVARS only): the launch's grid z is the K slice, workgroup z sums k in
+// The accumulators, prefetch registers and loop state are function-scope `var`s of main, handed
+// to the helpers by pointer (structs Acc, Tot) or by value (Pre); no module-scope var<private>.
+// Split-K: the launch's grid z is the K slice, workgroup z sums k in
 // [z ks, (z + 1) ks) (ks a multiple of BK; p.ks = 0: the whole of K). With SPLIT the raw sums
 // (no epilogue, TC = f32, no CPACK) go to c[c_off + z c_zs + m ldc + n], and
 // matmul_splitk_sum.wgsl adds the slices and applies the epilogue.
 // Header: alias TA, TB, TC, TBIAS, TS (workgroup tile type), CT; const MT, NT (1 or 2), BK (8 or
-// 16), B_KMAJOR, CHUNKED, APACK, BPACK, CPACK, FVARS, SPLIT.
+// 16), B_KMAJOR, CHUNKED, APACK, BPACK, CPACK, SPLIT.
 // #include epilogue.wgsl
 struct P {
   M: u32, N: u32, K: u32, acc: u32,
@@ -136,7 +134,6 @@ fn total(cv: vec4<CT>, ov: vec4<f32>) -> vec4<f32> {
   return vec4<f32>(cv);
 }
 
-// #if FVARS
 // the function-scope form: main's own vars, handed to the helpers
 // accumulators: row r of the thread's block (0..3: from a0, 4..7: from a1), column half h
 struct Acc {
@@ -285,132 +282,3 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
   }
 }
-// #else
-// the original form: module-scope registers
-// this thread's prefetch registers (at most two vec4 loads per operand per step)
-var<private> pa0: vec4<TS>; var<private> pa1: vec4<TS>;
-var<private> pb0: vec4<TS>; var<private> pb1: vec4<TS>;
-// accumulators: row r of the thread's block (0..3: from a0, 4..7: from a1), column half h
-var<private> c00: vec4<CT>; var<private> c01: vec4<CT>; var<private> c10: vec4<CT>; var<private> c11: vec4<CT>;
-var<private> c20: vec4<CT>; var<private> c21: vec4<CT>; var<private> c30: vec4<CT>; var<private> c31: vec4<CT>;
-var<private> c40: vec4<CT>; var<private> c41: vec4<CT>; var<private> c50: vec4<CT>; var<private> c51: vec4<CT>;
-var<private> c60: vec4<CT>; var<private> c61: vec4<CT>; var<private> c70: vec4<CT>; var<private> c71: vec4<CT>;
-// f32 totals of the CT accumulators (CHUNKED only)
-var<private> o00: vec4<f32>; var<private> o01: vec4<f32>; var<private> o10: vec4<f32>; var<private> o11: vec4<f32>;
-var<private> o20: vec4<f32>; var<private> o21: vec4<f32>; var<private> o30: vec4<f32>; var<private> o31: vec4<f32>;
-var<private> o40: vec4<f32>; var<private> o41: vec4<f32>; var<private> o50: vec4<f32>; var<private> o51: vec4<f32>;
-var<private> o60: vec4<f32>; var<private> o61: vec4<f32>; var<private> o70: vec4<f32>; var<private> o71: vec4<f32>;
-
-// global -> registers for the step starting at k0
-fn fetch(li: u32, m0: u32, n0: u32, k0: u32) {
-  pa0 = fetch_a(li, m0, k0);
-  pb0 = fetch_b(li, n0, k0);
-  if (A_VEC > 256u) { pa1 = fetch_a(li + 256u, m0, k0); }
-  if (B_VEC > 256u) { pb1 = fetch_b(li + 256u, n0, k0); }
-}
-
-// registers -> workgroup buffer `buf`
-fn put(li: u32, buf: u32) {
-  put_a(li, buf, pa0);
-  put_b(li, buf, pb0);
-  if (A_VEC > 256u) { put_a(li + 256u, buf, pa1); }
-  if (B_VEC > 256u) { put_b(li + 256u, buf, pb1); }
-}
-
-// the FMAs of one BK step from workgroup buffer `buf`
-fn mma(buf: u32, tx: u32, ty: u32) {
-  for (var k = 0u; k < BK; k = k + 1u) {
-    let ar = (buf * BK + k) * MV;
-    let br = (buf * BK + k) * NV;
-    let a0 = vec4<CT>(As[ar + ty]);
-    let b0 = vec4<CT>(Bs[br + tx]);
-    var b1 = vec4<CT>();
-    if (NT == 2u) { b1 = vec4<CT>(Bs[br + 16u + tx]); }
-    c00 = fma(vec4<CT>(a0.x), b0, c00);
-    c10 = fma(vec4<CT>(a0.y), b0, c10);
-    c20 = fma(vec4<CT>(a0.z), b0, c20);
-    c30 = fma(vec4<CT>(a0.w), b0, c30);
-    if (NT == 2u) {
-      c01 = fma(vec4<CT>(a0.x), b1, c01);
-      c11 = fma(vec4<CT>(a0.y), b1, c11);
-      c21 = fma(vec4<CT>(a0.z), b1, c21);
-      c31 = fma(vec4<CT>(a0.w), b1, c31);
-    }
-    if (MT == 2u) {
-      let a1 = vec4<CT>(As[ar + 16u + ty]);
-      c40 = fma(vec4<CT>(a1.x), b0, c40);
-      c50 = fma(vec4<CT>(a1.y), b0, c50);
-      c60 = fma(vec4<CT>(a1.z), b0, c60);
-      c70 = fma(vec4<CT>(a1.w), b0, c70);
-      if (NT == 2u) {
-        c41 = fma(vec4<CT>(a1.x), b1, c41);
-        c51 = fma(vec4<CT>(a1.y), b1, c51);
-        c61 = fma(vec4<CT>(a1.z), b1, c61);
-        c71 = fma(vec4<CT>(a1.w), b1, c71);
-      }
-    }
-  }
-}
-
-// CHUNKED: add the step's CT sums into the f32 totals and restart them
-fn flush() {
-  o00 += vec4<f32>(c00); o10 += vec4<f32>(c10); o20 += vec4<f32>(c20); o30 += vec4<f32>(c30);
-  c00 = vec4<CT>(); c10 = vec4<CT>(); c20 = vec4<CT>(); c30 = vec4<CT>();
-  if (NT == 2u) {
-    o01 += vec4<f32>(c01); o11 += vec4<f32>(c11); o21 += vec4<f32>(c21); o31 += vec4<f32>(c31);
-    c01 = vec4<CT>(); c11 = vec4<CT>(); c21 = vec4<CT>(); c31 = vec4<CT>();
-  }
-  if (MT == 2u) {
-    o40 += vec4<f32>(c40); o50 += vec4<f32>(c50); o60 += vec4<f32>(c60); o70 += vec4<f32>(c70);
-    c40 = vec4<CT>(); c50 = vec4<CT>(); c60 = vec4<CT>(); c70 = vec4<CT>();
-    if (NT == 2u) {
-      o41 += vec4<f32>(c41); o51 += vec4<f32>(c51); o61 += vec4<f32>(c61); o71 += vec4<f32>(c71);
-      c41 = vec4<CT>(); c51 = vec4<CT>(); c61 = vec4<CT>(); c71 = vec4<CT>();
-    }
-  }
-}
-
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
-  let tx = li % 16u;  // columns n0 + 4 tx .. (+ 64 when NT == 2)
-  let ty = li / 16u;  // rows m0 + 4 ty .. (+ 64 when MT == 2)
-  let m0 = wg.y * 64u * MT;
-  let n0 = wg.x * 64u * NT;
-  let steps = (p.K + BK - 1u) / BK;
-  fetch(li, m0, n0, 0u);
-  put(li, 0u);
-  workgroupBarrier();
-  for (var s = 0u; s < steps; s = s + 1u) {
-    let more = s + 1u < steps;
-    if (more) { fetch(li, m0, n0, (s + 1u) * BK); }
-    mma(s % 2u, tx, ty);
-    if (CHUNKED) { flush(); }
-    if (more) { put(li, (s + 1u) % 2u); }
-    workgroupBarrier();
-  }
-  let m = m0 + 4u * ty;
-  let n = n0 + 4u * tx;
-  store4(m, n, total(c00, o00));
-  store4(m + 1u, n, total(c10, o10));
-  store4(m + 2u, n, total(c20, o20));
-  store4(m + 3u, n, total(c30, o30));
-  if (NT == 2u) {
-    store4(m, n + 64u, total(c01, o01));
-    store4(m + 1u, n + 64u, total(c11, o11));
-    store4(m + 2u, n + 64u, total(c21, o21));
-    store4(m + 3u, n + 64u, total(c31, o31));
-  }
-  if (MT == 2u) {
-    store4(m + 64u, n, total(c40, o40));
-    store4(m + 65u, n, total(c50, o50));
-    store4(m + 66u, n, total(c60, o60));
-    store4(m + 67u, n, total(c70, o70));
-    if (NT == 2u) {
-      store4(m + 64u, n + 64u, total(c41, o41));
-      store4(m + 65u, n + 64u, total(c51, o51));
-      store4(m + 66u, n + 64u, total(c61, o61));
-      store4(m + 67u, n + 64u, total(c71, o71));
-    }
-  }
-}
-// #endif
