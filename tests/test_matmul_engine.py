@@ -315,7 +315,6 @@ def test_attention_prefill(gpu, calls, monkeypatch, subgroups, dtype, seed, T, e
     if subgroups and not gpu.ctx.has_subgroups:
         pytest.skip("this adapter has no subgroups")
     monkeypatch.setattr(gops, "PREFILL_SUBGROUPS", subgroups)
-    monkeypatch.setattr(gops, "PREFILL_FLASH2", False)  # attention_flash2 has its own tests
     monkeypatch.setattr(gops, "PREFILL_MIN_QUERIES", gops.FLASH_MIN_QUERIES)  # the kernel at every T here
     S = T + extra
     rng = np.random.default_rng(seed)

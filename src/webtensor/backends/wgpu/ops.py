@@ -628,14 +628,6 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Te
                  k_hs=k._strides[1], v_off=v._offset, v_ts=v._strides[0], v_hs=v._strides[1],
                  o_ts=H * D, o_hs=D)
     bufs = dict(q=_buf(q), k=_buf(k), v=_buf(v), o=_buf(out))
-    if T >= FLASH2_MIN_QUERIES and flash2_fits(ctx, q, k, v, vec):
-        kern = ctx.kernel("attention_flash2", {
-            "TQ": q.dtype.wgsl, "TO": out.dtype.wgsl, "TS": "f16" if q.dtype is dt.float16 else "f32",
-            "D4": f"{D // 4}u", "DT": f"{D // 16}u", "SG": "true" if flash2_subgroups(ctx) else "false",
-            "QS": "true" if flash2_stage_q(ctx, D, q.dtype) else "false"})
-        ctx.launch(kern, dict({n: x // 4 for n, x in views.items() if n[0] != "o"}, o_ts=H * D, o_hs=D,
-                              T=T, S=S, causal=int(causal), scale=scale), bufs, (math.ceil(T / 64), H, 1))
-        return out
     if T >= PREFILL_MIN_QUERIES and prefill_fits(ctx, q, k, v, vec):
         kern = ctx.kernel("attention_prefill", {
             "TQ": q.dtype.wgsl, "TO": out.dtype.wgsl, "TS": "f16" if q.dtype is dt.float16 else "f32",
@@ -660,46 +652,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Te
 
 
 PREFILL = True  # False: GPUs use attention_flash.wgsl / attention.wgsl for T > 1
-# attention_prefill's threshold (it runs with PREFILL_FLASH2 off or where attention_flash2 does not fit): below,
-# one workgroup a (query, head) is faster (H200, 128 tokens fp16: 5.8k vs 2.0k tok/s)
-PREFILL_MIN_QUERIES = 256
+PREFILL_MIN_QUERIES = 256  # below, one workgroup a (query, head) is faster (H200, 128 tokens fp16: 5.8k vs 2.0k tok/s)
 PREFILL_SUBGROUPS = True  # False: the partial scores go through workgroup memory even with subgroups
-
-
-PREFILL_FLASH2 = False  # True: attention_flash2 takes GPU prefill (H200: 9.5x slower than attention_prefill)
-FLASH2_MIN_QUERIES = 64  # attention_flash2 from this many queries (one full workgroup of queries)
-FLASH2_SUBGROUPS = True  # False: attention_flash2's row maxima go through workgroup memory
-FLASH2_STAGE_Q = True  # False: attention_flash2 reads q from global memory even where a staged Q tile fits
-
-
-def flash2_fits(ctx: WgpuContext, q: Tensor, k: Tensor, v: Tensor, offsets: list[int]) -> bool:
-    """Whether attention_flash2.wgsl runs this: a GPU (or tests asking for GPU kernels on a CPU
-    adapter), one dtype, head dim a multiple of 16 up to 128, vec4-aligned offsets and strides, and
-    its workgroup memory (a 64-key tile of K or V, 64 x 64 f32 probabilities) within the limit."""
-    if not PREFILL_FLASH2 or not _gpu_style(ctx):
-        return False
-    D = q.shape[2]
-    limit = int(ctx.api.limits.get("max-compute-workgroup-storage-size", 16384))
-    return (D % 16 == 0 and D <= 128 and q.dtype is k.dtype is v.dtype and all(x % 4 == 0 for x in offsets)
-            and flash2_workgroup_bytes(D, q.dtype, False) <= limit)
-
-
-def flash2_stage_q(ctx: WgpuContext, D: int, dtype: dt.DType) -> bool:
-    """Whether attention_flash2 stages the Q tile in workgroup memory (QS): where it fits."""
-    limit = int(ctx.api.limits.get("max-compute-workgroup-storage-size", 16384))
-    return FLASH2_STAGE_Q and flash2_workgroup_bytes(D, dtype, True) <= limit
-
-
-def flash2_workgroup_bytes(D: int, dtype: dt.DType, stage_q: bool) -> int:
-    """attention_flash2's workgroup memory: the kv tile (64 x D, f16 for float16 inputs), ps (64 x 64 f32)
-    and, staged, the Q tile (64 x D, as kv)."""
-    return 64 * D * (2 if dtype is dt.float16 else 4) * (2 if stage_q else 1) + 64 * 64 * 4
-
-
-def flash2_subgroups(ctx: WgpuContext) -> bool:
-    """Whether attention_flash2 takes row maxima by subgroup shuffles: the 16 threads of a row group
-    must share one subgroup, so the adapter's fixed subgroup size must be a multiple of 16."""
-    return FLASH2_SUBGROUPS and ctx.subgroup_size >= 16 and ctx.subgroup_size % 16 == 0
 
 
 def prefill_fits(ctx: WgpuContext, q: Tensor, k: Tensor, v: Tensor, offsets: list[int]) -> bool:
