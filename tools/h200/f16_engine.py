@@ -20,11 +20,8 @@ check the script on lavapipe (`CI=true PYTHONPATH=src python tools/h200/f16_engi
 without $OUT the JSON goes to the current directory.
 """
 
-import json
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
 
@@ -36,6 +33,9 @@ from webtensor.models.gpt2 import GPT2
 from webtensor.models.gpt2.config import GPT2Config
 from webtensor.models.gpt2.model import random_arrays
 
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import log, prefill_s, run_sweep  # noqa: E402
+
 TINY = "--tiny" in sys.argv or os.environ.get("F16_ENGINE_TINY") == "1"
 C124, CXL = (64, 160) if TINY else (768, 1600)
 VOCAB = 500 if TINY else 50257
@@ -46,10 +46,6 @@ MS = (9, 37) if TINY else (128, 1023)
 F16_VARIANTS = ["engine", *(f"engine-{f}" for f in mb.F16)]  # float16 x float16: every (words, math)
 MIXED_VARIANTS = {"words": "engine", "vec": "engine-vec-f32"}  # float32 x float16: the loads of B
 REPS = 2 if TINY else 5
-
-
-def log(*a):
-    print(*a, flush=True)
 
 
 def kernel_times(dev, res):
@@ -77,18 +73,6 @@ def kernel_times(dev, res):
             del a
         del w
         dev.ctx.empty_cache()
-
-
-def prefill_s(m, T):
-    ids = [i % m.config.vocab_size for i in range(T)]
-
-    def run():
-        t0 = time.perf_counter()
-        next(m.generate_ids(ids, 1, stop_at_eos=False))
-        return time.perf_counter() - t0
-
-    run()  # warm-up: compiles this variant's kernels
-    return statistics.median(run() for _ in range(3))
 
 
 def model_prefill(dev, res):
@@ -142,22 +126,9 @@ def summary(res):
 
 
 def main():
-    if TINY:
-        gops.GPU_STYLE_ON_SOFTWARE = True  # the GPU kernels on lavapipe
-    dev = wt.Device.wgpu()
-    res = {"adapter": dev.describe(), "tiny": TINY,
-           "timing": "gpu-timestamps" if "timestamp-query" in dev.ctx.api.features else "wall-clock"}
-    t0 = time.perf_counter()
-    try:
-        kernel_times(dev, res)
-        log("kernels done in", round(time.perf_counter() - t0), "s")
-        model_prefill(dev, res)
+    def summarize(dev, res):
         summary(res)
-    finally:
-        res["wall_s"] = round(time.perf_counter() - t0, 1)
-        with open(os.path.join(os.environ.get("OUT", "."), "f16_engine.json"), "w") as f:
-            json.dump(res, f, indent=1)
-    log("done in", res["wall_s"], "s")
+    run_sweep("f16_engine", TINY, [kernel_times, model_prefill, summarize])
 
 
 if __name__ == "__main__":

@@ -14,30 +14,25 @@ the script on lavapipe (`CI=true PYTHONPATH=src python tools/h200/mm_fix.py --ti
 the JSON goes to the current directory.
 """
 
-import json
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
 
 import webtensor as wt
-from webtensor.backends.wgpu import ops as gops
 from webtensor.bench import matmul_bench as mb
 from webtensor.models.gpt2 import GPT2
 from webtensor.models.gpt2.config import GPT2Config
 from webtensor.models.gpt2.model import random_arrays
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import log, prefill_s, run_sweep  # noqa: E402
 
 TINY = "--tiny" in sys.argv or os.environ.get("MM_FIX_TINY") == "1"
 MS = (1, 9, 37) if TINY else (1, 128, 1023)
 SHAPES = [(64, 64), (64, 256), (256, 64)] if TINY else [(768, 768), (768, 3072), (3072, 768), (768, 2304)]
 VARIANTS = {"new": {"ENGINE_SPLIT_K": False}, "new+split": {"ENGINE_SPLIT_K": True}}
 REPS = 2 if TINY else 5
-
-
-def log(*a):
-    print(*a, flush=True)
 
 
 def kernel_times(dev, res):
@@ -56,18 +51,6 @@ def kernel_times(dev, res):
                     log(key, res[key])
         del w
         dev.ctx.empty_cache()
-
-
-def prefill_s(m, T):
-    ids = [i % m.config.vocab_size for i in range(T)]
-
-    def run():
-        t0 = time.perf_counter()
-        next(m.generate_ids(ids, 1, stop_at_eos=False))
-        return time.perf_counter() - t0
-
-    run()  # warm-up: compiles this variant's kernels
-    return statistics.median(run() for _ in range(3))
 
 
 def model_prefill(dev, res):
@@ -92,22 +75,9 @@ def summary(res):
 
 
 def main():
-    if TINY:
-        gops.GPU_STYLE_ON_SOFTWARE = True  # the GPU kernels on lavapipe
-    dev = wt.Device.wgpu()
-    res = {"adapter": dev.describe(), "tiny": TINY,
-           "timing": "gpu-timestamps" if "timestamp-query" in dev.ctx.api.features else "wall-clock"}
-    t0 = time.perf_counter()
-    try:
-        kernel_times(dev, res)
-        log("kernels done in", round(time.perf_counter() - t0), "s")
-        model_prefill(dev, res)
+    def summarize(dev, res):
         summary(res)
-    finally:
-        res["wall_s"] = round(time.perf_counter() - t0, 1)
-        with open(os.path.join(os.environ.get("OUT", "."), "mm_fix.json"), "w") as f:
-            json.dump(res, f, indent=1)
-    log("done in", res["wall_s"], "s")
+    run_sweep("mm_fix", TINY, [kernel_times, model_prefill, summarize])
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ Results: $OUT/sweep.json and one line per case on stdout."""
 import json
 import os
 import statistics
+import sys
 import time
 
 import webtensor as wt
@@ -12,15 +13,8 @@ from webtensor.backends.wgpu import ops as gops
 from webtensor.models.gpt2 import GPT2
 from webtensor.models.gpt2.config import GPT2Config
 
-
-def median_time(fn, n=3):
-    fn()  # warm-up
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import median_time  # noqa: E402
 
 
 def decode_tok_s(m, n=128):

@@ -1,0 +1,51 @@
+"""What the H200 sweep scripts share (tools/h200/*.py): a median timer, a prefill timer, and the
+main of a sweep (device, result dict, JSON under $OUT, `--tiny` forcing GPU kernels on lavapipe)."""
+
+import json
+import os
+import statistics
+import time
+
+import webtensor as wt
+from webtensor.backends.wgpu import ops as gops
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def median_time(fn, n=3):
+    """Median seconds of fn() over n calls after one warm-up call (which compiles the kernels)."""
+    fn()
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def prefill_s(m, T):
+    """Seconds of a T-token prefill and its first token (`next(generate_ids(ids, 1))`)."""
+    ids = [i % m.config.vocab_size for i in range(T)]
+    return median_time(lambda: next(m.generate_ids(ids, 1, stop_at_eos=False)))
+
+
+def run_sweep(name, tiny, steps):
+    """Run steps(dev, res) in order on the WebGPU device, then write res to $OUT/<name>.json (the
+    current directory without $OUT), also when a step fails."""
+    if tiny:
+        gops.GPU_STYLE_ON_SOFTWARE = True  # the GPU kernels on lavapipe
+    dev = wt.Device.wgpu()
+    res = {"adapter": dev.describe(), "tiny": tiny,
+           "timing": "gpu-timestamps" if "timestamp-query" in dev.ctx.api.features else "wall-clock"}
+    t0 = time.perf_counter()
+    try:
+        for step in steps:
+            step(dev, res)
+            log(step.__name__, "done in", round(time.perf_counter() - t0), "s")
+    finally:
+        res["wall_s"] = round(time.perf_counter() - t0, 1)
+        with open(os.path.join(os.environ.get("OUT", "."), f"{name}.json"), "w") as f:
+            json.dump(res, f, indent=1)
+    log("done in", res["wall_s"], "s")
