@@ -15,8 +15,11 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 from gpt2_fixtures import make_checkpoint  # noqa: E402
 
 import webtensor as wt  # noqa: E402
-from webtensor.formats.gguf_reader import GGUFCheckpoint  # noqa: E402
-from webtensor.formats.gguf_writer import gguf_name, gpt2_gguf_bytes, write_gpt2  # noqa: E402
+from webtensor.formats.gguf_reader import (
+    GGUFCheckpoint,  # noqa: E402
+    gguf_name,  # noqa: E402
+)
+from webtensor.formats.gguf_writer import gpt2_gguf_bytes, write_gpt2  # noqa: E402
 from webtensor.models.gpt2 import GPT2  # noqa: E402
 from webtensor.models.gpt2.quantized import Int8Reader, held_in_q8  # noqa: E402
 from webtensor.models.gpt2.tokenizer import GPT2Tokenizer  # noqa: E402

@@ -49,6 +49,19 @@ _TOP_NAMES = {"token_embd.weight": "wte.weight", "position_embd.weight": "wpe.we
 _TRANSPOSED = ("attn_qkv.weight", "attn_output.weight", "ffn_up.weight", "ffn_down.weight")
 
 
+_GGUF_OF_BLOCK = {hf: g for g, hf in _BLOCK_NAMES.items()}  # the same tables, HF -> GGUF (for gguf_writer)
+_GGUF_OF_TOP = {hf: g for g, hf in _TOP_NAMES.items()} | {"lm_head.weight": "output.weight"}
+
+
+def gguf_name(hf: str) -> str:
+    """The GGUF name of HF GPT-2 tensor `hf` ("h.3.mlp.c_fc.weight" -> "blk.3.ffn_up.weight"), the
+    inverse of `hf_name`; an untied LM head is llama.cpp's `output.weight`."""
+    if hf in _GGUF_OF_TOP:
+        return _GGUF_OF_TOP[hf]
+    _, n, rest = hf.split(".", 2)
+    return f"blk.{n}.{_GGUF_OF_BLOCK[rest]}"
+
+
 def hf_name(gguf_name: str) -> str | None:
     """The HF GPT-2 name of a GGUF tensor name, or None if GPT-2 has no such tensor."""
     if gguf_name in _TOP_NAMES:

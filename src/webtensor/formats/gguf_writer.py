@@ -27,21 +27,10 @@ from ..models.gpt2.quantized import Int8Reader, held_in_q8
 from ..models.gpt2.tokenizer import GPT2Tokenizer
 from ..models.gpt2.weights import SafetensorsReader, check_checkpoint, check_tokenizer, expected_shapes, weight_files
 from . import q8_0
+from .gguf_reader import TOKEN_CONTROL, TOKEN_USER_DEFINED, gguf_name
 
 OUTTYPES = {"f32": 0, "f16": 1, "q8_0": 7}  # general.file_type: llama.cpp's LLAMA_FTYPE_*
-TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED = 1, 3, 4, 5
-_BLOCK_GGUF = {"ln_1": "attn_norm", "attn.c_attn": "attn_qkv", "attn.c_proj": "attn_output", "ln_2": "ffn_norm",
-               "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down"}
-_TOP_GGUF = {"wte": "token_embd", "wpe": "position_embd", "ln_f": "output_norm", "lm_head": "output"}
-
-
-def gguf_name(hf: str) -> str:
-    """The GGUF name of HF GPT-2 tensor `hf` ("h.3.mlp.c_fc.weight" -> "blk.3.ffn_up.weight")."""
-    stem, kind = hf.rsplit(".", 1)
-    if stem in _TOP_GGUF:
-        return f"{_TOP_GGUF[stem]}.{kind}"
-    _, n, rest = stem.split(".", 2)
-    return f"blk.{n}.{_BLOCK_GGUF[rest]}.{kind}"
+TOKEN_NORMAL, TOKEN_UNUSED = 1, 5  # llama.cpp's token types (control and user-defined: gguf_reader's)
 
 
 def write_gpt2(model_dir: str | os.PathLike, out: str | os.PathLike, outtype: str = "q8_0") -> Path:
