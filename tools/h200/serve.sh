@@ -8,6 +8,8 @@
 # engine_step.txt, server.log, exact.txt, serve.json, metrics.txt, hf.json.
 #
 #   bash tools/h200/serve.sh            (device run: carry .gl and .whl)
+# MODEL: a checkpoint dir, empty for the shipped model, or random:PRESET (default random:gpt2: a
+# random-weight checkpoint written by tools/random_checkpoint.py; N_LAYER cuts its layers).
 #   LOCAL=1 DEVICE=cpu MODEL= DTYPE=float32 MAX_BATCH=4 LEVELS=1,2 TOKENS=8 HF_DEVICE=cpu HF_DTYPE=float32 \
 #     PY=.venv/bin/python bash tools/h200/serve.sh       (a small local trial on the shipped model)
 set -u
@@ -15,9 +17,14 @@ T0=$(date +%s)
 if [ -z "${LOCAL:-}" ]; then source .gl/env.sh || exit 1; else export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"; fi
 OUT=${OUT:-$(mktemp -d)}
 PY=${PY:-python3}
-DEVICE=${DEVICE:-wgpu} MODEL=${MODEL-gpt2} DTYPE=${DTYPE:-float16} MAX_BATCH=${MAX_BATCH:-64}
+DEVICE=${DEVICE:-wgpu} MODEL=${MODEL-random:gpt2} DTYPE=${DTYPE:-float16} MAX_BATCH=${MAX_BATCH:-64}
 LEVELS=${LEVELS:-1,8,32,64} TOKENS=${TOKENS:-128} PORT=${PORT:-8177}
 HF_DEVICE=${HF_DEVICE:-cuda} HF_DTYPE=${HF_DTYPE:-float16}
+if [[ "$MODEL" == random:* ]]; then  # no GPT-2 in the image's cache: a random-weight checkpoint of the preset
+  DIR=/tmp/webtensor-${MODEL#random:}-random
+  [ -f "$DIR/tokenizer.json" ] || $PY tools/random_checkpoint.py "$DIR" --preset "${MODEL#random:}" ${N_LAYER:+--n-layer $N_LAYER} || exit 1
+  MODEL=$DIR
+fi
 M=(); [ -n "$MODEL" ] && M=(--model "$MODEL")
 URL=http://127.0.0.1:$PORT
 BUDGET=${BUDGET:-430}  # seconds for the whole script (from its start): each step's timeout is cut to what is left
