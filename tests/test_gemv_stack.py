@@ -4,7 +4,8 @@ workgroup), and every row of it is bit for bit the product of that row alone (B 
 weights (float32 and float16) with and without the fused layer norm, bias, GELU and residual;
 q8_0 weights; the tied LM head against a row-chunked table, and its argmax. Each also matches the
 numpy reference. Both kernel families run: the CPU adapter's (one thread an output) and the GPU
-variants (lanes and reductions), forced on lavapipe."""
+variants (lanes and reductions), forced on lavapipe. On GPUs a float16-weight stack of more than
+GEMV_STACK_F16_MAX_ROWS rows goes to the tiled engine instead (last test)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ rows = st.one_of(st.just(40), st.integers(1, 40))
 @pytest.fixture(params=[False, True], ids=["cpu-kernels", "gpu-kernels"])
 def style(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
     monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", request.param)
+    monkeypatch.setattr(gops, "GEMV_STACK_F16_MAX_ROWS", None)  # every stack to the GEMV (the test after: the limit)
     return request.param
 
 
@@ -89,6 +91,46 @@ def test_float_stack_rows_are_the_one_row_product(gpu, style, launches, seed, B,
                      act, wt.tensor(r, device=cpu) if res else None,
                      ln=(wt.tensor(g, device=cpu), wt.tensor(beta, device=cpu), 1e-5) if ln else None).numpy()
     _check_rows(run, [x, r], B, launches, want, 2e-3 if half else 5e-5, "gemv")
+
+
+@SETTINGS
+@given(seed=seeds, B=st.integers(1, 40), k4=st.sampled_from([8, 40]), n=st.integers(1, 41).map(lambda v: 2 * v - 1),
+       ln=st.booleans(), bias=st.booleans(), res=st.booleans())
+def test_float16_stack_over_the_limit_is_the_tiled_product(gpu, launches, monkeypatch, seed, B, k4, n, ln, bias, res):
+    """GPU kernels, float16 weights, float32 rows (GPT-2 in float16): a stack of up to
+    GEMV_STACK_F16_MAX_ROWS rows is the GEMV's, more rows are the tiled engine's plain (B, K)
+    product, bit for bit, each within float16's tolerance of the numpy reference."""
+    if not gpu.has_f16:
+        pytest.skip("this adapter has no shader-f16")
+    monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", True)
+    lim = gops.GEMV_STACK_F16_MAX_ROWS
+    assert lim is not None
+    K = 4 * k4
+    rng = np.random.default_rng(seed)
+    x, w = rng.standard_normal((B, 1, K)).astype(np.float32), rng.standard_normal((K, n)).astype(np.float16)
+    b, r = rng.standard_normal(n).astype(np.float32), rng.standard_normal((B, 1, n)).astype(np.float32)
+    g, beta = rng.standard_normal(K).astype(np.float32), rng.standard_normal(K).astype(np.float32)
+    wt_w = wt.tensor(np.ascontiguousarray(w.T), device=gpu).T  # (K, N) view of k-major (N, K) storage
+    wt_b, wt_g, wt_beta = (wt.tensor(v, device=gpu) for v in (b, g, beta))
+
+    def run(xs: np.ndarray) -> np.ndarray:
+        return wt.linear(wt.tensor(xs, device=gpu), wt_w, wt_b if bias else None, None,
+                         wt.tensor(r.reshape(*xs.shape[:-1], n), device=gpu) if res else None,
+                         ln=(wt_g, wt_beta, 1e-5) if ln else None).numpy()
+
+    launches.clear()
+    stacked = run(x)  # (B, 1, N)
+    kinds = {name.split("-")[0] for name, _ in launches if name.startswith(("gemv", "matmul"))}
+    if B <= lim:
+        assert kinds == {"gemv"}, launches
+    else:
+        assert kinds and "gemv" not in kinds, launches
+        assert np.array_equal(stacked.reshape(B, n), run(x.reshape(B, K)).reshape(B, n))  # the plain product
+    cpu = wt.Device.cpu()
+    want = wt.linear(wt.tensor(x, device=cpu), wt.tensor(w, device=cpu), wt.tensor(b, device=cpu) if bias else None,
+                     None, wt.tensor(r, device=cpu) if res else None,
+                     ln=(wt.tensor(g, device=cpu), wt.tensor(beta, device=cpu), 1e-5) if ln else None).numpy()
+    assert rel_err(stacked, want) <= 2e-3
 
 
 @SETTINGS

@@ -105,3 +105,54 @@ def test_events_a_slow_consumer_missed_arrive_joined():
     assert (a.text, a.tokens, a.finish, a.error) == ("abc", 3, None, None)
     assert err.error is not None and err.tokens == 0
     assert (b.text, b.tokens, b.finish) == ("az", 3, "length")  # nothing after the finish
+
+
+class _Letters(_Tok):
+    def token_bytes(self, i: int) -> bytes:
+        return bytes([ord("a") + i])
+
+
+def test_the_next_step_is_launched_before_the_tokens_are_streamed(monkeypatch):
+    """Step N+1 goes to the engine as soon as step N's tokens are back; they are turned into text
+    and events while it runs. A stop string found then has a row in N+1 already: that token is
+    dropped (neither streamed nor counted) and the slot is released after it."""
+    launched: list[int] = []
+    emitted: list[tuple[int, int]] = []  # (steps launched so far, the token's index in its sequence)
+    launch, emit = Scheduler._launch, Scheduler._emit
+
+    def spy_launch(self, loop, work):
+        launched.append(len(work))
+        return launch(self, loop, work)
+
+    def spy_emit(self, req, row, tok):
+        emitted.append((len(launched), len(req.generated) - 1))
+        emit(self, req, row, tok)
+
+    monkeypatch.setattr(Scheduler, "_launch", spy_launch)
+    monkeypatch.setattr(Scheduler, "_emit", spy_emit)
+    eng = RecordingEngine(max_batch=2, delay=0.002)
+    eng.tokenizer = _Letters()
+
+    async def main() -> tuple[str, Generation, str, Generation]:
+        sched = Scheduler(eng, max_queue=8)
+        sched.start()
+        try:
+            long = Generation([1, 2], 8, Sampling())  # tokens (next_position % 7): 2 3 4 5 6 0 1 2 -> "cdefgabc"
+            stop = Generation([1, 2], 8, Sampling(), stops=["f"])  # ends at its 4th token
+            sched.submit(long)
+            sched.submit(stop)
+            texts = [("".join([ev.text async for ev in g.stream()])) for g in (long, stop)]
+            await asyncio.sleep(0.05)
+            return texts[0], long, texts[1], stop
+        finally:
+            await sched.stop()
+
+    text, long, stopped, stop = asyncio.run(main())
+    assert text == "cdefgabc" and len(long.generated) == 8
+    assert stopped == "cde" and len(stop.generated) == 4  # "f" ended it; the token after was dropped
+    rows_of = [sum(1 for rows in eng.steps for r in rows if r.slot == s) for s in (0, 1)]
+    assert rows_of == [1 + 7, 1 + 4]  # the stopped one: prefill, 3 decode rows, 1 row already in flight
+    firsts = [n for n, i in emitted if i == 0]
+    assert all(n == 2 for n in firsts)  # token 0 (the prefill's) was streamed with the first decode step out
+    assert all(n >= i + 2 for n, i in emitted if i < 7)  # every token but the last: the next step was out
+    assert sorted(eng.released) == [0, 1]

@@ -5,7 +5,7 @@
 # alone; then, as time allows, the engine step alone (one forward of B rows vs groups of 8) and
 # the single-stream decode of `webtensor bench`. Writes under $OUT;
 # stops by itself (every step under `timeout`, the whole under ~7 minutes). Files (7): gpu.txt,
-# engine_step.txt, server.log, exact.txt, serve.json, metrics.txt, hf.json.
+# engine_step.txt, server.log, exact.txt, serve.json, metrics.txt, hf.json. HF=0 stops after the server.
 #
 #   bash tools/h200/serve.sh            (device run: carry .gl and .whl)
 # MODEL: a checkpoint dir, empty for the shipped model, or random:PRESET (default random:gpt2: a
@@ -81,6 +81,7 @@ stop_server
 trap - EXIT
 stamp "server stopped"
 
+[ "${HF:-1}" = 0 ] && { stamp "done (HF=0: no HF, no engine step)"; exit 0; }
 stamp "HF transformers batched generate ($HF_DEVICE, $HF_DTYPE)"
 timeout $(cap 150) $PY -m webtensor.cli bench-serve --hf-only "${M[@]}" --concurrency "$LEVELS" --max-tokens "$TOKENS" \
   --hf-device "$HF_DEVICE" --hf-dtype "$HF_DTYPE" --json "$OUT/hf.json" 2>&1 | tr '\r' '\n' | grep -v "Loading weights"

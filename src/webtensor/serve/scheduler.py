@@ -4,7 +4,9 @@ Each step the scheduler admits waiting requests into free slots, then gives the 
 active sequence: a decode token for each running sequence and a prefill chunk (at most
 `prefill_chunk` tokens, up to `prefill_budget` prefill tokens a step) for each arriving one, so
 running streams keep flowing while long prompts are read. The engine runs in one worker thread; the
-event loop stays free for HTTP. Sequences leave as soon as they finish, are cancelled (a client that
+event loop stays free for HTTP. Step N+1 is handed to the engine as soon as step N's tokens are
+back, and step N's tokens become text and events while it runs (see `_run`): the device does not
+wait for the streaming. Sequences leave as soon as they finish, are cancelled (a client that
 went away) or fail; their slots are released before the next step runs.
 
 Chunk boundaries depend only on the request (its prompt is cut every `prefill_chunk` tokens from the
@@ -60,6 +62,7 @@ class Generation:
         self.fed = 0  # prompt tokens already in the slot's cache
         self.generated: list[int] = []
         self.cancelled = self.done = False
+        self.ending: str | None = None  # "eos" or "length": its last token is generated (not yet streamed)
         self.arrived = time.perf_counter()
         self.last_token_at: float | None = None
 
@@ -149,35 +152,54 @@ class Scheduler:
             self._wake.set()
 
     # -- the loop ---------------------------------------------------------------------------------
+    # Step N+1 is planned and handed to the engine as soon as step N's tokens are back, before
+    # they are turned into text and events: the device computes while the host streams. Planning
+    # needs only each sequence's new token and whether its length or EOS ended it (`_commit`);
+    # a stop string is found while step N+1 runs (`_emit`), so a sequence it ends has already
+    # got a row in N+1, whose token is dropped (its slot is released after that step).
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         assert self._wake is not None
+        pending: tuple[list[tuple[Generation, Row]], asyncio.Future[list[int | None]], float] | None = None
         while True:
-            self._wake.clear()
-            self._admit()
-            work = self._plan()
-            if not work and not self._to_release:
-                await self._wake.wait()
-                continue
-            releases, self._to_release = self._to_release, []
-            rows = [row for _, row in work]
-            t0 = time.perf_counter()
+            if pending is None:
+                self._wake.clear()
+                self._admit()
+                work = self._plan()
+                if not work and not self._to_release:
+                    await self._wake.wait()
+                    continue
+                pending = self._launch(loop, work)
+            work, future, t0 = pending
             try:
-                results = await loop.run_in_executor(self._executor, self._job, releases, rows)
+                results = await future
             except Exception as e:  # the engine failed: only this step's requests fail
-                log.exception("engine step failed (%d rows)", len(rows))
+                log.exception("engine step failed (%d rows)", len(work))
                 self.metrics.step_failures.inc()
                 err = APIError(500, f"the engine failed during a step: {type(e).__name__}: {e}",
                                code="engine_error")
                 for req, _ in work:
                     self._retire(req, Event(error=err))
+                pending = None
                 continue
-            if rows:
+            if work:
                 self.steps += 1
                 self.metrics.step_seconds.observe(time.perf_counter() - t0)
-                self.metrics.batch_size.observe(len(rows))
-            for (req, row), tok in zip(work, results, strict=True):
-                self._advance(req, row, tok)
+                self.metrics.batch_size.observe(len(work))
+            done = [(req, row, tok) for (req, row), tok in zip(work, results, strict=True)
+                    if self._commit(req, row, tok)]
+            self._admit()
+            work = self._plan()
+            pending = self._launch(loop, work) if work or self._to_release else None
+            for req, row, tok in done:
+                self._emit(req, row, tok)
+
+    def _launch(self, loop: asyncio.AbstractEventLoop, work: list[tuple[Generation, Row]]
+                ) -> tuple[list[tuple[Generation, Row]], asyncio.Future[list[int | None]], float]:
+        """Hand a step to the engine thread (the slots to release first): (work, its future, start)."""
+        releases, self._to_release = self._to_release, []
+        rows = [row for _, row in work]
+        return work, loop.run_in_executor(self._executor, self._job, releases, rows), time.perf_counter()
 
     def _job(self, releases: list[int], rows: list[Row]) -> list[int | None]:
         for slot in releases:
@@ -202,6 +224,8 @@ class Scheduler:
             if req.cancelled:
                 self._retire(req, None)
                 continue
+            if req.ending is not None:  # its last token is in, not yet streamed: no more rows
+                continue
             n_prompt = len(req.prompt)
             if req.fed < n_prompt:
                 chunk = req.prompt[req.fed: req.fed + self.prefill_chunk]
@@ -216,10 +240,27 @@ class Scheduler:
         self.metrics.active.set(len(self._active))
         return work
 
-    def _advance(self, req: Generation, row: Row, tok: int | None) -> None:
+    def _commit(self, req: Generation, row: Row, tok: int | None) -> bool:
+        """Step results into the sequence, as far as the next step's plan needs them: the prompt
+        read so far, the new token, and an end by EOS or length (`req.ending`). False where there
+        is nothing to stream: no token, or the sequence ended (or went away) while the step ran."""
+        if req.done:
+            return False
         if req.fed < len(req.prompt):
             req.fed += len(row.ids)
         if tok is None:
+            return False
+        req.generated.append(tok)
+        if tok == self.engine.eos_token_id and not req.ignore_eos:
+            req.ending = "eos"
+        elif len(req.generated) >= req.max_tokens or row.next_position + 1 >= self.engine.n_ctx:
+            req.ending = "length"
+        return True
+
+    def _emit(self, req: Generation, row: Row, tok: int) -> None:
+        """A committed token as text and an event (the last with its finish reason); a stop string
+        ends the sequence here."""
+        if req.done:  # (cancelled meanwhile)
             return
         now = time.perf_counter()
         if req.last_token_at is None:
@@ -227,16 +268,15 @@ class Scheduler:
         else:
             self.metrics.inter_token.observe(now - req.last_token_at)
         req.last_token_at = now
-        req.generated.append(tok)
         self.metrics.generated_tokens.inc()
         finish: FinishReason | None = None
-        if tok == self.engine.eos_token_id and not req.ignore_eos:
+        if req.ending == "eos":
             text, finish = req.text.finish(), "stop"
         else:
             text = req.text.push(self.engine.tokenizer.token_bytes(tok))
             if req.text.stopped:
                 finish = "stop"
-            elif len(req.generated) >= req.max_tokens or row.next_position + 1 >= self.engine.n_ctx:
+            elif req.ending == "length":
                 text += req.text.finish()
                 finish = "stop" if req.text.stopped else "length"
         ev = Event(text, 1, finish)

@@ -297,7 +297,7 @@ def matmul(a: Tensor, b: Tensor, out_dtype: dt.DType, bias: Tensor | None = None
     if b.ndim == 2:
         # fold a's batch into M when its rows are evenly strided: one (batch*M, K) product; a stack
         # of one-row matrices (..., 1, K) keeps each row's M = 1 result (see gemv_group)
-        stack = M == 1 and a.ndim > 2
+        stack = M == 1 and a.ndim > 2 and not stack_goes_tiled(ctx, batch, b.dtype)
         shape, (st,) = _collapse(a.shape[:-1], a._strides[:-1])
         if len(shape) > 1:
             a = a.contiguous()
@@ -332,6 +332,12 @@ def _mm_kernel(ctx: WgpuContext, a: Tensor, b: Tensor, out: Tensor, bias: Tensor
 
 GEMV_MAX_ROWS = 8  # up to this many rows of A, a bandwidth-bound GEMV beats the tiled kernel
 GEMV_GROUP = 8  # rows of A per gemv workgroup for a stack of one-row products (decode rows)
+# a stack of more than this many one-row products with float16 weights goes to the tiled engine on
+# GPUs (None: every stack to the GEMV): the weights are read once per 64-row tile instead of once
+# per GEMV_GROUP rows, and the activations sit in registers. Its rows are then not bit for bit the
+# row alone (the engine sums in its own order), which float16's guarantee allows (float32 stays exact;
+# see serve/batched.py)
+GEMV_STACK_F16_MAX_ROWS: int | None = 8
 GEMV_PACKED_F16 = True  # float16 weights read as u32 pairs (False: vec4<f16>; H200: 4.5x faster LM-head GEMV)
 FLASH_MIN_QUERIES = 2  # attention over this many queries or more takes the flash-style kernels
 GPU_STYLE_ON_SOFTWARE = False  # tests set this to run the GPU kernel variants on lavapipe
@@ -353,6 +359,13 @@ def gemv_lanes(ctx: WgpuContext, K: int, ln: bool = False) -> int:
     while lanes < 256 and k4 > 4 * lanes:
         lanes *= 2
     return lanes
+
+
+def stack_goes_tiled(ctx: WgpuContext, rows: int, w_dtype: dt.DType) -> bool:
+    """Whether a stack of `rows` one-row products with `w_dtype` weights runs as one plain
+    (rows, K) product (the tiled engine) instead of the row-exact GEMV (GEMV_STACK_F16_MAX_ROWS)."""
+    lim = GEMV_STACK_F16_MAX_ROWS
+    return lim is not None and w_dtype is dt.float16 and rows > lim and _gpu_style(ctx)
 
 
 def gemv_group(ctx: WgpuContext, M: int, stack: bool) -> int:
