@@ -1,6 +1,6 @@
 """Time `BatchedGPT2Engine.step` alone (no server): B greedy decode rows a step, steady state.
 
-    PYTHONPATH=src python tools/engine_step.py --device lavapipe --rows 1,8,32 [--model DIR] [--group G]
+    PYTHONPATH=src python tools/engine_step.py --device lavapipe --rows 1,8,32 [--model DIR]
         [--profile] [--stack-f16-max-rows N|none]
 
 Each width gets its own engine of B slots, B prompts of 8 tokens, then `--warmup` steps (graph
@@ -29,7 +29,6 @@ def main() -> None:
     ap.add_argument("--rows", default="1,8,32")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--group", type=int, default=None, help="rows per forward (default: all)")
     ap.add_argument("--profile", action="store_true", help="GPU time per kernel kind of one step (WebGPU)")
     ap.add_argument("--stack-f16-max-rows", default=None, help="GEMV_STACK_F16_MAX_ROWS for this run (none: off)")
     a = ap.parse_args()
@@ -41,9 +40,17 @@ def main() -> None:
     model = GPT2.from_pretrained(a.model, device=a.device, dtype=a.dtype)
     greedy = Sampling()
     for B in (int(v) for v in a.rows.split(",")):
-        kw = {} if a.group is None else {"group": a.group}
-        e = BatchedGPT2Engine(model, B, **kw)
-        last = e.step([Row(s, tuple(range(1 + s, 9 + s)), 0, greedy) for s in range(B)])
+        e = BatchedGPT2Engine(model, B)
+        prompts = [Row(s, tuple(range(1 + s, 9 + s)), 0, greedy) for s in range(B)]
+        t0 = time.perf_counter()
+        last = e.step(prompts)  # B prompt chunks of 8 tokens (each through the prompt path)
+        first = time.perf_counter() - t0
+        for s in range(B):
+            e.release(s)
+        t0 = time.perf_counter()
+        last = e.step(prompts)  # again, warm
+        print(f"{a.device} rows {B}: a step of {B} 8-token prompts {(time.perf_counter() - t0) * 1e3:.1f} ms "
+              f"(first {first * 1e3:.1f} ms)", flush=True)
         pos = 8
         times = []
         for i in range(a.warmup + a.steps):

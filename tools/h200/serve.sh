@@ -2,7 +2,7 @@
 # H200: `webtensor serve` (GPT-2 124M fp16 on WebGPU, 64 slots) under bench-serve at 1/8/32/64
 # concurrent 128-token streams, then HF transformers' batched generate (CUDA, fp16) of the same
 # prompts for the side-by-side figure; a check that 16 concurrent greedy streams get what they get
-# alone; then, as time allows, the engine step alone (one forward of B rows vs groups of 8) and
+# alone; then, as time allows, the engine step alone (one forward of B rows) and
 # the single-stream decode of `webtensor bench`. Writes under $OUT;
 # stops by itself (every step under `timeout`, the whole under ~7 minutes). Files (7): gpu.txt,
 # engine_step.txt, server.log, exact.txt, serve.json, metrics.txt, hf.json. HF=0 stops after the server.
@@ -85,11 +85,9 @@ stamp "server stopped"
 stamp "HF transformers batched generate ($HF_DEVICE, $HF_DTYPE)"
 timeout $(cap 150) $PY -m webtensor.cli bench-serve --hf-only "${M[@]}" --concurrency "$LEVELS" --max-tokens "$TOKENS" \
   --hf-device "$HF_DEVICE" --hf-dtype "$HF_DTYPE" --json "$OUT/hf.json" 2>&1 | tr '\r' '\n' | grep -v "Loading weights"
-stamp "engine step alone (one forward of B rows; then groups of 8 rows, as before)"
+stamp "engine step alone (one forward of B rows)"
 timeout $(cap 120) $PY tools/engine_step.py --device "$DEVICE" "${M[@]}" --dtype "$DTYPE" --rows "$LEVELS" 2>&1 \
   | grep -v Warn | tee "$OUT/engine_step.txt"
-timeout $(cap 90) $PY tools/engine_step.py --device "$DEVICE" "${M[@]}" --dtype "$DTYPE" --rows "$LEVELS" --group 8 2>&1 \
-  | grep -v Warn | sed 's/^/group 8: /' | tee -a "$OUT/engine_step.txt"
 
 stamp "single-stream decode (webtensor bench: compare with BENCHMARKS' earlier figures)"
 timeout $(cap 120) $PY -m webtensor.cli bench --device "$DEVICE" "${M[@]}" --dtype "$DTYPE" --prompts "${PROMPT:-128}" \

@@ -1,29 +1,32 @@
-"""`BatchedGPT2Engine`: every single-token row of a step (the running sequences' decode tokens) in
-one forward over B rows, the weights read once per step (on WebGPU once per 8 rows, inside each
-product's one launch), instead of once per row as `GPT2Engine` does. Prompt chunks (rows of more
-than one token) run through the span path, as in the reference engine, in the same dispatch scope.
+"""`BatchedGPT2Engine`: a whole server step as one forward. Every row of the step (a running
+sequence's decode token, or an arriving prompt's chunk, each of whose tokens becomes a row) is
+flattened into rows of (token, position, slot), and the model's forward runs them all at once
+(`shared_slots`: every row's key and value is in the cache before any row attends, so a prompt
+token sees the tokens before it); the LM head runs only on the rows that choose a token
+(`head_rows`). The weights are read once a step for all rows, however many sequences arrive or
+run, instead of once per row (`GPT2Engine`) or once per prompt chunk.
 
-Batch invariance is exact: each row's logits are bit for bit what the reference engine computes
-for it alone, on the CPU and on WebGPU, in float32 and float16. Two things keep it so:
+Batch invariance: a row's numbers never depend on the other rows of its step.
 
-- on the CPU the forward holds a batch's activations as (B, 1, C) (`models.gpt2.forward`): numpy's
-  matmul of a stack of one-row matrices calls the same BLAS matrix-vector product for each row that
-  a lone row gets, while a (B, C) operand would go to the matrix-matrix kernel, whose rows differ
-  from the lone row's in the last bits; the Python cost is still paid once per step;
-- on WebGPU the same layout makes every product a stack of one-row products, which the planner
-  runs as one GEMV launch over all B rows (gemv.wgsl / gemv_q8.wgsl, 8 rows a workgroup, each
-  row's sum in the order of a one-row launch: `backends.wgpu.ops.gemv_group`), where a (B, C)
-  product would go to the tiled kernels (matmul_regs.wgsl on CPU adapters, matmul_engine.wgsl on
-  GPUs), which sum in another order; every other op of the step is row by row already.
+- On the CPU the forward holds the rows as (T, 1, C) (`models.gpt2.forward`): numpy's matmul of a
+  stack of one-row matrices calls the same BLAS matrix-vector product for each row that a lone
+  row gets, where a (T, C) operand would go to the matrix-matrix kernel, which sums in another
+  order.
+- On WebGPU the same layout makes every product a stack of one-row products, run as one GEMV
+  launch over all rows (gemv.wgsl / gemv_q8.wgsl, 8 rows a workgroup, each row's sum in the order
+  of a one-row launch: `backends.wgpu.ops.gemv_group`). Attention, layer norms and the cache
+  writes are row by row already. So in float32 (and int8) a request's tokens are bit for bit the
+  same alone or among any others, and equal `GPT2Engine`'s, which runs each row by itself through
+  the same forward. float16 weights on a GPU: a step of more than
+  `backends.wgpu.ops.GEMV_STACK_F16_MAX_ROWS` (8) rows runs its products on the tiled engine (the
+  weights read once per 64-row tile, ~2-3x faster at 64 rows), whose sums differ from the GEMV's
+  in the last bits: the logits then agree to float16's precision, and a greedy token can differ
+  where two logits are that close.
 
-Each step width's decode step is captured as a graph on WebGPU (built on first use, each with its
-own state tensors) and replayed; on the CPU a graph would only call the function again, so the
-CPU runs it eagerly. `group` can split the rows into several forwards (graphs) of at most that
-many rows; the default is one of up to `max_batch`.
-
-The one-token rows run through the model's forward without a span (one sequence a row); the
-reference engine's one-token rows take the same path with B = 1 (`GPT2Engine`), which is what
-`GPT2.generate`'s decode steps run too.
+On WebGPU each step shape is captured as a graph on first use and replayed: shapes are bucketed
+(rows padded to 1, 2, 4, 8, then multiples of 8, the padding rows writing a scratch slot of the
+cache), so a handful of graphs serve every mix of decode rows and prompt chunks. On the CPU a graph
+would only call the function again, so the CPU runs it eagerly.
 """
 
 from __future__ import annotations
@@ -35,47 +38,50 @@ import numpy as np
 
 from .. import ops
 from ..errors import ArgumentError, ContextLengthError
-from ..generation import DecodeState, int_tensor, prefill, upload_ints
+from ..generation import int_tensor, upload_ints
 from ..models.gpt2.model import GPT2
 from ..models.gpt2.validate import check_ids
 from ..tensor import Tensor
-from .engine import GPT2EngineBase, Row, choose, is_decode_row
+from .engine import GPT2EngineBase, Row, choose
 
 
-class _Group:
-    """One group's captured decode step over its own state tensors (WebGPU)."""
+def bucket(n: int) -> int:
+    """The rows a graph is captured for: n rounded up to 1, 2, 4, 8, then a multiple of 8."""
+    return 1 << max(n - 1, 0).bit_length() if n <= 8 else -(-n // 8) * 8
 
-    def __init__(self, model: GPT2, cache: Any, rows: int):
-        self.state = DecodeState(model.device, rows, 1)
-        s = self.state
+
+class _StepGraph:
+    """One step shape's captured forward over its own input tensors (WebGPU): `width` rows of
+    (token, position, slot), the LM head on `picks` of them (None: on every row), `shared` slots."""
+
+    def __init__(self, model: GPT2, cache: Any, width: int, picks: int | None, shared: bool):
+        dev = model.device
+        self.ids, self.pos, self.slot = (int_tensor([0] * width, dev) for _ in range(3))
+        self.sel = None if picks is None else int_tensor([0] * picks, dev)
 
         def step() -> tuple[Tensor, Tensor]:
-            logits = model.forward(s.ids, s.pos, s.slot, cache, None, False)
+            logits = model.forward(self.ids, self.pos, self.slot, cache, None, False, shared_slots=shared,
+                                   head_rows=self.sel)
             return logits, ops.argmax(logits)
-        self.graph = model.device.capture(step)
+        self.graph = dev.capture(step)
 
     def release(self) -> None:
         self.graph.release()
 
 
 class BatchedGPT2Engine(GPT2EngineBase):
-    """The batched engine: one KV cache of `max_batch` slots; each step's one-token rows run as one
-    forward, prompt chunks through the span path."""
+    """The batched engine: one KV cache of `max_batch` slots (and a scratch slot for padding rows);
+    each step's rows, decode tokens and prompt chunks alike, as one forward."""
 
     engine = "batched"
 
-    def __init__(self, model: GPT2, max_batch: int, name: str | None = None, use_graph: bool | None = None,
-                 group: int | None = None):
+    def __init__(self, model: GPT2, max_batch: int, name: str | None = None, use_graph: bool | None = None):
         super().__init__(model, max_batch, name)
-        dev = model.device
-        host = dev.backend.host_memory
+        host = model.device.backend.host_memory
         self.use_graph = (model.use_graph and not host) if use_graph is None else use_graph
-        self.group = group or max_batch
-        if self.group < 1:
-            raise ArgumentError(f"group must be >= 1, got {group}")
-        self.cache = model.new_cache(max_batch)
+        self.cache = model.new_cache(max_batch + 1)  # slot max_batch: the padding rows' scratch
         self._length = [0] * max_batch  # tokens held per slot
-        self._graphs: dict[tuple[int, int], _Group] = {}
+        self._graphs: dict[tuple[int, int | None, bool], _StepGraph] = {}
 
     # -- the protocol ---------------------------------------------------------------------------
     def release(self, slot: int) -> None:
@@ -84,62 +90,69 @@ class BatchedGPT2Engine(GPT2EngineBase):
 
     def step(self, rows: Sequence[Row]) -> list[int | None]:
         self._check(rows)
+        if not rows:
+            return []
         dev = self.model.device
-        decode = [i for i, r in enumerate(rows) if is_decode_row(r)]
-        chunks = [i for i, r in enumerate(rows) if not is_decode_row(r)]
-        groups = [decode[g:g + self.group] for g in range(0, len(decode), self.group)]
-        if self.use_graph:  # state uploads before the scope: every group has its own tensors
-            graphs = [self._graph(k, [rows[i] for i in idx]) for k, idx in enumerate(groups)]
-        pending: list[tuple[list[int], Any, Any]] = []  # (row indices, argmax ticket, logits ticket or None)
+        ids: list[int] = []
+        pos: list[int] = []
+        slot: list[int] = []
+        picks: list[int] = []  # the flat row of each row that chooses a token
+        for r in rows:
+            n = len(r.ids)
+            ids.extend(r.ids)
+            pos.extend(range(r.start, r.start + n))
+            slot.extend([r.slot] * n)
+            if r.sample:
+                picks.append(len(ids) - 1)
+        shared = len(ids) > len(rows)  # a row of several tokens (a prompt chunk)
+        every = len(picks) == len(ids)  # every flat row chooses (a step of decode rows): no gather
+        if self.use_graph:
+            width = bucket(len(ids))
+            n_sel = None if every else bucket(max(len(picks), 1))
+            g = self._graph(width, n_sel, shared)
+            pad = width - len(ids)
+            upload_ints(g.ids, ids + [0] * pad)
+            upload_ints(g.pos, pos + [0] * pad)
+            upload_ints(g.slot, slot + [self.max_batch] * pad)
+            if g.sel is not None:
+                upload_ints(g.sel, picks + [0] * (g.sel.shape[0] - len(picks)))
+            with dev.dispatch_scope():
+                logits, best = g.graph.replay()
+        else:
+            with dev.dispatch_scope():
+                logits = self.model.forward(int_tensor(ids, dev), int_tensor(pos, dev), int_tensor(slot, dev),
+                                            self.cache, None, False, shared_slots=shared,
+                                            head_rows=None if every else int_tensor(picks or [0], dev))
+                best = ops.argmax(logits)
         read = dev.backend.read_async
-        with dev.dispatch_scope():
-            for k, idx in enumerate(groups):
-                group = [rows[i] for i in idx]
-                if self.use_graph:
-                    logits, best = graphs[k].graph.replay()
-                else:
-                    logits = self.model.forward(int_tensor([r.ids[0] for r in group], dev),
-                                                int_tensor([r.start for r in group], dev),
-                                                int_tensor([r.slot for r in group], dev), self.cache, None, False)
-                    best = ops.argmax(logits)
-                sampled = any(r.sample and r.sampling.temperature != 0 for r in group)
-                pending.append((idx, read(best), (read(logits), logits) if sampled else None))
-            for i in chunks:
-                r = rows[i]
-                logits = prefill(self.model, self.cache, r.ids, r.start, r.slot)  # (1, V)
-                if r.sample:
-                    sampled = r.sampling.temperature != 0
-                    pending.append(([i], None if sampled else read(ops.argmax(logits)),
-                                    (read(logits), logits) if sampled else None))
-        out: list[int | None] = [None] * len(rows)
-        for idx, best_t, logits_t in pending:
-            best = np.frombuffer(bytes(best_t.wait()), np.int32) if best_t is not None else None
-            rows_logits = None
-            if logits_t is not None:
-                ticket, t = logits_t
-                rows_logits = np.frombuffer(bytes(ticket.wait()), t.dtype.name).reshape(-1, t.shape[-1])
-            for j, i in enumerate(idx):
-                r = rows[i]
-                if not r.sample:
-                    continue
-                if r.sampling.temperature == 0:
-                    out[i] = int(best[j])  # type: ignore[index]
-                else:
-                    out[i] = choose(rows_logits[j].astype(np.float32, copy=False), r.sampling,  # type: ignore[index]
-                                    r.next_position)
+        sampled = any(r.sample and r.sampling.temperature != 0 for r in rows)
+        best_t, logits_t = read(best), (read(logits) if sampled else None)
+        chosen = np.frombuffer(bytes(best_t.wait()), np.int32)
+        rows_logits = None
+        if logits_t is not None:
+            rows_logits = np.frombuffer(bytes(logits_t.wait()), logits.dtype.name).reshape(-1, logits.shape[-1])
+        out: list[int | None] = []
+        j = 0  # the row's place among the choosing rows (the LM head's rows)
+        for r in rows:
+            if not r.sample:
+                out.append(None)
+                continue
+            if r.sampling.temperature == 0:
+                out.append(int(chosen[j]))
+            else:
+                out.append(choose(rows_logits[j].astype(np.float32, copy=False), r.sampling,  # type: ignore[index]
+                                  r.next_position))
+            j += 1
         for r in rows:
             self._length[r.slot] = r.next_position
         return out
 
     # -- helpers --------------------------------------------------------------------------------
-    def _graph(self, k: int, group: list[Row]) -> _Group:
-        g = self._graphs.get((k, len(group)))
+    def _graph(self, width: int, picks: int | None, shared: bool) -> _StepGraph:
+        key = (width, picks, shared)
+        g = self._graphs.get(key)
         if g is None:
-            g = self._graphs[(k, len(group))] = _Group(self.model, self.cache, len(group))
-        s = g.state
-        upload_ints(s.ids, [r.ids[0] for r in group])
-        upload_ints(s.pos, [r.start for r in group])
-        upload_ints(s.slot, [r.slot for r in group])
+            g = self._graphs[key] = _StepGraph(self.model, self.cache, width, picks, shared)
         return g
 
     def _check_slot(self, slot: int) -> None:

@@ -13,11 +13,13 @@ or seeded, the random draw for the token at position p a function of (seed, p) a
 yields the same tokens whether it runs alone or among others and whatever steps its prefill was cut
 into, and the same tokens as `GPT2.generate` and the web page with that seed.
 
-`GPT2Engine` runs rows one after another, each alone: a prompt chunk through the model's span
-path (`GPT2.forward_cached`), a one-token row after position 0 (a decode token) through its decode
-path with one row (`GPT2.forward` with span=None, as `GPT2.generate`'s decode steps). It is the
-oracle for `batched.BatchedGPT2Engine`, the server's default, which runs all of a step's one-token
-rows as one forward and must give exactly these tokens.
+`GPT2Engine` runs rows one after another, each alone, through the model's row path (`GPT2.forward`
+with span=None: a decode token as `GPT2.generate`'s decode steps run it, a prompt chunk's tokens as
+rows of one sequence, `shared_slots`). It is the oracle for `batched.BatchedGPT2Engine`, the
+server's default, which runs all of a step's rows as one forward and must give exactly these
+tokens (float16 on GPUs: see batched.py). A prompt read this way matches `GPT2.generate`'s prompt
+pass (the span path: matrix-matrix products) to float rounding, so the server's tokens for a seed
+are generate's except where two logits are that close.
 """
 
 from __future__ import annotations
@@ -89,12 +91,6 @@ class Engine(Protocol):
         ...
 
 
-def is_decode_row(row: Row) -> bool:
-    """A row both engines run through the decode path (span=None): one token after position 0.
-    Anything else (a prompt chunk, a one-token prompt) takes the span path."""
-    return len(row.ids) == 1 and row.start > 0
-
-
 def choose(logits: np.ndarray, s: Sampling, position: int) -> int:
     """The token for `position` from its logits (V,): argmax, or the draw for (seed, position)."""
     return sample(logits, s.params(), position)
@@ -143,18 +139,17 @@ class GPT2Engine(GPT2EngineBase):
             cache.length = 0
         elif cache.length != row.start:
             raise ArgumentError(f"slot {row.slot} holds {cache.length} tokens, the row starts at {row.start}")
-        dev = self.model.device
+        dev, T = self.model.device, len(row.ids)
+        if not T:
+            raise ArgumentError(f"the row for slot {row.slot} has no tokens")
+        tok = check_ids(row.ids, self.vocab_size)
+        if row.start + T > self.n_ctx:
+            raise ContextLengthError(f"{row.start} cached + {T} new tokens exceed the context of "
+                                     f"{self.n_ctx} positions")
         with dev.dispatch_scope():
-            if is_decode_row(row):
-                tok = check_ids(row.ids, self.vocab_size)
-                if row.start >= self.n_ctx:
-                    raise ContextLengthError(f"{row.start} cached + 1 new token exceed the context of "
-                                             f"{self.n_ctx} positions")
-                logits = self.model.forward(int_tensor(tok, dev), int_tensor([row.start], dev), int_tensor([0], dev),
-                                            cache, None, False)
-                cache.length += 1
-            else:
-                logits = self.model.forward_cached(row.ids, cache)
+            logits = self.model.forward(int_tensor(tok, dev), int_tensor(list(range(row.start, row.start + T)), dev),
+                                        int_tensor([0] * T, dev), cache, None, True, shared_slots=T > 1)  # (1, V)
+            cache.length += T
             if not row.sample:
                 return None
             if row.sampling.temperature == 0:

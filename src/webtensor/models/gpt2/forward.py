@@ -40,16 +40,22 @@ class Block:
 
 def forward(cfg: Any, wte: Tensor, wpe: Tensor, ln_f: tuple[Tensor, Tensor], blocks: Sequence[Sequence[Tensor]],
             ids: Tensor, pos: Tensor, slot: Tensor, cache: Any, span: tuple[int, int] | None, last_only: bool,
-            lm_head: Tensor | None = None, batch_invariant: bool = True) -> Tensor:
+            lm_head: Tensor | None = None, batch_invariant: bool = True, shared_slots: bool = False,
+            head_rows: Tensor | None = None) -> Tensor:
     """Rows of (token ids[t], position pos[t], cache slot slot[t]), int32 (T,) tensors on the
-    device -> logits (T, V), or (1, V) for the last row only.
+    device -> logits (T, V), or (1, V) for the last row only, or (S, V) for the rows `head_rows`
+    (int32 (S,) row indices: the rows that choose a token).
 
     Each row's keys and values are written into its slot of the caches (`cache.k` / `cache.v`,
     (n_slots, n_ctx, H, D) per layer) at its position. With `span` = (slot, p0) the rows are one
     sequence at positions p0 .. p0 + T - 1 of that slot (a prompt, known on the host): attention
     reads the cache rows 0 .. p0 + T - 1 directly (the flash kernels). Without, every row is its
     own sequence (distinct slots: a decode step, a batch) and attends by its own position, so the
-    positions may live on the device and a captured graph of this function serves every step. The LM head is
+    positions may live on the device and a captured graph of this function serves every step.
+    `shared_slots`: rows without a span may share a slot (the tokens of a prompt chunk as rows of a
+    server step, beside other sequences' rows): every row's key and value is written before any row
+    attends, so a row sees the rows before it in its sequence (otherwise one launch writes and
+    attends, which needs distinct slots). The LM head is
     `lm_head` (V, C) where the checkpoint has its own, else wte (tied). wte and the block matrices
     may be q8_0 weights (dtype "int8"): `ops.embedding` and `ops.linear` take them as they are."""
     T, C, H, D, eps = ids.shape[0], cfg.n_embd, cfg.n_head, cfg.head_dim, cfg.layer_norm_epsilon
@@ -69,6 +75,10 @@ def forward(cfg: Any, wte: Tensor, wpe: Tensor, ln_f: tuple[Tensor, Tensor], blo
             ops.cache_write(vc, v, pos, slot)
             s, S = span[0], span[1] + T
             a = ops.attention(q, kc[s, :S], vc[s, :S], causal=True, scale=scale)  # (T, H, D)
+        elif shared_slots:  # rows of one sequence among the rows: all keys and values first
+            ops.cache_write(kc, k, pos, slot)
+            ops.cache_write(vc, v, pos, slot)
+            a = ops.cached_attention(q, kc, vc, pos, slot, scale=scale)  # (T, H, D)
         else:  # one sequence a row: append and attend in one launch
             a = ops.cached_attention(q, kc, vc, pos, slot, scale=scale, k_new=k, v_new=v)  # (T, H, D)
         x = ops.linear(a.reshape(rows), proj_w, proj_b, residual=x)
@@ -77,6 +87,8 @@ def forward(cfg: Any, wte: Tensor, wpe: Tensor, ln_f: tuple[Tensor, Tensor], blo
     x = x.reshape(T, C)
     if last_only:
         x = x[T - 1:T]
+    elif head_rows is not None:
+        x = ops.embedding(x, head_rows)  # (S, C)
     head = wte if lm_head is None else lm_head  # (V, C)
     head = head.T if isinstance(head, Tensor) else head  # x @ head.T; a q8_0 weight is (N, K) already
     logits = ops.linear(x.reshape(-1, *rows[1:]), head, ln=(*ln_f, eps))
@@ -112,8 +124,10 @@ class GPT2Weights:
         return KVCache(cfg.n_layer, n_slots, cfg.n_positions, cfg.n_head, cfg.head_dim, self.device)
 
     def forward(self, ids: Tensor, pos: Tensor, slot: Tensor, cache: Any, span: tuple[int, int] | None,
-                last_only: bool, batch_invariant: bool = True) -> Tensor:
+                last_only: bool, batch_invariant: bool = True, shared_slots: bool = False,
+                head_rows: Tensor | None = None) -> Tensor:
         """`forward` (above) over these weights: rows of (token, position, slot) int32 tensors ->
-        logits (T, V), or (1, V) with `last_only`."""
+        logits (T, V), or (1, V) with `last_only`, or (S, V) for `head_rows`."""
         return forward(self.config, self.wte, self.wpe, self.ln_f, self.blocks, ids, pos, slot, cache, span,
-                       last_only, lm_head=self.lm_head, batch_invariant=batch_invariant)
+                       last_only, lm_head=self.lm_head, batch_invariant=batch_invariant, shared_slots=shared_slots,
+                       head_rows=head_rows)
