@@ -1,14 +1,14 @@
 """Time `BatchedGPT2Engine.step` alone (no server): B greedy decode rows a step, steady state.
 
     PYTHONPATH=src python tools/engine_step.py --device lavapipe --rows 1,8,32 [--model DIR]
-        [--profile] [--stack-f16-max-rows N|none]
+        [--profile] [--set NAME=VALUE ...]
 
 Each width gets its own engine of B slots, B prompts of 8 tokens, then `--warmup` steps (graph
 capture, kernel compiles) and `--steps` timed steps; prints the median and best ms a step and the
 tokens/s of the median. Run two trees with the same command for a before/after. `--profile`
 (WebGPU with timestamps): the GPU time of one replay of the step's graph by kernel kind.
-`--stack-f16-max-rows` sets `backends.wgpu.ops.GEMV_STACK_F16_MAX_ROWS` (float16 stacks of more
-rows go to the tiled engine; none: all to the GEMV), for an A/B in one process."""
+`--set NAME=VALUE` sets a planner constant of `backends.wgpu.ops` for the run (a Python literal:
+e.g. GEMV_STACK_F16_MAX_ROWS=None, ENGINE_SPLIT_K=False), for an A/B in one session."""
 
 from __future__ import annotations
 
@@ -30,13 +30,18 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--profile", action="store_true", help="GPU time per kernel kind of one step (WebGPU)")
-    ap.add_argument("--stack-f16-max-rows", default=None, help="GEMV_STACK_F16_MAX_ROWS for this run (none: off)")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="a backends.wgpu.ops constant for this run (repeatable)")
     a = ap.parse_args()
-    if a.stack_f16_max_rows is not None:
+    for item in a.set:
+        import ast
+
         from webtensor.backends.wgpu import ops as gops
 
-        v = a.stack_f16_max_rows
-        gops.GEMV_STACK_F16_MAX_ROWS = None if v.lower() == "none" else int(v)
+        name, _, value = item.partition("=")
+        if not hasattr(gops, name):
+            ap.error(f"--set: backends.wgpu.ops has no {name!r}")
+        setattr(gops, name, ast.literal_eval(value))
     model = GPT2.from_pretrained(a.model, device=a.device, dtype=a.dtype)
     greedy = Sampling()
     for B in (int(v) for v in a.rows.split(",")):
@@ -71,14 +76,15 @@ def print_profile(e: BatchedGPT2Engine) -> None:
     """GPU µs of one replay of each captured step graph of `e`, by kernel kind (median of 5)."""
     from webtensor.backends.wgpu.profiler import _by_kind, time_commands
 
-    for (_, rows), g in e._graphs.items():
+    for (rows, picks, shared), g in e._graphs.items():
         graph = g.graph.graph
         cmds = [c for c in graph.commands if c[0] == "dispatch"]
         names = [n for c, n in zip(graph.commands, graph.names, strict=True) if c[0] == "dispatch"]
         runs = [time_commands(e.model.device.ctx, cmds) for _ in range(5)]
         per = [sorted(r[i] for r in runs)[2] for i in range(len(cmds))]
         kinds = ", ".join(f"{k} {us:.0f}" for k, us in _by_kind(names, per))
-        print(f"  profile rows {rows}: {sum(per):.0f} us GPU in {len(cmds)} dispatches: {kinds}", flush=True)
+        what = f"rows {rows} (head rows {picks or rows}{', prompt rows' if shared else ''})"
+        print(f"  profile {what}: {sum(per):.0f} us GPU in {len(cmds)} dispatches: {kinds}", flush=True)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 # alone; then, as time allows, the engine step alone (one forward of B rows) and
 # the single-stream decode of `webtensor bench`. Writes under $OUT;
 # stops by itself (every step under `timeout`, the whole under ~7 minutes). Files (7): gpu.txt,
-# engine_step.txt, server.log, exact.txt, serve.json, metrics.txt, hf.json. HF=0 stops after the server.
+# engine_step.txt, server.log, exact.txt, serve.json, metrics.txt, hf.json. HF=0 stops after the server;
+# EP=on|off|auto is the server's --engine-process (the engine in its own process).
 #
 #   bash tools/h200/serve.sh            (device run: carry .gl and .whl)
 # MODEL: a checkpoint dir, empty for the shipped model, or random:PRESET (default random:gpt2: a
@@ -34,7 +35,7 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,clocks.sm,clocks
 
 stamp "server"
 timeout $(cap 330) $PY -m webtensor.cli serve --device "$DEVICE" "${M[@]}" --dtype "$DTYPE" --max-batch "$MAX_BATCH" \
-  --host 127.0.0.1 --port "$PORT" --grace 5 > "$OUT/server.log" 2>&1 &
+  --host 127.0.0.1 --port "$PORT" --grace 5 --engine-process "${EP:-auto}" > "$OUT/server${EP:+-$EP}.log" 2>&1 &
 SERVER=$!
 stop_server() { kill -TERM "$SERVER" 2>/dev/null; for _ in $(seq 20); do kill -0 "$SERVER" 2>/dev/null || return; sleep 0.5; done
                 kill -KILL "$SERVER" 2>/dev/null; }
@@ -75,7 +76,7 @@ EOF
 
 stamp "bench-serve"
 timeout $(cap 240) $PY -m webtensor.cli bench-serve --url "$URL" --concurrency "$LEVELS" --max-tokens "$TOKENS" \
-  --json "$OUT/serve.json" 2>&1 | tr '\r' '\n' | grep -v "concurrency [0-9]*:"
+  --json "$OUT/serve${EP:+-$EP}.json" 2>&1 | tr '\r' '\n' | grep -v "concurrency [0-9]*:"
 curl -s "$URL/metrics" > "$OUT/metrics.txt" 2>/dev/null || $PY -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen('$URL/metrics').read().decode())" > "$OUT/metrics.txt"
 stop_server
 trap - EXIT

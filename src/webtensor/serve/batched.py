@@ -18,7 +18,7 @@ Batch invariance: a row's numbers never depend on the other rows of its step.
   writes are row by row already. So in float32 (and int8) a request's tokens are bit for bit the
   same alone or among any others, and equal `GPT2Engine`'s, which runs each row by itself through
   the same forward. float16 weights on a GPU: a step of more than
-  `backends.wgpu.ops.GEMV_STACK_F16_MAX_ROWS` (8) rows runs its products on the tiled engine (the
+  `backends.wgpu.ops.GEMV_STACK_F16_MAX_ROWS` (16) rows runs its products on the tiled engine (the
   weights read once per 64-row tile, ~2-3x faster at 64 rows), whose sums differ from the GEMV's
   in the last bits: the logits then agree to float16's precision, and a greedy token can differ
   where two logits are that close.

@@ -200,7 +200,7 @@ def hf_tok_s(model_spec: str | None, c: int, max_tokens: int, device: str = "cpu
     from ..models.gpt2.weights import resolve
 
     d = resolve(model_spec)
-    model = GPT2LMHeadModel.from_pretrained(str(d), torch_dtype=getattr(torch, dtype)).to(device).eval()
+    model = GPT2LMHeadModel.from_pretrained(str(d), dtype=getattr(torch, dtype)).to(device).eval()
     tok = GPT2Tokenizer.from_dir(d)
     ids = [tok.encode(prompt(k)) for k in range(c)]
     width = max(len(x) for x in ids)

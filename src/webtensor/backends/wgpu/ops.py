@@ -337,7 +337,7 @@ GEMV_GROUP = 8  # rows of A per gemv workgroup for a stack of one-row products (
 # per GEMV_GROUP rows, and the activations sit in registers. Its rows are then not bit for bit the
 # row alone (the engine sums in its own order), which float16's guarantee allows (float32 stays exact;
 # see serve/batched.py)
-GEMV_STACK_F16_MAX_ROWS: int | None = 8
+GEMV_STACK_F16_MAX_ROWS: int | None = 16
 GEMV_PACKED_F16 = True  # float16 weights read as u32 pairs (False: vec4<f16>; H200: 4.5x faster LM-head GEMV)
 FLASH_MIN_QUERIES = 2  # attention over this many queries or more takes the flash-style kernels
 GPU_STYLE_ON_SOFTWARE = False  # tests set this to run the GPU kernel variants on lavapipe
