@@ -32,6 +32,7 @@ would only call the function again, so the CPU runs it eagerly.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -52,21 +53,40 @@ def bucket(n: int) -> int:
 
 class _StepGraph:
     """One step shape's captured forward over its own input tensors (WebGPU): `width` rows of
-    (token, position, slot), the LM head on `picks` of them (None: on every row), `shared` slots."""
+    (token, position, slot), the LM head on `picks` of them (None: on every row), `shared` slots.
+    A step of decode rows only (picks None, not shared) ends by feeding its argmax back as its
+    next input (`ops.advance_tokens`: ids = best, pos += 1), so that a greedy step can be replayed
+    again before its tokens are read (`BatchedGPT2Engine.follow`)."""
 
     def __init__(self, model: GPT2, cache: Any, width: int, picks: int | None, shared: bool):
         dev = model.device
         self.ids, self.pos, self.slot = (int_tensor([0] * width, dev) for _ in range(3))
         self.sel = None if picks is None else int_tensor([0] * picks, dev)
+        self.feeds_back = picks is None and not shared
+        ring, count = int_tensor([0] * width, dev), int_tensor([0], dev)  # (advance_tokens' ring, unread)
 
         def step() -> tuple[Tensor, Tensor]:
             logits = model.forward(self.ids, self.pos, self.slot, cache, None, False, shared_slots=shared,
                                    head_rows=self.sel)
-            return logits, ops.argmax(logits)
+            best = ops.argmax(logits)
+            if self.feeds_back:
+                ops.advance_tokens(best, self.ids, self.pos, ring, count)
+            return logits, best
         self.graph = dev.capture(step)
 
     def release(self) -> None:
         self.graph.release()
+
+
+@dataclass
+class _Launched:
+    """A step on its way: its rows, its graph (WebGPU), and the readbacks of its argmax and (where
+    a row samples) its logits, started when it was queued."""
+
+    rows: list[Row]
+    graph: _StepGraph | None
+    best: Any
+    logits: tuple[Any, tuple[int, ...], str] | None
 
 
 class BatchedGPT2Engine(GPT2EngineBase):
@@ -82,6 +102,7 @@ class BatchedGPT2Engine(GPT2EngineBase):
         self.cache = model.new_cache(max_batch + 1)  # slot max_batch: the padding rows' scratch
         self._length = [0] * max_batch  # tokens held per slot
         self._graphs: dict[tuple[int, int | None, bool], _StepGraph] = {}
+        self._last: _Launched | None = None  # the step `follow` may continue
 
     # -- the protocol ---------------------------------------------------------------------------
     def release(self, slot: int) -> None:
@@ -89,9 +110,11 @@ class BatchedGPT2Engine(GPT2EngineBase):
         self._length[slot] = 0
 
     def step(self, rows: Sequence[Row]) -> list[int | None]:
+        return self.collect(self.launch(rows))
+
+    def launch(self, rows: Sequence[Row]) -> _Launched:
+        """Start a step (the device works on it while the caller goes on); `collect` its tokens."""
         self._check(rows)
-        if not rows:
-            return []
         dev = self.model.device
         ids: list[int] = []
         pos: list[int] = []
@@ -106,10 +129,12 @@ class BatchedGPT2Engine(GPT2EngineBase):
                 picks.append(len(ids) - 1)
         shared = len(ids) > len(rows)  # a row of several tokens (a prompt chunk)
         every = len(picks) == len(ids)  # every flat row chooses (a step of decode rows): no gather
-        if self.use_graph:
+        g = None
+        if not rows:
+            logits = best = None
+        elif self.use_graph:
             width = bucket(len(ids))
-            n_sel = None if every else bucket(max(len(picks), 1))
-            g = self._graph(width, n_sel, shared)
+            g = self._graph(width, None if every else bucket(max(len(picks), 1)), shared)
             pad = width - len(ids)
             upload_ints(g.ids, ids + [0] * pad)
             upload_ints(g.pos, pos + [0] * pad)
@@ -124,16 +149,40 @@ class BatchedGPT2Engine(GPT2EngineBase):
                                             self.cache, None, False, shared_slots=shared,
                                             head_rows=None if every else int_tensor(picks or [0], dev))
                 best = ops.argmax(logits)
-        read = dev.backend.read_async
-        sampled = any(r.sample and r.sampling.temperature != 0 for r in rows)
-        best_t, logits_t = read(best), (read(logits) if sampled else None)
-        chosen = np.frombuffer(bytes(best_t.wait()), np.int32)
+        return self._launched(rows, g, logits, best)
+
+    def can_follow(self, rows: Sequence[Row]) -> bool:
+        """Whether `follow` can continue a launched step of these rows: greedy one-token decode
+        rows (a graph that feeds its tokens back) with room for one more position."""
+        return self.use_graph and bool(rows) and all(
+            len(r.ids) == 1 and r.sample and r.sampling.temperature == 0 and r.next_position + 1 < self.n_ctx
+            for r in rows)
+
+    def follow(self, prev: _Launched, rows: Sequence[Row]) -> _Launched:
+        """Launch the step after `prev` (the last launched, `can_follow` its rows) for the same
+        sequences before its tokens are known: each row's input is prev's token for it, fed back
+        on the device. `rows` are prev's rows one position on (their ids are not read)."""
+        g = prev.graph
+        if prev is not self._last or g is None or not g.feeds_back:
+            raise ArgumentError("follow continues the last launched step of greedy decode rows only")
+        if [(r.slot, r.start) for r in rows] != [(r.slot, r.start + 1) for r in prev.rows]:
+            raise ArgumentError("follow's rows must be the previous step's, one position on")
+        with self.model.device.dispatch_scope():
+            logits, best = g.graph.replay()
+        return self._launched(rows, g, logits, best)
+
+    def collect(self, h: _Launched) -> list[int | None]:
+        """The tokens of a launched step, per row in order (None where a row does not choose)."""
+        if h.best is None:
+            return []
+        chosen = np.frombuffer(bytes(h.best.wait()), np.int32)
         rows_logits = None
-        if logits_t is not None:
-            rows_logits = np.frombuffer(bytes(logits_t.wait()), logits.dtype.name).reshape(-1, logits.shape[-1])
+        if h.logits is not None:
+            ticket, shape, dtype = h.logits
+            rows_logits = np.frombuffer(bytes(ticket.wait()), dtype).reshape(-1, shape[-1])
         out: list[int | None] = []
         j = 0  # the row's place among the choosing rows (the LM head's rows)
-        for r in rows:
+        for r in h.rows:
             if not r.sample:
                 out.append(None)
                 continue
@@ -143,11 +192,22 @@ class BatchedGPT2Engine(GPT2EngineBase):
                 out.append(choose(rows_logits[j].astype(np.float32, copy=False), r.sampling,  # type: ignore[index]
                                   r.next_position))
             j += 1
-        for r in rows:
-            self._length[r.slot] = r.next_position
         return out
 
     # -- helpers --------------------------------------------------------------------------------
+    def _launched(self, rows: Sequence[Row], g: _StepGraph | None, logits: Tensor | None,
+                  best: Tensor | None) -> _Launched:
+        """Readbacks of a step just queued (its argmax; its logits where a row samples), the slots'
+        lengths moved on; the step becomes the one `follow` may continue."""
+        read = self.model.device.backend.read_async
+        sampled = any(r.sample and r.sampling.temperature != 0 for r in rows)
+        h = _Launched(list(rows), g, None if best is None else read(best),
+                      (read(logits), logits.shape, logits.dtype.name) if sampled and logits is not None else None)
+        for r in rows:
+            self._length[r.slot] = r.next_position
+        self._last = h
+        return h
+
     def _graph(self, width: int, picks: int | None, shared: bool) -> _StepGraph:
         key = (width, picks, shared)
         g = self._graphs.get(key)

@@ -26,6 +26,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from .engine import Engine, Row, Sampling
 from .metrics import Metrics
@@ -82,6 +83,22 @@ class Generation:
             yield ev
             if ev.finish is not None or ev.error is not None:
                 return
+
+
+@dataclass
+class _Step:
+    """A step handed to the engine: its (sequence, row) pairs, when, and the engine's handle for it
+    (engines with `launch`/`collect`), or the error its start raised."""
+
+    work: list[tuple[Generation, Row]]
+    t0: float
+    handle: Any = None
+    error: Exception | None = None
+
+
+def _one_on(work: list[tuple[Generation, Row]]) -> list[tuple[Generation, Row]]:
+    """The rows of the step after `work` for the same sequences (their tokens: fed back on the device)."""
+    return [(req, Row(row.slot, (0,), row.start + 1, row.sampling)) for req, row in work]
 
 
 class Scheduler:
@@ -157,54 +174,95 @@ class Scheduler:
     # needs only each sequence's new token and whether its length or EOS ended it (`_commit`);
     # a stop string is found while step N+1 runs (`_emit`), so a sequence it ends has already
     # got a row in N+1, whose token is dropped (its slot is released after that step).
+    # With an engine that can `follow` (WebGPU's batched engine: greedy decode rows whose graph
+    # feeds its tokens back on the device), a step of greedy decode rows is followed by the next
+    # before its own tokens are read, when nothing else would change the batch: the device then
+    # never waits for the host to read, plan and launch.
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         assert self._wake is not None
-        pending: tuple[list[tuple[Generation, Row]], asyncio.Future[list[int | None]], float] | None = None
+        cur: _Step | None = None
         while True:
-            if pending is None:
+            if cur is None:
                 self._wake.clear()
                 self._admit()
                 work = self._plan()
                 if not work and not self._to_release:
                     await self._wake.wait()
                     continue
-                pending = self._launch(loop, work)
-            work, future, t0 = pending
+                cur = self._launch(loop, work)
+            nxt = self._launch(loop, _one_on(cur.work), cur) if self._can_follow(cur.work) else None
             try:
-                results = await future
+                results = await loop.run_in_executor(self._executor, self._finish, cur)
             except Exception as e:  # the engine failed: only this step's requests fail
-                log.exception("engine step failed (%d rows)", len(work))
+                log.exception("engine step failed (%d rows)", len(cur.work))
                 self.metrics.step_failures.inc()
                 err = APIError(500, f"the engine failed during a step: {type(e).__name__}: {e}",
                                code="engine_error")
-                for req, _ in work:
+                for req, _ in cur.work:
                     self._retire(req, Event(error=err))
-                pending = None
+                if nxt is not None:  # (it followed the failed step: its tokens mean nothing)
+                    await asyncio.gather(loop.run_in_executor(self._executor, self._finish, nxt),
+                                         return_exceptions=True)
+                cur = None
                 continue
-            if work:
+            if cur.work:
                 self.steps += 1
-                self.metrics.step_seconds.observe(time.perf_counter() - t0)
-                self.metrics.batch_size.observe(len(work))
-            done = [(req, row, tok) for (req, row), tok in zip(work, results, strict=True)
+                self.metrics.step_seconds.observe(time.perf_counter() - cur.t0)
+                self.metrics.batch_size.observe(len(cur.work))
+            done = [(req, row, tok) for (req, row), tok in zip(cur.work, results, strict=True)
                     if self._commit(req, row, tok)]
-            self._admit()
-            work = self._plan()
-            pending = self._launch(loop, work) if work or self._to_release else None
+            if nxt is not None:
+                cur = nxt
+            else:
+                self._admit()
+                work = self._plan()
+                cur = self._launch(loop, work) if work or self._to_release else None
             for req, row, tok in done:
                 self._emit(req, row, tok)
 
-    def _launch(self, loop: asyncio.AbstractEventLoop, work: list[tuple[Generation, Row]]
-                ) -> tuple[list[tuple[Generation, Row]], asyncio.Future[list[int | None]], float]:
-        """Hand a step to the engine thread (the slots to release first): (work, its future, start)."""
+    def _launch(self, loop: asyncio.AbstractEventLoop, work: list[tuple[Generation, Row]],
+                prev: _Step | None = None) -> _Step:
+        """Queue a step's start on the engine thread (the slots to release first; `prev`: the step
+        it follows); `_finish` collects its tokens."""
         releases, self._to_release = self._to_release, []
-        rows = [row for _, row in work]
-        return work, loop.run_in_executor(self._executor, self._job, releases, rows), time.perf_counter()
+        step = _Step(work, time.perf_counter())
+        loop.run_in_executor(self._executor, self._start, releases, step, prev)
+        return step
 
-    def _job(self, releases: list[int], rows: list[Row]) -> list[int | None]:
-        for slot in releases:
-            self.engine.release(slot)
+    def _start(self, releases: list[int], step: _Step, prev: _Step | None) -> None:
+        try:
+            for slot in releases:
+                self.engine.release(slot)
+            rows = [row for _, row in step.work]
+            if prev is not None:
+                step.handle = self.engine.follow(prev.handle, rows)  # type: ignore[attr-defined]
+            elif rows and hasattr(self.engine, "launch"):
+                step.handle = self.engine.launch(rows)  # type: ignore[attr-defined]
+        except Exception as e:  # raised by _finish, on the scheduler's side
+            step.error = e
+
+    def _finish(self, step: _Step) -> list[int | None]:
+        if step.error is not None:
+            raise step.error
+        if step.handle is not None:
+            return self.engine.collect(step.handle)  # type: ignore[attr-defined]
+        rows = [row for _, row in step.work]
         return self.engine.step(rows) if rows else []
+
+    def _can_follow(self, work: list[tuple[Generation, Row]]) -> bool:
+        """Whether the step after `work` is the same sequences one token on, whatever its tokens:
+        nobody waiting to join or to be released, and no sequence that may end at this step by its
+        length (an EOS or stop string may still end one: its next token is dropped)."""
+        can = getattr(self.engine, "can_follow", None)
+        if can is None or not work or self._waiting or self._to_release:
+            return False
+        for req, row in work:
+            if req.done or req.cancelled or req.ending is not None or len(req.generated) + 2 > req.max_tokens:
+                return False
+            if len(row.ids) != 1 or req.fed < len(req.prompt):
+                return False
+        return bool(can([row for _, row in work]))
 
     def _admit(self) -> None:
         while self._waiting and (self._free or self._waiting[0].cancelled):
@@ -244,7 +302,7 @@ class Scheduler:
         """Step results into the sequence, as far as the next step's plan needs them: the prompt
         read so far, the new token, and an end by EOS or length (`req.ending`). False where there
         is nothing to stream: no token, or the sequence ended (or went away) while the step ran."""
-        if req.done:
+        if req.done or req.ending is not None:
             return False
         if req.fed < len(req.prompt):
             req.fed += len(row.ids)
