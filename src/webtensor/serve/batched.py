@@ -16,10 +16,10 @@ for it alone, on the CPU and on WebGPU, in float32 and float16. Two things keep 
   product would go to the tiled kernels (matmul_regs.wgsl on CPU adapters, matmul_engine.wgsl on
   GPUs), which sum in another order; every other op of the step is row by row already.
 
-Each step width's decode step is captured as a graph on WebGPU (built on first use, each with its
-own state tensors) and replayed; on the CPU a graph would only call the function again, so the
-CPU runs it eagerly. `group` can split the rows into several forwards (graphs) of at most that
-many rows; the default is one of up to `max_batch`.
+Each step width's decode step is captured as a graph (built on first use, each with its own state
+tensors) and replayed: on WebGPU its launches, on the CPU its plan of numpy steps (no validation,
+Tensors or views a step: `backends.cpu.CpuGraph`). `group` can split the rows into several
+forwards (graphs) of at most that many rows; the default is one of up to `max_batch`.
 
 The one-token rows run through the model's forward without a span (one sequence a row); the
 reference engine's one-token rows take the same path with B = 1 (`GPT2Engine`), which is what
@@ -43,7 +43,7 @@ from .engine import GPT2EngineBase, Row, choose, is_decode_row
 
 
 class _Group:
-    """One group's captured decode step over its own state tensors (WebGPU)."""
+    """One group's captured decode step over its own state tensors."""
 
     def __init__(self, model: GPT2, cache: Any, rows: int):
         self.state = DecodeState(model.device, rows, 1)
@@ -67,9 +67,7 @@ class BatchedGPT2Engine(GPT2EngineBase):
     def __init__(self, model: GPT2, max_batch: int, name: str | None = None, use_graph: bool | None = None,
                  group: int | None = None):
         super().__init__(model, max_batch, name)
-        dev = model.device
-        host = dev.backend.host_memory
-        self.use_graph = (model.use_graph and not host) if use_graph is None else use_graph
+        self.use_graph = model.use_graph if use_graph is None else use_graph
         self.group = group or max_batch
         if self.group < 1:
             raise ArgumentError(f"group must be >= 1, got {group}")
