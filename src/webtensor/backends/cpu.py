@@ -317,6 +317,26 @@ def _cache_write_step(cache: np.ndarray, src: np.ndarray, pos: np.ndarray, slot:
     return step
 
 
+def _cached_attention_step(out: np.ndarray, q: np.ndarray, kc: np.ndarray, vc: np.ndarray, pos: np.ndarray,
+                           slot: np.ndarray, scale: float) -> Callable[[], None]:
+    # cached_attention into float32 `out` (q float32): the same views of the caches (taken here
+    # once, sliced per row), the same products and softmax, the scores' steps in place
+    qh = q[:, :, None, :]  # (T, H, 1, D)
+    kt, vt = kc.transpose(0, 2, 3, 1), vc.transpose(0, 2, 1, 3)  # (n_slots, H, D, n_ctx), (n_slots, H, n_ctx, D)
+    sc, n_ctx = F32(scale), kc.shape[1]
+
+    def step() -> None:
+        for t, (p, s) in enumerate(zip(pos.tolist(), slot.tolist(), strict=True)):
+            n = min(p + 1, n_ctx)
+            scores = qh[t] @ kt[s, :, :, :n]  # (H, 1, n)
+            np.multiply(scores, sc, out=scores)
+            np.subtract(scores, np.maximum.reduce(scores, axis=-1, keepdims=True), out=scores)  # (.max's reduce)
+            np.exp(scores, out=scores)
+            np.true_divide(scores, np.add.reduce(scores, axis=-1, keepdims=True), out=scores)  # (.sum's)
+            out[t] = (scores @ vt[s, :, :n])[:, 0]
+    return step
+
+
 # -- the Backend ---------------------------------------------------------------------------------
 class CpuStorage:
     """A CPU tensor's memory: one flat numpy array (`chunks` is for the GPU's row chunking)."""
@@ -587,8 +607,10 @@ class CpuBackend:
             self.cache_write(kc, k_new, pos, slot)
             self.cache_write(vc, v_new, pos, slot)
         qa, ka, va, p, sl = view(q), view(kc), view(vc), view(pos), view(slot)
+        fast = qa.dtype == ka.dtype == va.dtype == F32
         return self._op("cached_attention", q.device, q.shape, F32,
-                        lambda: cached_attention(qa, ka, va, p, sl, scale))
+                        lambda: cached_attention(qa, ka, va, p, sl, scale),
+                        (lambda out: _cached_attention_step(out, qa, ka, va, p, sl, scale)) if fast else None)
 
     def advance_tokens(self, new: Any, ids: Any, pos: Any, tokens: Any, count: Any) -> None:
         n, i, p, t, c = view(new), view(ids), view(pos), view(tokens), view(count)
