@@ -230,7 +230,6 @@ def _layer_norm_step(out: np.ndarray, x: np.ndarray, w: np.ndarray, b: np.ndarra
     # x.astype's layout and the sums over C run as layer_norm's do)
     C = x.shape[-1]
     v, sq = np.empty(x.shape, np.float64), np.empty(x.shape, np.float64)
-    w64, b64 = np.empty(w.shape, np.float64), np.empty(b.shape, np.float64)
     mean, var = np.empty(x.shape[:-1] + (1,), np.float64), np.empty(x.shape[:-1] + (1,), np.float64)
 
     def step() -> None:
@@ -244,10 +243,8 @@ def _layer_norm_step(out: np.ndarray, x: np.ndarray, w: np.ndarray, b: np.ndarra
         np.add(var, eps, out=var)
         np.sqrt(var, out=var)
         np.true_divide(v, var, out=v)
-        np.copyto(w64, w)
-        np.copyto(b64, b)
-        np.multiply(v, w64, out=v)
-        np.add(v, b64, out=v)
+        np.multiply(v, w, out=v)  # (w, b float32: widened to float64 exactly, as by astype)
+        np.add(v, b, out=v)
         np.copyto(out, v)  # (astype(float32): the same rounding)
     return step
 
