@@ -1,14 +1,16 @@
 """Time `BatchedGPT2Engine.step` alone (no server): B greedy decode rows a step, steady state.
 
     PYTHONPATH=src python tools/engine_step.py --device lavapipe --rows 1,8,32 [--model DIR]
-        [--profile] [--set NAME=VALUE ...]
+        [--modes graph,eager] [--profile] [--set NAME=VALUE ...]
 
 Each width gets its own engine of B slots, B prompts of 8 tokens, then `--warmup` steps (graph
 capture, kernel compiles) and `--steps` timed steps; prints the median and best ms a step and the
-tokens/s of the median. Run two trees with the same command for a before/after. `--profile`
-(WebGPU with timestamps): the GPU time of one replay of the step's graph by kernel kind.
-`--set NAME=VALUE` sets a planner constant of `backends.wgpu.ops` for the run (a Python literal:
-e.g. GEMV_STACK_F16_MAX_ROWS=None, ENGINE_SPLIT_K=False), for an A/B in one session."""
+tokens/s of the median. `--modes graph,eager` runs an engine of each kind (replayed graphs, op by
+op) side by side, alternating step by step, so that both see the same load on a noisy machine.
+`--profile` (WebGPU with timestamps): the GPU time of one replay of each captured step graph by
+kernel kind. `--set NAME=VALUE` sets a planner constant of `backends.wgpu.ops` for the run (a
+Python literal: e.g. GEMV_STACK_F16_MAX_ROWS=None, ENGINE_SPLIT_K=False), for an A/B in one
+session. Run two trees with the same command for a before/after."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ def main() -> None:
     ap.add_argument("--rows", default="1,8,32")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--modes", default="default", help="comma-separated: default, graph, eager (interleaved)")
     ap.add_argument("--profile", action="store_true", help="GPU time per kernel kind of one step (WebGPU)")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="a backends.wgpu.ops constant for this run (repeatable)")
@@ -44,32 +47,35 @@ def main() -> None:
         setattr(gops, name, ast.literal_eval(value))
     model = GPT2.from_pretrained(a.model, device=a.device, dtype=a.dtype)
     greedy = Sampling()
+    modes = a.modes.split(",")
     for B in (int(v) for v in a.rows.split(",")):
-        e = BatchedGPT2Engine(model, B)
+        engines = [BatchedGPT2Engine(model, B, use_graph={"graph": True, "eager": False}.get(m)) for m in modes]
         prompts = [Row(s, tuple(range(1 + s, 9 + s)), 0, greedy) for s in range(B)]
-        t0 = time.perf_counter()
-        last = e.step(prompts)  # B prompt chunks of 8 tokens (each through the prompt path)
-        first = time.perf_counter() - t0
-        for s in range(B):
-            e.release(s)
-        t0 = time.perf_counter()
-        last = e.step(prompts)  # again, warm
-        print(f"{a.device} rows {B}: a step of {B} 8-token prompts {(time.perf_counter() - t0) * 1e3:.1f} ms "
-              f"(first {first * 1e3:.1f} ms)", flush=True)
-        pos = 8
-        times = []
-        for i in range(a.warmup + a.steps):
+        last = [e.step(prompts) for e in engines]  # B prompt chunks of 8 tokens
+        for e in engines:  # again, warm
+            for s in range(B):
+                e.release(s)
             t0 = time.perf_counter()
-            last = e.step([Row(s, (last[s],), pos, greedy) for s in range(B)])
-            if i >= a.warmup:
-                times.append(time.perf_counter() - t0)
+            e.step(prompts)
+            print(f"{a.device} rows {B}: a step of {B} 8-token prompts {(time.perf_counter() - t0) * 1e3:.1f} ms",
+                  flush=True)
+        pos = 8
+        times: list[list[float]] = [[] for _ in engines]
+        for i in range(a.warmup + a.steps):
+            for k, e in enumerate(engines):
+                t0 = time.perf_counter()
+                last[k] = e.step([Row(s, (last[k][s],), pos, greedy) for s in range(B)])
+                if i >= a.warmup:
+                    times[k].append(time.perf_counter() - t0)
             pos += 1
-        med = statistics.median(times)
-        print(f"{a.device} rows {B}: {med * 1e3:.1f} ms a step (best {min(times) * 1e3:.1f}), {B / med:,.0f} tok/s",
-              flush=True)
-        if a.profile:
-            print_profile(e)
-        e.close()
+        for mode, e, ts in zip(modes, engines, times, strict=True):
+            med = statistics.median(ts)
+            what = "" if mode == "default" else f" {mode}"
+            print(f"{a.device}{what} rows {B}: {med * 1e3:.1f} ms a step (best {min(ts) * 1e3:.1f}), "
+                  f"{B / med:,.0f} tok/s", flush=True)
+            if a.profile:
+                print_profile(e)
+            e.close()
 
 
 def print_profile(e: BatchedGPT2Engine) -> None:

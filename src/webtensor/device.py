@@ -192,9 +192,11 @@ class Device:
 
     def capture(self, fn: Any) -> Any:
         """Record `fn()` (ops on this device's tensors, no uploads or readbacks) as a graph:
-        `g.replay(times)` runs the same work again and returns fn's outputs (on WebGPU the same
-        tensors, rewritten in place; inputs that change between replays must be tensors that fn
-        reads, written with `ops.copy_into` or uploads between replays). `g.release()` frees it."""
+        `g.replay(times)` runs the same work again and returns fn's outputs (the same tensors,
+        rewritten in place, on WebGPU and on the CPU; inputs that change between replays must be
+        tensors that fn reads, written with `ops.copy_into` or uploads between replays). Capturing
+        runs nothing; what fn's outputs hold before the first replay is undefined. `g.release()`
+        frees it."""
         return self.backend.capture(fn)
 
     def stats(self) -> dict[str, int]:

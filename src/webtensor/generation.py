@@ -12,7 +12,8 @@ logits` — one forward over rows of (token, position, cache slot) tensors (`GPT
   workspace as a graph (`Device.capture`) and replayed: greedy steps end in an on-device argmax
   and `advance_tokens`, which moves the state on and appends the token to a ring that the host
   reads in batches while the next batch runs; sampled steps read one row of logits back;
-- on the CPU a "graph" calls the function again: the same loop, the same tokens;
+- on the CPU a graph is a plan of numpy steps (`backends.cpu.CpuGraph`): the same loop, the same
+  tokens, bit for bit what running the step again would give;
 - `generate_batch` decodes several prompts together (one forward over all rows a step).
 """
 

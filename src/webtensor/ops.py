@@ -225,9 +225,9 @@ def embedding(table: Tensor, ids: Any) -> Tensor:
     """Rows of `table` (V, C) at `ids` (int32, any shape) -> (*ids.shape, C). The table may be a
     q8_0 weight (`formats.q8_0.Q8Weight`): its rows come back dequantized, float32.
 
-    Ids given as host data (lists, numpy) or as a CPU tensor are range-checked; ids already on a
-    WebGPU device are not (that would need a readback), and an out-of-range one there gives an
-    unspecified row."""
+    Ids given as host data (lists, numpy) are range-checked here, a CPU tensor's by the CPU backend
+    (on every call and graph replay); ids already on a WebGPU device are not (that would need a
+    readback), and an out-of-range one there gives an unspecified row."""
     quantized = _is_q8("embedding", "table", table)
     if len(table.shape) != 2:
         raise ShapeError(f"embedding: table must be 2-d (V, C), got {table.shape}")
@@ -241,8 +241,6 @@ def embedding(table: Tensor, ids: Any) -> Tensor:
         check_same_device("embedding", table, ids)
     if ids.dtype is not dt.int32:
         raise DTypeError(f"embedding: ids must be int32, got {ids.dtype.name}")
-    if ids.device.backend.host_memory:  # checked like host data (free there; a GPU check would read back)
-        _check_host_ids(ids.numpy(), V)
     if quantized:
         return ids.device.backend.q8_embedding(table, ids)
     return table.device.backend.embedding(table, ids)

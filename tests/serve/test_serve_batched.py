@@ -90,7 +90,9 @@ def _check_same(model, n: int, max_batch: int, max_new: int, seed: int) -> None:
     reqs = _requests(n, seed, max_new)
     widths: list[int] = []
     ref = drive(GPT2Engine(model, max_batch), reqs, seed)
-    bat = drive(BatchedGPT2Engine(model, max_batch), reqs, seed, widths)
+    engine = BatchedGPT2Engine(model, max_batch)
+    assert engine.use_graph  # the replayed decode step, on the CPU as on WebGPU
+    bat = drive(engine, reqs, seed, widths)
     assert bat == ref
     assert max(widths) == max_batch  # all slots busy at once
     assert sum(map(len, ref)) > n  # they really generated

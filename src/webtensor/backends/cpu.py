@@ -9,11 +9,13 @@ one flat numpy array (`CpuStorage`) and a tensor is a strided view of it, as on 
 from __future__ import annotations
 
 import contextlib
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ..errors import DeviceMismatchError
+from ..errors import DeviceMismatchError, GraphCaptureError, ShapeError
 
 F32 = np.float32
 
@@ -163,6 +165,14 @@ def embedding(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return table[ids]
 
 
+def _check_ids(ids: np.ndarray, V: int) -> None:
+    # the ids of an embedding are host data here: checked on every call (and replay), as
+    # webtensor.ops checks ids given from the host (a WebGPU kernel skips out-of-range ids)
+    if ids.size and (ids.min() < 0 or ids.max() >= V):
+        bad = ids[(ids < 0) | (ids >= V)].reshape(-1)[0]
+        raise ShapeError(f"embedding: id {bad} is out of range for a table of {V} rows")
+
+
 def argmax(x: np.ndarray) -> np.ndarray:
     return np.argmax(x, axis=-1).astype(np.int32)
 
@@ -208,6 +218,122 @@ def advance_tokens(new: np.ndarray, ids: np.ndarray, pos: np.ndarray, tokens: np
     count[0] = n + 1
 
 
+# -- in-place forms, for graphs ------------------------------------------------------------------
+# A captured graph (CpuGraph) runs these instead of the functions above where they apply: the same
+# numpy operations in the same order on the same float32 / float64 values, written into buffers
+# allocated once at capture time instead of fresh arrays, so the numbers are bit for bit the same
+# (tests/test_cpu_graph.py checks them against the functions above) and a replay allocates nothing.
+# Each `*_step` allocates its scratch and returns the step, a function of no arguments.
+
+def _layer_norm_step(out: np.ndarray, x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> Callable[[], None]:
+    # layer_norm(x, w, b, eps) into out; x float32, C-contiguous (so that the float64 copy has
+    # x.astype's layout and the sums over C run as layer_norm's do)
+    C = x.shape[-1]
+    v, sq = np.empty(x.shape, np.float64), np.empty(x.shape, np.float64)
+    mean, var = np.empty(x.shape[:-1] + (1,), np.float64), np.empty(x.shape[:-1] + (1,), np.float64)
+
+    def step() -> None:
+        np.copyto(v, x)
+        np.add.reduce(v, axis=-1, keepdims=True, out=mean)  # v.mean(...): the sum, then / C
+        np.true_divide(mean, C, out=mean)
+        np.subtract(v, mean, out=v)  # v - mean (both of layer_norm's uses)
+        np.multiply(v, v, out=sq)  # (v - mean) ** 2
+        np.add.reduce(sq, axis=-1, keepdims=True, out=var)
+        np.true_divide(var, C, out=var)
+        np.add(var, eps, out=var)
+        np.sqrt(var, out=var)
+        np.true_divide(v, var, out=v)
+        np.multiply(v, w, out=v)  # (w, b float32: widened to float64 exactly, as by astype)
+        np.add(v, b, out=v)
+        np.copyto(out, v)  # (astype(float32): the same rounding)
+    return step
+
+
+_GELU_C = F32(np.sqrt(2.0 / np.pi))
+
+
+def _gelu_step(y: np.ndarray) -> Callable[[], None]:
+    # gelu(y) in place (y float32): gelu's expression, operation by operation
+    u, t, low = np.empty(y.shape, F32), np.empty(y.shape, F32), np.empty(y.shape, bool)
+
+    def step() -> None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            np.multiply(F32(0.044715), y, out=t)  # 0.044715 v v v, left to right
+            np.multiply(t, y, out=t)
+            np.multiply(t, y, out=t)
+            np.add(y, t, out=t)
+            np.multiply(_GELU_C, t, out=u)  # u
+            np.maximum(u, -40, out=t)
+            np.multiply(F32(-2.0), t, out=t)
+            np.exp(t, out=t)
+            np.add(F32(1.0), t, out=t)
+            np.true_divide(y, t, out=y)  # v / (1 + exp(-2 max(u, -40)))
+            np.less(u, -40, out=low)
+            np.copyto(y, F32(-0.0), where=low)
+    return step
+
+
+def _linear_step(out: np.ndarray, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, act: str | None,
+                 residual: np.ndarray | None, ln: tuple | None) -> Callable[[], None] | None:
+    """linear (with its layer-norm prologue) into float32 `out`, or None where this form does not
+    apply (other dtypes or activations, a non-contiguous input to the layer norm)."""
+    arrays = [a for a in (x, w, b, residual, *(ln or ())[:2]) if a is not None]
+    if any(a.dtype != F32 for a in arrays) or out.dtype != F32 or act not in (None, "gelu_tanh") or \
+            (ln is not None and not x.flags.c_contiguous):
+        return None
+    parts = []
+    if ln is not None:
+        xn = np.empty(x.shape, F32)
+        parts.append(_layer_norm_step(xn, x, *ln))
+        x = xn
+    parts.append(lambda: np.matmul(x, w, out=out))
+    if b is not None:
+        parts.append(lambda: np.add(out, b, out=out))
+    if act is not None:
+        parts.append(_gelu_step(out))
+    if residual is not None:
+        parts.append(lambda: np.add(out, residual, out=out))
+
+    def step() -> None:
+        for p in parts:
+            p()
+    return step
+
+
+def _cache_write_step(cache: np.ndarray, src: np.ndarray, pos: np.ndarray, slot: np.ndarray) -> Callable[[], None]:
+    # cache_write, the rows in one assignment where every position is in the context and the slots
+    # are distinct (a decode step), else row by row
+    n_ctx = cache.shape[1]
+
+    def step() -> None:
+        p, s = pos.tolist(), slot.tolist()
+        if all(0 <= i < n_ctx for i in p) and len(set(s)) == len(s):
+            cache[s, p] = src
+        else:
+            cache_write(cache, src, pos, slot)
+    return step
+
+
+def _cached_attention_step(out: np.ndarray, q: np.ndarray, kc: np.ndarray, vc: np.ndarray, pos: np.ndarray,
+                           slot: np.ndarray, scale: float) -> Callable[[], None]:
+    # cached_attention into float32 `out` (q float32): the same views of the caches (taken here
+    # once, sliced per row), the same products and softmax, the scores' steps in place
+    qh = q[:, :, None, :]  # (T, H, 1, D)
+    kt, vt = kc.transpose(0, 2, 3, 1), vc.transpose(0, 2, 1, 3)  # (n_slots, H, D, n_ctx), (n_slots, H, n_ctx, D)
+    sc, n_ctx = F32(scale), kc.shape[1]
+
+    def step() -> None:
+        for t, (p, s) in enumerate(zip(pos.tolist(), slot.tolist(), strict=True)):
+            n = min(p + 1, n_ctx)
+            scores = qh[t] @ kt[s, :, :, :n]  # (H, 1, n)
+            np.multiply(scores, sc, out=scores)
+            np.subtract(scores, np.maximum.reduce(scores, axis=-1, keepdims=True), out=scores)  # (.max's reduce)
+            np.exp(scores, out=scores)
+            np.true_divide(scores, np.add.reduce(scores, axis=-1, keepdims=True), out=scores)  # (.sum's)
+            out[t] = (scores @ vt[s, :, :n])[:, 0]
+    return step
+
+
 # -- the Backend ---------------------------------------------------------------------------------
 class CpuStorage:
     """A CPU tensor's memory: one flat numpy array (`chunks` is for the GPU's row chunking)."""
@@ -232,32 +358,64 @@ def view(t: Any) -> np.ndarray:
     return np.ndarray(t.shape, a.dtype, a, t._offset * a.itemsize, tuple(s * a.itemsize for s in t._strides))
 
 
-class _Replay:
-    """The CPU's 'graph': the captured function, called on each replay (like WebGPU's, capturing
-    runs nothing; a replay returns the function's outputs)."""
+class CpuGraph:
+    """The CPU's graph: the ops `fn` made while it was captured, as a plan of steps (one per op),
+    each a function of no arguments over the numpy arrays of its inputs and output, resolved at
+    capture time. A replay runs the steps in order: no validation, no Tensors, no views, the
+    results written in place into the arrays of the tensors fn returned (and of its intermediates)."""
 
-    def __init__(self, fn: Any):
-        self.fn, self.outputs = fn, None
-        self.n_dispatches, self.names = 0, []
+    def __init__(self, steps: list[Callable[[], Any]], names: list[str], outputs: Any):
+        self.steps, self.names, self.outputs = steps, names, outputs
+        self._lock = threading.Lock()  # (its intermediates are shared: one replay at a time)
+
+    @property
+    def n_dispatches(self) -> int:
+        return len(self.steps)
 
     def replay(self, times: int = 1) -> Any:
-        for _ in range(times):
-            self.outputs = self.fn()
+        with self._lock:
+            steps = self.steps
+            if steps is None:
+                raise GraphCaptureError("this graph was released")
+            for _ in range(times):
+                for step in steps:
+                    step()
         return self.outputs
 
     def release(self) -> None:
-        self.fn = None
+        self.steps, self.outputs = None, None
+
+
+class _Recording(threading.local):
+    """The plan being captured on this thread (None when none is): other threads run eagerly."""
+
+    steps: list[Callable[[], Any]] | None = None
+    names: list[str] | None = None
+
+
+def _no_capture(rec: _Recording, what: str) -> None:
+    if rec.steps is not None:
+        raise GraphCaptureError(f"{what} while a graph is being captured: a graph replays device work only; "
+                                "write its inputs and read its outputs between replays")
 
 
 _DTYPES: dict[Any, Any] = {}  # numpy dtype -> webtensor DType, and "Tensor" -> the Tensor class (CpuBackend._wrap)
 
 
 class CpuBackend:
-    """The numpy reference device (see backends/base.py for the protocol)."""
+    """The numpy reference device (see backends/base.py for the protocol).
+
+    Every op goes through `_op` (a result) or `_inplace` (a write into existing tensors). Eagerly
+    they run the reference function now. While `capture` records, nothing runs (as on WebGPU):
+    a result gets an empty array of its shape and dtype, and the op is appended to the plan as a
+    step that computes into that array, over the input arrays resolved now."""
 
     name = "cpu"
     kmajor_weights = False  # matrices as the checkpoint has them
     host_memory = True  # tensors live in host memory (reading them is free)
+
+    def __init__(self) -> None:
+        self._rec = _Recording()
 
     def _wrap(self, device: Any, arr: np.ndarray) -> Any:
         if not arr.flags.c_contiguous:  # (np.ascontiguousarray would make a 0-d array 1-d)
@@ -271,27 +429,67 @@ class CpuBackend:
             _DTYPES["Tensor"] = Tensor
         return _DTYPES["Tensor"](device, arr.shape, dtype, storage=CpuStorage(arr.reshape(-1)))
 
+    def _op(self, name: str, device: Any, shape: tuple[int, ...], dtype: Any, compute: Callable[[], np.ndarray],
+            into: Callable[[np.ndarray], Callable[[], None] | None] | None = None) -> Any:
+        """A result tensor of (shape, dtype): `compute()`'s array, eagerly. While capturing, an empty
+        array `out` and a step: `into(out)` (an in-place form, bit for bit compute's numbers) where
+        given and not None, else one writing `compute()` into `out`."""
+        rec = self._rec
+        if rec.steps is None:
+            return self._wrap(device, compute())
+        out = np.empty(shape, dtype)
+        step = None if into is None else into(out)
+        if step is None:
+            def step() -> None:
+                np.copyto(out, compute(), casting="no")
+        rec.steps.append(step)
+        rec.names.append(name)  # type: ignore[union-attr]
+        return self._wrap(device, out)
+
+    def _inplace(self, name: str, run: Callable[[], None],
+                 plan: Callable[[], Callable[[], None]] | None = None) -> None:
+        """An op that writes into existing tensors: `run()` now, or appended to the plan being
+        captured (`plan()`'s step where given: a faster form of run, the same writes)."""
+        rec = self._rec
+        if rec.steps is None:
+            run()
+        else:
+            rec.steps.append(run if plan is None else plan())
+            rec.names.append(name)  # type: ignore[union-attr]
+
+    def _constant(self, device: Any, arr: np.ndarray) -> Any:
+        """A new tensor holding `arr` (owned). Made while capturing, it is written again by every
+        replay, as running fn again would make it afresh (fn may write into it)."""
+        t = self._wrap(device, arr)
+        if self._rec.steps is not None:
+            out, saved = view(t), arr.copy()
+            self._inplace("constant", lambda: np.copyto(out, saved))
+        return t
+
     def from_numpy(self, device: Any, arr: np.ndarray, owned: bool) -> Any:
         """`arr` as a tensor: kept as it is when `owned` (a fresh array nobody else holds), else copied."""
-        return self._wrap(device, arr if owned else arr.copy())
+        return self._constant(device, arr if owned else arr.copy())
 
     # -- memory ---------------------------------------------------------------------------------
     def empty(self, device: Any, shape: tuple[int, ...], dtype: Any) -> Any:
         return self._wrap(device, np.empty(shape, dtype.name))
 
     def zeros(self, device: Any, shape: tuple[int, ...], dtype: Any) -> Any:
-        return self._wrap(device, np.zeros(shape, dtype.name))
+        return self._constant(device, np.zeros(shape, dtype.name))
 
     def from_bytes(self, device: Any, shape: tuple[int, ...], dtype: Any, data: memoryview) -> Any:
-        return self._wrap(device, np.frombuffer(data, dtype.name).reshape(shape).copy())
+        return self._constant(device, np.frombuffer(data, dtype.name).reshape(shape).copy())
 
     def to_bytes(self, t: Any) -> bytes:
+        _no_capture(self._rec, "a readback")
         return np.ascontiguousarray(view(t)).tobytes()
 
     def to_numpy(self, t: Any) -> np.ndarray:
+        _no_capture(self._rec, "a readback")
         return np.array(view(t))
 
     def upload_into(self, t: Any, data: bytes) -> None:
+        _no_capture(self._rec, "an upload into an existing tensor")
         view(t)[...] = np.frombuffer(data, t.dtype.name).reshape(t.shape)
 
     def read_async(self, t: Any) -> Any:
@@ -301,82 +499,136 @@ class CpuBackend:
     # -- ops ------------------------------------------------------------------------------------
     def binary(self, op: str, a: Any, b: Any, shape: tuple[int, ...], out_dtype: Any) -> Any:
         fn = {"add": add, "sub": sub, "mul": mul, "div": div}[op]
-        return self._wrap(a.device, fn(view(a), view(b), out_dtype.name))
+        av, bv, dtype = view(a), view(b), out_dtype.name
+        return self._op(op, a.device, shape, dtype, lambda: fn(av, bv, dtype))
 
     def gelu(self, x: Any) -> Any:
-        return self._wrap(x.device, gelu(view(x)))
+        xa = view(x)
+
+        def into(out: np.ndarray) -> Callable[[], None] | None:
+            if out.dtype != F32:
+                return None
+            g = _gelu_step(out)
+            return lambda: (np.copyto(out, xa), g())
+        return self._op("gelu", x.device, x.shape, xa.dtype, lambda: gelu(xa), into)
 
     def cast(self, x: Any, dtype: Any) -> Any:
-        return self._wrap(x.device, cast(view(x), dtype.name))
+        xa, name = view(x), dtype.name
+        return self._op("cast", x.device, x.shape, name, lambda: cast(xa, name))
 
     def copy(self, x: Any) -> Any:
-        return self._wrap(x.device, view(x).copy())
+        xa = view(x)
+        return self._op("copy", x.device, x.shape, xa.dtype, xa.copy, lambda out: lambda: np.copyto(out, xa))
 
     def copy_into(self, dst: Any, src: Any) -> None:
-        d = view(dst)
-        d[...] = view(src).astype(d.dtype)  # (numpy handles overlapping views by buffering)
+        d, s = view(dst), view(src)
+
+        def run() -> None:
+            d[...] = s.astype(d.dtype)  # (numpy handles overlapping views by buffering)
+        self._inplace("copy_into", run)
 
     def layer_norm(self, x: Any, w: Any, b: Any, eps: float) -> Any:
-        return self._wrap(x.device, layer_norm(view(x), view(w), view(b), eps))
+        xa, wa, ba = view(x), view(w), view(b)
+        fast = xa.dtype == wa.dtype == ba.dtype == F32 and xa.flags.c_contiguous
+        return self._op("layer_norm", x.device, x.shape, xa.dtype, lambda: layer_norm(xa, wa, ba, eps),
+                        (lambda out: _layer_norm_step(out, xa, wa, ba, eps)) if fast else None)
 
     def softmax(self, x: Any) -> Any:
-        return self._wrap(x.device, softmax(view(x)))
+        xa = view(x)
+        return self._op("softmax", x.device, x.shape, xa.dtype, lambda: softmax(xa))
 
     def argmax(self, x: Any) -> Any:
-        return self._wrap(x.device, argmax(view(x)))
+        xa = view(x)
+        return self._op("argmax", x.device, x.shape[:-1], np.int32, lambda: argmax(xa))
 
     def matmul(self, a: Any, b: Any, out_dtype: Any) -> Any:
-        return self._wrap(a.device, matmul(view(a), view(b), out_dtype.name))
+        av, bv, dtype = view(a), view(b), out_dtype.name
+        return self._op("matmul", a.device, a.shape[:-1] + b.shape[-1:], dtype, lambda: matmul(av, bv, dtype))
 
     def linear(self, x: Any, w: Any, bias: Any, act: str | None, residual: Any, ln: Any, out_dtype: Any) -> Any:
-        xa = view(x)
-        if ln is not None:
-            xa = layer_norm(_f32(xa), view(ln[0]), view(ln[1]), ln[2])
-        arr = linear(xa, view(w), None if bias is None else view(bias), act,
-                     None if residual is None else view(residual), out_dtype.name)
-        return self._wrap(x.device, arr)
+        xa, wa, dtype = view(x), view(w), out_dtype.name
+        ba = None if bias is None else view(bias)
+        ra = None if residual is None else view(residual)
+        lna = None if ln is None else (view(ln[0]), view(ln[1]), ln[2])
+
+        def compute() -> np.ndarray:
+            xn = xa if lna is None else layer_norm(_f32(xa), *lna)
+            return linear(xn, wa, ba, act, ra, dtype)
+        return self._op("linear", x.device, x.shape[:-1] + w.shape[-1:], dtype, compute,
+                        lambda out: _linear_step(out, xa, wa, ba, act, ra, lna))
 
     def q8_linear(self, x: Any, w: Any, bias: Any, act: str | None, residual: Any, ln: Any) -> Any:
         if type(w).__name__ != "Q8Weight":
             raise DeviceMismatchError(f"linear: the q8_0 weight lives on {w.device.describe()}, the input on the CPU; "
                                       "pass the Q8Weight (it is uploaded where it is used)")
-        xa = view(x) if ln is None else layer_norm(_f32(view(x)), view(ln[0]), view(ln[1]), ln[2])
-        return self._wrap(x.device, q8_linear(xa, w, None if bias is None else view(bias), act,
-                                              None if residual is None else view(residual)))
+        xa = view(x)
+        ba = None if bias is None else view(bias)
+        ra = None if residual is None else view(residual)
+        lna = None if ln is None else (view(ln[0]), view(ln[1]), ln[2])
+
+        def compute() -> np.ndarray:
+            xn = xa if lna is None else layer_norm(_f32(xa), *lna)
+            return q8_linear(xn, w, ba, act, ra)
+        return self._op("q8_linear", x.device, x.shape[:-1] + (w.shape[0],), F32, compute)
 
     def q8_embedding(self, table: Any, ids: Any) -> Any:
         if type(table).__name__ != "Q8Weight":
             raise DeviceMismatchError(f"embedding: the q8_0 table lives on {table.device.describe()}, "
                                       "the ids on the CPU")
         idx = view(ids)
-        rows = table.dequantize(idx.reshape(-1))  # (n, C) float32
-        return self._wrap(ids.device, rows.reshape(*idx.shape, table.shape[1]))
+
+        def compute() -> np.ndarray:
+            _check_ids(idx, table.shape[0])
+            return table.dequantize(idx.reshape(-1)).reshape(*idx.shape, table.shape[1])  # float32
+        return self._op("q8_embedding", ids.device, ids.shape + (table.shape[1],), F32, compute)
 
     def attention(self, q: Any, k: Any, v: Any, causal: bool, scale: float) -> Any:
-        return self._wrap(q.device, attention(view(q), view(k), view(v), causal, scale))
+        qa, ka, va = view(q), view(k), view(v)
+        return self._op("attention", q.device, q.shape, qa.dtype, lambda: attention(qa, ka, va, causal, scale))
 
     def embedding(self, table: Any, ids: Any) -> Any:
-        return self._wrap(table.device, embedding(view(table), view(ids)))
+        ta, idx = view(table), view(ids)
+
+        def compute() -> np.ndarray:
+            _check_ids(idx, ta.shape[0])
+            return embedding(ta, idx)
+        return self._op("embedding", table.device, ids.shape + ta.shape[1:], ta.dtype, compute)
 
     def cache_write(self, cache: Any, src: Any, pos: Any, slot: Any) -> None:
-        cache_write(view(cache), view(src), view(pos), view(slot))
+        c, s, p, sl = view(cache), view(src), view(pos), view(slot)
+        self._inplace("cache_write", lambda: cache_write(c, s, p, sl), lambda: _cache_write_step(c, s, p, sl))
 
     def cached_attention(self, q: Any, kc: Any, vc: Any, pos: Any, slot: Any, scale: float,
                          k_new: Any = None, v_new: Any = None) -> Any:
         if k_new is not None:
             self.cache_write(kc, k_new, pos, slot)
             self.cache_write(vc, v_new, pos, slot)
-        return self._wrap(q.device, cached_attention(view(q), view(kc), view(vc), view(pos), view(slot), scale))
+        qa, ka, va, p, sl = view(q), view(kc), view(vc), view(pos), view(slot)
+        fast = qa.dtype == ka.dtype == va.dtype == F32
+        return self._op("cached_attention", q.device, q.shape, F32,
+                        lambda: cached_attention(qa, ka, va, p, sl, scale),
+                        (lambda out: _cached_attention_step(out, qa, ka, va, p, sl, scale)) if fast else None)
 
     def advance_tokens(self, new: Any, ids: Any, pos: Any, tokens: Any, count: Any) -> None:
-        advance_tokens(view(new), view(ids), view(pos), view(tokens), view(count))
+        n, i, p, t, c = view(new), view(ids), view(pos), view(tokens), view(count)
+        self._inplace("advance_tokens", lambda: advance_tokens(n, i, p, t, c))
 
     # -- execution ------------------------------------------------------------------------------
     def scope(self) -> Any:
         return contextlib.nullcontext()
 
-    def capture(self, fn: Any) -> _Replay:
-        return _Replay(fn)
+    def capture(self, fn: Any) -> CpuGraph:
+        """Record fn's ops as a plan (nothing runs: see the class docstring); uploads into existing
+        tensors and readbacks inside fn are refused (GraphCaptureError), as on WebGPU."""
+        rec = self._rec
+        if rec.steps is not None:
+            raise GraphCaptureError("a graph is already being captured on this device")
+        rec.steps, rec.names = [], []
+        try:
+            outputs = fn()
+            return CpuGraph(rec.steps, rec.names, outputs)
+        finally:
+            rec.steps = rec.names = None
 
     def synchronize(self) -> None:
         pass

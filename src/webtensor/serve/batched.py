@@ -23,10 +23,10 @@ Batch invariance: a row's numbers never depend on the other rows of its step.
   in the last bits: the logits then agree to float16's precision, and a greedy token can differ
   where two logits are that close.
 
-On WebGPU each step shape is captured as a graph on first use and replayed: shapes are bucketed
-(rows padded to 1, 2, 4, 8, then multiples of 8, the padding rows writing a scratch slot of the
-cache), so a handful of graphs serve every mix of decode rows and prompt chunks. On the CPU a graph
-would only call the function again, so the CPU runs it eagerly.
+Each step shape is captured as a graph on first use and replayed: on WebGPU its launches, on the
+CPU its plan of numpy steps (no validation, Tensors or views a step: `backends.cpu.CpuGraph`).
+Shapes are bucketed (rows padded to 1, 2, 4, 8, then multiples of 8, the padding rows writing a
+scratch slot of the cache), so a handful of graphs serve every mix of decode rows and prompt chunks.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def bucket(n: int) -> int:
 
 
 class _StepGraph:
-    """One step shape's captured forward over its own input tensors (WebGPU): `width` rows of
+    """One step shape's captured forward over its own input tensors: `width` rows of
     (token, position, slot), the LM head on `picks` of them (None: on every row), `shared` slots.
     A step of decode rows only (picks None, not shared) ends by feeding its argmax back as its
     next input (`ops.advance_tokens`: ids = best, pos += 1), so that a greedy step can be replayed
@@ -80,7 +80,7 @@ class _StepGraph:
 
 @dataclass
 class _Launched:
-    """A step on its way: its rows, its graph (WebGPU), and the readbacks of its argmax and (where
+    """A step on its way: its rows, its graph (None: run eagerly), and the readbacks of its argmax and (where
     a row samples) its logits, started when it was queued."""
 
     rows: list[Row]
@@ -97,8 +97,7 @@ class BatchedGPT2Engine(GPT2EngineBase):
 
     def __init__(self, model: GPT2, max_batch: int, name: str | None = None, use_graph: bool | None = None):
         super().__init__(model, max_batch, name)
-        host = model.device.backend.host_memory
-        self.use_graph = (model.use_graph and not host) if use_graph is None else use_graph
+        self.use_graph = model.use_graph if use_graph is None else use_graph
         self.cache = model.new_cache(max_batch + 1)  # slot max_batch: the padding rows' scratch
         self._length = [0] * max_batch  # tokens held per slot
         self._graphs: dict[tuple[int, int | None, bool], _StepGraph] = {}
