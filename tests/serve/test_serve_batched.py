@@ -172,3 +172,47 @@ def test_batched_step_is_checked_whole(cpu_model):
     ref = GPT2Engine(cpu_model, 3)
     assert ref.step([Row(0, (1, 2), 0, greedy), Row(1, (3,), 0, greedy)]) == [a, b]
     assert e.step([Row(0, (a,), 2, greedy)]) == ref.step([Row(0, (a,), 2, greedy)])
+
+
+def _follow_equals_steps(model) -> None:
+    """`follow` (the next step launched before this one's tokens are read, its inputs fed back on
+    the device) gives the tokens that stepping one at a time gives; bad follows are refused."""
+    greedy = Sampling()
+    prompts = [Row(0, (5, 6, 7), 0, greedy), Row(1, (9,), 0, greedy), Row(2, tuple(range(20, 31)), 0, greedy)]
+    ref, e = BatchedGPT2Engine(model, 4), BatchedGPT2Engine(model, 4)
+    first = ref.step(prompts)
+    assert e.step(prompts) == first
+    want, last = [], first
+    for k in range(4):  # reference: step by step, each step's tokens fed in by the host
+        last = ref.step([Row(p.slot, (t,), len(p.ids) + k, greedy) for p, t in zip(prompts, last, strict=True)])
+        want.append(last)
+    rows = [Row(p.slot, (t,), len(p.ids), greedy) for p, t in zip(prompts, first, strict=True)]
+    assert e.can_follow(rows)
+    handles = [e.launch(rows)]
+    for _ in range(3):
+        rows = [Row(r.slot, (0,), r.start + 1, greedy) for r in rows]  # ids unread: fed back
+        handles.append(e.follow(handles[-1], rows))
+    assert [e.collect(h) for h in handles] == want
+
+    with pytest.raises(ArgumentError, match="previous step's, one position on"):
+        e.follow(handles[-1], rows)  # the same positions again
+    with pytest.raises(ArgumentError, match="last launched step"):
+        e.follow(handles[0], [Row(r.slot, (0,), r.start + 1, greedy) for r in rows])  # not the last
+    chunk = e.launch([Row(3, (1, 2), 0, greedy)])  # a prompt chunk's step does not feed back
+    with pytest.raises(ArgumentError, match="greedy decode rows only"):
+        e.follow(chunk, [Row(3, (0,), 2, greedy)])
+    e.collect(chunk)
+    assert not e.can_follow([Row(0, (1,), 7, Sampling(0.8, None, None, 1))])  # sampling: host-side
+    assert not e.can_follow([Row(0, (1,), e.n_ctx - 1, greedy)])  # no room for one more position
+    # the refused follows changed nothing: the sequences go on as the reference's
+    nxt = [Row(r.slot, (t,), r.start + 1, greedy) for r, t in zip(rows, want[-1], strict=True)]
+    assert e.step(nxt) == ref.step(nxt)
+
+
+def test_cpu_follow_equals_steps(cpu_model):
+    _follow_equals_steps(cpu_model)
+
+
+@pytest.mark.wgpu
+def test_lavapipe_follow_equals_steps(gpu_model):
+    _follow_equals_steps(gpu_model)

@@ -156,3 +156,78 @@ def test_the_next_step_is_launched_before_the_tokens_are_streamed(monkeypatch):
     assert all(n == 2 for n in firsts)  # token 0 (the prefill's) was streamed with the first decode step out
     assert all(n >= i + 2 for n, i in emitted if i < 7)  # every token but the last: the next step was out
     assert sorted(eng.released) == [0, 1]
+
+
+class FollowingEngine(RecordingEngine):
+    """RecordingEngine with the batched engine's launch / follow / collect: a followed step's rows
+    take the previous step's tokens as their ids, as the device's feedback does."""
+
+    def __init__(self, max_batch: int, eos: int | None):
+        super().__init__(max_batch)
+        self.eos_token_id, self.follows = eos, 0
+        self._last: tuple[list[Row], list[int | None]] | None = None
+
+    def launch(self, rows: Sequence[Row]) -> tuple[list[Row], list[int | None]]:
+        self._last = (list(rows), self.step(rows))
+        return self._last
+
+    def can_follow(self, rows: Sequence[Row]) -> bool:
+        return all(len(r.ids) == 1 and r.sample for r in rows)
+
+    def follow(self, prev, rows: Sequence[Row]) -> tuple[list[Row], list[int | None]]:
+        assert prev is self._last, "follow continues the last launched step only"
+        assert [(r.slot, r.start) for r in rows] == [(r.slot, r.start + 1) for r in prev[0]]
+        self.follows += 1
+        return self.launch([Row(r.slot, (t,), r.start, r.sampling) for r, t in zip(rows, prev[1], strict=True)])
+
+    def collect(self, h) -> list[int | None]:
+        return h[1]
+
+
+async def _texts(engine, jobs: list[tuple[int, int]]) -> list[tuple[str, int, str | None]]:
+    """jobs (prompt length, max_tokens), all at once: each one's (text, tokens, finish reason)."""
+    sched = Scheduler(engine, max_queue=64)
+    sched.start()
+
+    async def one(n_prompt: int, max_tokens: int) -> tuple[str, int, str | None]:
+        g = Generation(list(range(1, n_prompt + 1)), max_tokens, Sampling(), stops=["d"] if n_prompt == 5 else ())
+        sched.submit(g)
+        evs = [ev async for ev in g.stream()]
+        return "".join(ev.text for ev in evs), sum(ev.tokens for ev in evs), evs[-1].finish
+
+    try:
+        out = list(await asyncio.gather(*(one(*j) for j in jobs)))
+        await asyncio.sleep(0.05)
+        return out
+    finally:
+        await sched.stop()
+
+
+def _follow_check(jobs: list[tuple[int, int]]) -> FollowingEngine:
+    """Run `jobs` on a plain and a following engine: every request gets exactly the tokens, text and
+    finish it gets step by step: none past an EOS (token 0, at next position 7), a stop string ("d",
+    for 5-token prompts) or max_tokens, and no row past max_tokens either (at most the one in
+    flight after an EOS or a stop string)."""
+    plain, fol = RecordingEngine(max_batch=8), FollowingEngine(max_batch=8, eos=0)
+    plain.eos_token_id = 0
+    plain.tokenizer = fol.tokenizer = _Letters()
+    want = asyncio.run(_texts(plain, jobs))
+    got = asyncio.run(_texts(fol, jobs))
+    assert got == want
+    for slot in range(8):
+        assert sum(1 for rows in fol.steps for r in rows if r.slot == slot) <= \
+            sum(1 for rows in plain.steps for r in rows if r.slot == slot) + 1
+    assert sorted(fol.released) == sorted(plain.released)
+    return fol
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 12), st.integers(1, 20)), min_size=1, max_size=6))
+def test_followed_steps_stream_what_plain_steps_stream(jobs):
+    """With an engine that can follow, runs of greedy decode steps are queued two deep."""
+    _follow_check(jobs)
+
+
+def test_runs_of_greedy_decode_steps_are_followed():
+    fol = _follow_check([(2, 20), (3, 4), (5, 9), (1, 30)])
+    assert fol.follows >= 2
