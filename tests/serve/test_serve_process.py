@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from webtensor.errors import ArgumentError
 from webtensor.serve.engine import Row, Sampling
 from webtensor.serve.process import EngineProcessError, ProcessEngine, build_engine
 
@@ -42,3 +43,31 @@ def test_process_engine_equals_in_process():
 def test_a_child_that_cannot_start_is_an_error():
     with pytest.raises(EngineProcessError, match="failed to start: .*nonexistent"):
         ProcessEngine({**SPEC, "model": "/nonexistent/model-dir"})
+
+
+def test_process_engine_follows_in_the_child():
+    """launch + follow queued before either is read: the child runs the followed steps with their
+    tokens fed back, which equal stepping in-process; a follow of a step not the last is refused."""
+    g = Sampling()
+    ref = build_engine(SPEC)
+    first = ref.step([Row(0, (1, 2, 3), 0, g), Row(1, (5,), 0, g)])
+    want, last = [], first
+    for k in range(3):
+        last = ref.step([Row(0, (last[0],), 3 + k, g), Row(1, (last[1],), 1 + k, g)])
+        want.append(last)
+    pe = ProcessEngine(SPEC)
+    try:
+        assert pe.step([Row(0, (1, 2, 3), 0, g), Row(1, (5,), 0, g)]) == first
+        rows = [Row(0, (first[0],), 3, g), Row(1, (first[1],), 1, g)]
+        assert pe.can_follow(rows) and not pe.can_follow([Row(0, (1,), 3, Sampling(0.9, None, None, 1))])
+        tickets = [pe.launch(rows)]
+        for k in range(2):
+            tickets.append(pe.follow(tickets[-1], [Row(0, (0,), 4 + k, g), Row(1, (0,), 2 + k, g)]))
+        with pytest.raises(ArgumentError, match="last launched"):
+            pe.follow(tickets[0], rows)
+        assert [pe.collect(t) for t in tickets] == want
+        pe.release(1)  # answered in order after the steps
+        ref.release(1)
+        assert pe.step([Row(1, (7,), 0, g)]) == ref.step([Row(1, (7,), 0, g)])
+    finally:
+        pe.close()

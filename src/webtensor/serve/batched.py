@@ -43,7 +43,7 @@ from ..generation import int_tensor, upload_ints
 from ..models.gpt2.model import GPT2
 from ..models.gpt2.validate import check_ids
 from ..tensor import Tensor
-from .engine import GPT2EngineBase, Row, choose
+from .engine import GPT2EngineBase, Row, choose, followable
 
 
 def bucket(n: int) -> int:
@@ -153,9 +153,7 @@ class BatchedGPT2Engine(GPT2EngineBase):
     def can_follow(self, rows: Sequence[Row]) -> bool:
         """Whether `follow` can continue a launched step of these rows: greedy one-token decode
         rows (a graph that feeds its tokens back) with room for one more position."""
-        return self.use_graph and bool(rows) and all(
-            len(r.ids) == 1 and r.sample and r.sampling.temperature == 0 and r.next_position + 1 < self.n_ctx
-            for r in rows)
+        return self.use_graph and followable(rows, self.n_ctx)
 
     def follow(self, prev: _Launched, rows: Sequence[Row]) -> _Launched:
         """Launch the step after `prev` (the last launched, `can_follow` its rows) for the same

@@ -91,6 +91,14 @@ class Engine(Protocol):
         ...
 
 
+def followable(rows: Sequence[Row], n_ctx: int) -> bool:
+    """Whether a step of `rows` can be followed by the next before its tokens are read (an engine's
+    `follow`: its argmax fed back on the device): greedy one-token decode rows, each with room for
+    one more position."""
+    return bool(rows) and all(len(r.ids) == 1 and r.sample and r.sampling.temperature == 0
+                              and r.next_position + 1 < n_ctx for r in rows)
+
+
 def choose(logits: np.ndarray, s: Sampling, position: int) -> int:
     """The token for `position` from its logits (V,): argmax, or the draw for (seed, position)."""
     return sample(logits, s.params(), position)

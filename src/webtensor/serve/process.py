@@ -8,8 +8,11 @@ the loop's work ~2 ms a step, so ~5 ms between tokens in one process (docs/perfo
 In its own process the engine steps on one core while the loop serves the tokens on the other.
 
 The parent keeps what the scheduler reads (name, max_batch, n_ctx, vocab_size, eos_token_id, the
-tokenizer: sent once by the child) and forwards `step` and `release` over a pipe; the engine thread
-waiting on the pipe releases the GIL. The child builds the model and engine itself (from `spec`,
+tokenizer: sent once by the child) and forwards `launch` / `follow` / `collect` (and so `step`) and
+`release` over a pipe; the engine thread waiting on the pipe releases the GIL. Calls are messages
+answered in order, so the scheduler can queue a `follow` (the next greedy step, its tokens fed back
+in the child: `BatchedGPT2Engine.follow`) before it reads the step before it: the child then goes
+from one step to the next without waiting for the parent. The child builds the model and engine itself (from `spec`,
 the serve command's choices), so nothing unpicklable crosses. An exception in the child's step is
 raised in the parent as an `EngineProcessError` with the child's message (the scheduler fails that
 step's requests and goes on); a child that died is an `EngineProcessError` on every call after.
@@ -21,8 +24,8 @@ import multiprocessing as mp
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import WebtensorError
-from .engine import Row
+from ..errors import ArgumentError, WebtensorError
+from .engine import Row, followable
 
 
 class EngineProcessError(WebtensorError):
@@ -58,11 +61,13 @@ def _child(conn: Any, spec: dict[str, Any]) -> None:
         info = {k: getattr(engine, k) for k in ("name", "max_batch", "n_ctx", "vocab_size", "eos_token_id",
                                                 "tokenizer")}
         info["engine"] = getattr(engine, "engine", None)
+        info["follows"] = bool(getattr(engine, "use_graph", False) and hasattr(engine, "follow"))
         info["device"] = engine.model.device.describe()
         conn.send(("ready", info))
     except Exception as e:  # the parent reports it and exits
         conn.send(("error", f"{type(e).__name__}: {e}"))
         return
+    last = None  # the step launched last (what a "follow" continues)
     while True:
         try:
             msg = conn.recv()
@@ -74,6 +79,12 @@ def _child(conn: Any, spec: dict[str, Any]) -> None:
             if msg[0] == "release":
                 engine.release(msg[1])
                 conn.send(("ok", None))
+            elif msg[0] == "follow":
+                last = engine.follow(last, msg[1])
+                conn.send(("ok", engine.collect(last)))
+            elif hasattr(engine, "launch"):
+                last = engine.launch(msg[1])
+                conn.send(("ok", engine.collect(last)))
             else:
                 conn.send(("ok", engine.step(msg[1])))
         except Exception as e:
@@ -104,6 +115,9 @@ class ProcessEngine:
         self.tokenizer = info["tokenizer"]
         self.engine: str | None = info["engine"]
         self.device: str = info["device"]
+        self._follows: bool = info["follows"]
+        self._sent = self._answered = 0  # messages sent, answers received (in order)
+        self._answers: dict[int, tuple[str, Any]] = {}  # received, not yet taken
 
     def _recv(self) -> tuple[str, Any]:
         try:
@@ -111,21 +125,46 @@ class ProcessEngine:
         except (EOFError, OSError) as e:
             raise EngineProcessError(f"the engine process is gone (exit code {self._proc.exitcode})") from e
 
-    def _call(self, *msg: Any) -> Any:
+    def _send(self, *msg: Any) -> int:
+        """Send a call; its ticket, for `_answer`."""
         try:
             self._conn.send(msg)
         except (BrokenPipeError, OSError) as e:
             raise EngineProcessError(f"the engine process is gone (exit code {self._proc.exitcode})") from e
-        kind, value = self._recv()
+        self._sent += 1
+        return self._sent - 1
+
+    def _answer(self, ticket: int) -> Any:
+        """The answer to call `ticket` (those before it, received on the way, are kept for theirs)."""
+        while ticket not in self._answers:
+            self._answers[self._answered] = self._recv()
+            self._answered += 1
+        kind, value = self._answers.pop(ticket)
         if kind == "error":
             raise EngineProcessError(value)
         return value
 
+    def launch(self, rows: Sequence[Row]) -> int:
+        """Start a step in the child; `collect` its tokens."""
+        return self._send("step", list(rows))
+
+    def can_follow(self, rows: Sequence[Row]) -> bool:
+        return self._follows and followable(rows, self.n_ctx)
+
+    def follow(self, prev: int, rows: Sequence[Row]) -> int:
+        """The step after `prev` (the last launched), its tokens fed back in the child."""
+        if prev != self._sent - 1:
+            raise ArgumentError("follow continues the last launched step only")
+        return self._send("follow", list(rows))
+
+    def collect(self, ticket: int) -> list[int | None]:
+        return self._answer(ticket)
+
     def step(self, rows: Sequence[Row]) -> list[int | None]:
-        return self._call("step", list(rows))
+        return self.collect(self.launch(rows))
 
     def release(self, slot: int) -> None:
-        self._call("release", slot)
+        self._answer(self._send("release", slot))
 
     def close(self) -> None:
         """Stop the child (it exits on its own when the parent goes, too)."""

@@ -88,11 +88,13 @@ class Generation:
 @dataclass
 class _Step:
     """A step handed to the engine: its (sequence, row) pairs, when, and the engine's handle for it
-    (engines with `launch`/`collect`), or the error its start raised."""
+    (engines with `launch`/`collect`), its tokens (engines with only `step`), or the error its
+    start raised."""
 
     work: list[tuple[Generation, Row]]
     t0: float
     handle: Any = None
+    tokens: list[int | None] | None = None
     error: Exception | None = None
 
 
@@ -231,6 +233,8 @@ class Scheduler:
         return step
 
     def _start(self, releases: list[int], step: _Step, prev: _Step | None) -> None:
+        """On the engine thread: the releases, then the step launched (or, for an engine with only
+        `step`, run: its tokens)."""
         try:
             for slot in releases:
                 self.engine.release(slot)
@@ -239,16 +243,18 @@ class Scheduler:
                 step.handle = self.engine.follow(prev.handle, rows)  # type: ignore[attr-defined]
             elif rows and hasattr(self.engine, "launch"):
                 step.handle = self.engine.launch(rows)  # type: ignore[attr-defined]
+            else:
+                step.tokens = self.engine.step(rows) if rows else []
         except Exception as e:  # raised by _finish, on the scheduler's side
             step.error = e
 
     def _finish(self, step: _Step) -> list[int | None]:
+        """On the engine thread, after `_start`: the step's tokens."""
         if step.error is not None:
             raise step.error
-        if step.handle is not None:
-            return self.engine.collect(step.handle)  # type: ignore[attr-defined]
-        rows = [row for _, row in step.work]
-        return self.engine.step(rows) if rows else []
+        if step.tokens is not None:
+            return step.tokens
+        return self.engine.collect(step.handle)  # type: ignore[attr-defined]
 
     def _can_follow(self, work: list[tuple[Generation, Row]]) -> bool:
         """Whether the step after `work` is the same sequences one token on, whatever its tokens:
