@@ -1,16 +1,18 @@
 """Time `BatchedGPT2Engine.step` alone (no server): B greedy decode rows a step, steady state.
 
     PYTHONPATH=src python tools/engine_step.py --device lavapipe --rows 1,8,32 [--model DIR]
-        [--modes graph,eager] [--profile] [--set NAME=VALUE ...]
+        [--modes graph,eager] [--follow] [--profile] [--set NAME=VALUE ...]
 
 Each width gets its own engine of B slots, B prompts of 8 tokens, then `--warmup` steps (graph
 capture, kernel compiles) and `--steps` timed steps; prints the median and best ms a step and the
 tokens/s of the median. `--modes graph,eager` runs an engine of each kind (replayed graphs, op by
 op) side by side, alternating step by step, so that both see the same load on a noisy machine.
-`--profile` (WebGPU with timestamps): the GPU time of one replay of each captured step graph by
-kernel kind. `--set NAME=VALUE` sets a planner constant of `backends.wgpu.ops` for the run (a
-Python literal: e.g. GEMV_STACK_F16_MAX_ROWS=None, ENGINE_SPLIT_K=False), for an A/B in one
-session. Run two trees with the same command for a before/after."""
+`--follow`: also a chain of `follow`s (each step launched before the one before it is read, as
+the server runs greedy streams). `--profile` (WebGPU with timestamps): the GPU time of one replay
+of each captured step graph by kernel kind. `--set NAME=VALUE` sets a planner constant of
+`backends.wgpu.ops` for the run (a Python literal: e.g. GEMV_STACK_F16_MAX_ROWS=None,
+ENGINE_SPLIT_K=False), for an A/B in one session. Run two trees with the same command for a
+before/after."""
 
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--modes", default="default", help="comma-separated: default, graph, eager (interleaved)")
+    ap.add_argument("--follow", action="store_true", help="also time a chain of follows (greedy steps fed back)")
     ap.add_argument("--profile", action="store_true", help="GPU time per kernel kind of one step (WebGPU)")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="a backends.wgpu.ops constant for this run (repeatable)")
@@ -73,9 +76,31 @@ def main() -> None:
             what = "" if mode == "default" else f" {mode}"
             print(f"{a.device}{what} rows {B}: {med * 1e3:.1f} ms a step (best {min(ts) * 1e3:.1f}), "
                   f"{B / med:,.0f} tok/s", flush=True)
+            if a.follow and e.use_graph:
+                print_follow(e, a.warmup, a.steps)
             if a.profile:
                 print_profile(e)
             e.close()
+
+
+def print_follow(e: BatchedGPT2Engine, warmup: int, steps: int) -> None:
+    """Time a chain of `follow`s, two deep as the server runs them (each step launched before the
+    one before it is read), over the positions the plain steps ran (the slots read again)."""
+    greedy = Sampling()
+    B = e.max_batch
+    for s in range(B):
+        e.release(s)
+    first = e.step([Row(s, tuple(range(1 + s, 9 + s)), 0, greedy) for s in range(B)])
+    h = e.launch([Row(s, (first[s],), 8, greedy) for s in range(B)])  # type: ignore[arg-type]
+    for i in range(1, warmup + steps + 1):
+        if i == warmup + 1:
+            t0 = time.perf_counter()
+        nxt = e.follow(h, [Row(s, (0,), 8 + i, greedy) for s in range(B)])
+        e.collect(h)
+        h = nxt
+    e.collect(h)
+    per = (time.perf_counter() - t0) / steps
+    print(f"  follow rows {B}: {per * 1e3:.2f} ms a step, {B / per:,.0f} tok/s", flush=True)
 
 
 def print_profile(e: BatchedGPT2Engine) -> None:
