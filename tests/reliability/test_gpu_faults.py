@@ -229,24 +229,24 @@ model = GPT2.from_pretrained(CHECKPOINT, device=dev)
 prompt = [5, 17, 42, 99, 3]
 want = {"greedy": model.generate(prompt, 10), "sampled": model.generate(prompt, 10, temperature=0.8, seed=3)}
 cls = type(dev.ctx.api.device.create_buffer(size=256, usage=wgpu.BufferUsage.COPY_DST))
-real_map_sync = cls.map_sync
+real_map_async = cls.map_async
 out = {}
 for name, kw in [("greedy", {}), ("sampled", dict(temperature=0.8, seed=3))]:
     for nth in (1, 3):
         calls = [0]
-        def interrupted_map_sync(self, *a, **k):
+        def interrupted_map_async(self, *a, **k):
             calls[0] += 1
+            promise = real_map_async(self, *a, **k)
             if calls[0] == nth:  # Ctrl-C while waiting for the GPU: the map is requested, never awaited
-                self.map_async(*a, **k)
                 raise KeyboardInterrupt
-            return real_map_sync(self, *a, **k)
-        cls.map_sync = interrupted_map_sync
+            return promise
+        cls.map_async = interrupted_map_async
         try:
             model.generate(prompt, 10, **kw)
             res = "not interrupted"
         except KeyboardInterrupt:
             res = "interrupted"
-        cls.map_sync = real_map_sync
+        cls.map_async = real_map_async
         again = [model.generate(prompt, 10, **kw) for _ in range(2)]
         x = np.arange(12, dtype=np.float32).reshape(3, 4)
         ok = bool(np.allclose(wt.softmax(wt.tensor(x, device=dev)).numpy().sum(-1), 1.0))

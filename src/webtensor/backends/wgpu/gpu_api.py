@@ -301,13 +301,26 @@ class NativeGpu:
             staging = free.pop() if free else self.device.create_buffer(
                 size=size, usage=MAP_READ | COPY_DST, label="webtensor-staging")
             enc.copy_buffer_to_buffer(buf, off, staging, 0, (n + 3) & ~3)
-            token = (staging, n)
-        self.queue.submit([enc.finish()])
+            token = [staging, n, None]
+        if raw is not None and token is not None:
+            token[2] = raw.submit_for_index(self.queue._internal, enc.finish())
+        else:
+            self.queue.submit([enc.finish()])
         return token
 
     def finish(self, token: Any) -> memoryview:
-        staging, n = token
-        staging.map_sync(self._wgpu.MapMode.READ, 0, staging.size)
+        staging, n, index = token
+        if index is not None:
+            # Wait for this submission only, then map without wgpu-py's extra empty submit: its
+            # map_sync waits (device poll with no submission index) for everything submitted so
+            # far, so a step queued behind this one (BatchedGPT2Engine.follow) would be waited
+            # for too, and the device would idle while the host plans the next
+            self._raw.wait_for(self.device._internal, index)  # type: ignore[union-attr]
+            promise = staging.map_async("READ_NOSYNC", 0, staging.size)
+            self._raw.poll(self.device._internal)  # type: ignore[union-attr]  # (fires its callback)
+            promise.sync_wait()
+        else:
+            staging.map_sync(self._wgpu.MapMode.READ, 0, staging.size)
         try:
             data = memoryview(bytes(staging.read_mapped(0, (n + 3) & ~3)))[:n]
         finally:
@@ -344,16 +357,30 @@ class NativeGpu:
 
 
 class _RawEncoder:
-    """wgpu-native's three compute-pass entry points, called through wgpu-py's own cffi handles.
+    """wgpu-native's three compute-pass entry points (and submit-for-index / poll-for-index, for
+    readbacks that wait for their own submission only), called through wgpu-py's own cffi handles.
     wgpu-py's wrappers cost ~10 us a dispatch on a server CPU (measured on the H200 host), about
     as much as a small kernel runs; these calls cost a fraction. Private API of wgpu-py 0.32
     (pinned); `WEBTENSOR_RAW_ENCODE=0` or any import failure falls back to the public API."""
 
     def __init__(self, libf: Any, ffi: Any):
-        self.ffi = ffi
+        self.ffi, self._libf = ffi, libf
         self.set_pipeline = libf.wgpuComputePassEncoderSetPipeline
         self.set_bind_group = libf.wgpuComputePassEncoderSetBindGroup
         self.dispatch = libf.wgpuComputePassEncoderDispatchWorkgroups
+
+    def submit_for_index(self, queue: Any, command_buffer: Any) -> int:
+        """Submit one command buffer (wgpu-py's GPUCommandBuffer); its submission index."""
+        return int(self._libf.wgpuQueueSubmitForIndex(queue, 1, self.ffi.new("WGPUCommandBuffer[1]",
+                                                                             [command_buffer._internal])))
+
+    def wait_for(self, device: Any, index: int) -> None:
+        """Block (the GIL released) until submission `index` has finished on the device."""
+        self._libf.wgpuDevicePoll(device, True, self.ffi.new("WGPUSubmissionIndex *", index))
+
+    def poll(self, device: Any) -> None:
+        """Process finished work (map callbacks) without waiting."""
+        self._libf.wgpuDevicePoll(device, False, self.ffi.NULL)
 
     @classmethod
     def load(cls) -> _RawEncoder | None:
