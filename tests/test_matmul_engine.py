@@ -234,6 +234,9 @@ def test_engine_tile_choice():
     assert gops.engine_tile(4096, 3072) == (2, 2)
     assert gops.engine_tile(1023, 2304) == (1, 2)
     assert gops.engine_tile(16, 768) == (1, 1)
+    assert gops.engine_tile(64, 50257) == (1, 2)  # not 128-row tiles, half padding
+    assert gops.engine_tile(128, 50257) == (2, 2)
+    assert gops.engine_tile(192, 50257) == (1, 2) and gops.engine_tile(4160, 3072) == (2, 2)
     for m, n in [(2, 5), (300, 300), (4096, 50257)]:
         mt, nt = gops.engine_tile(m, n)
         assert mt in (1, 2) and nt in (1, 2)

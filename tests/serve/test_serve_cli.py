@@ -23,6 +23,7 @@ BAD_ARGS = [
     ["serve", "--dtype", "bfloat16"],
     ["serve", "--engine", "fast"],
     ["serve", "--blas-threads", "-1"],
+    ["serve", "--prefill-budget", "0"],
     ["serve", "--model", str(ROOT / "pyproject.toml")],
     ["bench-serve", "--concurrency", "1,x"],
     ["bench-serve", "--concurrency", "0"],

@@ -45,9 +45,9 @@ from .scheduler import Generation, Scheduler
 
 
 def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
-               scheduler: Scheduler | None = None) -> FastAPI:
+               scheduler: Scheduler | None = None, prefill_budget: int = 256) -> FastAPI:
     metrics = scheduler.metrics if scheduler else Metrics()
-    sched = scheduler or Scheduler(engine, max_queue, metrics)
+    sched = scheduler or Scheduler(engine, max_queue, metrics, prefill_budget=prefill_budget)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -27,6 +27,9 @@ def add_parsers(sub: Any) -> None:
                    help="batched (default: a step's decode rows as one forward) or reference (row by row)")
     p.add_argument("--max-queue", type=int, default=256, help="requests waiting for a slot before 429")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/*")
+    p.add_argument("--prefill-budget", type=int, default=None,
+                   help="prompt tokens read per step, over all arriving requests (default 256 on --device cpu, "
+                        "1024 otherwise: a burst of requests starts in fewer steps)")
     p.add_argument("--grace", type=float, default=30.0, help="seconds running streams get to finish on SIGTERM")
     p.add_argument("--engine-process", default="auto", choices=("auto", "on", "off"),
                    help="run the engine in its own process, off the HTTP event loop's GIL (auto: on for --device cpu, "
@@ -74,6 +77,8 @@ def _check_serve(a: argparse.Namespace) -> str | None:
         return f"--max-queue must be >= 0, got {a.max_queue}"
     if a.grace < 0:
         return f"--grace must be >= 0, got {a.grace}"
+    if a.prefill_budget is not None and a.prefill_budget < 1:
+        return f"--prefill-budget must be >= 1, got {a.prefill_budget}"
     if a.blas_threads < 0:
         return f"--blas-threads must be >= 0, got {a.blas_threads}"
     if not a.host:
@@ -112,7 +117,8 @@ def run_serve(a: argparse.Namespace) -> int:
     from .server import serve
 
     try:
-        serve(engine, a.host, a.port, a.max_queue, a.api_key, a.grace)
+        budget = a.prefill_budget or (256 if a.device.lower() == "cpu" else 1024)
+        serve(engine, a.host, a.port, a.max_queue, a.api_key, a.grace, prefill_budget=budget)
     finally:
         if in_process:
             engine.close()

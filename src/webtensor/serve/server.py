@@ -28,9 +28,9 @@ class DrainingServer(uvicorn.Server):
 
 
 def serve(engine: Engine, host: str, port: int, max_queue: int = 256, api_key: str | None = None,
-          grace: float = 30.0, log_level: str = "warning") -> None:
-    """Serve `engine` on host:port until a signal, then drain."""
-    app = create_app(engine, max_queue, api_key)
+          grace: float = 30.0, log_level: str = "warning", prefill_budget: int = 256) -> None:
+    """Serve `engine` on host:port until a signal, then drain (`prefill_budget`: the scheduler's)."""
+    app = create_app(engine, max_queue, api_key, prefill_budget=prefill_budget)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
                             timeout_graceful_shutdown=max(1, round(grace)))
     DrainingServer(config, app.state.scheduler).run()

@@ -515,8 +515,13 @@ ENGINE_SPLIT_MIN_K = 128
 
 
 def engine_tile(M: int, N: int) -> tuple[int, int]:
-    """(MT, NT): the workgroup tile is (64 MT) x (64 NT); the largest whose grid fills the GPU."""
+    """(MT, NT): the workgroup tile is (64 MT) x (64 NT); the largest whose grid fills the GPU, but
+    not 128-row tiles where they would compute more than M / 8 rows of padding beyond 64-row
+    tiles' (the LM head of a 64-row decode step: half of each 128-row tile would be padding)."""
+    extra = math.ceil(M / 128) * 128 - math.ceil(M / 64) * 64  # padding rows 128-row tiles add
     for mt, nt in ((2, 2), (1, 2)):
+        if mt == 2 and extra * 8 > M:
+            continue
         if math.ceil(M / (64 * mt)) * math.ceil(N / (64 * nt)) >= ENGINE_WAVE:
             return mt, nt
     return 1, 1
