@@ -45,17 +45,20 @@ def test_a_child_that_cannot_start_is_an_error():
         ProcessEngine({**SPEC, "model": "/nonexistent/model-dir"})
 
 
-def test_process_engine_follows_in_the_child():
+@pytest.mark.parametrize("device", ["cpu", pytest.param("lavapipe", marks=pytest.mark.wgpu)])
+def test_process_engine_follows_in_the_child(device):
     """launch + follow queued before either is read: the child runs the followed steps with their
-    tokens fed back, which equal stepping in-process; a follow of a step not the last is refused."""
+    tokens fed back, on the CPU and on lavapipe, which equal stepping
+    in-process; a follow of a step not the last is refused."""
     g = Sampling()
-    ref = build_engine(SPEC)
+    spec = {**SPEC, "device": device}
+    ref = build_engine(spec)
     first = ref.step([Row(0, (1, 2, 3), 0, g), Row(1, (5,), 0, g)])
     want, last = [], first
     for k in range(3):
         last = ref.step([Row(0, (last[0],), 3 + k, g), Row(1, (last[1],), 1 + k, g)])
         want.append(last)
-    pe = ProcessEngine(SPEC)
+    pe = ProcessEngine(spec)
     try:
         assert pe.step([Row(0, (1, 2, 3), 0, g), Row(1, (5,), 0, g)]) == first
         rows = [Row(0, (first[0],), 3, g), Row(1, (first[1],), 1, g)]

@@ -6,7 +6,8 @@
 # the single-stream decode of `webtensor bench`. Writes under $OUT;
 # stops by itself (every step under `timeout`, the whole under ~7 minutes). Files (7): gpu.txt,
 # engine_step.txt, server.log, exact.txt, serve.json, metrics.txt, hf.json. HF=0 stops after the server;
-# EP=on|off|auto is the server's --engine-process (the engine in its own process).
+# EP=on|off|auto is the server's --engine-process (the engine in its own process); ROUNDS: requests
+# per client at each level (default 1).
 #
 #   bash tools/h200/serve.sh            (device run: carry .gl and .whl)
 # MODEL: a checkpoint dir, empty for the shipped model, or random:PRESET (default random:gpt2: a
@@ -76,7 +77,7 @@ EOF
 
 stamp "bench-serve"
 timeout $(cap 240) $PY -m webtensor.cli bench-serve --url "$URL" --concurrency "$LEVELS" --max-tokens "$TOKENS" \
-  --json "$OUT/serve${EP:+-$EP}.json" 2>&1 | tr '\r' '\n' | grep -v "concurrency [0-9]*:"
+  --rounds "${ROUNDS:-1}" --json "$OUT/serve${EP:+-$EP}.json" 2>&1 | tr '\r' '\n' | grep -v "concurrency [0-9]*:"
 curl -s "$URL/metrics" > "$OUT/metrics.txt" 2>/dev/null || $PY -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen('$URL/metrics').read().decode())" > "$OUT/metrics.txt"
 stop_server
 trap - EXIT
