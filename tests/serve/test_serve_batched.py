@@ -102,6 +102,32 @@ def test_cpu_batched_equals_reference(cpu_model):
     _check_same(cpu_model, n=40, max_batch=32, max_new=12, seed=1)  # 32 at once, then slots reused
 
 
+def test_step_shapes_are_few_and_their_graphs_bounded(cpu_model, monkeypatch):
+    """bucket(): every width fits, padding bounded, few distinct shapes; with MAX_GRAPHS = 3 the
+    engine releases the least recently used graphs and still gives the reference's tokens."""
+    from webtensor.serve import batched
+
+    widths = [batched.bucket(n) for n in range(1, 2049)]
+    assert all(w >= n for n, w in zip(range(1, 2049), widths, strict=True))
+    for n, w in zip(range(1, 2049), widths, strict=True):  # padding: < n, then 8, 64, 256 rows
+        assert w - n < (n if n <= 8 else 8 if n <= 64 else 64 if n <= 512 else 256), (n, w)
+    assert len(set(widths[:64])) == 11 and len(set(widths)) <= 32
+    monkeypatch.setattr(batched, "MAX_GRAPHS", 3)
+    reqs = _requests(12, 5, 5)
+    engine = BatchedGPT2Engine(cpu_model, 6)
+    sizes: list[int] = []
+    real = engine._graph
+
+    def spy(*a):
+        g = real(*a)
+        sizes.append(len(engine._graphs))
+        return g
+
+    engine._graph = spy
+    assert drive(engine, reqs, 5) == drive(GPT2Engine(cpu_model, 6), reqs, 5)
+    assert max(sizes) == 3 and len(sizes) > 6
+
+
 @pytest.mark.wgpu
 def test_lavapipe_batched_equals_reference(gpu_model):
     _check_same(gpu_model, n=40, max_batch=32, max_new=6, seed=2)  # one forward of up to 32 rows a step

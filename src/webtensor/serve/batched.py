@@ -25,8 +25,9 @@ Batch invariance: a row's numbers never depend on the other rows of its step.
 
 Each step shape is captured as a graph on first use and replayed: on WebGPU its launches, on the
 CPU its plan of numpy steps (no validation, Tensors or views a step: `backends.cpu.CpuGraph`).
-Shapes are bucketed (rows padded to 1, 2, 4, 8, then multiples of 8, the padding rows writing a
-scratch slot of the cache), so a handful of graphs serve every mix of decode rows and prompt chunks.
+Shapes are bucketed (`bucket`: rows padded to 1, 2, 4, 8, multiples of 8, then coarser, the padding
+rows writing a scratch slot of the cache), so a handful of graphs serve every mix of decode rows
+and prompt chunks; at most `MAX_GRAPHS` are kept, the least recently used released.
 """
 
 from __future__ import annotations
@@ -47,8 +48,16 @@ from .engine import GPT2EngineBase, Row, choose, followable
 
 
 def bucket(n: int) -> int:
-    """The rows a graph is captured for: n rounded up to 1, 2, 4, 8, then a multiple of 8."""
-    return 1 << max(n - 1, 0).bit_length() if n <= 8 else -(-n // 8) * 8
+    """The rows a graph is captured for: n rounded up to 1, 2, 4, 8, then a multiple of 8 up to 64
+    (decode steps), of 64 up to 512 and of 256 beyond (steps with prompt chunks, whose rows vary
+    most: 20 shapes up to 1,024 rows, each padded by less than 64 rows, or 256 beyond 512)."""
+    if n <= 8:
+        return 1 << max(n - 1, 0).bit_length()
+    step = 8 if n <= 64 else 64 if n <= 512 else 256
+    return -(-n // step) * step
+
+
+MAX_GRAPHS = 48  # captured step shapes kept (least recently used released beyond: their buffers)
 
 
 class _StepGraph:
@@ -207,9 +216,15 @@ class BatchedGPT2Engine(GPT2EngineBase):
 
     def _graph(self, width: int, picks: int | None, shared: bool) -> _StepGraph:
         key = (width, picks, shared)
-        g = self._graphs.get(key)
+        g = self._graphs.pop(key, None)  # (re-inserted last: the dict runs least to most recent)
         if g is None:
-            g = self._graphs[key] = _StepGraph(self.model, self.cache, width, picks, shared)
+            excess = len(self._graphs) + 1 - MAX_GRAPHS
+            if excess > 0:
+                in_use = self._last.graph if self._last is not None else None  # (`follow` may replay it)
+                for old in [k for k, v in self._graphs.items() if v is not in_use][:excess]:
+                    self._graphs.pop(old).release()
+            g = _StepGraph(self.model, self.cache, width, picks, shared)
+        self._graphs[key] = g
         return g
 
     def _check_slot(self, slot: int) -> None:
