@@ -95,7 +95,7 @@ def print_follow(e: BatchedGPT2Engine, warmup: int, steps: int) -> None:
     for i in range(1, warmup + steps + 1):
         if i == warmup + 1:
             t0 = time.perf_counter()
-        nxt = e.follow(h, [Row(s, (0,), 8 + i, greedy) for s in range(B)])
+        nxt = e.follow(h, [Row(s, (0,), 8 + i, greedy) for s in range(B)])  # (one step a follow)
         e.collect(h)
         h = nxt
     e.collect(h)

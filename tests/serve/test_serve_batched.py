@@ -209,29 +209,33 @@ def _follow_equals_steps(model) -> None:
     first = ref.step(prompts)
     assert e.step(prompts) == first
     want, last = [], first
-    for k in range(4):  # reference: step by step, each step's tokens fed in by the host
+    for k in range(7):  # reference: step by step, each step's tokens fed in by the host
         last = ref.step([Row(p.slot, (t,), len(p.ids) + k, greedy) for p, t in zip(prompts, last, strict=True)])
         want.append(last)
     rows = [Row(p.slot, (t,), len(p.ids), greedy) for p, t in zip(prompts, first, strict=True)]
-    assert e.can_follow(rows)
     handles = [e.launch(rows)]
-    for _ in range(3):
-        rows = [Row(r.slot, (0,), r.start + 1, greedy) for r in rows]  # ids unread: fed back
-        handles.append(e.follow(handles[-1], rows))
-    assert [e.collect(h) for h in handles] == want
+    for steps in (1, 3, 2):  # 1 + 1 + 3 + 2 steps
+        rows = [Row(r.slot, (0,), r.start + handles[-1].steps, greedy) for r in rows]  # ids unread: fed back
+        assert e.can_follow(rows, steps)
+        handles.append(e.follow(handles[-1], rows, steps))
+    assert [t for h in handles for t in e.collect(h)] == want
 
-    with pytest.raises(ArgumentError, match="previous step's, one position on"):
+    with pytest.raises(ArgumentError, match="previous step's, moved on by its steps"):
         e.follow(handles[-1], rows)  # the same positions again
     with pytest.raises(ArgumentError, match="last launched step"):
-        e.follow(handles[0], [Row(r.slot, (0,), r.start + 1, greedy) for r in rows])  # not the last
+        e.follow(handles[0], [Row(r.slot, (0,), r.start + 2, greedy) for r in rows])  # not the last
+    with pytest.raises(ArgumentError, match="1 to 8 steps"):
+        e.follow(handles[-1], [Row(r.slot, (0,), r.start + 2, greedy) for r in rows], 9)
     chunk = e.launch([Row(3, (1, 2), 0, greedy)])  # a prompt chunk's step does not feed back
     with pytest.raises(ArgumentError, match="greedy decode rows only"):
         e.follow(chunk, [Row(3, (0,), 2, greedy)])
     e.collect(chunk)
     assert not e.can_follow([Row(0, (1,), 7, Sampling(0.8, None, None, 1))])  # sampling: host-side
     assert not e.can_follow([Row(0, (1,), e.n_ctx - 1, greedy)])  # no room for one more position
+    assert e.can_follow([Row(0, (1,), e.n_ctx - 4, greedy)], 3) and not e.can_follow(
+        [Row(0, (1,), e.n_ctx - 4, greedy)], 4)
     # the refused follows changed nothing: the sequences go on as the reference's
-    nxt = [Row(r.slot, (t,), r.start + 1, greedy) for r, t in zip(rows, want[-1], strict=True)]
+    nxt = [Row(r.slot, (t,), r.start + 2, greedy) for r, t in zip(rows, want[-1], strict=True)]
     assert e.step(nxt) == ref.step(nxt)
 
 

@@ -124,9 +124,9 @@ def test_the_next_step_is_launched_before_the_tokens_are_streamed(monkeypatch):
         launched.append(len(work))
         return launch(self, loop, work)
 
-    def spy_emit(self, req, row, tok):
+    def spy_emit(self, req, tok, ending):
         emitted.append((len(launched), len(req.generated) - 1))
-        emit(self, req, row, tok)
+        emit(self, req, tok, ending)
 
     monkeypatch.setattr(Scheduler, "_launch", spy_launch)
     monkeypatch.setattr(Scheduler, "_emit", spy_emit)
@@ -160,27 +160,35 @@ def test_the_next_step_is_launched_before_the_tokens_are_streamed(monkeypatch):
 
 class FollowingEngine(RecordingEngine):
     """RecordingEngine with the batched engine's launch / follow / collect: a followed step's rows
-    take the previous step's tokens as their ids, as the device's feedback does."""
+    take the step before's tokens as their ids, as the device's feedback does; a follow may launch
+    several steps."""
 
     def __init__(self, max_batch: int, eos: int | None):
         super().__init__(max_batch)
-        self.eos_token_id, self.follows = eos, 0
-        self._last: tuple[list[Row], list[int | None]] | None = None
+        self.eos_token_id, self.follows, self.multi = eos, 0, 0
+        self._last: tuple[list[Row], list[list[int | None]]] | None = None
 
-    def launch(self, rows: Sequence[Row]) -> tuple[list[Row], list[int | None]]:
-        self._last = (list(rows), self.step(rows))
+    def launch(self, rows: Sequence[Row]) -> tuple[list[Row], list[list[int | None]]]:
+        self._last = (list(rows), [self.step(rows)])
         return self._last
 
-    def can_follow(self, rows: Sequence[Row]) -> bool:
-        return all(len(r.ids) == 1 and r.sample for r in rows)
+    def can_follow(self, rows: Sequence[Row], steps: int = 1) -> bool:
+        return all(len(r.ids) == 1 and r.sample and r.start + steps < self.n_ctx for r in rows)
 
-    def follow(self, prev, rows: Sequence[Row]) -> tuple[list[Row], list[int | None]]:
+    def follow(self, prev, rows: Sequence[Row], steps: int = 1) -> tuple[list[Row], list[list[int | None]]]:
         assert prev is self._last, "follow continues the last launched step only"
-        assert [(r.slot, r.start) for r in rows] == [(r.slot, r.start + 1) for r in prev[0]]
+        assert [(r.slot, r.start) for r in rows] == [(r.slot, r.start + len(prev[1])) for r in prev[0]]
+        assert self.can_follow(rows, steps)
         self.follows += 1
-        return self.launch([Row(r.slot, (t,), r.start, r.sampling) for r, t in zip(rows, prev[1], strict=True)])
+        self.multi += steps > 1
+        out, last = [], prev[1][-1]
+        for i in range(steps):
+            last = self.step([Row(r.slot, (t,), r.start + i, r.sampling) for r, t in zip(rows, last, strict=True)])
+            out.append(last)
+        self._last = (list(rows), out)
+        return self._last
 
-    def collect(self, h) -> list[int | None]:
+    def collect(self, h) -> list[list[int | None]]:
         return h[1]
 
 
@@ -203,11 +211,12 @@ async def _texts(engine, jobs: list[tuple[int, int]]) -> list[tuple[str, int, st
         await sched.stop()
 
 
-def _follow_check(jobs: list[tuple[int, int]]) -> FollowingEngine:
+def _follow_check(jobs: list[tuple[int, int]], extra: int = 1) -> FollowingEngine:
     """Run `jobs` on a plain and a following engine: every request gets exactly the tokens, text and
     finish it gets step by step: none past an EOS (token 0, at next position 7), a stop string ("d",
-    for 5-token prompts) or max_tokens, and no row past max_tokens either (at most the one in
-    flight after an EOS or a stop string)."""
+    for 5-token prompts) or max_tokens, and no row past max_tokens either (after an EOS or a stop
+    string at most `extra` in flight: 1, or with several steps a follow, the rest of its steps and
+    the next follow's)."""
     plain, fol = RecordingEngine(max_batch=8), FollowingEngine(max_batch=8, eos=0)
     plain.eos_token_id = 0
     plain.tokenizer = fol.tokenizer = _Letters()
@@ -216,7 +225,7 @@ def _follow_check(jobs: list[tuple[int, int]]) -> FollowingEngine:
     assert got == want
     for slot in range(8):
         assert sum(1 for rows in fol.steps for r in rows if r.slot == slot) <= \
-            sum(1 for rows in plain.steps for r in rows if r.slot == slot) + 1
+            sum(1 for rows in plain.steps for r in rows if r.slot == slot) + extra
     assert sorted(fol.released) == sorted(plain.released)
     return fol
 
@@ -228,6 +237,27 @@ def test_followed_steps_stream_what_plain_steps_stream(jobs):
     _follow_check(jobs)
 
 
+@settings(max_examples=10, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 12), st.integers(1, 20)), min_size=1, max_size=6))
+def test_several_steps_a_follow_stream_what_plain_steps_stream(jobs):
+    from unittest import mock
+
+    from webtensor.serve import scheduler
+
+    with mock.patch.object(scheduler, "FOLLOW_STEPS_MIN_ROWS", 1):
+        _follow_check(jobs, 2 * scheduler.FOLLOW_STEPS - 1)
+
+
 def test_runs_of_greedy_decode_steps_are_followed():
     fol = _follow_check([(2, 20), (3, 4), (5, 9), (1, 30)])
     assert fol.follows >= 2
+
+
+def test_many_rows_follow_several_steps_at_once(monkeypatch):
+    from webtensor.serve import scheduler
+
+    monkeypatch.setattr(scheduler, "FOLLOW_STEPS_MIN_ROWS", 3)
+    extra = 2 * scheduler.FOLLOW_STEPS - 1
+    fol = _follow_check([(1, 40), (2, 17), (3, 26), (4, 9), (1, 3)], extra)  # (EOS at next position 7)
+    fol2 = _follow_check([(1, 40), (8, 30), (9, 23), (10, 31), (5, 12)], extra)  # (past 7: EOS at 14; a stop)
+    assert fol.multi + fol2.multi >= 1

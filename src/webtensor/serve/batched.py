@@ -58,28 +58,31 @@ def bucket(n: int) -> int:
 
 
 MAX_GRAPHS = 48  # captured step shapes kept (least recently used released beyond: their buffers)
+FOLLOW_MAX_STEPS = 8  # steps one `follow` may launch (its tokens: a ring of this many rows)
 
 
 class _StepGraph:
     """One step shape's captured forward over its own input tensors: `width` rows of
     (token, position, slot), the LM head on `picks` of them (None: on every row), `shared` slots.
     A step of decode rows only (picks None, not shared) ends by feeding its argmax back as its
-    next input (`ops.advance_tokens`: ids = best, pos += 1), so that a greedy step can be replayed
-    again before its tokens are read (`BatchedGPT2Engine.follow`)."""
+    next input (`ops.advance_tokens`: ids = best, pos += 1, the tokens appended to `ring` at row
+    `count`), so that a greedy step can be replayed again, several times, before its tokens are
+    read (`BatchedGPT2Engine.follow`)."""
 
     def __init__(self, model: GPT2, cache: Any, width: int, picks: int | None, shared: bool):
         dev = model.device
         self.ids, self.pos, self.slot = (int_tensor([0] * width, dev) for _ in range(3))
         self.sel = None if picks is None else int_tensor([0] * picks, dev)
         self.feeds_back = picks is None and not shared
-        ring, count = int_tensor([0] * width, dev), int_tensor([0], dev)  # (advance_tokens' ring, unread)
+        self.ring = int_tensor([0] * (width * FOLLOW_MAX_STEPS), dev)  # (FOLLOW_MAX_STEPS, width) tokens
+        self.count = int_tensor([0], dev)  # the ring's next row
 
         def step() -> tuple[Tensor, Tensor]:
             logits = model.forward(self.ids, self.pos, self.slot, cache, None, False, shared_slots=shared,
                                    head_rows=self.sel)
             best = ops.argmax(logits)
             if self.feeds_back:
-                ops.advance_tokens(best, self.ids, self.pos, ring, count)
+                ops.advance_tokens(best, self.ids, self.pos, self.ring, self.count)
             return logits, best
         self.graph = dev.capture(step)
 
@@ -89,13 +92,16 @@ class _StepGraph:
 
 @dataclass
 class _Launched:
-    """A step on its way: its rows, its graph (None: run eagerly), and the readbacks of its argmax and (where
-    a row samples) its logits, started when it was queued."""
+    """Steps on their way: the first one's rows, the graph (None: run eagerly), and the readbacks
+    of its argmax and (where a row samples) its logits, started when it was queued; or, for
+    `steps` followed steps, of their ring of tokens (`ring`)."""
 
     rows: list[Row]
     graph: _StepGraph | None
     best: Any
     logits: tuple[Any, tuple[int, ...], str] | None
+    steps: int = 1
+    ring: Any = None
 
 
 class BatchedGPT2Engine(GPT2EngineBase):
@@ -118,7 +124,7 @@ class BatchedGPT2Engine(GPT2EngineBase):
         self._length[slot] = 0
 
     def step(self, rows: Sequence[Row]) -> list[int | None]:
-        return self.collect(self.launch(rows))
+        return self.collect(self.launch(rows))[0]
 
     def launch(self, rows: Sequence[Row]) -> _Launched:
         """Start a step (the device works on it while the caller goes on); `collect` its tokens."""
@@ -159,28 +165,38 @@ class BatchedGPT2Engine(GPT2EngineBase):
                 best = ops.argmax(logits)
         return self._launched(rows, g, logits, best)
 
-    def can_follow(self, rows: Sequence[Row]) -> bool:
-        """Whether `follow` can continue a launched step of these rows: greedy one-token decode
-        rows (a graph that feeds its tokens back) with room for one more position."""
-        return self.use_graph and followable(rows, self.n_ctx)
+    def can_follow(self, rows: Sequence[Row], steps: int = 1) -> bool:
+        """Whether `follow` can launch `steps` steps from these rows: greedy one-token decode rows
+        (a graph that feeds its tokens back), each with room for `steps` more positions."""
+        return self.use_graph and 1 <= steps <= FOLLOW_MAX_STEPS and followable(rows, self.n_ctx, steps)
 
-    def follow(self, prev: _Launched, rows: Sequence[Row]) -> _Launched:
-        """Launch the step after `prev` (the last launched, `can_follow` its rows) for the same
-        sequences before its tokens are known: each row's input is prev's token for it, fed back
-        on the device. `rows` are prev's rows one position on (their ids are not read)."""
+    def follow(self, prev: _Launched, rows: Sequence[Row], steps: int = 1) -> _Launched:
+        """Launch `steps` steps after `prev` (the last launched; `can_follow(rows, steps)`) for
+        the same sequences before prev's tokens are known: each step's input is the token the
+        step before chose, fed back on the device. `rows` are prev's rows moved on by prev's
+        steps: the first followed step's (their ids are not read)."""
         g = prev.graph
         if prev is not self._last or g is None or not g.feeds_back:
             raise ArgumentError("follow continues the last launched step of greedy decode rows only")
-        if [(r.slot, r.start) for r in rows] != [(r.slot, r.start + 1) for r in prev.rows]:
-            raise ArgumentError("follow's rows must be the previous step's, one position on")
+        if [(r.slot, r.start) for r in rows] != [(r.slot, r.start + prev.steps) for r in prev.rows]:
+            raise ArgumentError("follow's rows must be the previous step's, moved on by its steps")
+        if not 1 <= steps <= FOLLOW_MAX_STEPS:
+            raise ArgumentError(f"follow launches 1 to {FOLLOW_MAX_STEPS} steps, got {steps}")
+        upload_ints(g.count, [0])  # (a queue write: after prev's steps, before these)
         with self.model.device.dispatch_scope():
-            logits, best = g.graph.replay()
-        return self._launched(rows, g, logits, best)
+            g.graph.replay(steps)
+        h = self._launched(rows, g, None, None, steps)
+        h.ring = self.model.device.backend.read_async(g.ring)
+        return h
 
-    def collect(self, h: _Launched) -> list[int | None]:
-        """The tokens of a launched step, per row in order (None where a row does not choose)."""
+    def collect(self, h: _Launched) -> list[list[int | None]]:
+        """The tokens of launched steps: per step, per row in order (None where a row does not
+        choose); a launch is one step."""
+        if h.ring is not None:  # followed steps: greedy one-token rows, the ring's first rows
+            ring = np.frombuffer(bytes(h.ring.wait()), np.int32).reshape(FOLLOW_MAX_STEPS, -1)
+            return [[int(t) for t in ring[i, :len(h.rows)]] for i in range(h.steps)]
         if h.best is None:
-            return []
+            return [[]]
         chosen = np.frombuffer(bytes(h.best.wait()), np.int32)
         rows_logits = None
         if h.logits is not None:
@@ -198,19 +214,20 @@ class BatchedGPT2Engine(GPT2EngineBase):
                 out.append(choose(rows_logits[j].astype(np.float32, copy=False), r.sampling,  # type: ignore[index]
                                   r.next_position))
             j += 1
-        return out
+        return [out]
 
     # -- helpers --------------------------------------------------------------------------------
     def _launched(self, rows: Sequence[Row], g: _StepGraph | None, logits: Tensor | None,
-                  best: Tensor | None) -> _Launched:
-        """Readbacks of a step just queued (its argmax; its logits where a row samples), the slots'
-        lengths moved on; the step becomes the one `follow` may continue."""
+                  best: Tensor | None, steps: int = 1) -> _Launched:
+        """Readbacks of steps just queued (the argmax; the logits where a row samples), the slots'
+        lengths moved on; the steps become the ones `follow` may continue."""
         read = self.model.device.backend.read_async
         sampled = any(r.sample and r.sampling.temperature != 0 for r in rows)
         h = _Launched(list(rows), g, None if best is None else read(best),
-                      (read(logits), logits.shape, logits.dtype.name) if sampled and logits is not None else None)
+                      (read(logits), logits.shape, logits.dtype.name) if sampled and logits is not None else None,
+                      steps)
         for r in rows:
-            self._length[r.slot] = r.next_position
+            self._length[r.slot] = r.next_position + steps - 1
         self._last = h
         return h
 

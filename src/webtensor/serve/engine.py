@@ -91,12 +91,12 @@ class Engine(Protocol):
         ...
 
 
-def followable(rows: Sequence[Row], n_ctx: int) -> bool:
-    """Whether a step of `rows` can be followed by the next before its tokens are read (an engine's
-    `follow`: its argmax fed back on the device): greedy one-token decode rows, each with room for
-    one more position."""
+def followable(rows: Sequence[Row], n_ctx: int, steps: int = 1) -> bool:
+    """Whether `rows` can start `steps` followed steps (an engine's `follow`: each step's argmax
+    fed back on the device as the next one's input): greedy one-token decode rows, each step's
+    token within the context (the last at position start + steps <= n_ctx - 1)."""
     return bool(rows) and all(len(r.ids) == 1 and r.sample and r.sampling.temperature == 0
-                              and r.next_position + 1 < n_ctx for r in rows)
+                              and r.start + steps < n_ctx for r in rows)
 
 
 def choose(logits: np.ndarray, s: Sampling, position: int) -> int:

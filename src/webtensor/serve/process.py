@@ -80,13 +80,13 @@ def _child(conn: Any, spec: dict[str, Any]) -> None:
                 engine.release(msg[1])
                 conn.send(("ok", None))
             elif msg[0] == "follow":
-                last = engine.follow(last, msg[1])
+                last = engine.follow(last, msg[1], msg[2])
                 conn.send(("ok", engine.collect(last)))
             elif hasattr(engine, "launch"):
                 last = engine.launch(msg[1])
                 conn.send(("ok", engine.collect(last)))
             else:
-                conn.send(("ok", engine.step(msg[1])))
+                conn.send(("ok", [engine.step(msg[1])]))
         except Exception as e:
             conn.send(("error", f"{type(e).__name__}: {e}"))
 
@@ -148,20 +148,21 @@ class ProcessEngine:
         """Start a step in the child; `collect` its tokens."""
         return self._send("step", list(rows))
 
-    def can_follow(self, rows: Sequence[Row]) -> bool:
-        return self._follows and followable(rows, self.n_ctx)
+    def can_follow(self, rows: Sequence[Row], steps: int = 1) -> bool:
+        return self._follows and followable(rows, self.n_ctx, steps)
 
-    def follow(self, prev: int, rows: Sequence[Row]) -> int:
-        """The step after `prev` (the last launched), its tokens fed back in the child."""
+    def follow(self, prev: int, rows: Sequence[Row], steps: int = 1) -> int:
+        """`steps` steps after `prev` (the last launched), their tokens fed back in the child."""
         if prev != self._sent - 1:
             raise ArgumentError("follow continues the last launched step only")
-        return self._send("follow", list(rows))
+        return self._send("follow", list(rows), steps)
 
-    def collect(self, ticket: int) -> list[int | None]:
+    def collect(self, ticket: int) -> list[list[int | None]]:
+        """The tokens of a launched step or followed steps: per step, per row."""
         return self._answer(ticket)
 
     def step(self, rows: Sequence[Row]) -> list[int | None]:
-        return self.collect(self.launch(rows))
+        return self.collect(self.launch(rows))[0]
 
     def release(self, slot: int) -> None:
         self._answer(self._send("release", slot))

@@ -91,16 +91,21 @@ class _Step:
     (engines with `launch`/`collect`), its tokens (engines with only `step`), or the error its
     start raised."""
 
-    work: list[tuple[Generation, Row]]
+    work: list[tuple[Generation, Row]]  # (the first step's rows, for followed steps)
     t0: float
+    steps: int = 1  # followed steps launched as one
     handle: Any = None
     tokens: list[int | None] | None = None
     error: Exception | None = None
 
 
-def _one_on(work: list[tuple[Generation, Row]]) -> list[tuple[Generation, Row]]:
-    """The rows of the step after `work` for the same sequences (their tokens: fed back on the device)."""
-    return [(req, Row(row.slot, (0,), row.start + 1, row.sampling)) for req, row in work]
+FOLLOW_STEPS = 4  # steps one follow launches at 16 rows or more (fewer rows: one a follow)
+FOLLOW_STEPS_MIN_ROWS = 16
+
+
+def _moved_on(work: list[tuple[Generation, Row]], n: int) -> list[tuple[Generation, Row]]:
+    """The rows of the step `n` after `work` for the same sequences (their tokens: fed back on the device)."""
+    return work if n == 0 else [(req, Row(row.slot, (0,), row.start + n, row.sampling)) for req, row in work]
 
 
 class Scheduler:
@@ -176,10 +181,12 @@ class Scheduler:
     # needs only each sequence's new token and whether its length or EOS ended it (`_commit`);
     # a stop string is found while step N+1 runs (`_emit`), so a sequence it ends has already
     # got a row in N+1, whose token is dropped (its slot is released after that step).
-    # With an engine that can `follow` (WebGPU's batched engine: greedy decode rows whose graph
-    # feeds its tokens back on the device), a step of greedy decode rows is followed by the next
-    # before its own tokens are read, when nothing else would change the batch: the device then
-    # never waits for the host to read, plan and launch.
+    # With an engine that can `follow` (the batched engine: greedy decode rows whose graph feeds
+    # its tokens back on the device), a step of greedy decode rows is followed by the next before
+    # its own tokens are read, when nothing else would change the batch: the device then never
+    # waits for the host to read, plan and launch. At FOLLOW_STEPS_MIN_ROWS rows or more, one
+    # follow launches FOLLOW_STEPS steps (read back at once, their tokens streamed together): the
+    # host's work a step (the readback, this loop, a send per stream) is then shared by several.
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         assert self._wake is not None
@@ -193,7 +200,8 @@ class Scheduler:
                     await self._wake.wait()
                     continue
                 cur = self._launch(loop, work)
-            nxt = self._launch(loop, _one_on(cur.work), cur) if self._can_follow(cur.work) else None
+            k = self._follow_steps(cur)
+            nxt = self._launch(loop, _moved_on(cur.work, cur.steps), cur, k) if k else None
             try:
                 results = await loop.run_in_executor(self._executor, self._finish, cur)
             except Exception as e:  # the engine failed: only this step's requests fail
@@ -208,27 +216,30 @@ class Scheduler:
                                          return_exceptions=True)
                 cur = None
                 continue
-            if cur.work:
-                self.steps += 1
-                self.metrics.step_seconds.observe(time.perf_counter() - cur.t0)
-                self.metrics.batch_size.observe(len(cur.work))
-            done = [(req, row, tok) for (req, row), tok in zip(cur.work, results, strict=True)
-                    if self._commit(req, row, tok)]
+            done = []
+            for i, tokens in enumerate(results):  # (several for followed steps: in order)
+                if cur.work:
+                    self.steps += 1
+                    self.metrics.step_seconds.observe((time.perf_counter() - cur.t0) / len(results))
+                    self.metrics.batch_size.observe(len(cur.work))
+                for (req, row), tok in zip(_moved_on(cur.work, i), tokens, strict=True):
+                    if self._commit(req, row, tok):
+                        done.append((req, tok, req.ending))  # (the ending this token brought, if any)
             if nxt is not None:
                 cur = nxt
             else:
                 self._admit()
                 work = self._plan()
                 cur = self._launch(loop, work) if work or self._to_release else None
-            for req, row, tok in done:
-                self._emit(req, row, tok)
+            for req, tok, ending in done:
+                self._emit(req, tok, ending)
 
     def _launch(self, loop: asyncio.AbstractEventLoop, work: list[tuple[Generation, Row]],
-                prev: _Step | None = None) -> _Step:
+                prev: _Step | None = None, steps: int = 1) -> _Step:
         """Queue a step's start on the engine thread (the slots to release first; `prev`: the step
-        it follows); `_finish` collects its tokens."""
+        it follows, `steps` steps of it); `_finish` collects its tokens."""
         releases, self._to_release = self._to_release, []
-        step = _Step(work, time.perf_counter())
+        step = _Step(work, time.perf_counter(), steps)
         loop.run_in_executor(self._executor, self._start, releases, step, prev)
         return step
 
@@ -240,7 +251,7 @@ class Scheduler:
                 self.engine.release(slot)
             rows = [row for _, row in step.work]
             if prev is not None:
-                step.handle = self.engine.follow(prev.handle, rows)  # type: ignore[attr-defined]
+                step.handle = self.engine.follow(prev.handle, rows, step.steps)  # type: ignore[attr-defined]
             elif rows and hasattr(self.engine, "launch"):
                 step.handle = self.engine.launch(rows)  # type: ignore[attr-defined]
             else:
@@ -248,27 +259,33 @@ class Scheduler:
         except Exception as e:  # raised by _finish, on the scheduler's side
             step.error = e
 
-    def _finish(self, step: _Step) -> list[int | None]:
-        """On the engine thread, after `_start`: the step's tokens."""
+    def _finish(self, step: _Step) -> list[list[int | None]]:
+        """On the engine thread, after `_start`: the tokens, per step (one, unless followed steps)."""
         if step.error is not None:
             raise step.error
         if step.tokens is not None:
-            return step.tokens
+            return [step.tokens]
         return self.engine.collect(step.handle)  # type: ignore[attr-defined]
 
-    def _can_follow(self, work: list[tuple[Generation, Row]]) -> bool:
-        """Whether the step after `work` is the same sequences one token on, whatever its tokens:
-        nobody waiting to join or to be released, and no sequence that may end at this step by its
-        length (an EOS or stop string may still end one: its next token is dropped)."""
+    def _follow_steps(self, cur: _Step) -> int:
+        """How many steps to follow `cur` with (0: none): the same sequences moved on, whatever
+        their tokens, when nobody waits to join or to be released and no sequence may end by its
+        length within them (an EOS or stop string may still end one: the tokens after it are
+        dropped)."""
         can = getattr(self.engine, "can_follow", None)
-        if can is None or not work or self._waiting or self._to_release:
-            return False
-        for req, row in work:
-            if req.done or req.cancelled or req.ending is not None or len(req.generated) + 2 > req.max_tokens:
-                return False
+        if can is None or not cur.work or self._waiting or self._to_release:
+            return 0
+        k = FOLLOW_STEPS if len(cur.work) >= FOLLOW_STEPS_MIN_ROWS else 1
+        for req, row in cur.work:
+            if req.done or req.cancelled or req.ending is not None:
+                return 0
             if len(row.ids) != 1 or req.fed < len(req.prompt):
-                return False
-        return bool(can([row for _, row in work]))
+                return 0
+            k = min(k, req.max_tokens - len(req.generated) - cur.steps)  # (cur's tokens not yet in)
+        rows = [row for _, row in _moved_on(cur.work, cur.steps)]
+        while k >= 1 and not can(rows, k):
+            k //= 2
+        return max(k, 0)
 
     def _admit(self) -> None:
         while self._waiting and (self._free or self._waiting[0].cancelled):
@@ -321,9 +338,9 @@ class Scheduler:
             req.ending = "length"
         return True
 
-    def _emit(self, req: Generation, row: Row, tok: int) -> None:
-        """A committed token as text and an event (the last with its finish reason); a stop string
-        ends the sequence here."""
+    def _emit(self, req: Generation, tok: int, ending: str | None) -> None:
+        """A committed token as text and an event (the last, where the token brought the sequence's
+        `ending` or a stop string ends it, with its finish reason)."""
         if req.done:  # (cancelled meanwhile)
             return
         now = time.perf_counter()
@@ -334,13 +351,13 @@ class Scheduler:
         req.last_token_at = now
         self.metrics.generated_tokens.inc()
         finish: FinishReason | None = None
-        if req.ending == "eos":
+        if ending == "eos":
             text, finish = req.text.finish(), "stop"
         else:
             text = req.text.push(self.engine.tokenizer.token_bytes(tok))
             if req.text.stopped:
                 finish = "stop"
-            elif req.ending == "length":
+            elif ending == "length":
                 text += req.text.finish()
                 finish = "stop" if req.text.stopped else "length"
         ev = Event(text, 1, finish)
