@@ -126,6 +126,8 @@ def test_step_shapes_are_few_and_their_graphs_bounded(cpu_model, monkeypatch):
     engine._graph = spy
     assert drive(engine, reqs, 5) == drive(GPT2Engine(cpu_model, 6), reqs, 5)
     assert max(sizes) == 3 and len(sizes) > 6
+    stats = engine.graph_stats  # (what /health reports)
+    assert stats["held"] == 3 and stats["captured"] > 3 and stats["capture_ms"] > 0
 
 
 @pytest.mark.wgpu

@@ -76,8 +76,10 @@ print(f"{same} of 16 streams identical alone and together")
 EOF
 
 stamp "bench-serve"
+$PY -c "import urllib.request; print('health:', urllib.request.urlopen('$URL/health').read().decode())"
 timeout $(cap 240) $PY -m webtensor.cli bench-serve --url "$URL" --concurrency "$LEVELS" --max-tokens "$TOKENS" \
   --rounds "${ROUNDS:-1}" --json "$OUT/serve${EP:+-$EP}.json" 2>&1 | tr '\r' '\n' | grep -v "concurrency [0-9]*:"
+$PY -c "import urllib.request; print('health:', urllib.request.urlopen('$URL/health').read().decode())"
 curl -s "$URL/metrics" > "$OUT/metrics.txt" 2>/dev/null || $PY -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen('$URL/metrics').read().decode())" > "$OUT/metrics.txt"
 stop_server
 trap - EXIT

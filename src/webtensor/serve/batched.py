@@ -32,6 +32,7 @@ and prompt chunks; at most `MAX_GRAPHS` are kept, the least recently used releas
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -117,6 +118,7 @@ class BatchedGPT2Engine(GPT2EngineBase):
         self._length = [0] * max_batch  # tokens held per slot
         self._graphs: dict[tuple[int, int | None, bool], _StepGraph] = {}
         self._last: _Launched | None = None  # the step `follow` may continue
+        self.graph_stats = {"captured": 0, "capture_ms": 0.0, "held": 0}  # (/health reports them)
 
     # -- the protocol ---------------------------------------------------------------------------
     def release(self, slot: int) -> None:
@@ -240,8 +242,12 @@ class BatchedGPT2Engine(GPT2EngineBase):
                 in_use = self._last.graph if self._last is not None else None  # (`follow` may replay it)
                 for old in [k for k, v in self._graphs.items() if v is not in_use][:excess]:
                     self._graphs.pop(old).release()
+            t0 = time.perf_counter()
             g = _StepGraph(self.model, self.cache, width, picks, shared)
+            self.graph_stats["captured"] += 1
+            self.graph_stats["capture_ms"] += round((time.perf_counter() - t0) * 1e3, 1)
         self._graphs[key] = g
+        self.graph_stats["held"] = len(self._graphs)
         return g
 
     def _check_slot(self, slot: int) -> None:
