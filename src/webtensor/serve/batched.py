@@ -26,8 +26,9 @@ Batch invariance: a row's numbers never depend on the other rows of its step.
 Each step shape is captured as a graph on first use and replayed: on WebGPU its launches, on the
 CPU its plan of numpy steps (no validation, Tensors or views a step: `backends.cpu.CpuGraph`).
 Shapes are bucketed (`bucket`: rows padded to 1, 2, 4, 8, multiples of 8, then coarser, the padding
-rows writing a scratch slot of the cache), so a handful of graphs serve every mix of decode rows
-and prompt chunks; at most `MAX_GRAPHS` are kept, the least recently used released.
+rows writing a scratch slot of the cache; the LM head's rows to a power of two), so a handful of
+graphs serve every mix of decode rows and prompt chunks; at most `MAX_GRAPHS` are kept, the
+least recently used released.
 """
 
 from __future__ import annotations
@@ -150,7 +151,8 @@ class BatchedGPT2Engine(GPT2EngineBase):
             logits = best = None
         elif self.use_graph:
             width = bucket(len(ids))
-            g = self._graph(width, None if every else bucket(max(len(picks), 1)), shared)
+            n_sel = None if every else 1 << (len(picks) - 1).bit_length() if picks else 1  # (a power of two)
+            g = self._graph(width, n_sel, shared)
             pad = width - len(ids)
             upload_ints(g.ids, ids + [0] * pad)
             upload_ints(g.pos, pos + [0] * pad)
