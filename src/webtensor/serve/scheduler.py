@@ -6,8 +6,10 @@ active sequence: a decode token for each running sequence and a prefill chunk (a
 running streams keep flowing while long prompts are read. The engine runs in one worker thread; the
 event loop stays free for HTTP. Step N+1 is handed to the engine as soon as step N's tokens are
 back, and step N's tokens become text and events while it runs (see `_run`): the device does not
-wait for the streaming. Sequences leave as soon as they finish, are cancelled (a client that
-went away) or fail; their slots are released before the next step runs.
+wait for the streaming; with an engine that can `follow`, runs of greedy decode steps are queued
+before the step before is read, several steps a launch at 16 rows or more. Sequences leave as
+soon as they finish, are cancelled (a client that went away) or fail; their slots are released
+before the next step runs.
 
 Chunk boundaries depend only on the request (its prompt is cut every `prefill_chunk` tokens from the
 start), never on the load, so a request computes the same thing alone or in company.
