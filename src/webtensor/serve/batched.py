@@ -76,8 +76,9 @@ class _StepGraph:
         self.ids, self.pos, self.slot = (int_tensor([0] * width, dev) for _ in range(3))
         self.sel = None if picks is None else int_tensor([0] * picks, dev)
         self.feeds_back = picks is None and not shared
-        self.ring = int_tensor([0] * (width * FOLLOW_MAX_STEPS), dev)  # (FOLLOW_MAX_STEPS, width) tokens
-        self.count = int_tensor([0], dev)  # the ring's next row
+        if self.feeds_back:
+            self.ring = int_tensor([0] * (width * FOLLOW_MAX_STEPS), dev)  # (FOLLOW_MAX_STEPS, width) tokens
+            self.count = int_tensor([0], dev)  # the ring's next row
 
         def step() -> tuple[Tensor, Tensor]:
             logits = model.forward(self.ids, self.pos, self.slot, cache, None, False, shared_slots=shared,
@@ -119,7 +120,7 @@ class BatchedGPT2Engine(GPT2EngineBase):
         self._length = [0] * max_batch  # tokens held per slot
         self._graphs: dict[tuple[int, int | None, bool], _StepGraph] = {}
         self._last: _Launched | None = None  # the step `follow` may continue
-        self.graph_stats = {"captured": 0, "capture_ms": 0.0, "held": 0}  # (/health reports them)
+        self._captured, self._capture_ms = 0, 0.0
 
     # -- the protocol ---------------------------------------------------------------------------
     def release(self, slot: int) -> None:
@@ -246,11 +247,15 @@ class BatchedGPT2Engine(GPT2EngineBase):
                     self._graphs.pop(old).release()
             t0 = time.perf_counter()
             g = _StepGraph(self.model, self.cache, width, picks, shared)
-            self.graph_stats["captured"] += 1
-            self.graph_stats["capture_ms"] += round((time.perf_counter() - t0) * 1e3, 1)
+            self._captured += 1
+            self._capture_ms += (time.perf_counter() - t0) * 1e3
         self._graphs[key] = g
-        self.graph_stats["held"] = len(self._graphs)
         return g
+
+    @property
+    def graph_stats(self) -> dict[str, float]:
+        """Step graphs captured so far, the milliseconds that took, and how many are held (/health)."""
+        return {"captured": self._captured, "capture_ms": round(self._capture_ms, 1), "held": len(self._graphs)}
 
     def _check_slot(self, slot: int) -> None:
         if not 0 <= slot < self.max_batch:
