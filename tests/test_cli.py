@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import webtensor as wt
+from webtensor import validate as v
 from webtensor.cli import main
 from webtensor.models.gpt2 import GPT2
-from webtensor.models.gpt2 import validate as v
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 USAGE, RUNTIME, INTERRUPTED, CLOSED_PIPE = 2, 1, 130, 141
@@ -203,7 +203,7 @@ def _interrupt(p: subprocess.Popen, ready: bytes) -> tuple[int, str]:
 
 def test_ctrl_c_while_generating():
     # the real CLI with sampling slowed down, so that SIGINT lands mid-generation
-    code = ("import time, webtensor.models.gpt2.sampling as s; fast = s.sample\n"
+    code = ("import time, webtensor.sampling as s; fast = s.sample\n"
             "s.sample = lambda *a: (time.sleep(0.05), fast(*a))[1]\n"
             "import sys; from webtensor.cli import main; sys.exit(main(sys.argv[1:]))")
     p = subprocess.Popen([sys.executable, "-c", code, "generate", "--device", "cpu", "-n", "200", "--top-k", "0",

@@ -18,8 +18,8 @@ tokenizers = pytest.importorskip("tokenizers")
 from tokenizers import ByteLevelBPETokenizer, Tokenizer  # noqa: E402
 
 from webtensor.errors import CheckpointError, TokenizerError  # noqa: E402
-from webtensor.models.gpt2.tokenizer import GPT2Tokenizer  # noqa: E402
 from webtensor.text.bpe import ByteLevelBPE  # noqa: E402
+from webtensor.text.tokenizer import GPT2Tokenizer  # noqa: E402
 from webtensor.text.tokenizer_files import GPT2_SPLIT_PATTERN  # noqa: E402
 
 EOT = "<|endoftext|>"
@@ -307,7 +307,7 @@ py.FS.mkdirTree("/cases"); py.FS.mount(py.FS.filesystems.NODEFS, { root: "%(case
 py.runPython(`
 import json, sys, unicodedata
 sys.path.insert(0, "/src")
-from webtensor.models.gpt2.tokenizer import GPT2Tokenizer
+from webtensor.text.tokenizer import GPT2Tokenizer
 data = json.load(open("/cases/cases.json"))
 out = {"unicode": unicodedata.unidata_version, "ids": {}, "text": {}}
 for name in data["names"]:

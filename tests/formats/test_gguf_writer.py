@@ -22,8 +22,8 @@ from webtensor.formats.gguf_reader import (
 from webtensor.formats.gguf_writer import gpt2_gguf_bytes, write_gpt2  # noqa: E402
 from webtensor.models.gpt2 import GPT2  # noqa: E402
 from webtensor.models.gpt2.quantized import Int8Reader, held_in_q8  # noqa: E402
-from webtensor.models.gpt2.tokenizer import GPT2Tokenizer  # noqa: E402
 from webtensor.models.gpt2.weights import SafetensorsReader, weight_files  # noqa: E402
+from webtensor.text.tokenizer import GPT2Tokenizer  # noqa: E402
 
 pytest.importorskip("gguf")
 TEXT = "Hello world, it is a truth universally acknowledged <|endoftext|> again"

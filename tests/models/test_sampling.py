@@ -1,4 +1,4 @@
-"""The one sampler (`models.gpt2.sampling`): its counter-based draw, its numpy and pure-Python paths
+"""The one sampler (`webtensor.sampling`): its counter-based draw, its numpy and pure-Python paths
 against each other and against a reference written out here, greedy's ties and NaNs, and the
 distribution it samples."""
 
@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import webtensor as wt
-from webtensor.models.gpt2.sampling import SamplingParams, sample, uniform, with_seed
+from webtensor.sampling import SamplingParams, sample, uniform, with_seed
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 INF = math.inf
@@ -250,7 +250,7 @@ class NoNumpy:
 sys.meta_path.insert(0, NoNumpy())
 sys.path.insert(0, {str(SRC)!r})
 import array
-from webtensor.models.gpt2.sampling import SamplingParams, sample
+from webtensor.sampling import SamplingParams, sample
 import webtensor.web.gpt2_web, webtensor.web.app
 logits = array.array("f", [0.5, 2.0, -1.0, 2.0, 0.0])
 print(sample(logits, SamplingParams(0.0), 0), sample(logits, SamplingParams(0.8, 3, 0.9, 7), 3),

@@ -15,7 +15,7 @@ from gpt2_fixtures import make_checkpoint  # noqa: E402
 
 import webtensor as wt  # noqa: E402
 from webtensor.models.gpt2 import GPT2  # noqa: E402
-from webtensor.models.gpt2.sampling import SamplingParams, sample  # noqa: E402
+from webtensor.sampling import SamplingParams, sample  # noqa: E402
 
 pytest.importorskip("torch")
 

@@ -34,7 +34,7 @@ LONG = (PROMPT + ", ") * 50  # over any test model's context
 # the sampler inside Pyodide (no numpy; Pyodide's libm): seeded draws on fixed logits, a fresh seed
 PAGE_SAMPLER = """
 import array, json, sys
-from webtensor.models.gpt2.sampling import SamplingParams, sample, with_seed
+from webtensor.sampling import SamplingParams, sample, with_seed
 logits = array.array("f", [(i * 7919 % 1009) / 84 - 6 for i in range(5000)])  # basic ops: exact anywhere
 picks = {f"{k},{p}": [sample(logits, SamplingParams(0.8, k, p, 99), pos) for pos in range(40)]
          for k, p in ((40, 0.9), (None, 0.9), (None, None))}
@@ -280,7 +280,7 @@ def test_sampled_tokens_match_native_and_server(session, native, model_dir, gpu)
 
 def test_page_sampler_matches_numpy_path(session):
     """The pure-Python sampler in Pyodide picks what the numpy path picks natively."""
-    from webtensor.models.gpt2.sampling import SamplingParams, sample
+    from webtensor.sampling import SamplingParams, sample
 
     res = json.loads(session["sampler"]["results"])
     assert res["numpy"] is False and isinstance(res["seed"], int) and 0 <= res["seed"] < 2**64

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckpointError, TokenizerError
 from ..models.gpt2.config import GPT2Config
-from ..models.gpt2.tokenizer import GPT2Tokenizer
+from ..text.tokenizer import GPT2Tokenizer
 
 if TYPE_CHECKING:
     import numpy as np

@@ -24,8 +24,8 @@ import numpy as np
 from ..errors import ArgumentError, CheckpointError
 from ..models.gpt2.config import GPT2Config
 from ..models.gpt2.quantized import Int8Reader, held_in_q8
-from ..models.gpt2.tokenizer import GPT2Tokenizer
 from ..models.gpt2.weights import SafetensorsReader, check_checkpoint, check_tokenizer, expected_shapes, weight_files
+from ..text.tokenizer import GPT2Tokenizer
 from . import q8_0
 from .gguf_reader import TOKEN_CONTROL, TOKEN_USER_DEFINED, gguf_name
 

@@ -44,8 +44,8 @@ from .. import ops
 from ..errors import ArgumentError, ContextLengthError
 from ..generation import int_tensor, upload_ints
 from ..models.gpt2.model import GPT2
-from ..models.gpt2.validate import check_ids
 from ..tensor import Tensor
+from ..validate import check_ids
 from .engine import GPT2EngineBase, Row, choose, followable
 
 

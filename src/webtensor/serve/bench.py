@@ -196,8 +196,8 @@ def hf_tok_s(model_spec: str | None, c: int, max_tokens: int, device: str = "cpu
         torch.set_num_threads(threads)
     from transformers import GPT2LMHeadModel
 
-    from ..models.gpt2.tokenizer import GPT2Tokenizer
     from ..models.gpt2.weights import resolve
+    from ..text.tokenizer import GPT2Tokenizer
 
     d = resolve(model_spec)
     model = GPT2LMHeadModel.from_pretrained(str(d), dtype=getattr(torch, dtype)).to(device).eval()

@@ -8,7 +8,7 @@ sequence is done the scheduler calls `release(slot)`; the slot's next row starts
 
 All engine calls come from one worker thread, one at a time.
 
-Sampling is per row, through the one sampler `models.gpt2.sampling.sample`: greedy (temperature 0)
+Sampling is per row, through the one sampler `webtensor.sampling.sample`: greedy (temperature 0)
 or seeded, the random draw for the token at position p a function of (seed, p) alone, so a request
 yields the same tokens whether it runs alone or among others and whatever steps its prefill was cut
 into, and the same tokens as `GPT2.generate` and the web page with that seed.
@@ -34,8 +34,8 @@ from .. import ops
 from ..errors import ArgumentError, ContextLengthError
 from ..generation import int_tensor
 from ..models.gpt2.model import GPT2, KVCache
-from ..models.gpt2.sampling import SamplingParams, sample
-from ..models.gpt2.validate import check_ids
+from ..sampling import SamplingParams, sample
+from ..validate import check_ids
 
 
 class Tokenizer(Protocol):

@@ -14,9 +14,9 @@ import math
 import time
 from typing import Any
 
+from .. import validate
 from ..device import Device
-from ..models.gpt2 import validate
-from ..models.gpt2.tokenizer import stream_text
+from ..text.tokenizer import stream_text
 from .gpt2_web import WebGPT2
 
 _state: dict[str, Any] = {"device": None, "model": None}

@@ -7,7 +7,7 @@ norm and the LM head, wte when tied), through `webtensor.ops` on a WebGPU device
 with the pure-Python safetensors reader (or, for dtype int8, a q8_0 GGUF file with the pure-Python
 GGUF reader: its blocks go to the GPU as they are, never through float32), tokenizes with the
 pure-Python BPE where `tokenizers` is missing, and generates with `webtensor.generation` (the native model's loop) and
-`models.gpt2.sampling.sample`'s pure-Python path (one sampler for every path, so a seed gives the
+`webtensor.sampling.sample`'s pure-Python path (one sampler for every path, so a seed gives the
 native model's tokens): nothing here imports numpy.
 
 Natively it runs too (on wgpu-py), which is how its tokens are checked against `GPT2.generate`
@@ -25,12 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from .. import dtypes as dt
-from .. import generation
+from .. import generation, sampling, validate
 from ..device import Device
 from ..errors import CheckpointError
 from ..formats.safetensors_pure import SafetensorsFile
 from ..models.gpt2.forward import GPT2Weights
 from ..tensor import Tensor, from_buffer
+from ..text.tokenizer import GPT2Tokenizer, stream_text
 
 DTYPES = ("float32", "float16", "int8")  # what the page loads a model in
 
@@ -184,9 +185,9 @@ class WebGPT2(GPT2Weights):
         if dtype not in DTYPES and not _gpt2_module("quantized").is_int8(dtype):
             raise CheckpointError(f"the page loads a model in {', '.join(DTYPES)}, not {dtype!r}")
         d = Path(model_dir)
-        config, tokenizer_mod, weights = (_gpt2_module(m) for m in ("config", "tokenizer", "weights"))
+        config, weights = (_gpt2_module(m) for m in ("config", "weights"))
         cfg = config.GPT2Config.from_file(d / "config.json")
-        tok = tokenizer_mod.GPT2Tokenizer.from_dir(d)
+        tok = GPT2Tokenizer.from_dir(d)
         weights.check_tokenizer(cfg, tok.vocab_size, d)
         if dtype == "float16" and not device.has_f16:
             raise CheckpointError(f"{device.describe()} has no shader-f16 feature: use dtype float32 or int8")
@@ -212,7 +213,7 @@ class WebGPT2(GPT2Weights):
                      stop_at_eos: bool = True, truncate_prompt: bool = False) -> Iterator[int]:
         """Yield new token ids one by one, as `GPT2.generate_ids` does (the same checks and
         messages, the same loop in `webtensor.generation`, the same sampler: one seed, one text)."""
-        validate, sampling = _gpt2_module("validate"), _gpt2_module("sampling")
+
         params = sampling.with_seed(sampling.SamplingParams(temperature, top_k, top_p, seed))
         n_new = validate.check_max_new_tokens(max_new_tokens)
         ids = validate.fit_context(validate.check_ids(ids, self.config.vocab_size), n_new, self.config.n_positions,
@@ -243,6 +244,6 @@ class WebGPT2(GPT2Weights):
     def stream(self, prompt: str, max_new_tokens: int = 50, **kw: Any) -> Iterator[str]:
         """Generated text, piece by piece, as soon as it forms whole UTF-8 characters."""
         tok = self.tokenizer
-        ids = tok.encode(_gpt2_module("validate").check_text(prompt))
-        yield from _gpt2_module("tokenizer").stream_text(self.generate_ids(ids, max_new_tokens, **kw), tok.token_bytes)
+        ids = tok.encode(validate.check_text(prompt))
+        yield from stream_text(self.generate_ids(ids, max_new_tokens, **kw), tok.token_bytes)
 

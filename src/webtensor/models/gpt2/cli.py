@@ -11,9 +11,8 @@ import sys
 import time
 from typing import Any
 
-from ... import cmdline
+from ... import cmdline, validate
 from ...errors import UsageError
-from . import validate
 
 
 def add_generate_parser(sub: Any) -> None:
@@ -41,8 +40,8 @@ def add_generate_parser(sub: Any) -> None:
 def check_generate(args: argparse.Namespace) -> None:
     """Every check of a run, cheapest first; sets args.prompt_text and args.device_obj."""
     from ...device import Device
+    from ...text.tokenizer import GPT2Tokenizer
     from .config import GPT2Config
-    from .tokenizer import GPT2Tokenizer
     from .weights import resolve
 
     text = args.prompt if args.prompt is not None else cmdline.read_stdin_text()

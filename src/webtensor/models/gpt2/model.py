@@ -18,13 +18,13 @@ from ...errors import CheckpointError, ContextLengthError, SamplingError
 from ...formats.gguf_reader import GGUFCheckpoint, find_gguf
 from ...formats.q8_0 import Q8Weight
 from ...generation import KVCache, Workspace, WorkspacePool, generate, generate_batch, int_tensor, prefill
+from ...sampling import SamplingParams, check_max_new_tokens, sample, with_seed
 from ...tensor import Tensor, tensor
+from ...text.tokenizer import GPT2Tokenizer
+from ...validate import check_ids, check_text, fit_context
 from .config import GPT2Config
 from .forward import BLOCK_PARAMS, GPT2Weights
 from .quantized import Int8Reader, is_int8
-from .sampling import SamplingParams, check_max_new_tokens, sample, with_seed
-from .tokenizer import GPT2Tokenizer
-from .validate import check_ids, check_text, fit_context
 from .weights import (
     SafetensorsReader,
     check_checkpoint,

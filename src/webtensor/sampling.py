@@ -65,7 +65,7 @@ from dataclasses import dataclass
 from numbers import Integral
 from typing import Any
 
-from ...errors import SamplingError
+from .errors import SamplingError
 from .validate import check_max_new_tokens, check_sampling
 
 __all__ = ["SamplingParams", "check_max_new_tokens", "sample", "uniform", "with_seed"]

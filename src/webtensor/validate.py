@@ -14,7 +14,7 @@ import math
 from numbers import Integral, Real
 from typing import Any
 
-from ...errors import ContextLengthError, SamplingError
+from .errors import ContextLengthError, SamplingError
 
 
 def _is_int(x: object) -> bool:

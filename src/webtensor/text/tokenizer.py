@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ...errors import TokenizerError
-from ...text.bpe import ByteLevelBPE, byte_level_bytes
-from ...text.tokenizer_files import AddedToken, TokenizerSpec, read_tokenizer_dir
+from ..errors import TokenizerError
+from .bpe import ByteLevelBPE, byte_level_bytes
+from .tokenizer_files import AddedToken, TokenizerSpec, read_tokenizer_dir
 
 
 class GPT2Tokenizer:
