@@ -71,7 +71,7 @@ def find_pyodide(explicit: str | os.PathLike | None = None) -> Path:
 
 
 def default_model_dir() -> Path:
-    return PACKAGE_DIR / "models" / "gpt2" / "shipped"
+    return PACKAGE_DIR / "models" / "shipped"
 
 
 def model_files(model_dir: Path) -> list[Path]:
@@ -91,7 +91,7 @@ def package_zip() -> bytes:
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as z:
         for p in sorted(PACKAGE_DIR.rglob("*")):
             rel = p.relative_to(PACKAGE_DIR)
-            skip = "__pycache__" in rel.parts or rel.parts[:3] == ("models", "gpt2", "shipped")
+            skip = "__pycache__" in rel.parts or rel.parts[:2] == ("models", "shipped")
             if skip or not p.is_file():
                 continue
             if p.suffix in (".py", ".wgsl", ".js"):
