@@ -143,6 +143,22 @@ def test_rms_norm_float16_and_extreme_rows(gpu: wt.Device) -> None:
         assert rel_err(outs[1], outs[0]) <= 1e-3
 
 
+def test_rms_norm_and_swiglu_nan_and_inf(gpu: wt.Device) -> None:
+    """docs/numerics.md's rows for rms_norm and swiglu, the same on both devices."""
+    x = np.ones((4, 6), np.float32)
+    x[0, 2], x[1, 3], x[2], x[3, 1] = np.nan, np.inf, 0.0, -np.inf
+    g = np.array([-np.inf, np.inf, np.nan, -1e30, -100.0, 2.0], np.float32)
+    for dev in devices(gpu):
+        y = wt.rms_norm(*on(dev, x, np.ones(6, np.float32)), eps=1e-6).numpy()
+        assert np.isnan(y[0]).all() and np.array_equal(y[2], np.zeros(6, np.float32))
+        for r, c in ((1, 3), (3, 1)):
+            assert np.isnan(y[r, c]) and np.array_equal(np.delete(y[r], c), np.zeros(5, np.float32))
+        assert np.isnan(wt.rms_norm(*on(dev, x[2:3], np.ones(6, np.float32)), eps=0.0).numpy()).all()
+        s = wt.swiglu(*on(dev, g, np.ones(6, np.float32))).numpy()
+        assert np.isnan(s[[0, 2]]).all() and s[1] == np.inf and s[3] == 0 and np.signbit(s[3])
+        assert abs(s[4]) < 1e-40 and abs(s[5] - 2.0 / (1.0 + np.exp(-2.0))) < 1e-6
+
+
 def test_rms_norm_refuses_bad_arguments(device: wt.Device) -> None:
     x, w = on(device, rnd(0, 3, 8), rnd(1, 8))
     with pytest.raises(wt.ShapeError, match=r"rms_norm: x \(3, 8\) needs weight of shape \(8,\), got \(7,\)"):

@@ -408,7 +408,8 @@ def cached_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor, s
 
     With `k_new`, `v_new` (T, KVH, D), each row's key and value are stored at its position of its
     slot (`cache_write`) by the same launch, and the row attends to them; the rows must then have
-    distinct slots (a decode step over several sequences), since no row waits for another's store."""
+    distinct slots (a decode step over several sequences), since no row waits for another's store.
+    Slots out of range: as in `cache_write`."""
     news = [t for t in (k_new, v_new) if t is not None]
     if len(news) == 1:
         raise ArgumentError("cached_attention: give both k_new and v_new, or neither")

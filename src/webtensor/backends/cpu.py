@@ -146,8 +146,9 @@ def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     # x: (..., C); x / sqrt(mean(x^2) + eps) * w (C,). The mean square in float64: no overflow for
     # any float32 input (rms_norm.wgsl scales big rows instead)
     v = x.astype(np.float64)
-    ms = (v * v).mean(axis=-1, keepdims=True)
-    return (v / np.sqrt(ms + eps) * w.astype(np.float64)).astype(x.dtype)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # (inf and NaN: docs/numerics.md)
+        ms = (v * v).mean(axis=-1, keepdims=True)
+        return (v / np.sqrt(ms + eps) * w.astype(np.float64)).astype(x.dtype)
 
 
 def swiglu(g: np.ndarray, u: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
@@ -352,13 +353,14 @@ def _rms_norm_step(out: np.ndarray, x: np.ndarray, w: np.ndarray, eps: float) ->
 
     def step() -> None:
         np.copyto(v, x)
-        np.multiply(v, v, out=sq)
-        np.add.reduce(sq, axis=-1, keepdims=True, out=ms)  # .mean(...): the sum, then / C
-        np.true_divide(ms, C, out=ms)
-        np.add(ms, eps, out=ms)
-        np.sqrt(ms, out=ms)
-        np.true_divide(v, ms, out=v)
-        np.multiply(v, w, out=v)  # (w float32: widened to float64 exactly, as by astype)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            np.multiply(v, v, out=sq)
+            np.add.reduce(sq, axis=-1, keepdims=True, out=ms)  # .mean(...): the sum, then / C
+            np.true_divide(ms, C, out=ms)
+            np.add(ms, eps, out=ms)
+            np.sqrt(ms, out=ms)
+            np.true_divide(v, ms, out=v)
+            np.multiply(v, w, out=v)  # (w float32: widened to float64 exactly, as by astype)
         np.copyto(out, v)
     return step
 

@@ -10,7 +10,8 @@
 // barrier goes (the 4 threads of a query are adjacent lanes).
 // Causal: query t sees keys j <= t + (S - T). q (T, H, D), k and v (S, KVH, D): views with row /
 // head strides and unit stride along D (column slices of the fused qkv, rows of a KV cache); output
-// (T, H, D) with its own strides. Grouped-query: query head h reads kv head h / p.group. Offsets and strides in vec4 units (D % 16 == 0, D <= 128).
+// (T, H, D) with its own strides. Grouped-query: query head h reads kv head h / p.group. Offsets
+// and strides in vec4 units (D % 16 == 0, D <= 128).
 // Header: alias TQ (q, k, v), TO (output), TS (workgroup tile: f16 for float16 inputs); const D4
 // (D / 4), DT (D4 / 4), BKV (keys a tile); define SG selects the subgroup variant.
 struct P {
