@@ -7,10 +7,9 @@
 // threads.
 // With p.write, row t's own key and value (kn, vn: (T, KVH, D) views) are stored at position pos[t]
 // of its slot by the same launch (by the workgroup of the first query head of their kv head, h %
-// group == 0), and every workgroup of the row attends to them from kn, vn (through workgroup memory:
-// position pos[t] is the last key, its score and its share of V taken from there, in the place and
-// order the cache's row would have), so no workgroup reads a cache row another workgroup of the
-// launch writes. (The rows must then have distinct slots, as a decode step's sequences do.) A
+// group == 0), and every workgroup of the row attends to them from kn, vn (position pos[t] is the
+// last key: its score and its share of V are read from there, in the place and order the cache's
+// row would have), so no workgroup reads a cache row another workgroup of the launch writes. (The rows must then have distinct slots, as a decode step's sequences do.) A
 // position past the context is not stored; the row then sees the cache's n_ctx positions.
 // Built with VEC4 (head dims that are multiples of 4: offsets and strides then in vec4 units, D4 =
 // D / 4 <= 256) or without (scalars, D4 = D <= 256): the lane type VK is vec4<f32> or f32.
@@ -20,8 +19,9 @@
 // output is 0 / 0, NaN), so a cache is indexed only as its offset (kc_off4, vc_off4: where the cache
 // view starts) + slot * slot_stride4 + j * C4 + kvh * D4 + e with slot < n_slots, j < L <= n_ctx,
 // kvh < KVH, e < D4: inside the contiguous (n_slots, n_ctx, KVH, D) cache view.
-// q, kn, vn indices are elements of their views (offsets and strides from the planner's views, e <
-// D4); o's index (t H + h) D4 + e < T H D4. Workgroup arrays are indexed by li < 256, or e < D4 <= 256.
+// q, kn, vn indices are elements of their views (offsets and strides from the planner's views, t < T,
+// kvh < KVH, e < D4; kn, vn are read only when p.write, when the planner binds them); o's index
+// (t H + h) D4 + e < T H D4. Workgroup arrays are indexed by li < 256, or e < D4 <= 256.
 // Header: alias TQ; define VEC4.
 // #if VEC4
 alias VK = vec4<f32>;
@@ -50,8 +50,7 @@ struct P {
 @group(0) @binding(8) var<storage, read_write> o: array<VK>;
 var<workgroup> qs: array<VK, 256>;
 var<workgroup> sc: array<f32, 256>;
-var<workgroup> acc4: array<VK, 256>;  // the row's own key (write), then the groups' partial outputs
-var<workgroup> vnew: array<VK, 256>;  // (write) the row's own value
+var<workgroup> acc4: array<VK, 256>;
 var<workgroup> len_sh: u32;
 var<workgroup> base_sh: u32;
 var<workgroup> fresh_sh: u32;
@@ -77,17 +76,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   let kb0 = p.kc_off4 + base + kvh * p.D4;  // position 0 of this head in the slot's keys
   let vb0 = p.vc_off4 + base + kvh * p.D4;
   let Lc = L - select(0u, 1u, fresh);  // positions read from the cache (fresh: position Lc from kn, vn)
+  let kn0 = p.k_off4 + t * p.k_ts4 + kvh * p.k_hs4;  // (fresh) the row's own key and value
+  let vn0 = p.v_off4 + t * p.v_ts4 + kvh * p.v_hs4;
   if (li < p.D4) {
     qs[li] = VK(q[p.q_off4 + t * p.q_ts4 + h * p.q_hs4 + li]) * p.scale;
-    if (fresh) {
-      let kx = VK(kn[p.k_off4 + t * p.k_ts4 + kvh * p.k_hs4 + li]);
-      let vx = VK(vn[p.v_off4 + t * p.v_ts4 + kvh * p.v_hs4 + li]);
-      acc4[li] = kx;
-      vnew[li] = vx;
-      if (h % p.group == 0u) {  // one workgroup of the kv head stores the row (none reads it back)
-        kc[kb0 + Lc * C4 + li] = kx;
-        vc[vb0 + Lc * C4 + li] = vx;
-      }
+    if (fresh && h % p.group == 0u) {  // one workgroup of the kv head stores the row (none reads it back)
+      kc[kb0 + Lc * C4 + li] = VK(kn[kn0 + li]);
+      vc[vb0 + Lc * C4 + li] = VK(vn[vn0 + li]);
     }
   }
   workgroupBarrier();
@@ -107,7 +102,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
       s = dotq;
     } else if (j < L) {  // (fresh: j == Lc) the row's own key
       var dotq = 0.0;
-      for (var e = 0u; e < p.D4; e = e + 1u) { dotq = dotq + dotv(qs[e], acc4[e]); }
+      for (var e = 0u; e < p.D4; e = e + 1u) { dotq = dotq + dotv(qs[e], VK(kn[kn0 + e])); }
       s = dotq;
     }
     let m_new = max(m, wg_max(li, s));
@@ -120,10 +115,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
       let n_here = min(256u, Lc - j0);  // (j0 <= Lc: j0 < L <= Lc + 1)
       for (var jj = g; jj < n_here; jj = jj + G) { acc = acc + sc[jj] * vc[vb0 + (j0 + jj) * C4 + d]; }
       // the row's own value, in its group's order (its largest jj: last), as if read from the cache
-      if (fresh && Lc - j0 < 256u && g == (Lc - j0) % G) { acc = acc + sc[Lc - j0] * vnew[d]; }
+      if (fresh && Lc - j0 < 256u && g == (Lc - j0) % G) { acc = acc + sc[Lc - j0] * VK(vn[vn0 + d]); }
     }
     m = m_new;
-    workgroupBarrier();  // sc is rewritten by the next tile (and the last tile's reads of acc4 are done)
+    workgroupBarrier();  // sc is rewritten by the next tile
   }
   acc4[li] = acc;
   workgroupBarrier();
