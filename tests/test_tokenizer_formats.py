@@ -23,7 +23,7 @@ from webtensor.text.tokenizer import GPT2Tokenizer  # noqa: E402
 from webtensor.text.tokenizer_files import GPT2_SPLIT_PATTERN  # noqa: E402
 
 EOT = "<|endoftext|>"
-SHIPPED = Path(__file__).resolve().parents[1] / "src" / "webtensor" / "models" / "gpt2" / "shipped"
+SHIPPED = Path(__file__).resolve().parents[1] / "src" / "webtensor" / "models" / "shipped"
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog. It's the dog's bone, isn't it? THE END.",
@@ -314,7 +314,7 @@ for name in data["names"]:
     tok = GPT2Tokenizer.from_dir("/cases/" + name)
     assert tok.kind == "pure-python", tok.kind
     out["ids"][name] = [tok.encode(t) for t in data["texts"]]
-    out["text"][name] = [tok.decode(ids) for ids in data["ids"][name]]
+    out["text"][name] = [tok.decode(ids, skip_special_tokens=False) for ids in data["ids"][name]]
 json.dump(out, open("/cases/out.json", "w"))
 `);
 """
