@@ -262,9 +262,10 @@ class _Reader:
                              prefix_ids=prefix, suffix_ids=suffix, source=self.source, **model)
 
     def model(self, value: Any) -> dict[str, Any]:
-        m = self.obj(value, "model", _BPE_KEYS)
+        m = self.obj(value, "model", None)
         if m.get("type", "BPE") != "BPE":
-            raise self.fail(f"model type {m.get('type')!r} is not supported (need 'BPE')")
+            raise self.fail(f"model type {m.get('type')!r} is not supported (need 'BPE': a byte-level BPE)")
+        self.obj(m, "model", _BPE_KEYS)
         vocab = m.get("vocab")
         if not isinstance(vocab, dict):
             raise self.fail("model.vocab must be an object mapping token -> id")
