@@ -89,3 +89,27 @@ def test_file_facts(smollm2: dict[str, Any]) -> None:
         ids = tok.encode("<|im_start|>user\nWhat is 2+2?<|im_end|>\n")
         assert ids[0] == 1 and 2 in ids
         assert tok.decode(ids) == "user\nWhat is 2+2?\n"
+
+
+def test_gguf_pre_tokenizers_equal_llama_cpp(smollm2: dict[str, Any]) -> None:
+    """The SmolLM2 vocabulary under each `tokenizer.ggml.pre` webtensor reads gives llama.cpp's ids
+    (recorded by tools/llamacpp_token_ids.py with llama.cpp's llama-tokenize): its "smollm" digit split, the
+    four isolating splits of "default", Llama 3's regex with ignore_merges for "llama-bpe" (and a BOS where
+    the file does not say add_bos_token, as the SmolLM2 file does: false)."""
+    import json
+    from pathlib import Path
+
+    doc = json.loads((Path(__file__).parent / "data" / "llamacpp_token_ids.json").read_text(encoding="utf-8"))
+    assert doc["texts"] == TEXTS  # recorded on this corpus (rerun the tool after changing it)
+    no_bos_key = "llama-bpe (no add_bos_token)"
+    assert set(doc["ids"]) == {"smollm", "gpt-2", "default", "llama-bpe", "qwen2", no_bos_key}
+    for variant, want in doc["ids"].items():
+        pre = variant.split()[0]
+        meta = {**smollm2["meta"], "tokenizer.ggml.pre": pre}
+        if variant == no_bos_key:
+            del meta["tokenizer.ggml.add_bos_token"]
+        for native in (False, True):
+            tok = Tokenizer.from_gguf_metadata(meta, variant, native=native)
+            assert tok.add_bos_token == (variant == no_bos_key)
+            for text, ids in zip(TEXTS, want, strict=True):
+                assert tok.encode(text, add_special_tokens=True) == ids, (variant, tok.kind, text)
