@@ -295,6 +295,10 @@ def test_shipped_tokenizer_is_read_by_hf_and_matches() -> None:
     page = GPT2Tokenizer.from_dir(SHIPPED, native=False)
     text = f"It's 2024 — naïve café!{EOT}  \n\tcode()  日本"
     assert page.encode(text) == ref.encode(text, add_special_tokens=False).ids
+    # <|endoftext|> never shows as text (the CLI, ignore_eos streams) unless asked for
+    ids = page.encode(text)
+    assert page.decode(ids) == text.replace(EOT, "") == "".join(page.stream_decode(ids))
+    assert page.decode(ids, skip_special_tokens=False) == text and page.token_bytes(page.eos_token_id) == b""
 
 
 # --- the page's own Python (Pyodide, another Unicode version) -----------------------------------

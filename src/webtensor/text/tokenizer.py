@@ -41,6 +41,7 @@ class Tokenizer:
         self.unk_token_id: int | None = named.get("unk_token")
         self.special_ids: frozenset[int] = spec.special_ids
         self.add_bos_token = bool(spec.prefix_ids) and spec.prefix_ids[0] == self.bos_token_id
+        self._added_ids = {t.content: t.id for t in spec.added_tokens}
         self._bytes_cache: dict[int, bytes] = {}
 
     # -- construction ----------------------------------------------------------------------------
@@ -111,10 +112,7 @@ class Tokenizer:
 
     def token_to_id(self, token: str) -> int | None:
         """The id of a token (byte-level spelling, e.g. "Ġthe", or an added token's text), or None."""
-        for t in self.spec.added_tokens:
-            if t.content == token:
-                return t.id
-        return self.spec.vocab.get(token)
+        return self._added_ids.get(token, self.spec.vocab.get(token))
 
     def is_special(self, i: int) -> bool:
         return i in self.special_ids
