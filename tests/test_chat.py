@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("jinja2")
 
-from text_fixtures import families, write_family_tokenizer  # noqa: E402
+from text_fixtures import families, run_in_pyodide, write_family_tokenizer  # noqa: E402
 
 from webtensor.chat import PLAIN_TEMPLATE, ChatTemplate, find_chat_template, template_for  # noqa: E402
 from webtensor.errors import ChatTemplateError, CheckpointError  # noqa: E402
@@ -281,12 +281,7 @@ def test_renders_with_markupsafe_pure_python_fallback() -> None:
     assert json.loads(run.stdout) == ChatTemplate(source, bos_token="<s>").render(messages)
 
 
-_PYODIDE_SCRIPT = """
-import { loadPyodide } from "%(pyodide)s/pyodide.mjs";
-const py = await loadPyodide({ indexURL: "%(pyodide)s/" });
-py.FS.mkdirTree("/pkgs"); py.FS.mount(py.FS.filesystems.NODEFS, { root: "%(lib)s" }, "/pkgs");
-py.FS.mkdirTree("/case"); py.FS.mount(py.FS.filesystems.NODEFS, { root: "%(case)s" }, "/case");
-py.runPython(`
+_PAGE = """
 import json, sys
 sys.path.insert(0, "/pkgs")
 import markupsafe
@@ -295,7 +290,6 @@ data = json.load(open("/case/in.json"))
 out = {"markupsafe": markupsafe._escape_inner.__module__,
        "text": [ChatTemplate(s, **data["tokens"]).render(m, a, **data["kwargs"]) for s, m, a in data["cases"]]}
 json.dump(out, open("/case/out.json", "w"))
-`);
 """
 
 
@@ -307,15 +301,6 @@ def test_page_python_renders_as_native(tmp_path: Path, smollm2: tuple[Any, Token
     import jinja2
     import markupsafe
 
-    from webtensor.web.server import find_pyodide
-
-    node = shutil.which("node")
-    try:
-        pyodide = find_pyodide()
-    except Exception as e:  # noqa: BLE001 - SetupError: Pyodide is not installed here
-        pytest.skip(str(e))
-    if node is None or not (pyodide / "pyodide.mjs").is_file():
-        pytest.skip("node or pyodide.mjs missing")
     lib = tmp_path / "lib"
     for pkg in (jinja2, markupsafe):
         src = Path(pkg.__file__).parent
@@ -328,10 +313,7 @@ def test_page_python_renders_as_native(tmp_path: Path, smollm2: tuple[Any, Token
     (tmp_path / "case").mkdir()
     (tmp_path / "case" / "in.json").write_text(json.dumps({"cases": cases, "tokens": ours.special_tokens_map,
                                                            "kwargs": kwargs}), encoding="utf-8")
-    script = tmp_path / "run.mjs"
-    script.write_text(_PYODIDE_SCRIPT % {"pyodide": pyodide, "lib": lib, "case": tmp_path / "case"}, encoding="utf-8")
-    run = subprocess.run([node, str(script)], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
+    run_in_pyodide(_PAGE, {"/pkgs": lib, "/case": tmp_path / "case"}, tmp_path)
     out = json.loads((tmp_path / "case" / "out.json").read_text(encoding="utf-8"))
     assert out["markupsafe"] == "markupsafe._native"
     assert out["text"] == [ChatTemplate(s, **ours.special_tokens_map).render(m, a, **kwargs) for s, m, a in cases]

@@ -9,17 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 tokenizers = pytest.importorskip("tokenizers")
+from text_fixtures import FRAGMENTS  # noqa: E402
 from tokenizers import Regex, pre_tokenizers  # noqa: E402
 
 from webtensor.text import pretok  # noqa: E402
 
-FRAGMENTS = [
-    "'s", "'S", "'t", "'RE", "'ve", "'M", "'ll", "'D", "'ſ", "'\u212a", "n't", " ", "  ", "   ", "\t", "\n", "\r",
-    "\r\n", "\n\n ", " \n", "\u00a0", "\u3000", "\x85", "\u2028", "\u2029", "\x1c", "\x0b", "123", "4567", " 89",
-    "x2", "1,234", "١٢٣", "½", "²", "Ⅻ", "①", "𝟘", "\U00011de7", "\U00016ff4", "abc", "ÀÉ", "ǅ", "ſ", "日本",
-    "😀", "👍🏽", "e\u0301", "\u0301", "!!", " ...", "$+<=>^~|`", "«»", "—", "\u1b4f", "(hello)", "\tfoo", ".bar",
-    "<|im_end|>", "\U0001e030", "\u1c89", "\U00010d40",
-]
 TEXT = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=5)), max_size=14).map("".join)
 
 

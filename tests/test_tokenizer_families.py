@@ -175,3 +175,42 @@ def test_named_token_outside_vocabulary_refused(tmp_path: Path, cases: dict[str,
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|no_such|>"}), encoding="utf-8")
     with pytest.raises(TokenizerError, match=r"tokenizer_config.json: eos_token '<\|no_such\|>' is not in the vocab"):
         Tokenizer.from_dir(tmp_path)
+
+
+_PAGE = """
+import json, sys, unicodedata
+sys.path.insert(0, "/src")
+from webtensor.text.tokenizer import Tokenizer
+data = json.load(open("/case/in.json"))
+out = {"unicode": unicodedata.unidata_version, "dir": {}, "gguf": {}}
+for name, meta in data["gguf"].items():
+    toks = {"dir": Tokenizer.from_dir("/case/" + name), "gguf": Tokenizer.from_gguf_metadata(meta, name)}
+    for kind, tok in toks.items():
+        assert tok.kind == "pure-python", tok.kind
+        out[kind][name] = [tok.encode(t, add_special_tokens=True) for t in data["texts"]]
+json.dump(out, open("/case/out.json", "w"))
+"""
+
+
+def test_page_python_gives_native_ids(tmp_path: Path, cases: dict[str, Case]) -> None:
+    """The pure-Python tokenizer inside Pyodide (the page's Python and Unicode database) gives the
+    native ids for every family, from the directory and from the GGUF metadata."""
+    import random
+    import shutil
+
+    from text_fixtures import FRAGMENTS, run_in_pyodide
+
+    rng = random.Random(5)
+    texts = TEXTS + ["".join(rng.choice(FRAGMENTS) for _ in range(rng.randrange(1, 9))) for _ in range(300)]
+    case = tmp_path / "case"
+    for name, c in cases.items():
+        shutil.copytree(c.dir, case / name)
+    (case / "in.json").write_text(json.dumps({"texts": texts, "gguf": {n: c.meta for n, c in cases.items()}}),
+                                  encoding="utf-8")
+    run_in_pyodide(_PAGE, {"/src": Path(__file__).resolve().parents[1] / "src", "/case": case}, tmp_path)
+    out = json.loads((case / "out.json").read_text(encoding="utf-8"))
+    for name, c in cases.items():
+        for kind, native in (("dir", c.ours[True]), ("gguf", c.ours_gguf[True])):
+            want = [native.encode(t, add_special_tokens=True) for t in texts]
+            for text, w, got in zip(texts, want, out[kind][name], strict=True):
+                assert got == w, (name, kind, out["unicode"], text)

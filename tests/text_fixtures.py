@@ -12,6 +12,15 @@ from pathlib import Path
 from typing import Any
 
 DATA = Path(__file__).resolve().parent / "data"
+# Pieces random texts are made of: contractions (and the letters case-insensitive matching reaches), runs
+# of whitespace, numbers of several scripts, code points the Unicode versions disagree on, special tokens.
+FRAGMENTS = [
+    "'s", "'S", "'t", "'RE", "'ve", "'M", "'ll", "'D", "'ſ", "'\u212a", "n't", " ", "  ", "   ", "\t", "\n", "\r",
+    "\r\n", "\n\n ", " \n", "\u00a0", "\u3000", "\x85", "\u2028", "\u2029", "\x1c", "\x0b", "123", "4567", " 89",
+    "x2", "1,234", "١٢٣", "½", "²", "Ⅻ", "①", "𝟘", "\U00011de7", "\U00016ff4", "abc", "ÀÉ", "ǅ", "ſ", "日本",
+    "😀", "👍🏽", "e\u0301", "\u0301", "!!", " ...", "$+<=>^~|`", "«»", "—", "\u1b4f", "(hello)", "\tfoo", ".bar",
+    "<|im_end|>", "\U0001e030", "\u1c89", "\U00010d40",
+]
 
 
 def corpus() -> list[str]:
@@ -154,3 +163,38 @@ def write_gguf_metadata(path: Path, meta: dict[str, Any], arch: str = "llama") -
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+_PYODIDE_JS = """
+import { loadPyodide } from "%(pyodide)s/pyodide.mjs";
+const py = await loadPyodide({ indexURL: "%(pyodide)s/" });
+for (const [at, root] of %(mounts)s) { py.FS.mkdirTree(at); py.FS.mount(py.FS.filesystems.NODEFS, { root }, at); }
+py.runPython(%(code)s);
+"""
+
+
+def run_in_pyodide(code: str, mounts: dict[str, Path], workdir: Path) -> None:
+    """Run Python `code` in Pyodide under node (the page's Python: 3.14, Unicode 16, no C extensions),
+    with host folders mounted (guest path -> host folder; not /lib, which holds Pyodide's own). Skips
+    the test where node or the Pyodide npm package is missing; fails it with Python's traceback."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    from webtensor.web.server import find_pyodide
+
+    node = shutil.which("node")
+    try:
+        pyodide = find_pyodide()
+    except Exception as e:  # noqa: BLE001 - SetupError: Pyodide is not installed here
+        pytest.skip(str(e))
+    if node is None or not (pyodide / "pyodide.mjs").is_file():
+        pytest.skip("node or pyodide.mjs missing")
+    script = workdir / "run.mjs"
+    script.write_text(_PYODIDE_JS % {"pyodide": pyodide, "code": json.dumps(code),
+                                     "mounts": json.dumps([[k, str(v)] for k, v in mounts.items()])},
+                      encoding="utf-8")
+    run = subprocess.run([node, str(script)], capture_output=True, text=True, timeout=600)
+    tail = run.stderr[run.stderr.find("PythonError"):] if "PythonError" in run.stderr else run.stderr[-3000:]
+    assert run.returncode == 0, tail[:3000]
