@@ -75,7 +75,7 @@ def check_generate(args: argparse.Namespace) -> None:
     args.prompt_text = validate.check_text(text)
     ck = args.checkpoint = _open(args)
     n_ctx = args.ctx_size or ck.config.spec.n_ctx
-    ids = validate.check_ids(ck.tokenizer.encode(args.prompt_text), ck.config.spec.vocab_size)
+    ids = validate.check_ids(ck.tokenizer.encode(args.prompt_text, add_special_tokens=True), ck.config.spec.vocab_size)
     validate.fit_context(ids, args.max_new_tokens or 50, n_ctx, args.truncate_prompt)
 
 

@@ -129,8 +129,10 @@ class LanguageModel:
         yield from tok.stream_decode(self.generate_ids(self.encode(prompt), max_new_tokens, **kw))
 
     # -- text ----------------------------------------------------------------------------------------------
-    def encode(self, text: str) -> list[int]:
-        return self._need_tokenizer().encode(check_text(text))
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """The ids of `text`, with the tokenizer's own special tokens (a BOS for Llama 3) as transformers'
+        `tokenizer(text)` adds them; `add_special_tokens=False` for text that writes its own (a rendered chat)."""
+        return self._need_tokenizer().encode(check_text(text), add_special_tokens=add_special_tokens)
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._need_tokenizer().decode(ids)

@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from .. import chat
+from ..errors import ChatTemplateError
 from .engine import Engine, Sampling
 from .metrics import CONTENT_TYPE, Metrics
 from .protocol import (
@@ -131,14 +132,10 @@ def _check_model(engine: Engine, model: str) -> None:
 
 def _render_chat(engine: Engine, messages: Any) -> str:
     """The conversation through the model's chat template (webtensor's plain one where it has none)."""
-    from ..errors import WebtensorError
-
-    tok = engine.tokenizer
-    template = chat.ChatTemplate(engine.chat_template or chat.PLAIN_TEMPLATE,
-                                 bos_token=getattr(tok, "bos_token", "") or "", eos_token=getattr(tok, "eos_token", "") or "")
     try:
-        return template.render([{"role": m.role, "content": m.text()} for m in messages], add_generation_prompt=True)
-    except WebtensorError as e:  # the template's raise_exception: the conversation is refused
+        return chat.template_for(engine).render([{"role": m.role, "content": m.text()} for m in messages],
+                                                add_generation_prompt=True)
+    except ChatTemplateError as e:  # the template's raise_exception: the conversation is refused
         raise APIError(400, f"messages: {e}", param="messages") from None
 
 
