@@ -46,7 +46,7 @@ from ..generation import int_tensor, upload_ints
 from ..models.gpt2.model import GPT2
 from ..tensor import Tensor
 from ..validate import check_ids
-from .engine import GPT2EngineBase, Row, choose, followable
+from .engine import GPT2EngineBase, Row, Token, choose, followable
 
 
 def bucket(n: int) -> int:
@@ -127,7 +127,7 @@ class BatchedGPT2Engine(GPT2EngineBase):
         self._check_slot(slot)
         self._length[slot] = 0
 
-    def step(self, rows: Sequence[Row]) -> list[int | None]:
+    def step(self, rows: Sequence[Row]) -> list[Token]:
         return self.collect(self.launch(rows))[0]
 
     def launch(self, rows: Sequence[Row]) -> _Launched:
@@ -194,7 +194,7 @@ class BatchedGPT2Engine(GPT2EngineBase):
         h.ring = self.model.device.backend.read_async(g.ring)
         return h
 
-    def collect(self, h: _Launched) -> list[list[int | None]]:
+    def collect(self, h: _Launched) -> list[list[Token]]:
         """The tokens of launched steps: per step, per row in order (None where a row does not
         choose); a launch is one step."""
         if h.ring is not None:  # followed steps: greedy one-token rows, the ring's first rows
@@ -207,7 +207,7 @@ class BatchedGPT2Engine(GPT2EngineBase):
         if h.logits is not None:
             ticket, shape, dtype = h.logits
             rows_logits = np.frombuffer(bytes(ticket.wait()), dtype).reshape(-1, shape[-1])
-        out: list[int | None] = []
+        out: list[Token] = []
         j = 0  # the row's place among the choosing rows (the LM head's rows)
         for r in h.rows:
             if not r.sample:

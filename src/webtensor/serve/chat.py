@@ -20,10 +20,11 @@ ROLE_NAMES = {"system": "System", "developer": "System", "user": "User", "assist
 TURN_STOPS = ["\nUser:", "\nSystem:"]
 
 
-def render(messages: Sequence[ChatMessage]) -> str:
-    """The prompt text for `messages`, ending with "Assistant:"."""
+def render(messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> str:
+    """The prompt text for `messages`, ending with "Assistant:" (the assistant's turn to speak)
+    unless `add_generation_prompt` is False (/tokenize may ask for the conversation alone)."""
     lines = [f"{ROLE_NAMES[m.role]}: {m.text()}" for m in messages]
-    return "\n".join([*lines, "Assistant:"])
+    return "\n".join([*lines, "Assistant:"] if add_generation_prompt else lines)
 
 
 def stops(own: Sequence[str]) -> list[str]:

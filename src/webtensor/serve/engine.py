@@ -3,8 +3,10 @@
 An engine owns `max_batch` sequence slots, each with its own KV cache. Each scheduler step hands it
 a list of `Row`s, at most one per slot: the tokens to feed that slot this step (a prefill chunk or
 one decoded token) at the positions `start`.., and whether to choose a next token after them. The
-engine returns, per row in order, the chosen token id (or None where `sample` is False). When a
-sequence is done the scheduler calls `release(slot)`; the slot's next row starts at position 0.
+engine returns, per row in order, the chosen token id (or None where `sample` is False), or a
+`RowError` where choosing that row's token raised (its sampling refused its logits or parameters):
+that row alone failed, the step and every other row in it are good. When a sequence is done the
+scheduler calls `release(slot)`; the slot's next row starts at position 0.
 
 All engine calls come from one worker thread, one at a time.
 
@@ -73,6 +75,17 @@ class Row:
         return self.start + len(self.ids)
 
 
+@dataclass(frozen=True)
+class RowError:
+    """In place of a row's token: choosing it raised (`message`: the exception's type and text).
+    Only that row failed; the scheduler ends its request with an error and goes on with the rest."""
+
+    message: str
+
+
+Token = int | RowError | None  # what `step` / `collect` return per row
+
+
 class Engine(Protocol):
     name: str  # the model's name, as /v1/models lists it
     max_batch: int  # slots
@@ -82,8 +95,9 @@ class Engine(Protocol):
     tokenizer: Tokenizer
     # optional: `engine`, the kind ("batched", "reference") that /health reports
 
-    def step(self, rows: Sequence[Row]) -> list[int | None]:
-        """Run `rows` (at most one per slot); per row in order, the chosen token or None."""
+    def step(self, rows: Sequence[Row]) -> list[Token]:
+        """Run `rows` (at most one per slot); per row in order, the chosen token, None (a row that
+        does not sample) or a RowError (that row's choice raised)."""
         ...
 
     def release(self, slot: int) -> None:
@@ -99,9 +113,14 @@ def followable(rows: Sequence[Row], n_ctx: int, steps: int = 1) -> bool:
                               and r.start + steps < n_ctx for r in rows)
 
 
-def choose(logits: np.ndarray, s: Sampling, position: int) -> int:
-    """The token for `position` from its logits (V,): argmax, or the draw for (seed, position)."""
-    return sample(logits, s.params(), position)
+def choose(logits: np.ndarray, s: Sampling, position: int) -> int | RowError:
+    """The token for `position` from its logits (V,): argmax, or the draw for (seed, position); a
+    RowError where that raises (NaN logits, every logit -inf, parameters the sampler refuses): the
+    failure is this row's alone, whatever else its step holds."""
+    try:
+        return sample(logits, s.params(), position)
+    except Exception as e:  # noqa: BLE001 - any failure here concerns this row only
+        return RowError(f"{type(e).__name__}: {e}")
 
 
 class GPT2EngineBase:
@@ -129,7 +148,7 @@ class GPT2Engine(GPT2EngineBase):
         super().__init__(model, max_batch, name)
         self._caches: list[KVCache | None] = [None] * max_batch
 
-    def step(self, rows: Sequence[Row]) -> list[int | None]:
+    def step(self, rows: Sequence[Row]) -> list[Token]:
         return [self._run(r) for r in rows]
 
     def release(self, slot: int) -> None:
@@ -137,7 +156,7 @@ class GPT2Engine(GPT2EngineBase):
         if cache is not None:
             cache.length = 0
 
-    def _run(self, row: Row) -> int | None:
+    def _run(self, row: Row) -> Token:
         if not 0 <= row.slot < self.max_batch:
             raise ArgumentError(f"slot {row.slot} is out of range for {self.max_batch} slots")
         cache = self._caches[row.slot]
