@@ -18,10 +18,8 @@ openai = pytest.importorskip("openai")
 
 
 @pytest.fixture(scope="module")
-def server():
-    s = Server.cli("--device", "cpu", "--max-batch", "32")
-    yield s
-    s.stop()
+def server(api_server):
+    return api_server
 
 
 @pytest.fixture(scope="module")

@@ -128,12 +128,10 @@ def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
             seqs.append(_sequence(engine, ids, body, body.max_tokens, default_max=16, stops=body.stops()))
         _start(sched, seqs)
         rid, name, created = f"cmpl-{uuid.uuid4().hex}", engine.name, int(time.time())
-        usage_null = {"usage": None} if body.include_usage() else {}
 
-        def chunk(index: int, text: str, finish: Any) -> dict[str, Any]:
+        def chunk(index: int, text: str, finish: Any) -> dict[str, Any]:  # (usage: on the last chunk alone)
             return {"id": rid, "object": "text_completion", "created": created, "model": name,
-                    "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": finish}],
-                    **usage_null}
+                    "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": finish}]}
 
         def usage_chunk(u: Usage) -> dict[str, Any]:
             return {"id": rid, "object": "text_completion", "created": created, "model": name, "choices": [],

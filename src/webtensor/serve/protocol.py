@@ -16,8 +16,9 @@ structured output). Extensions, as vLLM has them: `top_k` (0 or -1: off) and `ig
 
 Responses: chat messages carry `refusal: null`; a streamed chat's first chunk alone has
 `delta.role`; every chunk of a stream has the stream's one `created`; `usage` appears on streamed
-chunks only when `stream_options.include_usage` asks for it (null on each chunk but the last, as
-OpenAI sends it).
+chunks only when `stream_options.include_usage` asks for it: in a last chunk of its own, and in
+chat as null on each chunk before it, as OpenAI sends it (the spec's completion chunk has no null
+usage: there it is left out).
 """
 
 from __future__ import annotations
@@ -79,9 +80,15 @@ def _printable(s: str) -> str:
 
 
 def validation_error(errors: list[dict[str, Any]]) -> APIError:
-    """An APIError (400) from pydantic / FastAPI validation errors: the first one, by field."""
-    e = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": "invalid"}
-    loc = [str(p) for p in e.get("loc", ()) if p != "body" and not _type_tag(str(p))]
+    """An APIError (400) from pydantic / FastAPI validation errors, naming the field: of the errors
+    (a union gives one per member), one of this module's own checks if any failed, else the one
+    that got deepest into the value (for ["a", 5]: prompt.1, not "prompt is not a string")."""
+    def loc_of(e: dict[str, Any]) -> list[str]:
+        return [str(p) for p in e.get("loc", ()) if p != "body" and not _type_tag(str(p))]
+
+    e = max(errors, key=lambda e: (e.get("type") == "value_error", len(loc_of(e))), default=None) \
+        or {"loc": (), "msg": "invalid request", "type": "invalid"}
+    loc = loc_of(e)
     if e.get("type") == "json_invalid":
         return APIError(400, f"malformed JSON in the request body: {e.get('ctx', {}).get('error', e['msg'])}",
                         code="invalid_json")
