@@ -290,7 +290,7 @@ def _start(sched: Scheduler, seqs: list[Generation]) -> None:
     sched.submit_all([s for s in seqs if s.max_tokens > 0])
     for s in seqs:
         if s.max_tokens == 0:
-            s.finish_now("length")
+            sched.finished_empty(s)
 
 
 def _usage(seqs: Sequence[Generation]) -> Usage:

@@ -196,10 +196,23 @@ class Scheduler:
         self._poke()
 
     def cancel(self, req: Generation) -> None:
-        """The client went away: free its slot at the next step boundary."""
-        if not req.done:
-            req.cancelled = True
-            self._poke()
+        """The client went away: free its slot at the next step boundary (a waiting request leaves
+        the queue at once, so it no longer counts against --max-queue)."""
+        if req.done:
+            return
+        req.cancelled = True
+        if req.slot is None and req in self._waiting:
+            self._waiting.remove(req)
+            self._retire(req, None, "abort")
+            self.metrics.queue_depth.set(len(self._waiting))
+        self._poke()
+
+    def finished_empty(self, req: Generation) -> None:
+        """`req` asked for no tokens (max_tokens 0): it ends at once, without a slot; counted as such."""
+        req.finish_now("length")
+        self.metrics.finished.labels("length").inc()
+        self.metrics.request_prompt.observe(len(req.prompt))
+        self.metrics.request_generation.observe(0)
 
     @property
     def active(self) -> int:
