@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ArgumentError, WebtensorError
-from .engine import Row, followable
+from .engine import Row, Token, followable
 
 SERVE_CTX = 4096  # positions per slot unless --ctx-size says (every slot holds a KV cache of this many)
 
@@ -163,11 +163,11 @@ class ProcessEngine:
             raise ArgumentError("follow continues the last launched step only")
         return self._send("follow", list(rows), steps)
 
-    def collect(self, ticket: int) -> list[list[int | None]]:
+    def collect(self, ticket: int) -> list[list[Token]]:
         """The tokens of a launched step or followed steps: per step, per row."""
         return self._answer(ticket)
 
-    def step(self, rows: Sequence[Row]) -> list[int | None]:
+    def step(self, rows: Sequence[Row]) -> list[Token]:
         return self.collect(self.launch(rows))[0]
 
     def release(self, slot: int) -> None:
