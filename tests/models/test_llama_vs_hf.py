@@ -143,7 +143,8 @@ def _edit_config(src: Path, dst: Path, **changes: object) -> Path:
     ("llama-gqa", dict(hidden_act="gelu"), "hidden_act 'gelu' is not supported"),
     ("llama-gqa", dict(num_key_value_heads=3), "not a multiple of num_key_value_heads = 3"),
     ("llama-gqa", dict(model_type="falcon"), "model_type 'falcon' is not supported"),
-    ("llama-gqa", dict(intermediate_size=80), r"'layers.0.mlp.gate_proj.weight' has shape \(96, 64\), expected \(80, 64\)"),
+    ("llama-gqa", dict(intermediate_size=80),
+     r"'layers.0.mlp.gate_proj.weight' has shape \(96, 64\), expected \(80, 64\)"),
     ("llama-gqa", dict(num_hidden_layers=3), "'layers.2.input_layernorm.weight' is missing"),
     ("llama-gqa", dict(quantization_config={"quant_method": "gptq"}), "quantization_config is set"),
 ])

@@ -42,7 +42,7 @@ from .spec import Family, TensorSpec
 
 QUANT_TYPES = ("Q8_0",)  # ggml block types the kernels read as stored
 DTYPES = ("float32", "float16", "q8_0")
-DEFAULT_CTX = 8192  # positions per sequence unless n_ctx says (a slot's KV cache holds this many; Llama 3.x trains 128k)
+DEFAULT_CTX = 8192  # positions per sequence unless n_ctx says (each sequence's KV cache holds this many)
 Progress = Callable[[str, int, int], None]  # (tensor name, bytes done, bytes in all)
 
 

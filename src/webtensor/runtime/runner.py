@@ -267,7 +267,8 @@ class ModelRunner:
         return h
 
     def check_follow(self, prev: Launched) -> None:
-        """ArgumentError unless `prev` is the last launched step, of one-token choosing rows (a graph that feeds back)."""
+        """ArgumentError unless `prev` is the last launched step, of one-token choosing rows (a graph that feeds
+        back)."""
         if prev is not self._last or prev.graph is None or not prev.graph.feeds_back:
             raise ArgumentError("follow continues the last launched step of one-token choosing rows only")
 
