@@ -17,8 +17,8 @@ from gguf_fixtures import hf_tensors, write_gguf  # noqa: E402
 from gpt2_fixtures import CORPUS, make_checkpoint  # noqa: E402
 
 import webtensor as wt  # noqa: E402
+from webtensor import quant  # noqa: E402
 from webtensor.errors import CheckpointError, TokenizerError  # noqa: E402
-from webtensor.formats import q8_0  # noqa: E402
 from webtensor.formats.gguf_pure import GGUFFile  # noqa: E402
 from webtensor.formats.gguf_reader import GGUFCheckpoint  # noqa: E402
 from webtensor.models.gpt2 import GPT2  # noqa: E402
@@ -26,8 +26,8 @@ from webtensor.models.gpt2.model import _DictReader, _upload  # noqa: E402
 from webtensor.models.gpt2.quantized import held_in_q8  # noqa: E402
 
 gguf = pytest.importorskip("gguf")
-Q8 = gguf.GGMLQuantizationType.Q8_0
-OUTTYPES = ("f32", "f16", "q8_0")
+OUTTYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1")
+STORED = {"bf16": "BF16", "q8_0": "Q8_0", "q4_0": "Q4_0", "q4_1": "Q4_1"}  # outtype -> the matrices' ggml type
 READERS = ("gguf", "pure")
 
 
@@ -46,10 +46,11 @@ def source(files: dict[str, Path]) -> dict[str, np.ndarray]:
     return hf_tensors(files["hf"])
 
 
-def _gguf_q8_roundtrip(arr: np.ndarray, transposed: bool) -> np.ndarray:
-    """What the gguf package's q8_0 makes of an HF tensor, back in HF layout."""
+def _gguf_roundtrip(arr: np.ndarray, transposed: bool, qtype: str) -> np.ndarray:
+    """What the gguf package's `qtype` makes of an HF tensor, back in HF layout."""
+    q = gguf.GGMLQuantizationType[qtype]
     stored = np.ascontiguousarray(arr.T) if transposed else arr
-    back = gguf.quants.dequantize(gguf.quants.quantize(stored, Q8), Q8)
+    back = gguf.quants.dequantize(gguf.quants.quantize(stored, q), q)
     return back.T if transposed else back
 
 
@@ -67,8 +68,27 @@ def test_tensors_equal_source(files, source, outtype, reader) -> None:
         elif outtype == "f16":
             assert got.dtype == np.float16 and np.array_equal(got, src.astype(np.float16)), name
         else:
-            assert ck.tensor_type(name) == "Q8_0"
-            assert np.array_equal(got, _gguf_q8_roundtrip(src, name.startswith("h."))), name
+            assert ck.tensor_type(name) == STORED[outtype] and got.dtype == np.float32
+            assert np.array_equal(got, _gguf_roundtrip(src, name.startswith("h."), STORED[outtype])), name
+
+
+@pytest.mark.parametrize("reader", READERS)
+@pytest.mark.parametrize("outtype", ["q8_0", "q4_0", "q4_1"])
+def test_get_quant_hands_over_the_stored_blocks(files, outtype, reader) -> None:
+    """get_quant: a quantized matrix's blocks as stored, (N, K); get_q8: Q8_0 as stored, or the
+    other types dequantized and quantized to Q8_0."""
+    ck = GGUFCheckpoint(files[outtype], reader=reader)
+    name = "h.0.mlp.c_fc.weight"  # blk.0.ffn_up: (N, K) = (256, 64) in the file
+    w = ck.get_quant(name)
+    assert w.qtype == STORED[outtype] and w.shape == (256, 64)
+    assert w.to_blocks().tobytes() == bytes(GGUFFile.from_path(files[outtype]).raw("blk.0.ffn_up.weight"))
+    assert np.array_equal(w.dequantize().T, ck.get(name))
+    q8 = ck.get_q8(name)
+    assert q8.qtype == "Q8_0" and q8.shape == (256, 64)
+    want = w if outtype == "q8_0" else quant.quantize(w.dequantize(), "Q8_0")
+    assert np.array_equal(q8.to_blocks(), want.to_blocks())
+    with pytest.raises(CheckpointError, match=r"'blk.0.attn_norm.weight' is stored as F32, not in a quantized type"):
+        ck.get_quant("h.0.ln_1.weight")
 
 
 def test_config_and_tokenizer_from_metadata(files) -> None:
@@ -111,13 +131,13 @@ def test_q8_gguf_equals_safetensors_quantized_at_load(files, source) -> None:
     arrays = {}
     for name, arr in source.items():
         if held_in_q8(name):
-            q = q8_0.quantize(arr if name == "wte.weight" else arr.T).dequantize()
+            q = quant.quantize(arr if name == "wte.weight" else arr.T, "Q8_0").dequantize()
             arr = q if name == "wte.weight" else q.T
         arrays[name] = arr
     g = GPT2.from_pretrained(files["q8_0"], device=cpu)
     st = GPT2(g.config, _upload(_DictReader(arrays), g.config, cpu, wt.float32, False, "st"), cpu, wt.float32)
     assert np.array_equal(g.logits(ids), st.logits(ids))
-    # dtype="int8": the same Q8Weights, handed through from the GGUF or quantized from safetensors
+    # dtype="int8": the same Q8_0 weights, handed through from the GGUF or quantized from safetensors
     gi = GPT2.from_pretrained(files["q8_0"], device=cpu, dtype="int8")
     si = GPT2.from_pretrained(files["hf"], device=cpu, dtype="int8")
     assert gi.quant == si.quant == "q8_0"
@@ -125,9 +145,9 @@ def test_q8_gguf_equals_safetensors_quantized_at_load(files, source) -> None:
                                   for a, b in zip(bg, bs, strict=True)]
     n_q8 = 0
     for a, b in pairs:
-        if isinstance(a, q8_0.Q8Weight):
-            assert isinstance(b, q8_0.Q8Weight) and a.shape == b.shape
-            assert np.array_equal(a.qs, b.qs) and np.array_equal(a.d.view(np.uint16), b.d.view(np.uint16))
+        if isinstance(a, quant.Quantized):
+            assert isinstance(b, quant.Quantized) and a.qtype == b.qtype == "Q8_0" and a.shape == b.shape
+            assert np.array_equal(a.to_blocks(), b.to_blocks())
             n_q8 += 1
         else:
             assert np.array_equal(a.numpy(), b.numpy())
@@ -163,8 +183,9 @@ def test_truncated_and_corrupt_files_refused(files, tmp_path, reader) -> None:
 
 @pytest.mark.parametrize("reader", READERS)
 def test_unsupported_quant_type_named(files, tmp_path, reader) -> None:
-    f = write_gguf(files["hf"], tmp_path / "q4.gguf", "q4_0")
-    with pytest.raises(CheckpointError, match=r"'token_embd.weight' is stored as Q4_0.*F32, F16, Q8_0"):
+    f = write_gguf(files["hf"], tmp_path / "q5.gguf", "q5_0")
+    with pytest.raises(CheckpointError, match=r"'token_embd.weight' is stored as Q5_0.*F32, F16, BF16, Q8_0, Q4_0, "
+                                              r"Q4_1, Q4_K, Q6_K only"):
         GGUFCheckpoint(f, reader=reader)
 
 

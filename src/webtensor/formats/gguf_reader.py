@@ -1,5 +1,6 @@
 """GPT-2 checkpoints in llama.cpp's GGUF format, as `convert_hf_to_gguf.py` writes them: tensors in
-F32, F16 or Q8_0, the hyper-parameters and the byte-level BPE tokenizer in the metadata. Read
+F32, F16, BF16 or a quantized type webtensor runs (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K: `webtensor.quant`),
+the hyper-parameters and the byte-level BPE tokenizer in the metadata. Read
 through the `gguf` package's `GGUFReader`; where it is missing (the browser) the pure-Python
 `gguf_pure` reader stands in, which tests check reads the same.
 
@@ -7,14 +8,15 @@ Names and layout. GGUF names map to Hugging Face GPT-2 names (llama.cpp's tensor
 architecture): token_embd -> wte, position_embd -> wpe, output_norm -> ln_f, and per block N
 attn_norm -> ln_1, attn_qkv -> attn.c_attn, attn_output -> attn.c_proj, ffn_norm -> ln_2,
 ffn_up -> mlp.c_fc, ffn_down -> mlp.c_proj. llama.cpp stores the four block matrices as
-(out, in) = (N, K), the transpose of HF's Conv1D (K, N); `get` returns HF's layout and `get_q8`
-the (N, K) layout that q8_0 blocks run along. GPT-2's LM head is tied to wte: a separate `output`
-tensor (the converter writes a copy) is ignored, and refused only if it is stored in the same type
-as token_embd with different bytes (a model whose head is not tied).
+(out, in) = (N, K), the transpose of HF's Conv1D (K, N); `get` returns HF's layout (float), and
+`get_quant` / `get_q8` the (N, K) layout that quantized blocks run along. GPT-2's LM head is tied
+to wte: a separate `output` tensor (the converter writes a copy) is ignored, and refused only if it
+is stored in the same type as token_embd with different bytes (a model whose head is not tied).
 
-numpy is imported only where tensors become arrays (`get`, `get_q8`): the page (Pyodide, no numpy)
-opens a file with reader="pure" for its config, tokenizer and checks, and takes each tensor's
-stored bytes with `stored`.
+numpy is imported only where tensors become arrays (`get`, `get_quant`, `get_q8`): the page
+(Pyodide, no numpy) opens a file with reader="pure" for its config, tokenizer and checks, and takes
+each tensor's stored bytes with `stored` (BF16 made float32 by `gguf_pure.bf16_to_f32`, quantized
+blocks uploaded as they are by `backends.wgpu.quant_ops.upload_blocks`).
 """
 
 from __future__ import annotations
@@ -27,14 +29,16 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckpointError, TokenizerError
 from ..models.gpt2.config import GPT2Config
+from ..quant import types as qtypes
 from ..text.tokenizer import GPT2Tokenizer
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from . import q8_0
+    from ..quant.weight import QuantWeight
 
-SUPPORTED_TYPES = ("F32", "F16", "Q8_0")
+FLOAT_TYPES = {"F32": 4, "F16": 2, "BF16": 2}  # bytes a value
+SUPPORTED_TYPES = (*FLOAT_TYPES, *qtypes.TYPES)
 TOKEN_CONTROL, TOKEN_USER_DEFINED = 3, 4  # llama.cpp's token types for special / added tokens
 _BLOCK_NAMES = {  # GGUF suffix -> HF name under h.N.
     "attn_norm.weight": "ln_1.weight", "attn_norm.bias": "ln_1.bias",
@@ -244,7 +248,7 @@ class GGUFCheckpoint:
         return set(self._entries)
 
     def tensor_type(self, name: str) -> str:
-        """The stored ggml type of HF tensor `name` ("F32", "F16", "Q8_0")."""
+        """The stored ggml type of HF tensor `name` (one of SUPPORTED_TYPES)."""
         return self._entries[name].type_name
 
     def shape(self, name: str) -> tuple[int, ...]:
@@ -253,66 +257,81 @@ class GGUFCheckpoint:
         return e.shape[::-1] if e.transposed else e.shape
 
     def stored(self, name: str) -> tuple[str, tuple[int, ...], memoryview]:
-        """HF tensor `name` as the file holds it, without numpy: (ggml type "F32" / "F16" / "Q8_0",
-        its shape in GGUF's layout (numpy order: the block matrices (N, K), transposed from HF's),
-        its bytes). CheckpointError when the bytes do not fill the shape."""
+        """HF tensor `name` as the file holds it, without numpy: (its ggml type, one of
+        SUPPORTED_TYPES; its shape in GGUF's layout (numpy order: the block matrices (N, K),
+        transposed from HF's); its bytes). CheckpointError when the bytes do not fill the shape (or
+        a quantized tensor is not a matrix of whole blocks)."""
         e = self._entries[name]
         raw = memoryview(e.read()).cast("B")
-        n = math.prod(e.shape)
-        want = n // 32 * 34 if e.type_name == "Q8_0" else n * (4 if e.type_name == "F32" else 2)
-        if raw.nbytes != want:
-            raise CheckpointError(f"{self.path}: tensor {_gguf_name(name)!r}: {raw.nbytes} bytes where shape "
-                                  f"{e.shape} {e.type_name} needs {want}")
+        try:
+            if e.type_name in qtypes.TYPES:
+                qtypes.check_blocks(e.type_name, e.shape, raw.nbytes)
+            elif raw.nbytes != math.prod(e.shape) * FLOAT_TYPES[e.type_name]:
+                raise CheckpointError(f"{raw.nbytes} bytes where shape {e.shape} {e.type_name} needs "
+                                      f"{math.prod(e.shape) * FLOAT_TYPES[e.type_name]}")
+        except CheckpointError as err:
+            raise CheckpointError(f"{self.path}: tensor {_gguf_name(name)!r}: {err}") from err
         return e.type_name, e.shape, raw
 
-    def _stored(self, name: str) -> np.ndarray | q8_0.Q8Weight:
-        """The tensor as stored: float32/float16 in GGUF's layout, or a Q8Weight."""
+    def _stored(self, name: str) -> np.ndarray | QuantWeight:
+        """The tensor as stored: float32 (F32, BF16 widened) / float16 in GGUF's layout, or a
+        QuantWeight (N, K) of its blocks."""
         import numpy as np
 
-        from . import q8_0
+        from ..quant.dequant import bf16_to_f32
+        from ..quant.weight import QuantWeight
 
-        e = self._entries[name]
+        tname, shape, raw = self.stored(name)
         try:
-            raw = e.read()
-            if e.type_name == "Q8_0":
-                if len(e.shape) != 2:
-                    raise CheckpointError(f"a Q8_0 tensor must be 2-D, got shape {e.shape}")
-                return q8_0.Q8Weight.from_blocks(raw, e.shape)  # type: ignore[arg-type]
-            want = math.prod(e.shape) * (4 if e.type_name == "F32" else 2)
+            if tname in qtypes.TYPES:
+                return QuantWeight.from_blocks(tname, raw, shape)
             buf = np.frombuffer(raw, np.uint8)
-            if buf.size != want:
-                raise CheckpointError(f"{buf.size} bytes where shape {e.shape} {e.type_name} needs {want}")
-            return buf.view("<f4" if e.type_name == "F32" else "<f2").reshape(e.shape).copy()
+            if tname == "BF16":
+                return bf16_to_f32(buf).reshape(shape)
+            return buf.view("<f4" if tname == "F32" else "<f2").reshape(shape).copy()
         except CheckpointError as err:
             raise CheckpointError(f"{self.path}: tensor {_gguf_name(name)!r}: {err}") from err
         except Exception as err:
             raise CheckpointError(f"{self.path}: tensor {_gguf_name(name)!r} could not be read: {err}") from err
 
     def get(self, name: str) -> np.ndarray:
-        """HF tensor `name` in HF's layout: float32 (F32, and Q8_0 dequantized) or float16 (F16)."""
+        """HF tensor `name` in HF's layout: float32 (F32, BF16, and quantized types dequantized) or
+        float16 (F16)."""
         import numpy as np
 
-        from . import q8_0
+        from ..quant.weight import QuantWeight
 
         e = self._entries[name]
         v = self._stored(name)
-        arr = v.dequantize() if isinstance(v, q8_0.Q8Weight) else v
+        arr = v.dequantize() if isinstance(v, QuantWeight) else v
         return np.ascontiguousarray(arr.T) if e.transposed else arr
 
-    def get_q8(self, name: str) -> q8_0.Q8Weight:
-        """HF matrix `name` as q8_0 in (N, K) layout (K = the input dimension): a Q8_0 tensor as
-        stored, a float one quantized now."""
+    def get_quant(self, name: str) -> QuantWeight:
+        """HF tensor `name` as its stored blocks: a QuantWeight (N, K) (K = the input dimension;
+        an embedding table (V, C)) in the file's type, not copied. CheckpointError where the file
+        holds it in a float type."""
+        v = self._stored(name)
+        if not isinstance(v, qtypes.Quantized):
+            raise CheckpointError(f"{self.path}: tensor {_gguf_name(name)!r} is stored as "
+                                  f"{self._entries[name].type_name}, not in a quantized type")
+        return v
+
+    def get_q8(self, name: str) -> QuantWeight:
+        """HF matrix `name` as Q8_0 in (N, K) layout (K = the input dimension): a Q8_0 tensor as
+        stored; another type read as float32 (dequantized) and quantized to Q8_0 now."""
         import numpy as np
 
-        from . import q8_0
+        from ..quant.quantizer import quantize
 
         e = self._entries[name]
         v = self._stored(name)
-        if isinstance(v, q8_0.Q8Weight):
-            return v
-        if not e.transposed and name != "wte.weight":
+        if isinstance(v, qtypes.Quantized):
+            if v.qtype == "Q8_0":
+                return v
+            v = v.dequantize()
+        elif not e.transposed and name != "wte.weight":
             raise CheckpointError(f"{name!r} is not a matrix that webtensor runs in q8_0")
-        return q8_0.quantize(v.astype(np.float32))
+        return quantize(v.astype(np.float32), "Q8_0")
 
 
 def _gguf_name(hf: str) -> str:

@@ -4,7 +4,7 @@ dtype int8, a download of about 0.27x the float32 checkpoint.
 
 Layout (llama.cpp's, as `gguf_reader` reads it): the four block matrices transposed to (out, in) =
 (N, K), wte as (V, C); with outtype "q8_0" those five kinds of matrix are Q8_0, quantized by
-`webtensor.formats.q8_0` exactly as `GPT2.from_pretrained(..., dtype="int8")` quantizes the
+`webtensor.quant` exactly as `GPT2.from_pretrained(..., dtype="int8")` quantizes the
 safetensors at load (bit for bit ggml's reference), so the file holds the very weights of the
 native int8 model; layer norms, biases and the position embedding F32 (the tensors int8 keeps in
 float). An untied LM head is written as `output.weight` in F32 (int8 keeps it float too). The
@@ -25,8 +25,8 @@ from ..errors import ArgumentError, CheckpointError
 from ..models.gpt2.config import GPT2Config
 from ..models.gpt2.quantized import Int8Reader, held_in_q8
 from ..models.gpt2.weights import SafetensorsReader, check_checkpoint, check_tokenizer, expected_shapes, weight_files
+from ..quant.weight import QuantWeight
 from ..text.tokenizer import GPT2Tokenizer
-from . import q8_0
 from .gguf_reader import TOKEN_CONTROL, TOKEN_USER_DEFINED, gguf_name
 
 OUTTYPES = {"f32": 0, "f16": 1, "q8_0": 7}  # general.file_type: llama.cpp's LLAMA_FTYPE_*
@@ -65,9 +65,10 @@ def write_gpt2(model_dir: str | os.PathLike, out: str | os.PathLike, outtype: st
             names.append("lm_head.weight")
         for name in names:
             value = quant.get(name) if held_in_q8(name) else reader.get(name)
-            if isinstance(value, q8_0.Q8Weight):  # (N, K) already
+            if isinstance(value, QuantWeight):  # (N, K) already
                 blocks = value.to_blocks()
-                w.add_tensor(gguf_name(name), blocks, raw_shape=blocks.shape, raw_dtype=GGMLQuantizationType.Q8_0)
+                w.add_tensor(gguf_name(name), blocks, raw_shape=blocks.shape,
+                             raw_dtype=GGMLQuantizationType[value.qtype])
                 continue
             arr = np.asarray(value, np.float32)
             if arr.ndim == 2 and name.startswith("h."):
