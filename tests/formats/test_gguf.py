@@ -182,6 +182,29 @@ def test_truncated_and_corrupt_files_refused(files, tmp_path, reader) -> None:
 
 
 @pytest.mark.parametrize("reader", READERS)
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K"])
+def test_k_quant_matrices_are_read_as_stored(tmp_path, qtype, reader) -> None:
+    """A GPT-2 of width 256 with Q4_K / Q6_K matrices (random blocks): get_quant gives the blocks as
+    stored, get their dequantization in HF's layout (the gguf package's, bit for bit), and the
+    model loads (dequantized to float32)."""
+    d = make_checkpoint(tmp_path / "hf", vocab_size=320, n_embd=256, n_layer=1, n_head=4)
+    f = write_gguf(d, tmp_path / f"{qtype}.gguf", qtype.lower())
+    ck = GGUFCheckpoint(f, reader=reader)
+    raw = GGUFFile.from_path(f)
+    for name, gname, shape in (("h.0.mlp.c_proj.weight", "blk.0.ffn_down.weight", (256, 1024)),
+                               ("wte.weight", "token_embd.weight", (320, 256))):
+        assert ck.tensor_type(name) == qtype
+        w = ck.get_quant(name)
+        assert w.qtype == qtype and w.shape == shape
+        assert w.to_blocks().tobytes() == bytes(raw.raw(gname))
+        want = gguf.quants.dequantize(w.to_blocks(), gguf.GGMLQuantizationType[qtype])
+        got = ck.get(name)
+        assert got.dtype == np.float32 and np.array_equal(got, want.T if name.startswith("h.") else want)
+    m = GPT2.from_pretrained(f, device="cpu")
+    assert m.logits([1, 2, 3]).shape == (3, 320)
+
+
+@pytest.mark.parametrize("reader", READERS)
 def test_unsupported_quant_type_named(files, tmp_path, reader) -> None:
     f = write_gguf(files["hf"], tmp_path / "q5.gguf", "q5_0")
     with pytest.raises(CheckpointError, match=r"'token_embd.weight' is stored as Q5_0.*F32, F16, BF16, Q8_0, Q4_0, "

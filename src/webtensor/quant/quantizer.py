@@ -43,8 +43,8 @@ def _half(v: np.ndarray, what: str, qtype: str) -> np.ndarray:
     with np.errstate(over="ignore"):
         h = v.astype("<f2")
     if not np.isfinite(h).all():
-        big = float(np.abs(v[~np.isfinite(h)]).max())
-        raise ArgumentError(f"cannot quantize to {qtype}: a block's {what} {big:g} overflows float16")
+        bad = float(v[~np.isfinite(h)].reshape(-1)[0])
+        raise ArgumentError(f"cannot quantize to {qtype}: a block's {what} {bad:g} overflows float16")
     return h.reshape(-1, 1).view(np.uint8)
 
 
