@@ -1,8 +1,9 @@
 // Matrix-vector products with a quantized weight (decode: a few rows of float32 activations, or a
 // stack of one-row products): C[m, n] = sum_k A'[m, k] W[n, k], W (N, K) in webtensor's GPU layout of
-// one of ggml's block types (quant_dequant.wgsl; the type by its define), dequantized in registers
-// one 32-value unit at a time (a vec4 or two of quants, the block's scales read once), and dotted in
-// f32 with each of the workgroup's rows: MR consecutive rows of A from wg.z * MR (fewer in the last
+// one of ggml's block types (quant_dequant.wgsl; the type by its define), read one 32-value unit at
+// a time (a vec4 or two of quants, the block's scales once), its integers widened in registers and
+// dotted in f32 with each of the workgroup's rows, each 16-value run's sum scaled once (plus the
+// run's offset times the sum of its activations, for Q4_1 / Q4_K): MR consecutive rows of A from wg.z * MR (fewer in the last
 // group), so W is read once per group of MR rows. Each row has its own accumulator and reduction:
 // a row's sum is computed in the same order whatever MR, its place in the group and the number of
 // rows, so a row of a stack is bit for bit that row alone.
@@ -16,7 +17,8 @@
 // LANES = 1 (CPU adapters): one thread an output group, no reduction, no barrier; one row of A there
 // (decode, MR = 1, NR <= 2) takes a path with plain variables and no local arrays, which SwiftShader
 // keeps in memory when they are indexed (2.4-3x slower); its sums are the general path's in the same
-// order: the same bits.
+// order: the same bits. It works one run at a time (16 activations live, not 32: CPU registers), the
+// unit's weights taken twice, each time only the run's half used (the rest is dead code).
 // Prologue (gemv_norm.wgsl, LANES > 1 only): NORM = 1 layer norm, 2 RMS norm, 0 none, so
 // "norm -> linear" is one dispatch. Epilogue (epilogue.wgsl): + bias[n], the activation,
 // + residual[m, n], chosen by p.epi.
@@ -38,20 +40,35 @@ alias TC = f32;
 const ROWS: u32 = 256u * NR / LANES;  // outputs per workgroup
 var<workgroup> red: array<f32, 2048>;  // [m * NR + j][thread]: MR x NR x 256 partial sums
 
-// the 32 activations of unit u of row m0 + m (A' through the prologue)
-fn acts(m0: u32, m: u32, u: u32) -> Span {
-  let k0 = unit_k4(u, 0u);
-  let k1 = unit_k4(u, 1u);
-  return Span(mat4x4<f32>(arow(m0, m, k0), arow(m0, m, k0 + 1u), arow(m0, m, k0 + 2u), arow(m0, m, k0 + 3u)),
-              mat4x4<f32>(arow(m0, m, k1), arow(m0, m, k1 + 1u), arow(m0, m, k1 + 2u), arow(m0, m, k1 + 3u)));
+// the 16 activations of run r of unit u of row m0 + m (A' through the prologue)
+fn run_acts(m0: u32, m: u32, u: u32, r: u32) -> mat4x4<f32> {
+  let k = unit_k4(u, r);
+  return mat4x4<f32>(arow(m0, m, k), arow(m0, m, k + 1u), arow(m0, m, k + 2u), arow(m0, m, k + 3u));
 }
 
-// a unit's 32 products, summed: each run's four dots pairwise, then the two runs
-fn udot(x: Span, w: Span) -> f32 {
-  let lo = (dot(x.lo[0], w.lo[0]) + dot(x.lo[1], w.lo[1])) + (dot(x.lo[2], w.lo[2]) + dot(x.lo[3], w.lo[3]));
-  let hi = (dot(x.hi[0], w.hi[0]) + dot(x.hi[1], w.hi[1])) + (dot(x.hi[2], w.hi[2]) + dot(x.hi[3], w.hi[3]));
-  return lo + hi;
+// the 32 activations of unit u of row m0 + m
+fn acts(m0: u32, m: u32, u: u32) -> Span { return Span(run_acts(m0, m, u, 0u), run_acts(m0, m, u, 1u)); }
+
+// sum x q over a run of 16: the four dots pairwise
+fn rdot(x: mat4x4<f32>, q: mat4x4<f32>) -> f32 {
+  return (dot(x[0], q[0]) + dot(x[1], q[1])) + (dot(x[2], q[2]) + dot(x[3], q[3]));
 }
+
+// sum x over a run of 16
+fn rsum(x: mat4x4<f32>) -> f32 { return dot((x[0] + x[1]) + (x[2] + x[3]), vec4<f32>(1.0)); }
+
+// a run's 16 products w x, summed: s sum(x q) (+ m sum(x))
+fn ulo(x: mat4x4<f32>, w: Unit) -> f32 {
+  if (HAS_MIN) { return w.s.x * rdot(x, w.q.lo) + w.s.y * rsum(x); }
+  return w.s.x * rdot(x, w.q.lo);
+}
+fn uhi(x: mat4x4<f32>, w: Unit) -> f32 {
+  if (HAS_MIN) { return w.s.z * rdot(x, w.q.hi) + w.s.w * rsum(x); }
+  return w.s.z * rdot(x, w.q.hi);
+}
+
+// a unit's 32 products, summed: the two runs' sums added
+fn udot(x: Span, w: Unit) -> f32 { return ulo(x.lo, w) + uhi(x.hi, w); }
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -69,9 +86,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     var s1 = 0.0;
     if (n0 < p.N) {
       for (var u = 0u; u < units; u = u + 1u) {
-        let x = acts(m0, 0u, u);
-        s0 = s0 + udot(x, unit_w(n0, u));
-        if (NR == 2u) { s1 = s1 + udot(x, unit_w(n1, u)); }
+        let xl = run_acts(m0, 0u, u, 0u);
+        let l0 = ulo(xl, unit_q(n0, u));
+        var l1 = 0.0;
+        if (NR == 2u) { l1 = ulo(xl, unit_q(n1, u)); }
+        let xh = run_acts(m0, 0u, u, 1u);
+        s0 = s0 + (l0 + uhi(xh, unit_q(n0, u)));
+        if (NR == 2u) { s1 = s1 + (l1 + uhi(xh, unit_q(n1, u))); }
       }
       let ci = p.c_off + m0 * p.ldc;
       write_out(ci + n0, m0, n0, s0);
@@ -82,8 +103,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   var s: array<f32, MR * NR>;  // [m][j]: row m of A against output n0 + j
   if (n0 < p.N) {
     for (var u = lane; u < units; u = u + LANES) {
-      var w: array<Span, NR>;
-      for (var j = 0u; j < NR; j = j + 1u) { w[j] = unit_w(min(n0 + j, p.N - 1u), u); }
+      var w: array<Unit, NR>;
+      for (var j = 0u; j < NR; j = j + 1u) { w[j] = unit_q(min(n0 + j, p.N - 1u), u); }
       for (var m = 0u; m < MR; m = m + 1u) {
         if (m < rows) {
           let x = acts(m0, m, u);

@@ -8,14 +8,17 @@
 // The block type is chosen by a define naming it (exactly one of Q8_0, Q4_0, Q4_1, Q4_K, Q6_K), whose
 // file supplies
 //   const QK (values a block), BV (vec4<u32> of body a block);
+//   const HAS_MIN: whether values carry an offset (x = s q + m: Q4_1, Q4_K);
 //   fn unit_k4(u, r) -> u32: the first activation vec4 (k / 4) of run r (0, 1) of GEMV unit u;
-//   fn unit_w(n, u) -> Span:  unit u of row n dequantized (lo: run 0, hi: run 1; column i of each is
-//                             values 4i .. 4i + 3 of its run of 16);
+//   fn unit_q(n, u) -> Unit:  unit u of row n: its integers q as f32 (lo: run 0, hi: run 1; column
+//                             i of each is values 4i .. 4i + 3 of its run of 16) and each run's
+//                             scale and offset, s = (s0, m0, s1, m1): value = s q + m;
 //   fn wvec(n, i) -> vec4<f32>: values 4i .. 4i + 3 of row n, dequantized (tiles, embedding rows).
 // A GEMV unit is 32 values of a row in two runs of 16 (the two nibbles of the same bytes, for the
-// 4-bit types), read with whole-vec4 loads, its scales once; units 0 .. K / 32 - 1 cover the row once.
-// Dequantized values are exactly the numpy reference's (quant/dequant.py): the same exact products
-// and the same single rounding.
+// 4-bit types), read with whole-vec4 loads, its scales once; units 0 .. K / 32 - 1 cover the row
+// once. The GEMV sums x q over a run and scales the sum once (s sum(x q) + m sum(x)), as llama.cpp
+// does: one multiply a value fewer than dequantizing first. wvec's values are exactly the numpy
+// reference's (quant/dequant.py): the same exact products and the same single rounding.
 //
 // Bounds (no index leaves its buffer, for n < the rows bound in qs / scales, u < K / 32, i < K / 4):
 // row n's body is vec4s row_vec4(n) .. row_vec4(n) + K / QK * BV - 1 and its heads words
@@ -41,6 +44,7 @@
 // #endif
 
 struct Span { lo: mat4x4<f32>, hi: mat4x4<f32> }  // 32 values: two runs of 16, four vec4 each
+struct Unit { q: Span, s: vec4<f32> }  // a GEMV unit: integers q, and (scale, offset) of each run
 
 // row n's first vec4 of qs
 fn row_vec4(n: u32) -> u32 { return n * (p.K / QK) * BV; }

@@ -4,18 +4,20 @@
 // Bounds: u < K / 32 blocks (body vec4 row_vec4(n) + u, head j = u); wvec: i / 8 < K / 32.
 const QK: u32 = 32u;
 const BV: u32 = 1u;
+const HAS_MIN: bool = false;
 
-fn q4x16(q: vec4<u32>, shift: u32, d: f32) -> mat4x4<f32> {
-  return mat4x4<f32>(ufloat4(fields4(q.x, shift, 0xFu), 8.0) * d, ufloat4(fields4(q.y, shift, 0xFu), 8.0) * d,
-                     ufloat4(fields4(q.z, shift, 0xFu), 8.0) * d, ufloat4(fields4(q.w, shift, 0xFu), 8.0) * d);
+// q - 8 of the 16 nibbles (the low ones for shift 0, the high ones for 4)
+fn q4x16(q: vec4<u32>, shift: u32) -> mat4x4<f32> {
+  return mat4x4<f32>(ufloat4(fields4(q.x, shift, 0xFu), 8.0), ufloat4(fields4(q.y, shift, 0xFu), 8.0),
+                     ufloat4(fields4(q.z, shift, 0xFu), 8.0), ufloat4(fields4(q.w, shift, 0xFu), 8.0));
 }
 
 fn unit_k4(u: u32, r: u32) -> u32 { return u * 8u + r * 4u; }
 
-fn unit_w(n: u32, u: u32) -> Span {
+fn unit_q(n: u32, u: u32) -> Unit {
   let q = qs[row_vec4(n) + u];
   let d = head16(n, u);
-  return Span(q4x16(q, 0u, d), q4x16(q, 4u, d));
+  return Unit(Span(q4x16(q, 0u), q4x16(q, 4u)), vec4<f32>(d, 0.0, d, 0.0));
 }
 
 fn wvec(n: u32, i: u32) -> vec4<f32> {

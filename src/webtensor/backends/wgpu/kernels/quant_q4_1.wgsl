@@ -5,22 +5,22 @@
 // i / 8 < K / 32.
 const QK: u32 = 32u;
 const BV: u32 = 1u;
+const HAS_MIN: bool = true;
 
 fn dm(n: u32, b: u32) -> vec2<f32> { return unpack2x16float(scales[n * p.d_ld + b]); }
 
-fn q4x16(q: vec4<u32>, shift: u32, s: vec2<f32>) -> mat4x4<f32> {
-  return mat4x4<f32>(ufloat4(fields4(q.x, shift, 0xFu), 0.0) * s.x + s.y,
-                     ufloat4(fields4(q.y, shift, 0xFu), 0.0) * s.x + s.y,
-                     ufloat4(fields4(q.z, shift, 0xFu), 0.0) * s.x + s.y,
-                     ufloat4(fields4(q.w, shift, 0xFu), 0.0) * s.x + s.y);
+// the 16 nibbles (the low ones for shift 0, the high ones for 4)
+fn q4x16(q: vec4<u32>, shift: u32) -> mat4x4<f32> {
+  return mat4x4<f32>(ufloat4(fields4(q.x, shift, 0xFu), 0.0), ufloat4(fields4(q.y, shift, 0xFu), 0.0),
+                     ufloat4(fields4(q.z, shift, 0xFu), 0.0), ufloat4(fields4(q.w, shift, 0xFu), 0.0));
 }
 
 fn unit_k4(u: u32, r: u32) -> u32 { return u * 8u + r * 4u; }
 
-fn unit_w(n: u32, u: u32) -> Span {
+fn unit_q(n: u32, u: u32) -> Unit {
   let q = qs[row_vec4(n) + u];
   let s = dm(n, u);
-  return Span(q4x16(q, 0u, s), q4x16(q, 4u, s));
+  return Unit(Span(q4x16(q, 0u), q4x16(q, 4u)), vec4<f32>(s, s));
 }
 
 fn wvec(n: u32, i: u32) -> vec4<f32> {

@@ -8,6 +8,7 @@
 // 0 .. 11 are words 1 .. 3 of vec4 0; wvec: i / 64 < K / 256, body bytes 16 .. 143.
 const QK: u32 = 256u;
 const BV: u32 = 9u;
+const HAS_MIN: bool = true;
 
 // byte i (0 .. 11) of the packed scales (h: the block's vec4 0)
 fn k_byte(h: vec4<u32>, i: u32) -> u32 { return (h[1u + i / 4u] >> (8u * (i % 4u))) & 0xFFu; }
@@ -28,11 +29,10 @@ fn k_scale_min(h: vec4<u32>, s: u32) -> vec2<f32> {
   return vec2<f32>(dd.x * f32(sc), dd.y * f32(mn));
 }
 
-fn q4k16(q: vec4<u32>, shift: u32, s: vec2<f32>) -> mat4x4<f32> {
-  return mat4x4<f32>(ufloat4(fields4(q.x, shift, 0xFu), 0.0) * s.x - s.y,
-                     ufloat4(fields4(q.y, shift, 0xFu), 0.0) * s.x - s.y,
-                     ufloat4(fields4(q.z, shift, 0xFu), 0.0) * s.x - s.y,
-                     ufloat4(fields4(q.w, shift, 0xFu), 0.0) * s.x - s.y);
+// the 16 nibbles (the low ones for shift 0, the high ones for 4)
+fn q4k16(q: vec4<u32>, shift: u32) -> mat4x4<f32> {
+  return mat4x4<f32>(ufloat4(fields4(q.x, shift, 0xFu), 0.0), ufloat4(fields4(q.y, shift, 0xFu), 0.0),
+                     ufloat4(fields4(q.z, shift, 0xFu), 0.0), ufloat4(fields4(q.w, shift, 0xFu), 0.0));
 }
 
 fn unit_k4(u: u32, r: u32) -> u32 {
@@ -40,13 +40,15 @@ fn unit_k4(u: u32, r: u32) -> u32 {
   return (u / 8u) * 64u + (j / 2u) * 16u + (j % 2u) * 4u + r * 8u;
 }
 
-fn unit_w(n: u32, u: u32) -> Span {
+fn unit_q(n: u32, u: u32) -> Unit {
   let base = row_vec4(n) + (u / 8u) * 9u;
   let j = u % 8u;
   let h = qs[base];
   let q = qs[base + 1u + j];
   let c = j / 2u;
-  return Span(q4k16(q, 0u, k_scale_min(h, 2u * c)), q4k16(q, 4u, k_scale_min(h, 2u * c + 1u)));
+  let s0 = k_scale_min(h, 2u * c);
+  let s1 = k_scale_min(h, 2u * c + 1u);
+  return Unit(Span(q4k16(q, 0u), q4k16(q, 4u)), vec4<f32>(s0.x, -s0.y, s1.x, -s1.y));
 }
 
 fn wvec(n: u32, i: u32) -> vec4<f32> {

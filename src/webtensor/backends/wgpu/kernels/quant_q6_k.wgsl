@@ -9,6 +9,7 @@
 // n's; its head u / 8 < K / 256; wvec: i / 64 < K / 256, body bytes < 208.
 const QK: u32 = 256u;
 const BV: u32 = 13u;
+const HAS_MIN: bool = false;
 
 // int8 scale s (0 .. 15) of the block (sv: its vec4 12)
 fn k6_scale(sv: vec4<u32>, s: u32) -> f32 { return f32(bitcast<i32>(sv[s / 4u] << (24u - 8u * (s % 4u))) >> 24u); }
@@ -18,9 +19,10 @@ fn q6x4(ql: u32, qh: u32, ls: u32, hs: u32) -> vec4<u32> {
   return fields4(ql, ls, 0xFu) | (fields4(qh, hs, 3u) << vec4<u32>(4u));
 }
 
-fn q6x16(ql: vec4<u32>, qh: vec4<u32>, ls: u32, hs: u32, s: f32) -> mat4x4<f32> {
-  return mat4x4<f32>(ufloat4(q6x4(ql.x, qh.x, ls, hs), 32.0) * s, ufloat4(q6x4(ql.y, qh.y, ls, hs), 32.0) * s,
-                     ufloat4(q6x4(ql.z, qh.z, ls, hs), 32.0) * s, ufloat4(q6x4(ql.w, qh.w, ls, hs), 32.0) * s);
+// q - 32 of 16 values
+fn q6x16(ql: vec4<u32>, qh: vec4<u32>, ls: u32, hs: u32) -> mat4x4<f32> {
+  return mat4x4<f32>(ufloat4(q6x4(ql.x, qh.x, ls, hs), 32.0), ufloat4(q6x4(ql.y, qh.y, ls, hs), 32.0),
+                     ufloat4(q6x4(ql.z, qh.z, ls, hs), 32.0), ufloat4(q6x4(ql.w, qh.w, ls, hs), 32.0));
 }
 
 fn unit_k4(u: u32, r: u32) -> u32 {
@@ -28,7 +30,7 @@ fn unit_k4(u: u32, r: u32) -> u32 {
   return (u / 8u) * 64u + (j / 4u) * 32u + (j % 4u) * 4u + r * 16u;
 }
 
-fn unit_w(n: u32, u: u32) -> Span {
+fn unit_q(n: u32, u: u32) -> Unit {
   let blk = u / 8u;
   let base = row_vec4(n) + blk * 13u;
   let j = u % 8u;
@@ -39,8 +41,8 @@ fn unit_w(n: u32, u: u32) -> Span {
   let sv = qs[base + 12u];
   let d = head16(n, blk);
   let t = jj / 2u;  // run 0: quarter t, run 1: quarter t + 2
-  return Span(q6x16(ql, qh, 0u, 2u * t, d * k6_scale(sv, 8u * h + jj)),
-              q6x16(ql, qh, 4u, 2u * t + 4u, d * k6_scale(sv, 8u * h + 4u + jj)));
+  return Unit(Span(q6x16(ql, qh, 0u, 2u * t), q6x16(ql, qh, 4u, 2u * t + 4u)),
+              vec4<f32>(d * k6_scale(sv, 8u * h + jj), 0.0, d * k6_scale(sv, 8u * h + 4u + jj), 0.0));
 }
 
 fn wvec(n: u32, i: u32) -> vec4<f32> {
