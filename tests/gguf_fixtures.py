@@ -7,7 +7,6 @@ model's size with [PAD{i}] tokens."""
 from __future__ import annotations
 
 import json
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -38,24 +37,11 @@ def hf_tensors(d: Path) -> dict[str, np.ndarray]:
     return out
 
 
-def k_blocks(qtype: str, shape: tuple[int, ...], seed: int) -> np.ndarray:
-    """Random Q4_K / Q6_K blocks (uint8 (N, bytes a row)) for a matrix (N, K): random bytes with
-    float16 scales of about 2^-7 (finite, small enough that products stay tame)."""
-    n, k = shape
-    size, offs = {"Q4_K": (144, (0, 2)), "Q6_K": (210, (208,))}[qtype]
-    raw = np.random.default_rng(seed).integers(0, 256, (n, k // 256, size), dtype=np.uint8)
-    for off in offs:
-        raw[:, :, off + 1] = 0x20  # exponent 8: 2^-7 .. 2^-6
-    return raw.reshape(n, -1)
-
-
 def write_gguf(d: Path, out: Path, outtype: str = "f32", *, metadata: dict[str, Any] | None = None,
                skip: tuple[str, ...] = (), extra: dict[str, np.ndarray] | None = None) -> Path:
-    """Convert HF checkpoint `d` to `out` (outtype "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", or
-    "q5_0" that webtensor refuses; or "q4_k" / "q6_k", whose matrices are random blocks (`k_blocks`):
-    the gguf package has no K-quant quantizer, and K must be a multiple of 256). `metadata` overrides
-    or adds keys (a value None drops the key); tensors named in `skip` are left out, those in `extra`
-    (GGUF name -> float32 array) added in F32."""
+    """Convert HF checkpoint `d` to `out` (outtype "f32", "f16", "q8_0", "q4_0", or "q5_0" that webtensor
+    refuses). `metadata` overrides or adds keys (a value None drops the key); tensors named in
+    `skip` are left out, those in `extra` (GGUF name -> float32 array) added in F32."""
     import gguf
     from gguf import GGMLQuantizationType as Q
 
@@ -67,8 +53,7 @@ def write_gguf(d: Path, out: Path, outtype: str = "f32", *, metadata: dict[str, 
         "gpt2.block_count": cfg["n_layer"], "gpt2.context_length": cfg["n_positions"],
         "gpt2.embedding_length": C, "gpt2.feed_forward_length": 4 * C,
         "gpt2.attention.head_count": cfg["n_head"], "gpt2.attention.layer_norm_epsilon": cfg["layer_norm_epsilon"],
-        "general.file_type": {"f32": 0, "f16": 1, "bf16": 32, "q8_0": 7, "q4_0": 2, "q4_1": 3, "q5_0": 8, "q4_k": 15,
-                              "q6_k": 18}[outtype],
+        "general.file_type": {"f32": 0, "f16": 1, "q8_0": 7, "q4_0": 2, "q5_0": 8}[outtype],
     }
     by_id = {i: t for t, i in tj["model"]["vocab"].items()}
     special = {a["id"]: a["content"] for a in tj.get("added_tokens", []) if a.get("special")}
@@ -104,13 +89,8 @@ def write_gguf(d: Path, out: Path, outtype: str = "f32", *, metadata: dict[str, 
             w.add_tensor(name, arr.astype(np.float32))
         elif outtype == "f16":
             w.add_tensor(name, arr.astype(np.float16))
-        elif outtype in ("q4_k", "q6_k"):
-            qtype = Q[outtype.upper()]
-            tied = "token_embd.weight" if name == "output.weight" else name  # the tied head: the same blocks
-            data = k_blocks(outtype.upper(), arr.shape, zlib.crc32(tied.encode()))
-            w.add_tensor(name, data, raw_shape=data.shape, raw_dtype=qtype)
         else:
-            qtype = {"bf16": Q.BF16, "q8_0": Q.Q8_0, "q4_0": Q.Q4_0, "q4_1": Q.Q4_1, "q5_0": Q.Q5_0}[outtype]
+            qtype = {"q8_0": Q.Q8_0, "q4_0": Q.Q4_0, "q5_0": Q.Q5_0}[outtype]
             data = gguf.quants.quantize(arr, qtype)
             w.add_tensor(name, data, raw_shape=data.shape, raw_dtype=qtype)
 

@@ -1,7 +1,7 @@
 """Quantized weights of every type (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) on WebGPU against the CPU
 reference (`backends.cpu.quant_linear`: x @ dequantize(W).T in float32, then linear's epilogue):
 the GPU layout and its numpy-free packer, gemv_quant (M <= 8, stacks of one-row products, the
-norm prologues), matmul_quant_regs / matmul_quant (M > 8), embedding_quant, row-chunked weights,
+layer-norm and RMS-norm prologues), matmul_quant_regs / matmul_quant (M > 8), embedding_quant, row-chunked weights,
 devices without optional features, and the one-line errors.
 
 Kernel families: the CPU adapter's (one thread an output), the GPU variants (lanes and reductions,
@@ -188,29 +188,23 @@ def test_layer_norm_prologue(gpu: wt.Device, cpu: wt.Device, style: dict[str, An
 
 
 @pytest.mark.parametrize("qtype", TYPES)
-@pytest.mark.parametrize("M", [1, 3, 8])
-def test_rms_norm_prologue(gpu: wt.Device, monkeypatch: pytest.MonkeyPatch, qtype: str, M: int) -> None:
-    """gemv_quant with NORM = 2 (the RMS-norm prologue; GPU lanes), launched directly: x / sqrt(mean
-    x^2 + eps) * w, then the product, against numpy in float64."""
-    monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", True)
-    rng = np.random.default_rng(M)
-    N, K, eps = 40, 2 * quant.TYPES[qtype].values, 1e-5
-    qw = weight(rng, qtype, N, K)
-    x = rng.standard_normal((M, K)).astype(np.float32) * 2
-    g = rng.standard_normal(K).astype(np.float32)
-    ctx = gpu.ctx
-    kern, which, mr, nr = quant_ops.kernel_for(ctx, qtype, M, K, norm=2)
-    assert which == "gemv"
-    up = quant_ops.upload(gpu, qw)  # (kept alive: its buffers are bound below)
-    ((_, _, qb, sb),) = up.chunks()
-    xt, gt, out = wt.tensor(x, device=gpu), wt.tensor(g, device=gpu), gops.empty(gpu, (M, N), wt.float32)
-    params = dict(M=M, N=N, K=K, a_off4=0, lda4=K // 4, d_ld=quant_ops.scale_words(qtype, K), ldc=N, eps=eps)
-    bufs = dict(a=xt._storage.buffer, qs=qb, scales=sb, lnw=gt._storage.buffer, c=out._storage.buffer)
-    per_group = 256 * nr // quant_ops.gemv_lanes(ctx, K)
-    ctx.launch(kern, params, bufs, (-(-N // per_group), 1, -(-M // mr)))
-    x64 = x.astype(np.float64)
-    xn = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + eps) * g
-    assert rel_err(out.numpy(), xn @ qw.dequantize().astype(np.float64).T) <= 2e-5
+def test_rms_norm_prologue(gpu: wt.Device, cpu: wt.Device, style: dict[str, Any], qtype: str) -> None:
+    """linear(x, W, rms=(g, eps)): the RMS norm in gemv_quant's prologue (GPU styles, M <= 8), else an
+    rms_norm launch first; against float64 numpy and the CPU device."""
+    rng = np.random.default_rng(4)
+    K, eps = 2 * quant.TYPES[qtype].values, 1e-5
+    for M, N in ((1, 40), (3, 33), (8, 9), (12, 20)):
+        style["ran"].clear()
+        qw = weight(rng, qtype, N, K)
+        x = rng.standard_normal((M, K)).astype(np.float32) * 2
+        g = rng.standard_normal(K).astype(np.float32)
+        x64 = x.astype(np.float64)
+        want = (x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + eps) * g) @ qw.dequantize().astype(np.float64).T
+        for dev in (gpu, cpu):
+            got = wt.linear(wt.tensor(x, device=dev), qw, rms=(wt.tensor(g, device=dev), eps)).numpy()
+            assert rel_err(got, want) <= 2e-5, (dev.describe(), M, N)
+        fused = style["gpu_style"] and M <= quant_ops.GEMV_MAX_ROWS
+        assert style["ran"][-1][2] == (2 if fused else 0)
 
 
 @pytest.mark.parametrize("qtype", TYPES)

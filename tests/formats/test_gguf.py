@@ -17,17 +17,20 @@ from gguf_fixtures import hf_tensors, write_gguf  # noqa: E402
 from gpt2_fixtures import CORPUS, make_checkpoint  # noqa: E402
 
 import webtensor as wt  # noqa: E402
-from webtensor import quant  # noqa: E402
 from webtensor.errors import CheckpointError, TokenizerError  # noqa: E402
+from webtensor.formats import q8_0  # noqa: E402
 from webtensor.formats.gguf_pure import GGUFFile  # noqa: E402
-from webtensor.formats.gguf_reader import GGUFCheckpoint  # noqa: E402
 from webtensor.models.gpt2 import GPT2  # noqa: E402
-from webtensor.models.gpt2.model import _DictReader, _upload  # noqa: E402
-from webtensor.models.gpt2.quantized import held_in_q8  # noqa: E402
+from webtensor.models.loader import open_checkpoint  # noqa: E402
+
+
+def held_in_q8(name: str) -> bool:
+    return name == "wte.weight" or (name.startswith("h.") and name.endswith(
+        ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")))
 
 gguf = pytest.importorskip("gguf")
-OUTTYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1")
-STORED = {"bf16": "BF16", "q8_0": "Q8_0", "q4_0": "Q4_0", "q4_1": "Q4_1"}  # outtype -> the matrices' ggml type
+Q8 = gguf.GGMLQuantizationType.Q8_0
+OUTTYPES = ("f32", "f16", "q8_0")
 READERS = ("gguf", "pure")
 
 
@@ -46,53 +49,33 @@ def source(files: dict[str, Path]) -> dict[str, np.ndarray]:
     return hf_tensors(files["hf"])
 
 
-def _gguf_roundtrip(arr: np.ndarray, transposed: bool, qtype: str) -> np.ndarray:
-    """What the gguf package's `qtype` makes of an HF tensor, back in HF layout."""
-    q = gguf.GGMLQuantizationType[qtype]
+def _gguf_q8_roundtrip(arr: np.ndarray, transposed: bool) -> np.ndarray:
+    """What the gguf package's q8_0 makes of an HF tensor, back in HF layout."""
     stored = np.ascontiguousarray(arr.T) if transposed else arr
-    back = gguf.quants.dequantize(gguf.quants.quantize(stored, q), q)
+    back = gguf.quants.dequantize(gguf.quants.quantize(stored, Q8), Q8)
     return back.T if transposed else back
 
 
 @pytest.mark.parametrize("reader", READERS)
 @pytest.mark.parametrize("outtype", OUTTYPES)
 def test_tensors_equal_source(files, source, outtype, reader) -> None:
-    ck = GGUFCheckpoint(files[outtype], reader=reader)
-    assert ck.names() == set(source)
+    ck = open_checkpoint(files[outtype], reader=reader)
+    assert ck.names - {"lm_head.weight"} == set(source)  # (+ the tied head's stored copy, output.weight)
     for name, src in source.items():
-        got = ck.get(name)
+        got = ck.array(name)
         assert got.shape == src.shape, name
         matrix = src.ndim == 2 and name != "wpe.weight"
         if outtype == "f32" or not matrix:
-            assert ck.tensor_type(name) == "F32" and np.array_equal(got, src), name
+            assert ck.stored_type(name) == "F32" and np.array_equal(got, src), name
         elif outtype == "f16":
             assert got.dtype == np.float16 and np.array_equal(got, src.astype(np.float16)), name
         else:
-            assert ck.tensor_type(name) == STORED[outtype] and got.dtype == np.float32
-            assert np.array_equal(got, _gguf_roundtrip(src, name.startswith("h."), STORED[outtype])), name
-
-
-@pytest.mark.parametrize("reader", READERS)
-@pytest.mark.parametrize("outtype", ["q8_0", "q4_0", "q4_1"])
-def test_get_quant_hands_over_the_stored_blocks(files, outtype, reader) -> None:
-    """get_quant: a quantized matrix's blocks as stored, (N, K); get_q8: Q8_0 as stored, or the
-    other types dequantized and quantized to Q8_0."""
-    ck = GGUFCheckpoint(files[outtype], reader=reader)
-    name = "h.0.mlp.c_fc.weight"  # blk.0.ffn_up: (N, K) = (256, 64) in the file
-    w = ck.get_quant(name)
-    assert w.qtype == STORED[outtype] and w.shape == (256, 64)
-    assert w.to_blocks().tobytes() == bytes(GGUFFile.from_path(files[outtype]).raw("blk.0.ffn_up.weight"))
-    assert np.array_equal(w.dequantize().T, ck.get(name))
-    q8 = ck.get_q8(name)
-    assert q8.qtype == "Q8_0" and q8.shape == (256, 64)
-    want = w if outtype == "q8_0" else quant.quantize(w.dequantize(), "Q8_0")
-    assert np.array_equal(q8.to_blocks(), want.to_blocks())
-    with pytest.raises(CheckpointError, match=r"'blk.0.attn_norm.weight' is stored as F32, not in a quantized type"):
-        ck.get_quant("h.0.ln_1.weight")
+            assert ck.stored_type(name) == "Q8_0"
+            assert np.array_equal(got, _gguf_q8_roundtrip(src, name.startswith("h."))), name
 
 
 def test_config_and_tokenizer_from_metadata(files) -> None:
-    ck = GGUFCheckpoint(files["f16"])
+    ck = open_checkpoint(files["f16"])
     hf = GPT2.from_pretrained(files["hf"], device="cpu")
     assert ck.config == hf.config.__class__(**{**vars(hf.config), "layer_norm_epsilon": ck.config.layer_norm_epsilon})
     assert ck.config.layer_norm_epsilon == pytest.approx(hf.config.layer_norm_epsilon, rel=1e-6)  # stored as f32
@@ -104,9 +87,9 @@ def test_config_and_tokenizer_from_metadata(files) -> None:
 
 
 def test_pure_python_tokenizer_from_metadata(files, monkeypatch) -> None:
-    ref = GGUFCheckpoint(files["f32"]).tokenizer
+    ref = open_checkpoint(files["f32"]).tokenizer
     monkeypatch.setitem(sys.modules, "tokenizers", None)  # the browser: no compiled tokenizers
-    pure = GGUFCheckpoint(files["f32"], reader="pure").tokenizer
+    pure = open_checkpoint(files["f32"], reader="pure").tokenizer
     assert pure.kind == "pure-python"
     for text in CORPUS:
         assert pure.encode(text) == ref.encode(text)
@@ -131,13 +114,13 @@ def test_q8_gguf_equals_safetensors_quantized_at_load(files, source) -> None:
     arrays = {}
     for name, arr in source.items():
         if held_in_q8(name):
-            q = quant.quantize(arr if name == "wte.weight" else arr.T, "Q8_0").dequantize()
+            q = q8_0.quantize(arr if name == "wte.weight" else arr.T).dequantize()
             arr = q if name == "wte.weight" else q.T
         arrays[name] = arr
     g = GPT2.from_pretrained(files["q8_0"], device=cpu)
-    st = GPT2(g.config, _upload(_DictReader(arrays), g.config, cpu, wt.float32, False, "st"), cpu, wt.float32)
+    st = GPT2.from_arrays(g.config, arrays, cpu)
     assert np.array_equal(g.logits(ids), st.logits(ids))
-    # dtype="int8": the same Q8_0 weights, handed through from the GGUF or quantized from safetensors
+    # dtype="int8": the same Q8Weights, handed through from the GGUF or quantized from safetensors
     gi = GPT2.from_pretrained(files["q8_0"], device=cpu, dtype="int8")
     si = GPT2.from_pretrained(files["hf"], device=cpu, dtype="int8")
     assert gi.quant == si.quant == "q8_0"
@@ -145,9 +128,9 @@ def test_q8_gguf_equals_safetensors_quantized_at_load(files, source) -> None:
                                   for a, b in zip(bg, bs, strict=True)]
     n_q8 = 0
     for a, b in pairs:
-        if isinstance(a, quant.Quantized):
-            assert isinstance(b, quant.Quantized) and a.qtype == b.qtype == "Q8_0" and a.shape == b.shape
-            assert np.array_equal(a.to_blocks(), b.to_blocks())
+        if isinstance(a, q8_0.Q8Weight):
+            assert isinstance(b, q8_0.Q8Weight) and a.shape == b.shape
+            assert np.array_equal(a.qs, b.qs) and np.array_equal(a.d.view(np.uint16), b.d.view(np.uint16))
             n_q8 += 1
         else:
             assert np.array_equal(a.numpy(), b.numpy())
@@ -173,43 +156,19 @@ def test_truncated_and_corrupt_files_refused(files, tmp_path, reader) -> None:
     for cut in (0, 3, 10, 30, 200, start - 5, start + 100, len(data) - 1):
         bad.write_bytes(data[:cut])
         with pytest.raises(CheckpointError, match=r"bad\.gguf.*(truncated|not a valid GGUF)"):
-            GGUFCheckpoint(bad, reader=reader)
+            open_checkpoint(bad, reader=reader)
     bad.write_bytes(b"GGML" + data[4:])
     with pytest.raises(CheckpointError, match="not a valid GGUF"):
-        GGUFCheckpoint(bad, reader=reader)
+        open_checkpoint(bad, reader=reader)
     with pytest.raises(CheckpointError, match="does not exist"):
-        GGUFCheckpoint(tmp_path / "nope.gguf", reader=reader)
-
-
-@pytest.mark.parametrize("reader", READERS)
-@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K"])
-def test_k_quant_matrices_are_read_as_stored(tmp_path, qtype, reader) -> None:
-    """A GPT-2 of width 256 with Q4_K / Q6_K matrices (random blocks): get_quant gives the blocks as
-    stored, get their dequantization in HF's layout (the gguf package's, bit for bit), and the
-    model loads (dequantized to float32)."""
-    d = make_checkpoint(tmp_path / "hf", vocab_size=320, n_embd=256, n_layer=1, n_head=4)
-    f = write_gguf(d, tmp_path / f"{qtype}.gguf", qtype.lower())
-    ck = GGUFCheckpoint(f, reader=reader)
-    raw = GGUFFile.from_path(f)
-    for name, gname, shape in (("h.0.mlp.c_proj.weight", "blk.0.ffn_down.weight", (256, 1024)),
-                               ("wte.weight", "token_embd.weight", (320, 256))):
-        assert ck.tensor_type(name) == qtype
-        w = ck.get_quant(name)
-        assert w.qtype == qtype and w.shape == shape
-        assert w.to_blocks().tobytes() == bytes(raw.raw(gname))
-        want = gguf.quants.dequantize(w.to_blocks(), gguf.GGMLQuantizationType[qtype])
-        got = ck.get(name)
-        assert got.dtype == np.float32 and np.array_equal(got, want.T if name.startswith("h.") else want)
-    m = GPT2.from_pretrained(f, device="cpu")
-    assert m.logits([1, 2, 3]).shape == (3, 320)
+        open_checkpoint(tmp_path / "nope.gguf", reader=reader)
 
 
 @pytest.mark.parametrize("reader", READERS)
 def test_unsupported_quant_type_named(files, tmp_path, reader) -> None:
     f = write_gguf(files["hf"], tmp_path / "q5.gguf", "q5_0")
-    with pytest.raises(CheckpointError, match=r"'token_embd.weight' is stored as Q5_0.*F32, F16, BF16, Q8_0, Q4_0, "
-                                              r"Q4_1, Q4_K, Q6_K only"):
-        GGUFCheckpoint(f, reader=reader)
+    with pytest.raises(CheckpointError, match=r"'token_embd.weight' is stored as Q5_0; webtensor reads F32, F16"):
+        open_checkpoint(f, reader=reader)
 
 
 @pytest.mark.parametrize(("kw", "match"), [
@@ -219,7 +178,7 @@ def test_unsupported_quant_type_named(files, tmp_path, reader) -> None:
     (dict(metadata={"gpt2.context_length": "many"}), "'gpt2.context_length' should be int"),
     (dict(skip=("blk.1.ffn_down.weight",)), r"'h.1.mlp.c_proj.weight' \(blk.1.ffn_down.weight\) is missing"),
     (dict(metadata={"gpt2.embedding_length": 32, "gpt2.feed_forward_length": 128}), "has shape"),
-    (dict(extra={"blk.0.attn_q.weight": np.zeros((64, 64))}), "'blk.0.attn_q.weight' is not part of a GPT-2"),
+    (dict(extra={"blk.0.attn_q.weight": np.zeros((64, 64))}), "'blk.0.attn_q.weight' is not part of a gpt2 model"),
     (dict(skip=("output.weight",), extra={"output.weight": np.ones((320, 64))}), "ties the LM head"),
 ])
 def test_bad_contents_refused(files, tmp_path, kw, match) -> None:
@@ -235,9 +194,17 @@ def test_wrong_architecture_and_tokenizer_refused(files, tmp_path) -> None:
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    with pytest.raises(CheckpointError, match="architecture 'llama' is not supported"):
-        GGUFCheckpoint(f)
+    with pytest.raises(CheckpointError, match="'llama.embedding_length' is missing"):
+        open_checkpoint(f)
+    f = tmp_path / "bert.gguf"
+    w = gguf.GGUFWriter(str(f), "bert")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(CheckpointError, match="general.architecture 'bert' is not supported"):
+        open_checkpoint(f)
     f = write_gguf(files["hf"], tmp_path / "spm.gguf", "f32", metadata={"tokenizer.ggml.model": "llama"})
     with pytest.raises(TokenizerError, match="tokenizer.ggml.model is 'llama'"):
-        GGUFCheckpoint(f)
+        open_checkpoint(f)
 

@@ -1,9 +1,12 @@
-"""llama.cpp's q8_0 under its old names, for GPT-2's int8 path (models/gpt2 imports these): q8_0
-is now the Q8_0 case of `webtensor.quant` (same bytes, same rounding, bit for bit ggml's
-reference). New code uses `webtensor.quant` directly; this module goes when models/gpt2 does.
+"""llama.cpp's q8_0 under its old names, for the callers that still use them (models/loader.py,
+models/gpt2): q8_0 is now the Q8_0 case of `webtensor.quant` (same bytes, same rounding, bit for
+bit ggml's reference). New code uses `webtensor.quant` directly; this module goes when its last
+caller does.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -11,9 +14,20 @@ from ..quant.quantizer import quantize as _quantize
 from ..quant.weight import QuantWeight, quant_matmul
 from ..quant.weight import padded as _padded
 
-Q8Weight = QuantWeight  # any quantized weight; the int8 path makes only Q8_0 ones
 BLOCK = 32  # values per block (ggml's QK8_0)
 q8_matmul = quant_matmul
+
+
+class Q8Weight(QuantWeight):
+    """A QuantWeight of type Q8_0, made by this module's old-style calls."""
+
+    __slots__ = ()
+
+    @classmethod
+    def from_blocks(cls, raw: Any, shape: tuple[int, ...]) -> QuantWeight:  # type: ignore[override]
+        """The Q8_0 matrix (N, K) of ggml's bytes: `QuantWeight.from_blocks("Q8_0", raw, shape)`."""
+        w = QuantWeight.from_blocks("Q8_0", raw, shape)
+        return cls("Q8_0", w.blocks, w.shape)
 
 
 def padded(k: int) -> int:
@@ -23,7 +37,8 @@ def padded(k: int) -> int:
 
 def quantize(w: np.ndarray) -> QuantWeight:
     """q8_0 of a float matrix (N, K): `quant.quantize(w, "Q8_0")`."""
-    return _quantize(w, "Q8_0")
+    q = _quantize(w, "Q8_0")
+    return Q8Weight("Q8_0", q.blocks, q.shape)
 
 
 def dequantize(w: QuantWeight) -> np.ndarray:

@@ -75,8 +75,3 @@ def q6_k(b: np.ndarray) -> np.ndarray:
 DEQUANTIZE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "Q8_0": q8_0, "Q4_0": q4_0, "Q4_1": q4_1, "Q4_K": q4_k, "Q6_K": q6_k}
 
-
-def bf16_to_f32(raw: np.ndarray) -> np.ndarray:
-    """bfloat16 (any uint8 / uint16 buffer of little-endian halves) -> float32: the 16 bits on top
-    of 16 zero bits, exactly (NaNs keep their payload)."""
-    return (np.ascontiguousarray(raw).view("<u2").astype(np.uint32) << 16).view(np.float32)

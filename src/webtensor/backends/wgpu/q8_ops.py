@@ -1,6 +1,6 @@
-"""q8_0 weights on WebGPU under their old names, for the page's int8 GPT-2 loader (web/gpt2_web.py
-calls `upload_blocks(device, raw, shape)`): q8_0 is now the Q8_0 case of `quant_ops`. New code uses
-`quant_ops` directly; this module goes when that loader does.
+"""q8_0 weights on WebGPU under their old names, for the callers that still use them
+(models/loader.py, web/gpt2_web.py): q8_0 is now the Q8_0 case of `quant_ops`. New code uses
+`quant_ops` directly; this module goes when its last caller does.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from .quant_ops import QuantGpu
+from .quant_ops import upload as upload
 from .quant_ops import upload_blocks as _upload_blocks
 
 

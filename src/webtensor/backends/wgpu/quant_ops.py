@@ -31,7 +31,7 @@ Kernels (one per role, the block type chosen by a define that includes its dequa
 kernels/quant_dequant.wgsl; all f32 arithmetic, dequantized values exactly the numpy reference's):
 - gemv_quant.wgsl for M <= 8 rows and for stacks of one-row products of any number (decode), MR rows a
   workgroup (`ops.gemv_group`), LANES threads per output (on CPU adapters 1, and GEMV_NR outputs a
-  thread), with the layer-norm (or RMS-norm) prologue of gemv_norm.wgsl,
+  thread), with the layer-norm or RMS-norm prologue of gemv_norm.wgsl (`ln=` / `rms=`),
 - matmul_quant.wgsl for M > 8 on GPUs (64x64 tiles through workgroup memory, dequantized into the
   tile of W),
 - matmul_quant_regs.wgsl for M > 8 on CPU adapters (no workgroup memory, no barriers),
@@ -315,20 +315,23 @@ def _f32_rows(t: Tensor) -> tuple[Tensor, int, int, int]:
     return t, rows, cols, ld
 
 
-def norm_fusable(ctx: WgpuContext, M: int, K: int, weights: tuple[Tensor, ...], stack: bool = False) -> bool:
-    """Whether quant_linear can take a norm with these weight tensors into gemv_quant's prologue."""
-    return (gops.gemv_group(ctx, M, stack) > 0 and gemv_lanes(ctx, K) > 1
-            and all(t.dtype is dt.float32 and t._offset == 0 and len(t._storage.chunks) == 1 for t in weights))
+def norm_fusable(ctx: WgpuContext, M: int, K: int, norm: tuple[Tensor, Tensor | None, float],
+                 stack: bool = False) -> bool:
+    """Whether quant_linear can take `norm` = (weight, bias, eps) (bias None: an RMS norm) into
+    gemv_quant's prologue: a GEMV with lanes to reduce with, and weights it can bind as they are."""
+    return gops.gemv_group(ctx, M, stack) > 0 and gemv_lanes(ctx, K) > 1 and gops.norm_fusable(norm)
 
 
 def quant_linear(x: Tensor, qweight: QuantWeight | QuantGpu, bias: Tensor | None = None, act: str | None = None,
-                 residual: Tensor | None = None, ln: tuple[Tensor, Tensor, float] | None = None) -> Tensor:
+                 residual: Tensor | None = None, ln: tuple[Tensor, Tensor, float] | None = None,
+                 rms: tuple[Tensor, float] | None = None) -> Tensor:
     """Fused epilogue(x @ W.T) with a quantized weight W (N, K) (nn.Linear's layout; a `QuantWeight`
     or `QuantGpu`), like `webtensor.ops.linear`: + bias (N,), then the activation `act` (a name of
     `webtensor.activations`), then + residual (..., N). x: (..., K) on a WebGPU device, K whole
     blocks. Returns a new float32 tensor (..., N); float16 inputs are widened first. `ln` =
-    (weight, bias, eps) layer-normalises x's rows first (in gemv_quant's prologue where it can, else
-    as a layer_norm launch)."""
+    (weight, bias, eps) layer-normalises x's rows first, `rms` = (weight, eps) RMS-normalises them
+    (at most one of the two; in gemv_quant's prologue where it can, else as a layer_norm / rms_norm
+    launch)."""
     device = x.device
     ctx = gops._ctx(x)
     w = on_device(device, qweight)
@@ -349,9 +352,10 @@ def quant_linear(x: Tensor, qweight: QuantWeight | QuantGpu, bias: Tensor | None
         return out
     stack = x.ndim > 2 and x.shape[-2] == 1  # a stack of one-row products: each row its M = 1 result
     x2, M, _, lda = _f32_rows(x)
-    fuse = ln is not None and norm_fusable(ctx, M, K, ln[:2], stack)
-    if ln is not None and not fuse:
-        x2, M, _, lda = _f32_rows(gops.layer_norm(x2, ln[0], ln[1], ln[2]))
+    norm = ln if rms is None else (rms[0], None, rms[1])
+    fuse = norm is not None and norm_fusable(ctx, M, K, norm, stack)
+    if norm is not None and not fuse:
+        x2, M, _, lda = _f32_rows(gops.normalize(x2, norm))
     bits = gops.epilogue_bits(bias is not None, act, residual is not None)
     b_buf, b_off = None, 0
     if bias is not None:
@@ -361,15 +365,15 @@ def quant_linear(x: Tensor, qweight: QuantWeight | QuantGpu, bias: Tensor | None
     if residual is not None:
         r, _, _, r_ld = _f32_rows(residual)
         r_buf, r_off = gops._buf(r), r._offset
-    kern, which, mr, nr = kernel_for(ctx, w.qtype, M, K, 1 if fuse else 0, stack)
+    kern, which, mr, nr = kernel_for(ctx, w.qtype, M, K, (2 if rms is not None else 1) if fuse else 0, stack)
     sw = scale_words(w.qtype, K)
     for n0, nn, qbuf, sbuf in w.chunks():
         params = dict(M=M, N=nn, K=K, a_off4=x2._offset // 4, lda4=lda // 4, d_ld=sw, c_off=n0, ldc=N, epi=bits,
                       bias_off=b_off + n0, r_off=r_off + n0, r_ld=r_ld)
         bufs = dict(a=gops._buf(x2), qs=qbuf, scales=sbuf, bias=b_buf, res=r_buf, c=gops._buf(out))
         if fuse:
-            params["eps"] = ln[2]
-            bufs.update(lnw=gops._buf(ln[0]), lnb=gops._buf(ln[1]))
+            params["eps"] = norm[2]
+            bufs.update(lnw=gops._buf(norm[0]), lnb=None if norm[1] is None else gops._buf(norm[1]))
         if which == "gemv":
             per_group = 256 * nr // gemv_lanes(ctx, K)
             x_, y_, _ = gops._grid(math.ceil(nn / per_group), ctx)
