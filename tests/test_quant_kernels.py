@@ -1,4 +1,4 @@
-"""Quantized weights of every type (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) on WebGPU against the CPU
+"""Quantized weights of every type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K) on WebGPU against the CPU
 reference (`backends.cpu.quant_linear`: x @ dequantize(W).T in float32, then linear's epilogue):
 the GPU layout and its numpy-free packer, gemv_quant (M <= 8, stacks of one-row products, the
 layer-norm and RMS-norm prologues), matmul_quant_regs / matmul_quant (M > 8), embedding_quant, row-chunked weights,
@@ -32,7 +32,7 @@ seeds = st.integers(0, 2**32 - 1)
 
 
 def weight(rng: np.random.Generator, qtype: str, n: int, k: int) -> QuantWeight:
-    """A weight (n, k): quantized from normal floats (with an all-zero block) for Q8_0 / Q4_0 / Q4_1,
+    """A weight (n, k): quantized from normal floats (with an all-zero block) for the 32-value types,
     random blocks with finite scales of about 2^-7 for the K-quants."""
     if qtype in quant.QUANTIZABLE:
         w = rng.standard_normal((n, k)).astype(np.float32)
@@ -106,14 +106,19 @@ def test_numpy_free_packer_equals_numpy_pack(qtype: str, n: int, blocks: int, se
 
 def test_layout_places_bodies_and_heads() -> None:
     """The table of quant_ops' docstring, checked on one block of each type."""
-    for qtype, (body, head) in quant_ops.LAYOUTS.items():
+    assert set(quant_ops.LAYOUTS) == set(quant.TYPES)
+    for qtype, (body, heads) in quant_ops.LAYOUTS.items():
         t = quant.TYPES[qtype]
         raw = np.arange(t.nbytes, dtype=np.uint8).reshape(1, -1)
         q, s = quant_ops.split_blocks(qtype, raw.tobytes(), 1, t.values)
-        assert bytes(q) == raw[0, body[0] : body[0] + body[1]].tobytes()
-        assert bytes(s[: head[1]]) == raw[0, head[0] : head[0] + head[1]].tobytes() and len(s) % 4 == 0
-        b, h = set(range(body[0], body[0] + body[1])), set(range(head[0], head[0] + head[1]))
-        assert not b & h and b | h == set(range(t.nbytes)) and body[1] % 16 == 0  # the block, cut in two
+        assert bytes(q) == raw[0, body[0] : body[0] + body[1]].tobytes() and body[1] % 16 == 0
+        at, parts = 0, [set(range(body[0], body[0] + body[1]))]
+        for off, size in heads:  # each field its own word-aligned section (one block: no padding between)
+            assert bytes(s[at : at + size]) == raw[0, off : off + size].tobytes()
+            at += -(-size // 4) * 4
+            parts.append(set(range(off, off + size)))
+        assert len(s) == at == 4 * quant_ops.scale_words(qtype, t.values)
+        assert sum(map(len, parts)) == t.nbytes and set().union(*parts) == set(range(t.nbytes))  # cut, not copied
 
 
 @pytest.mark.parametrize("qtype", TYPES)

@@ -1,5 +1,5 @@
 """Quantized GGUF tensors of every type webtensor runs, the way the loader takes them: a file written by
-the gguf package's GGUFWriter (Q8_0 / Q4_0 / Q4_1 quantized by the package, Q4_K / Q6_K random
+the gguf package's GGUFWriter (the 32-value types quantized by the package, Q4_K / Q6_K random
 blocks), read through `GGUFCheckpoint.raw` with either reader, made a `QuantWeight` (host) or a
 `QuantGpu` (`quant_ops.upload_blocks`, numpy-free) from the stored bytes as they are: the gguf
 package's dequantization bit for bit, and on the device the same product as the host weight."""
@@ -20,7 +20,8 @@ from webtensor.quant.weight import QuantWeight
 
 gguf = pytest.importorskip("gguf")
 Q = gguf.GGMLQuantizationType
-SHAPES = {"Q8_0": (7, 96), "Q4_0": (5, 64), "Q4_1": (9, 32), "Q4_K": (3, 512), "Q6_K": (4, 256)}  # (N, K)
+SHAPES = {"Q8_0": (7, 96), "Q4_0": (5, 64), "Q4_1": (9, 32), "Q5_0": (3, 96), "Q5_1": (6, 64), "Q4_K": (3, 512),
+          "Q6_K": (4, 256)}  # (N, K)
 
 
 @pytest.fixture(scope="module")

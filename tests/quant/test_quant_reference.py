@@ -1,6 +1,6 @@
 """webtensor.quant's numpy reference against the `gguf` package: every type's dequantization bit for
 bit on random blocks (any bytes are a valid block once its float16 scales are finite), the
-quantizers of Q8_0 / Q4_0 / Q4_1 byte for byte, the padding rule, quant_matmul, and the
+quantizers of Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 byte for byte, the padding rule, quant_matmul, and the
 one-line errors for bad blocks, shapes and types."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from webtensor.errors import ArgumentError, CheckpointError
 from webtensor.quant.weight import QuantWeight, quant_matmul
 
 # byte offsets of each type's float16 fields within its block
-F16_FIELDS = {"Q8_0": (0,), "Q4_0": (0,), "Q4_1": (0, 2), "Q4_K": (0, 2), "Q6_K": (208,)}
+F16_FIELDS = {"Q8_0": (0,), "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q4_K": (0, 2), "Q6_K": (208,)}
 seeds = st.integers(0, 2**32 - 1)
 
 
@@ -117,9 +117,9 @@ def test_bad_blocks_and_shapes_are_refused(qtype: str) -> None:
 
 
 def test_unknown_types_are_refused() -> None:
-    with pytest.raises(CheckpointError, match=r"^ggml type 'Q5_0' is not a quantized type webtensor runs \(it runs "
-                                              r"Q8_0, Q4_0, Q4_1, Q4_K, Q6_K\)$"):
-        QuantWeight.from_blocks("Q5_0", b"\0" * 22, (1, 32))
+    with pytest.raises(CheckpointError, match=r"^ggml type 'Q5_K' is not a quantized type webtensor runs \(it runs "
+                                              r"Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K\)$"):
+        QuantWeight.from_blocks("Q5_K", b"\0" * 176, (1, 256))
     with pytest.raises(ArgumentError, match="'Q3_K' is not a quantized type"):
         quant.quantize(np.ones((1, 256), np.float32), "Q3_K")
     with pytest.raises(ArgumentError, match="Q4_K needs llama.cpp's quantizer"):

@@ -17,15 +17,16 @@ import numpy as np
 import pytest
 
 import webtensor as wt
+from webtensor import quant
 from webtensor.tensor import _tensor_without_numpy, from_buffer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 KERNELS = Path(wt.__file__).parent / "backends" / "wgpu" / "kernels"
 
 
+# shared pieces: no entry point, or bindings declared for their includers
 INCLUDES = {"common.wgsl", "epilogue.wgsl", "argreduce.wgsl", "gemv_norm.wgsl", "quant_linear_io.wgsl",
-            "quant_dequant.wgsl", "quant_q8_0.wgsl", "quant_q4_0.wgsl", "quant_q4_1.wgsl", "quant_q4_k.wgsl",
-            "quant_q6_k.wgsl"}  # shared pieces: no entry point, or bindings declared for their includers
+            "quant_dequant.wgsl", *(f"quant_{t.lower()}.wgsl" for t in quant.TYPES)}
 
 
 @pytest.mark.parametrize("flags", [{}, {"SG": "8u", "VEC4": "true"}])

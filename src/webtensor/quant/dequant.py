@@ -1,13 +1,14 @@
 """The numpy reference dequantizers: ggml blocks (uint8 (B, block bytes)) -> float32 (B, block
 values), one function per type (layouts in `quant.types`).
 
-Each is bit-exact with `gguf.quants.dequantize` (tests/quant/test_quant_reference.py): the same float32
-operations in the same order. Most dequantized values are exact products, so the order barely
-matters: d q (Q8_0, Q4_0; 11 x 8 significant bits), d sc and dmin mn (Q4_K; 11 x 6 bits) and
-(d sc) q (Q4_K; 17 x 4 bits) are all exact in float32, leaving one rounding in Q4_1's d q + m and
-Q4_K's (d sc) q - dmin mn, and one in Q6_K's (d sc) q (19 x 6 bits). The WGSL dequantizers compute
-the same exact products and the same single rounding (an FMA or not gives the same bits when the
-product is exact), so the GPU sees exactly these weights.
+Each is bit-exact with `gguf.quants.dequantize` (tests/quant/test_quant_reference.py): the same
+float32 operations in the same order. Most dequantized values are exact products, so the order
+barely matters: d q (Q8_0, Q4_0, Q5_0; 11 x 8 significant bits), d sc and dmin mn (Q4_K; 11 x 6
+bits) and (d sc) q (Q4_K; 17 x 4 bits) are all exact in float32, leaving one rounding in the d q + m
+of Q4_1 and Q5_1 and Q4_K's (d sc) q - dmin mn, and one in Q6_K's (d sc) q (19 x 6 bits). The
+WGSL `wvec` dequantizers compute the same exact products and the same single rounding (an FMA or
+not gives the same bits when the product is exact), so tiles and embeddings see exactly these
+weights.
 """
 
 from __future__ import annotations
@@ -38,6 +39,21 @@ def q4_0(b: np.ndarray) -> np.ndarray:
 
 def q4_1(b: np.ndarray) -> np.ndarray:
     return _f16(b, 0) * _nibbles(b[:, 4:20]).astype(np.float32) + _f16(b, 2)
+
+
+def _fifth_bits(b: np.ndarray, off: int) -> np.ndarray:
+    """(B, 32) the fifth bit (0 / 16) of each value: bit j of the little-endian u32 at byte `off`."""
+    qh = np.ascontiguousarray(b[:, off : off + 4]).view("<u4")  # (B, 1)
+    return (((qh >> np.arange(32, dtype=np.uint32)) & 1) << 4).astype(np.uint8)
+
+
+def q5_0(b: np.ndarray) -> np.ndarray:
+    q = (_nibbles(b[:, 6:22]) | _fifth_bits(b, 2)).astype(np.int8) - np.int8(16)
+    return _f16(b, 0) * q.astype(np.float32)
+
+
+def q5_1(b: np.ndarray) -> np.ndarray:
+    return _f16(b, 0) * (_nibbles(b[:, 8:24]) | _fifth_bits(b, 4)).astype(np.float32) + _f16(b, 2)
 
 
 def q4_k_scales(sc12: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -73,5 +89,5 @@ def q6_k(b: np.ndarray) -> np.ndarray:
 
 
 DEQUANTIZE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "Q8_0": q8_0, "Q4_0": q4_0, "Q4_1": q4_1, "Q4_K": q4_k, "Q6_K": q6_k}
+    "Q8_0": q8_0, "Q4_0": q4_0, "Q4_1": q4_1, "Q5_0": q5_0, "Q5_1": q5_1, "Q4_K": q4_k, "Q6_K": q6_k}
 

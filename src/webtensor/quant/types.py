@@ -2,6 +2,8 @@
 the shape and byte-count checks a stored tensor must pass, and `Quantized`, the base class of every
 quantized weight (the numpy `QuantWeight` and its WebGPU upload `QuantGpu`), which is how the ops
 tell a quantized weight from a Tensor without importing numpy (the page, under Pyodide, has none).
+Q5_0 and Q5_1 are here because llama.cpp's Q4_K_M / Q5_K_M files hold them: they are its fallback
+for Q4_K / Q5_K where a row is not a multiple of 256 values (SmolLM2's 576-wide rows).
 
 Block layouts (ggml's `block_*` structs, little-endian; d, m, dmin float16):
 
@@ -9,6 +11,9 @@ Block layouts (ggml's `block_*` structs, little-endian; d, m, dmin float16):
     Q4_0  18 B / 32 values:  d, qs[16] (x[j] low nibble of qs[j],
                              x[j + 16] its high nibble)            x = d (q - 8)
     Q4_1  20 B / 32 values:  d, m, qs[16] (nibbles as Q4_0)       x = d q + m
+    Q5_0  22 B / 32 values:  d, qh (u32: bit j the fifth bit of value j), qs[16] (nibbles as Q4_0)
+                                                                   x = d (q - 16)
+    Q5_1  24 B / 32 values:  d, m, qh, qs[16]                      x = d q + m
     Q4_K 144 B / 256 values: d, dmin, scales[12] (eight 6-bit scales and mins, one pair per
                              sub-block of 32), qs[128] (64-value chunk c: bytes 32c..32c+31,
                              low nibbles values 64c.., high nibbles 64c + 32..)
@@ -31,10 +36,11 @@ class BlockType(NamedTuple):
 
 
 TYPES: dict[str, BlockType] = {t.name: t for t in (
-    BlockType("Q8_0", 32, 34), BlockType("Q4_0", 32, 18), BlockType("Q4_1", 32, 20),
-    BlockType("Q4_K", 256, 144), BlockType("Q6_K", 256, 210),
+    BlockType("Q8_0", 32, 34), BlockType("Q4_0", 32, 18), BlockType("Q4_1", 32, 20), BlockType("Q5_0", 32, 22),
+    BlockType("Q5_1", 32, 24), BlockType("Q4_K", 256, 144), BlockType("Q6_K", 256, 210),
 )}
-QUANTIZABLE = ("Q8_0", "Q4_0", "Q4_1")  # what `quant.quantize` makes (the K-quants need llama.cpp's quantizer)
+# what `quant.quantize` makes (the K-quants need llama.cpp's quantizer)
+QUANTIZABLE = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
 
 
 class Quantized:

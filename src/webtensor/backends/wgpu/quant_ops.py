@@ -1,24 +1,27 @@
-"""Quantized weights on WebGPU (ggml's Q8_0, Q4_0, Q4_1, Q4_K, Q6_K): their GPU layout, the upload
+"""Quantized weights on WebGPU (ggml's Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K): their GPU layout, the upload
 (from ggml's bytes without numpy, or from a `QuantWeight`) and its inverse, and the ops
 `quant_linear` and `quant_embedding`.
 
 GPU layout of a weight (N, K) of block type T (K a multiple of T's block of QK values, nb = K / QK
-blocks a row). ggml's blocks (34, 18, 20, 144 and 210 bytes) are mostly not 4-byte aligned, so each
-is cut in two: its *body* (the quants, and for Q4_K / Q6_K their packed sub-block scales), a
-multiple of 16 bytes, and its *head* (the float16 numbers at a fixed place in the block), each to
-its own array, byte for byte as stored:
+blocks a row). ggml's blocks (34, 18, 20, 22, 24, 144 and 210 bytes) are mostly not 4-byte aligned,
+so each is cut in two: its *body* (the quants, and for Q4_K / Q6_K their packed sub-block scales), a
+multiple of 16 bytes, and its *head* fields (the float16 numbers, Q5's high-bit word), each to its
+own array, byte for byte as stored:
 
-    type  block  body: bytes of the block        head: bytes of the block   heads a row (u32 words)
-    Q8_0    34   2..33    (32 int8)               0..1     d                 ceil(nb / 2)
-    Q4_0    18   2..17    (16 bytes of nibbles)   0..1     d                 ceil(nb / 2)
-    Q4_1    20   4..19    (16 bytes of nibbles)   0..3     d, m              nb
-    Q4_K   144   0..143   (the whole block)       none                       0
-    Q6_K   210   0..207   (ql, qh, scales)        208..209 d                 ceil(nb / 2)
+    type  block  body: bytes of the block        head fields: bytes of the block    heads a row (u32 words)
+    Q8_0    34   2..33    (32 int8)               0..1 d                              ceil(nb / 2)
+    Q4_0    18   2..17    (16 bytes of nibbles)   0..1 d                              ceil(nb / 2)
+    Q4_1    20   4..19    (16 bytes of nibbles)   0..3 (d, m)                         nb
+    Q5_0    22   6..21    (16 bytes of nibbles)   0..1 d;  2..5 qh                    ceil(nb / 2) + nb
+    Q5_1    24   8..23    (16 bytes of nibbles)   0..3 (d, m);  4..7 qh               nb + nb
+    Q4_K   144   0..143   (the whole block)       none                                0
+    Q6_K   210   0..207   (ql, qh, scales)        208..209 d                          ceil(nb / 2)
 
 - quants: u32 (N, nb * body / 4), row-major: each row's block bodies in order, read by the kernels as
   vec4<u32> (every body is whole vec4s, so every row and block starts on one);
-- scales: u32 (N, d_ld): each row's block heads in order, float16 values two a word (the low half
-  first; an odd count leaves the row's last high half 0), read with unpack2x16float.
+- scales: u32 (N, d_ld): each row's heads, one section per field, in block order within it, each
+  section padded to whole words (float16 values two a word, the low half first, an odd count
+  leaving the section's last high half 0, read with unpack2x16float; Q5's qh one word a block).
 
 A Q4_K weight is thus uploaded exactly as stored. The bytes per value (body + head) are ggml's.
 
@@ -70,15 +73,17 @@ UNIT = 32  # values a GEMV unit (kernels/quant_dequant.wgsl)
 
 
 class Layout(NamedTuple):
-    """Where a block's body and head lie in ggml's block: (first byte, bytes) each (module docstring)."""
+    """Where a block's body and head fields lie in ggml's block: (first byte, bytes) each (module
+    docstring); the fields in the order of their sections in a row's heads."""
 
     body: tuple[int, int]
-    head: tuple[int, int]
+    heads: tuple[tuple[int, int], ...]
 
 
 LAYOUTS: dict[str, Layout] = {
-    "Q8_0": Layout((2, 32), (0, 2)), "Q4_0": Layout((2, 16), (0, 2)), "Q4_1": Layout((4, 16), (0, 4)),
-    "Q4_K": Layout((0, 144), (0, 0)), "Q6_K": Layout((0, 208), (208, 2)),
+    "Q8_0": Layout((2, 32), ((0, 2),)), "Q4_0": Layout((2, 16), ((0, 2),)), "Q4_1": Layout((4, 16), ((0, 4),)),
+    "Q5_0": Layout((6, 16), ((0, 2), (2, 4))), "Q5_1": Layout((8, 16), ((0, 4), (4, 4))),
+    "Q4_K": Layout((0, 144), ()), "Q6_K": Layout((0, 208), ((208, 2),)),
 }
 
 
@@ -88,9 +93,20 @@ def quant_words(qtype: str, k: int) -> int:
     return k // qtypes.TYPES[qtype].values * LAYOUTS[qtype].body[1] // 4
 
 
+def _sections(qtype: str, k: int) -> list[tuple[int, int, int]]:
+    """[(first byte in the block, bytes, first byte in the row's heads)] of each head field."""
+    nb = k // qtypes.TYPES[qtype].values
+    out, at = [], 0
+    for off, size in LAYOUTS[qtype].heads:
+        out.append((off, size, at))
+        at += -(-nb * size // 4) * 4
+    return out
+
+
 def scale_words(qtype: str, k: int) -> int:
     """u32 words per row of the scales array (block heads), p.d_ld of the kernels."""
-    return -(-(k // qtypes.TYPES[qtype].values * LAYOUTS[qtype].head[1]) // 4)
+    nb = k // qtypes.TYPES[qtype].values
+    return sum(-(-nb * size // 4) for _, size in LAYOUTS[qtype].heads)
 
 
 def _gpu_shape(qtype: str, shape: tuple[int, ...]) -> tuple[int, int]:
@@ -112,10 +128,11 @@ def pack(w: QuantWeight) -> tuple[np.ndarray, np.ndarray]:
     t, lay = w.block, LAYOUTS[w.qtype]
     nb = k // t.values
     b = w.blocks.reshape(n, nb, t.nbytes)
-    (bo, bl), (ho, hl) = lay
+    bo, bl = lay.body
     quants = np.ascontiguousarray(b[:, :, bo : bo + bl]).reshape(n, nb * bl).view("<u4")
     heads = np.zeros((n, 4 * scale_words(w.qtype, k)), np.uint8)
-    heads[:, : nb * hl] = b[:, :, ho : ho + hl].reshape(n, nb * hl)
+    for off, size, at in _sections(w.qtype, k):
+        heads[:, at : at + nb * size] = b[:, :, off : off + size].reshape(n, nb * size)
     return quants, heads.view("<u4")
 
 
@@ -128,20 +145,22 @@ def unpack(qtype: str, quants: np.ndarray, scales: np.ndarray, shape: tuple[int,
     n, k = _gpu_shape(qtype, shape)
     t, lay = qtypes.TYPES[qtype], LAYOUTS[qtype]
     nb = k // t.values
-    (bo, bl), (ho, hl) = lay
+    bo, bl = lay.body
     blocks = np.zeros((n, nb, t.nbytes), np.uint8)
     blocks[:, :, bo : bo + bl] = np.ascontiguousarray(quants, "<u4").view(np.uint8).reshape(n, nb, bl)
-    heads = np.ascontiguousarray(scales, "<u4").view(np.uint8).reshape(n, 4 * scale_words(qtype, k))[:, : nb * hl]
-    blocks[:, :, ho : ho + hl] = heads.reshape(n, nb, hl)
+    heads = np.ascontiguousarray(scales, "<u4").view(np.uint8).reshape(n, 4 * scale_words(qtype, k))
+    for off, size, at in _sections(qtype, k):
+        blocks[:, :, off : off + size] = heads[:, at : at + nb * size].reshape(n, nb, size)
     return QuantWeight(qtype, blocks.reshape(n, nb * t.nbytes), (n, k))
 
 
 def split_blocks(qtype: str, raw: Any, rows: int, k: int) -> tuple[bytearray, bytearray]:
     """ggml's bytes of `rows` rows of K values of `qtype` -> (quants, scales) in the GPU layout,
-    without numpy: each byte position of the body and of the head is one strided slice copy."""
+    without numpy: each byte position of the body and of each head field is one strided slice copy
+    (and a row's head sections are placed by one slice copy each where they need padding)."""
     t, lay = qtypes.TYPES[qtype], LAYOUTS[qtype]
     nb, bb = k // t.values, t.nbytes
-    (bo, bl), (ho, hl) = lay
+    bo, bl = lay.body
     src = memoryview(raw).cast("B")
     if bl == bb:
         quants = bytearray(src)
@@ -150,16 +169,21 @@ def split_blocks(qtype: str, raw: Any, rows: int, k: int) -> tuple[bytearray, by
         for j in range(bl):  # byte j of every block's body
             quants[j::bl] = src[bo + j :: bb]
     row_bytes = 4 * scale_words(qtype, k)
-    if not hl:
-        return quants, bytearray(rows * row_bytes)
-    heads = bytearray(rows * nb * hl)  # packed, nb * hl bytes a row
-    for j in range(hl):
-        heads[j::hl] = src[ho + j :: bb]
-    if row_bytes == nb * hl:
-        return quants, heads
-    scales = bytearray(rows * row_bytes)  # each row ends in a zero half-word
-    for r in range(rows):
-        scales[r * row_bytes : r * row_bytes + nb * hl] = heads[r * nb * hl : (r + 1) * nb * hl]
+    scales = bytearray(rows * row_bytes)
+    for off, size, at in _sections(qtype, k):
+        field = bytearray(rows * nb * size)  # the field of every block, nb * size bytes a row
+        for j in range(size):
+            field[j::size] = src[off + j :: bb]
+        if row_bytes == nb * size:  # the only section, no padding: the rows as they are
+            scales = field
+            continue
+        span = nb * size
+        if span < rows:  # the fewer slice copies: one per byte position of a row's section ...
+            for q in range(span):
+                scales[at + q :: row_bytes] = field[q::span]
+        else:  # ... or one per row
+            for r in range(rows):
+                scales[r * row_bytes + at : r * row_bytes + at + span] = field[r * span : (r + 1) * span]
     return quants, scales
 
 

@@ -2,13 +2,13 @@
 // backends/wgpu/quant_ops.py), included where gemv_quant.wgsl, matmul_quant.wgsl,
 // matmul_quant_regs.wgsl and embedding_quant.wgsl say `// #include quant_dequant.wgsl`. The including
 // kernel binds `qs` (array<vec4<u32>>: each row's block bodies, BV vec4 a block, rows one after the
-// other) and `scales` (array<u32>: each row's block heads (float16 scales / minimums), p.d_ld words a
-// row), and its struct P has K (values a row, a multiple of QK) and d_ld.
+// other) and `scales` (array<u32>: each row's block heads (float16 scales / minimums, Q5's high bits),
+// p.d_ld words a row), and its struct P has K (values a row, a multiple of QK) and d_ld.
 //
-// The block type is chosen by a define naming it (exactly one of Q8_0, Q4_0, Q4_1, Q4_K, Q6_K), whose
-// file supplies
+// The block type is chosen by a define naming it (exactly one of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
+// Q6_K), whose file supplies
 //   const QK (values a block), BV (vec4<u32> of body a block);
-//   const HAS_MIN: whether values carry an offset (x = s q + m: Q4_1, Q4_K);
+//   const HAS_MIN: whether values carry an offset (x = s q + m: Q4_1, Q5_1, Q4_K);
 //   fn unit_k4(u, r) -> u32: the first activation vec4 (k / 4) of run r (0, 1) of GEMV unit u;
 //   fn unit_q(n, u) -> Unit:  unit u of row n: its integers q as f32 (lo: run 0, hi: run 1; column
 //                             i of each is values 4i .. 4i + 3 of its run of 16) and each run's
@@ -35,6 +35,12 @@
 // #endif
 // #if Q4_1
 // #include quant_q4_1.wgsl
+// #endif
+// #if Q5_0
+// #include quant_q5_0.wgsl
+// #endif
+// #if Q5_1
+// #include quant_q5_1.wgsl
 // #endif
 // #if Q4_K
 // #include quant_q4_k.wgsl
