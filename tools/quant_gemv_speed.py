@@ -1,7 +1,7 @@
 """Decode GEMV time, float32 against the quantized types (gemv_quant.wgsl, with NR outputs a thread
 on CPU adapters), on decode shapes (one row of activations), side by side in one run.
 
-    python tools/quant_gemv_speed.py [--device lavapipe] [--types Q8_0,Q4_0,Q4_1,Q4_K,Q6_K] [--nr 1,2]
+    python tools/quant_gemv_speed.py [--device lavapipe] [--types Q8_0,Q4_1,...] [--nr 1,2]
         [--shapes gpt2|smollm2] [--reps 5] [--calls 20] [--decode 16 [--model gpt2]]
 
 Each case captures `calls` launches of one product into a graph, replays it `reps` times (wall
@@ -27,7 +27,7 @@ SHAPES = {"gpt2": [(768, 2304), (768, 3072), (3072, 768), (768, 50257)],  # (K, 
 
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--device", default="lavapipe")
-p.add_argument("--types", default="Q8_0,Q4_0,Q4_1,Q4_K,Q6_K", help="quantized types, comma-separated")
+p.add_argument("--types", default=",".join(quant.TYPES), help="quantized types, comma-separated")
 p.add_argument("--nr", default="2", help="gemv_quant outputs per thread (CPU adapters), comma-separated")
 p.add_argument("--shapes", default="gpt2", choices=sorted(SHAPES))
 p.add_argument("--reps", type=int, default=5)
@@ -68,7 +68,8 @@ def make(qtype: str, w: np.ndarray) -> quant.QuantWeight:
     return quant.QuantWeight.from_blocks(qtype, raw, (n, k))
 
 
-total: dict[str, float] = {}
+total: dict[str, float] = {}  # variant -> its µs over the shapes it ran
+base: dict[str, float] = {}  # variant -> float32's µs over the same shapes
 for K, N in SHAPES[a.shapes]:
     w = rng.standard_normal((N, K)).astype(np.float32) * 0.02
     x = wt.tensor(rng.standard_normal((1, K)).astype(np.float32), device=dev)
@@ -87,8 +88,10 @@ for K, N in SHAPES[a.shapes]:
             row[f"{qtype} NR={nr}"] = time_us(lambda x=x, wq=wq: wt.linear(x, wq))
     for k, v in row.items():
         total[k] = total.get(k, 0.0) + v
+        base[k] = base.get(k, 0.0) + row["float32"]
     print(f"K={K:5d} N={N:6d}: " + "  ".join(f"{k} {v:8.0f}" for k, v in row.items()))
-print("sums:  " + "  ".join(f"{k} {v:8.0f} ({total['float32'] / v:.2f}x fp32)" for k, v in total.items()))
+print("sums (float32 over the same shapes / the variant):  "
+      + "  ".join(f"{k} {v:8.0f} ({base[k] / v:.2f}x)" for k, v in total.items()))
 
 if a.decode:
     from webtensor.bench.gpt2_bench import bench_webtensor
