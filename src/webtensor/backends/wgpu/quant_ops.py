@@ -69,7 +69,6 @@ if TYPE_CHECKING:
 GEMV_MAX_ROWS = gops.GEMV_MAX_ROWS  # up to this many rows of activations, gemv_quant (W read once for all rows)
 GEMV_NR = 2  # gemv_quant's outputs a thread on CPU adapters: a unit's activations loaded once for both
 GEMV_NR_GPU = 1  # the same on GPUs (lanes > 1; MR x NR <= 8)
-UNIT = 32  # values a GEMV unit (kernels/quant_dequant.wgsl)
 
 
 class Layout(NamedTuple):
