@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import webtensor as wt
+from webtensor import quant
 from webtensor.backends.wgpu import ops as gops
-from webtensor.formats import q8_0
 
 SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 seeds = st.integers(0, 2**32 - 1)
@@ -137,10 +137,10 @@ def test_float16_stack_over_the_limit_is_the_tiled_product(gpu, launches, monkey
 @given(seed=seeds, B=rows, blocks=st.sampled_from([1, 3, 5]), n=st.integers(1, 41).map(lambda v: 2 * v - 1),
        ln=st.booleans(), bias=st.booleans(), act=st.sampled_from([None, "gelu"]), res=st.booleans())
 def test_q8_stack_rows_are_the_one_row_product(gpu, style, launches, seed, B, blocks, n, ln, bias, act, res):
-    """gemv_q8.wgsl over B rows (K = 32 blocks, N odd)."""
+    """gemv_quant.wgsl (Q8_0) over B rows (K = 32 blocks, N odd)."""
     K = 32 * blocks
     rng = np.random.default_rng(seed)
-    qw = q8_0.quantize(rng.standard_normal((n, K)).astype(np.float32))
+    qw = quant.quantize(rng.standard_normal((n, K)).astype(np.float32), "Q8_0")
     x, r = rng.standard_normal((B, 1, K)).astype(np.float32), rng.standard_normal((B, 1, n)).astype(np.float32)
     b, g, beta = (rng.standard_normal(s).astype(np.float32) for s in (n, K, K))
 
@@ -150,7 +150,7 @@ def test_q8_stack_rows_are_the_one_row_product(gpu, style, launches, seed, B, bl
             wt.tensor(rs, device=dev) if res else None,
             ln=(wt.tensor(g, device=dev), wt.tensor(beta, device=dev), 1e-5) if ln else None).numpy()
 
-    _check_rows(on(gpu), [x, r], B, launches, on(wt.Device.cpu())(x, r), 5e-5, "gemv_q8")
+    _check_rows(on(gpu), [x, r], B, launches, on(wt.Device.cpu())(x, r), 5e-5, "gemv_quant")
 
 
 @SETTINGS

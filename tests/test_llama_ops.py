@@ -196,7 +196,7 @@ def test_linear_with_rms_norm(gpu: wt.Device, style: bool, monkeypatch: pytest.M
 @pytest.mark.parametrize("m", [1, 3, 12])
 def test_linear_with_rms_norm_and_q8_weights(gpu: wt.Device, style: bool, monkeypatch: pytest.MonkeyPatch,
                                              m: int) -> None:
-    """A q8_0 weight (N, K) with the RMS prologue: fused into gemv_q8 on GPUs for decode rows."""
+    """A q8_0 weight (N, K) with the RMS prologue: fused into gemv_quant on GPUs for decode rows."""
     k, n = 96, 40
     x, g, r = rnd(0, m, k), rnd(1, k), rnd(2, m, n)
     w = q8_0.quantize(rnd(3, n, k))

@@ -122,16 +122,16 @@ class WgpuBackend:
         out = plan.matmul(x2, w, out_dtype, bias=bias, act=act, residual=res, ln=ln, rms=rms)
         return out.reshape((*x.shape[:-1], N))
 
-    def q8_linear(self, x: Tensor, w: Any, bias: Tensor | None, act: str | None, residual: Tensor | None,
-                  ln: tuple[Tensor, Tensor, float] | None, rms: tuple[Tensor, float] | None = None) -> Tensor:
-        from . import q8_ops
+    def quant_linear(self, x: Tensor, w: Any, bias: Tensor | None, act: str | None, residual: Tensor | None,
+                     ln: tuple[Tensor, Tensor, float] | None, rms: tuple[Tensor, float] | None = None) -> Tensor:
+        from . import quant_ops
 
-        return q8_ops.q8_linear(x, w, bias, act, residual, ln, rms)
+        return quant_ops.quant_linear(x, w, bias, act, residual, ln, rms)
 
-    def q8_embedding(self, table: Any, ids: Tensor) -> Tensor:
-        from . import q8_ops
+    def quant_embedding(self, table: Any, ids: Tensor) -> Tensor:
+        from . import quant_ops
 
-        return q8_ops.q8_embedding(table, ids)
+        return quant_ops.quant_embedding(table, ids)
 
     def attention(self, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Tensor:
         return plan.attention(q, k, v, causal, scale)

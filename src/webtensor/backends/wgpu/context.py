@@ -36,17 +36,23 @@ KERNEL_DIR = Path(__file__).parent / "kernels"
 PARAM_BYTES = 128  # one kernel's uniform parameters: 32 scalars
 ARENA_SLOTS = 2048  # dispatches per submit before an early flush
 BIND_GROUP_CACHE = 4096
+_INCLUDE_DEPTH = 4  # `// #include` levels expanded (an include cycle fails instead of looping)
 
 
 def kernel_source(file: str, defines: dict[str, str] | None = None) -> str:
     """A kernel's WGSL as compiled: common.wgsl, then `file`.wgsl with each `// #include NAME` line
-    replaced by kernels/NAME (shared pieces such as the matmul epilogue), and `// #if NAME` /
-    `// #else` / `// #endif` blocks (the directive may be indented) kept or dropped by whether
+    replaced by kernels/NAME (shared pieces such as the matmul epilogue; an included file may
+    include others, e.g. the quantized kernels' dequantizer its block type's file), and `// #if NAME`
+    / `// #else` / `// #endif` blocks (the directive may be indented) kept or dropped by whether
     define NAME is set and not zero (how a kernel variant is chosen by its source, e.g. subgroup
     reductions only where the device has the feature)."""
     path = Path(file) if Path(file).is_absolute() else KERNEL_DIR / f"{file}.wgsl"
     text = path.read_text()
-    text = re.sub(r"^// #include (\S+)$", lambda m: (KERNEL_DIR / m.group(1)).read_text(), text, flags=re.M)
+    include = re.compile(r"^// #include (\S+)$", flags=re.M)
+    for _ in range(_INCLUDE_DEPTH):
+        text = include.sub(lambda m: (KERNEL_DIR / m.group(1)).read_text(), text)
+    if include.search(text):
+        raise GPUError(f"{file}.wgsl: includes nested deeper than {_INCLUDE_DEPTH}")
     return (KERNEL_DIR / "common.wgsl").read_text() + _preprocess(text, defines or {}, file)
 
 
