@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import webtensor as wt
 from webtensor.backends.wgpu import ops as gops
-from webtensor.formats import q8_0
+from webtensor.quant import quantize
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 TOL = 1e-5
@@ -199,8 +199,8 @@ def test_linear_with_rms_norm_and_q8_weights(gpu: wt.Device, style: bool, monkey
     """A q8_0 weight (N, K) with the RMS prologue: fused into gemv_quant on GPUs for decode rows."""
     k, n = 96, 40
     x, g, r = rnd(0, m, k), rnd(1, k), rnd(2, m, n)
-    w = q8_0.quantize(rnd(3, n, k))
-    want = ref_rms_norm(x, g, 1e-6) @ q8_0.dequantize(w).T.astype(np.float64) + r
+    w = quantize(rnd(3, n, k), "Q8_0")
+    want = ref_rms_norm(x, g, 1e-6) @ w.dequantize().T.astype(np.float64) + r
     spy = Launches(gpu, monkeypatch)
     for dev in devices(gpu):
         xt, gt, rt = on(dev, x, g, r)

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 import webtensor as wt
 from webtensor.backends.wgpu import ops as gops
-from webtensor.formats import q8_0
 from webtensor.models.gpt2 import GPT2
+from webtensor.quant import quantize
 
 PROSE = (Path(__file__).parent.parent / "data" / "heldout_prose.txt").read_text()  # not in the training text
 PROMPT = "It was a bright cold day in April, and the clocks"
@@ -71,7 +71,7 @@ def test_int8_accuracy_against_float32(cpu_int8):
 @given(seed=st.integers(0, 2**31), v=st.integers(1, 300), blocks=st.integers(1, 4), n=st.integers(1, 20))
 def test_q8_embedding(gpu, seed, v, blocks, n):
     rng = np.random.default_rng(seed)
-    table = q8_0.quantize(rng.standard_normal((v, 32 * blocks)).astype(np.float32))
+    table = quantize(rng.standard_normal((v, 32 * blocks)).astype(np.float32), "Q8_0")
     ids = rng.integers(0, v, n).astype(np.int32)
     want = table.dequantize()[ids]
     for dev in (wt.Device.cpu(), gpu):
@@ -82,7 +82,7 @@ def test_q8_embedding(gpu, seed, v, blocks, n):
 def test_q8_embedding_on_a_chunked_table(gpu_small):
     """A table over the binding limit (64 KiB here) is uploaded in row chunks, one launch each."""
     rng = np.random.default_rng(1)
-    table = q8_0.quantize(rng.standard_normal((3000, 64)).astype(np.float32))  # 192 KB of quants
+    table = quantize(rng.standard_normal((3000, 64)).astype(np.float32), "Q8_0")  # 192 KB of quants
     ids = rng.integers(0, 3000, 50).astype(np.int32)
     got = wt.embedding(table, wt.tensor(ids, device=gpu_small)).numpy()
     assert np.array_equal(got, table.dequantize()[ids])

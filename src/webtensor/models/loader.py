@@ -36,11 +36,12 @@ from .. import dtypes as dt
 from ..errors import CheckpointError, TokenizerError
 from ..formats.gguf_reader import FLOAT_TYPES, GGUFCheckpoint, find_gguf
 from ..formats.safetensors_reader import SafetensorsReader, resolve, weight_files
+from ..quant import TYPES as _QUANT
 from ..tensor import from_buffer
 from . import registry
 from .spec import Family, TensorSpec
 
-QUANT_TYPES = ("Q8_0",)  # ggml block types the kernels read as stored
+QUANT_TYPES = tuple(_QUANT)  # ggml block types the kernels read as stored
 DTYPES = ("float32", "float16", "q8_0")
 DEFAULT_CTX = 8192  # positions per sequence unless n_ctx says (each sequence's KV cache holds this many)
 Progress = Callable[[str, int, int], None]  # (tensor name, bytes done, bytes in all)
@@ -314,21 +315,19 @@ def float32_bytes(stored: str, raw: memoryview) -> memoryview:
 
 def _quantized(device: Any, stored: str, raw: memoryview, shape: tuple[int, ...]) -> Any:
     """A quantized (N, K) tensor on `device` from its ggml blocks, kept as they are."""
-    if len(shape) != 2:
-        raise CheckpointError(f"a {stored} tensor must be 2-D, got shape {shape}")
     if device.kind == "wgpu":
-        from ..backends.wgpu import q8_ops
+        from ..backends.wgpu import quant_ops
 
-        return q8_ops.upload_blocks(device, raw, shape)
-    from ..formats.q8_0 import Q8Weight
+        return quant_ops.upload_blocks(device, stored, raw, shape)
+    from ..quant import QuantWeight
 
-    return Q8Weight.from_blocks(raw, shape)  # type: ignore[arg-type]
+    return QuantWeight.from_blocks(stored, raw, shape)
 
 
 def _dequantized(stored: str, raw: memoryview, shape: tuple[int, ...]) -> memoryview:
-    from ..formats.q8_0 import Q8Weight
+    from ..quant import QuantWeight
 
-    return memoryview(Q8Weight.from_blocks(raw, shape).dequantize().astype("<f4")).cast("B")  # type: ignore[arg-type]
+    return memoryview(QuantWeight.from_blocks(stored, raw, shape).dequantize().astype("<f4")).cast("B")
 
 
 def _quantize_q8(device: Any, raw32: memoryview, shape: tuple[int, ...], transpose: bool) -> Any:
@@ -336,14 +335,14 @@ def _quantize_q8(device: Any, raw32: memoryview, shape: tuple[int, ...], transpo
     (N, K) layout (ggml's rounding)."""
     import numpy as np
 
-    from ..formats import q8_0
+    from ..quant import quantize
 
     w = np.frombuffer(raw32, "<f4").reshape(shape)
-    w = q8_0.quantize(np.ascontiguousarray(w.T) if transpose else w)
+    w = quantize(np.ascontiguousarray(w.T) if transpose else w, "Q8_0")
     if device.kind == "wgpu":
-        from ..backends.wgpu import q8_ops
+        from ..backends.wgpu import quant_ops
 
-        return q8_ops.upload(device, w)
+        return quant_ops.upload(device, w)
     return w
 
 
