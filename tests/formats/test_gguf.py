@@ -166,8 +166,8 @@ def test_truncated_and_corrupt_files_refused(files, tmp_path, reader) -> None:
 
 @pytest.mark.parametrize("reader", READERS)
 def test_unsupported_quant_type_named(files, tmp_path, reader) -> None:
-    f = write_gguf(files["hf"], tmp_path / "q5.gguf", "q5_0")
-    with pytest.raises(CheckpointError, match=r"'token_embd.weight' is stored as Q5_0; webtensor reads F32, F16"):
+    f = write_gguf(files["hf"], tmp_path / "i8.gguf", "i8")
+    with pytest.raises(CheckpointError, match=r"'token_embd.weight' is stored as I8; webtensor reads F32, F16"):
         open_checkpoint(f, reader=reader)
 
 

@@ -474,7 +474,7 @@ def from_arrays(family: Family | str, config: Any, arrays: Mapping[str, Any], na
     import numpy as np
 
     fam = registry.by_name(family) if isinstance(family, str) else family
-    data = {k: np.array(v, np.float32) for k, v in arrays.items()}  # (copies: the model never shares the caller's)
+    data = {k: np.array(v, np.float32, order="C") for k, v in arrays.items()}  # (copies, C-ordered)
     ck = Checkpoint(fam, config, None, None, config.spec.eos_ids, name, name, set(data),
                     lambda n: data[n].shape, lambda n: "F32", lambda n: memoryview(data[n]).cast("B"), gguf=False)
     _check_tensors(ck)
