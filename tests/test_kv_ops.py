@@ -79,6 +79,43 @@ def test_cached_ops_refuse_bad_arguments(device):
 
 
 @SETTINGS
+@given(seed=seeds, slots=st.integers(1, 3), n_ctx=st.integers(1, 9), bad=st.sampled_from([-1, 0, 1, 1000]),
+       bad_pos=st.booleans(), fused=st.booleans())
+def test_bad_slots_and_positions_touch_nothing(gpu, style, seed, slots, n_ctx, bad, bad_pos, fused):
+    """A row whose slot is out of range (or whose position is negative) writes nothing and reads
+    nothing on WebGPU (GPU data is never trusted as an index: the kernels run without the shader
+    compiler's bounds checks); the good rows are exactly the reference's."""
+    rng = np.random.default_rng(seed)
+    good = rng.permutation(slots)[:2].astype(np.int32)
+    slot = np.concatenate([good, [slots + bad if bad >= 0 else -1]]).astype(np.int32)
+    pos = rng.integers(0, n_ctx, len(slot)).astype(np.int32)
+    if bad_pos:  # a negative position in a valid slot instead
+        slot[-1], pos[-1] = good[0], -1 - abs(bad)
+        if fused:
+            slot[-1] = slots  # (the fused append needs distinct slots: keep the bad row's out of range)
+    k, v = rnd(seed, len(slot), 2, 4), rnd(seed + 1, len(slot), 2, 4)
+    cache = rnd(seed + 2, slots, n_ctx, 2, 4)
+    kc, vc, kt, vt, pt, st_ = on(gpu, cache, cache * 0.5, k, v, pos, slot)
+    if fused:
+        a = wt.cached_attention(kt, kc, vc, pt, st_, scale=0.5, k_new=kt, v_new=vt).numpy()
+    else:
+        wt.cache_write(kc, kt, pt, st_)
+        wt.cache_write(vc, vt, pt, st_)
+        a = wt.cached_attention(kt, kc, vc, pt, st_, scale=0.5).numpy()
+    n = len(good)  # the reference on the good rows alone
+    kc0, vc0, kt0, vt0, pt0, st0 = on(wt.Device.cpu(), cache, cache * 0.5, k[:n], v[:n], pos[:n], slot[:n])
+    if fused:
+        want = wt.cached_attention(kt0, kc0, vc0, pt0, st0, scale=0.5, k_new=kt0, v_new=vt0).numpy()
+    else:
+        wt.cache_write(kc0, kt0, pt0, st0)
+        wt.cache_write(vc0, vt0, pt0, st0)
+        want = wt.cached_attention(kt0, kc0, vc0, pt0, st0, scale=0.5).numpy()
+    assert np.array_equal(kc.numpy(), kc0.numpy()) and np.array_equal(vc.numpy(), vc0.numpy())
+    assert rel_err(a[:n], want) <= 1e-5
+    assert np.isnan(a[n]).all()  # attended to nothing
+
+
+@SETTINGS
 @given(seed=seeds, b=st.integers(1, 5), ring=st.integers(1, 4), steps=st.integers(1, 6))
 def test_advance_tokens(gpu, seed, b, ring, steps):
     rng = np.random.default_rng(seed)

@@ -287,7 +287,8 @@ def cache_write(cache: Tensor, src: Tensor, pos: Tensor, slot: Tensor) -> None:
     """cache[slot[t], pos[t]] = src[t] for each row t: src (T, H, D) into a KV cache
     (n_slots, n_ctx, H, D) float32; pos, slot: int32 (T,) tensors on the device (so a replayed
     graph writes where they say). Rows whose position is >= n_ctx are skipped; a slot must be in
-    range (not checked on the device)."""
+    range (on WebGPU a row whose slot is not is skipped too: the kernel never trusts GPU data as an
+    index; the CPU device raises)."""
     check_same_device("cache_write", cache, src, pos, slot)
     _need_float("cache_write", src)
     if src.ndim != 3:

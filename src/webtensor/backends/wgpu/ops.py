@@ -631,7 +631,7 @@ def _engine_split_k(ctx: WgpuContext, a: Tensor, lda: int, M: int, b_dtype: dt.D
 
 # -- attention ------------------------------------------------------------------------------------
 def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Tensor:
-    """q: (T, H, D), k, v: (S, H, D) -> (T, H, D)."""
+    """q: (T, H, D), k, v: (S, KVH, D) -> (T, H, D); query head h reads KV head h // (H // KVH)."""
     ctx = _ctx(q)
     q, k, v = (t if t._strides[-1] == 1 else t.contiguous() for t in (q, k, v))
     T, H, D = q.shape
@@ -646,6 +646,19 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Te
                  k_hs=k._strides[1], v_off=v._offset, v_ts=v._strides[0], v_hs=v._strides[1],
                  o_ts=H * D, o_hs=D)
     bufs = dict(q=_buf(q), k=_buf(k), v=_buf(v), o=_buf(out))
+    bk = tiled_keys_per_tile(ctx, q, k, v, vec) if T >= TILED_MIN_QUERIES else 0
+    if bk:
+        f16 = q.dtype is dt.float16
+        kern = ctx.kernel("attention_tiled", {
+            "TS": "f16" if f16 else "f32", "D4": f"{D // 4}u", "KG": f"{bk // 4}u", "F16": "true" if f16 else "false",
+            "SG": "true" if 0 < bk // 4 <= ctx.subgroup_size else "false"})
+        prm = {n: x // 4 for n, x in views.items() if n != "o_off"}
+        ctx.launch(kern, dict(prm, T=T, S=S, causal=int(causal), scale=scale, G=H // k.shape[1]), bufs,
+                   (math.ceil(T / 64), H, 1))
+        return out
+    if k.shape[1] != H:
+        raise ShapeError(f"grouped-query attention ({H} query heads, {k.shape[1]} KV heads) runs on "
+                         f"attention_tiled.wgsl only, which does not take these operands ({q.dtype.name}, D = {D})")
     if T >= PREFILL_MIN_QUERIES and prefill_fits(ctx, q, k, v, vec):
         kern = ctx.kernel("attention_prefill", {
             "TQ": q.dtype.wgsl, "TO": out.dtype.wgsl, "TS": "f16" if q.dtype is dt.float16 else "f32",
@@ -669,6 +682,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Te
     return out
 
 
+TILED = True  # False: GPUs use attention_prefill.wgsl (then attention_flash / attention) for T > 1
+TILED_MIN_QUERIES = 64  # prompts of fewer queries take attention.wgsl (one workgroup a (query, head))
+TILED_KEYS = (64, 32, 16)  # keys a tile, the largest whose workgroup memory fits the device
 PREFILL = True  # False: GPUs use attention_flash.wgsl / attention.wgsl for T > 1
 PREFILL_MIN_QUERIES = 256  # below, one workgroup a (query, head) is faster (H200, 128 tokens fp16: 5.8k vs 2.0k tok/s)
 PREFILL_SUBGROUPS = True  # False: the partial scores go through workgroup memory even with subgroups
@@ -682,6 +698,31 @@ def prefill_fits(ctx: WgpuContext, q: Tensor, k: Tensor, v: Tensor, offsets: lis
     D = q.shape[2]
     return (D % 16 == 0 and D <= 128 and q.dtype is k.dtype is v.dtype and all(x % 4 == 0 for x in offsets)
             and prefill_keys_per_tile(ctx, D, q.dtype) > 0)
+
+
+def tiled_keys_per_tile(ctx: WgpuContext, q: Tensor, k: Tensor, v: Tensor, offsets: list[int]) -> int:
+    """BK, the keys a tile of attention_tiled.wgsl (64, 32 or 16: the largest whose tiles fit the
+    device's workgroup memory and divide D), or 0 where it does not run: CPU adapters (unless tests
+    ask for GPU kernels), mixed or other dtypes, head dims that are not a multiple of 16,
+    offsets or strides that are not 4-aligned, heads that do not share KV heads evenly."""
+    if not TILED or not _gpu_style(ctx):
+        return 0
+    D, H, KVH = q.shape[2], q.shape[1], k.shape[1]
+    if not (q.dtype is k.dtype is v.dtype and q.dtype in (dt.float32, dt.float16)) or D % 16 or H % KVH:
+        return 0
+    if any(x % 4 for x in offsets):
+        return 0
+    limit = int(ctx.api.limits.get("max-compute-workgroup-storage-size", 16384)) - TILED_RESERVED_BYTES
+    tile_item = 2 if q.dtype is dt.float16 else 4
+    for bk in TILED_KEYS:
+        if D % bk == 0 and bk * (2 * D * tile_item + 256) <= limit:
+            return bk
+    return 0
+
+
+# workgroup bytes every kernel may hold besides its own: common.wgsl's reduction array (1 KiB) if
+# the compiler counts it although the kernel never uses it
+TILED_RESERVED_BYTES = 0
 
 
 def prefill_subgroups(ctx: WgpuContext) -> bool:
@@ -733,10 +774,10 @@ def cache_write(cache: Tensor, src: Tensor, pos: Tensor, slot: Tensor) -> None:
         src = src.contiguous()
     pos, slot = _at0(pos), _at0(slot)
     T, H, D = src.shape
-    _, n_ctx = cache.shape[:2]
+    n_slots, n_ctx = cache.shape[:2]
     kern = ctx.kernel("cache_write", {"TS": src.dtype.wgsl})
     ctx.launch(kern, dict(T=T, H=H, D=D, src_off=src._offset, src_ts=src._strides[0], src_hs=src._strides[1],
-                          n_ctx=n_ctx, slot_stride=n_ctx * H * D),
+                          n_ctx=n_ctx, slot_stride=n_ctx * H * D, n_slots=n_slots),
                dict(src=_buf(src), pos=_buf(pos), slot=_buf(slot), cache=_buf(cache)),
                _grid(math.ceil(T * H * D / WG), ctx))
 
@@ -751,7 +792,7 @@ def cached_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tenso
     q = views[0]
     pos, slot = _at0(pos), _at0(slot)
     T, H, D = q.shape
-    n_ctx = kc.shape[1]
+    n_slots, n_ctx = kc.shape[:2]
     if D > 256:
         raise ShapeError(f"cached attention on WebGPU supports head dims up to 256, got {D}")
     out = _out(q.device, (T, H, D), dt.float32)
@@ -760,7 +801,7 @@ def cached_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tenso
     vec4 = D % 4 == 0 and all(x % 4 == 0 for t in views for x in (t._offset, *t._strides[:2]))
     u = 4 if vec4 else 1
     prm = dict(T=T, H=H, D4=D // u, q_off4=q._offset // u, q_ts4=q._strides[0] // u, q_hs4=q._strides[1] // u,
-               n_ctx=n_ctx, slot_stride4=n_ctx * H * D // u, scale=scale)
+               n_ctx=n_ctx, slot_stride4=n_ctx * H * D // u, scale=scale, n_slots=n_slots)
     bufs = dict(q=_buf(q), pos=_buf(pos), slot=_buf(slot), kc=_buf(kc), vc=_buf(vc), o=_buf(out))
     if len(views) == 3:
         k_new, v_new = views[1], views[2]

@@ -128,6 +128,8 @@ SIGNATURES = {s.file: s for s in (
     _sig("matmul_splitk_sum", "M N S ld_s acc=0 c_off=0 ldc epi=0 bias_off=0 r_off=0 r_ld=0", "part bias? res? -> c"),
     _sig("attention_prefill", "T S causal scale:f32 q_off q_ts q_hs k_off k_ts k_hs v_off v_ts v_hs o_off=0 o_ts o_hs",
          "q k v -> o"),
+    _sig("attention_tiled", "T S causal scale:f32 G q_off q_ts q_hs k_off k_ts k_hs v_off v_ts v_hs o_ts o_hs",
+         "q k v -> o"),
     _sig("gemv_q8", f"M N K acc=0 a_off4 lda4 d_ld c_off=0 ldc {_EPI} eps:f32=0",
          "a qs scales bias? res? lnw? lnb? -> c"),
     *(_sig(k, f"M N K acc=0 a_off4 lda4 d_ld c_off=0 ldc {_EPI} eps:f32=0", "a qs scales bias? res? -> c")
@@ -138,8 +140,8 @@ SIGNATURES = {s.file: s for s in (
          "q k v -> o"),
     _sig("embedding", "n_ids cols row0 rows ids_off o_off=0 t_off", "table ids -> o"),
     _sig("embedding_q8", "n_ids cols row0 rows ids_off o_off=0 d_ld", "qs scales ids -> o"),
-    _sig("cache_write", "T H D src_off src_ts src_hs n_ctx slot_stride", "src pos slot -> cache"),
+    _sig("cache_write", "T H D src_off src_ts src_hs n_ctx slot_stride n_slots", "src pos slot -> cache"),
     _sig("cached_attention", "T H D4 q_off4 q_ts4 q_hs4 k_off4=0 k_ts4=0 k_hs4=0 v_off4=0 v_ts4=0 v_hs4=0 n_ctx "
-         "slot_stride4 write=0 scale:f32", "q kn? vn? pos slot -> kc vc o"),
+         "slot_stride4 write=0 scale:f32 n_slots", "q kn? vn? pos slot -> kc vc o"),
     _sig("advance_tokens", "B ring", "next_ids -> ids pos tokens count"),
 )}

@@ -8,6 +8,14 @@
 // Built with VEC4 (head dims that are multiples of 4: offsets and strides then in vec4 units, D4 =
 // D / 4 <= 256) or without (scalars, D4 = D <= 256): the lane type VK is vec4<f32> or f32.
 // q: strided (T, H, D) view; caches (n_slots, n_ctx, H, D) f32; out (T, H, D) f32.
+// A row whose slot is not one of the n_slots, or whose position is negative, attends to nothing
+// and stores nothing (its output is 0 / 0 = NaN): positions and slots are GPU data, never trusted.
+// Bounds (the kernels run without the compiler's runtime checks): q / kn / vn reads are their
+// views' own elements (t < T, h < H, lane < D4); cache indices are base + h D4 + j C4 + e with slot
+// < n_slots (base = slot * slot_stride4), j < L <= n_ctx, e < D4: inside the cache; qs, sc, acc4
+// indices stay under 256 (D4 <= 256, the planner refuses more; g < G = 256 / D4 and k G + li < G D4
+// <= 256). Loops end: each runs to a uniform or constant bound in steps that cannot wrap (sizes
+// stay under 2^31).
 // Header: alias TQ; define VEC4.
 // #if VEC4
 alias VK = vec4<f32>;
@@ -23,6 +31,7 @@ struct P {
   q_ts4: u32, q_hs4: u32, k_off4: u32, k_ts4: u32,
   k_hs4: u32, v_off4: u32, v_ts4: u32, v_hs4: u32,
   n_ctx: u32, slot_stride4: u32, write: u32, scale: f32,
+  n_slots: u32,
 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> q: array<VQ>;
@@ -45,8 +54,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   let t = wg.y * 65535u + wg.z;
   if (t >= p.T) { return; }  // (uniform: the whole workgroup leaves)
   if (li == 0u) {
-    len_sh = min(u32(pos[t]) + 1u, p.n_ctx);
-    base_sh = u32(slot[t]) * p.slot_stride4;
+    let ps = pos[t];
+    let sl = u32(slot[t]);
+    len_sh = select(0u, min(u32(ps) + 1u, p.n_ctx), ps >= 0 && sl < p.n_slots);
+    base_sh = select(0u, sl * p.slot_stride4, sl < p.n_slots);
   }
   let L = workgroupUniformLoad(&len_sh);  // uniform, so loops with barriers may depend on it
   let base = workgroupUniformLoad(&base_sh);
@@ -54,7 +65,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   let hb = base + h * p.D4;
   if (li < p.D4) {
     qs[li] = VK(q[p.q_off4 + t * p.q_ts4 + h * p.q_hs4 + li]) * p.scale;
-    if (p.write != 0u && L == u32(pos[t]) + 1u) {  // (a position past the context is not stored)
+    if (p.write != 0u && L > 0u && L == u32(pos[t]) + 1u) {  // (a position past the context is not stored)
       kc[hb + (L - 1u) * C4 + li] = VK(kn[p.k_off4 + t * p.k_ts4 + h * p.k_hs4 + li]);
       vc[hb + (L - 1u) * C4 + li] = VK(vn[p.v_off4 + t * p.v_ts4 + h * p.v_hs4 + li]);
     }

@@ -1,5 +1,10 @@
 // Binary elementwise ops with numpy broadcasting over up to 4 dims (a broadcast dim has stride 0).
 // Header supplies: alias TA, TB, TO (storage types); const OP (0 add, 1 mul, 2 sub, 3 div).
+// Bounds (the kernels run without the compiler's runtime checks): i < n, the output's element
+// count: unflatten4 gives idx < shape componentwise, so a_off + dot(idx, sa) (b likewise) is an
+// element of the broadcast view, which lies in its buffer; o[o_off + i] inside the new contiguous
+// output. Loops end: each runs to a uniform or constant bound in steps that cannot wrap (sizes stay
+// under 2^31).
 struct P {
   shape: vec4<u32>,      // output shape, padded on the left with 1s
   sa: vec4<u32>,         // element strides of a per output dim (0 = broadcast)

@@ -2,6 +2,11 @@
 // for the ids in this chunk of the table (rows row0 .. row0 + rows), dequantized on the way
 // (webtensor's q8_0 GPU layout: quants four per u32 in rows of K / 4 words, two float16 scales a
 // word; see backends/wgpu/q8_ops.py). One workgroup a row; cols = K, a multiple of 32.
+// Bounds (the kernels run without the compiler's runtime checks): as embedding.wgsl: only ids with
+// row0 <= id < row0 + rows are read, row r = id - row0 of this chunk: qs[r K / 4 + c / 4] and
+// scales[r d_ld + j / 2] with c < cols = K and j < K / 32; o[t cols + c] inside the (n_ids, cols)
+// output. Loops end: each runs to a uniform or constant bound in steps that cannot wrap (sizes stay
+// under 2^31).
 struct P { n_ids: u32, cols: u32, row0: u32, rows: u32, ids_off: u32, o_off: u32, d_ld: u32 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> qs: array<u32>;

@@ -23,6 +23,12 @@
 // Needs K % 32 == 0 (whole blocks) and A rows 4-aligned. Header: const LANES, MR (rows of A a
 // workgroup, a power of two up to 8: the accumulators per output), NR (outputs per thread: 1 where
 // LANES > 1), LN.
+// Bounds (the kernels run without the compiler's runtime checks): K % 32 == 0 (the q8 planner
+// refuses other weights): qs[n units + u] with u < units = K / 16 and n <= N - 1 (outputs past N
+// clamp to the last row and are never written); scale(n, j) reads word n d_ld + j / 2 with j < K /
+// 32; a rows m0 + m with m < rows <= M - m0; lnw / lnb [i < K / 4]; stats[m] with m < rows <= MR <=
+// 8; red[m 256 + li] < 2,048 (MR <= 8), red2 by li < 256. Loops end: each runs to a uniform or
+// constant bound in steps that cannot wrap (sizes stay under 2^31).
 alias TC = f32;
 // #include epilogue.wgsl
 @group(0) @binding(2) var<storage, read> qs: array<vec4<u32>>;

@@ -6,6 +6,11 @@
 // 4x4 block of outputs held in four vec4 registers, as in matmul.wgsl. No subgroup operations.
 // Epilogue (epilogue.wgsl): + bias[n], the activation, + residual[m, n], chosen by p.epi.
 // Needs K % 32 == 0 and A rows 4-aligned. Same parameters as gemv_q8.wgsl.
+// Bounds (the kernels run without the compiler's runtime checks): K % 32 == 0: a[am lda4 + (k0 +
+// lk) / 4] only for am < M and qs[wn K / 4 + (k0 + lk) / 4] only for wn < N, with k0 + lk + 3 < K;
+// scale(wn, k0 / 32) inside row wn's scales; As / Bs [(lk + j) 16 + lr / 4] < 256; store4 writes
+// only m < M, n < N. Loops end: each runs to a uniform or constant bound in steps that cannot wrap
+// (sizes stay under 2^31).
 alias TC = f32;
 // #include epilogue.wgsl
 @group(0) @binding(2) var<storage, read> qs: array<u32>;

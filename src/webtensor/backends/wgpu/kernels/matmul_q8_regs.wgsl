@@ -5,6 +5,10 @@
 // reads the four rows' scales once, then dequantizes one u32 (4 quants) per row and step.
 // Epilogue (epilogue.wgsl): + bias[n], the activation, + residual[m, n], chosen by p.epi.
 // Needs K % 32 == 0 and A rows 4-aligned. Same parameters as gemv_q8.wgsl.
+// Bounds (the kernels run without the compiler's runtime checks): K % 32 == 0: row_a reads only m <
+// M; row_w clamps n to N - 1 (those columns are never stored) and k4 < K / 4; scales of rows
+// clamped likewise; store4 writes only m < M, n < N. Loops end: each runs to a uniform or constant
+// bound in steps that cannot wrap (sizes stay under 2^31).
 alias TC = f32;
 // #include epilogue.wgsl
 @group(0) @binding(2) var<storage, read> qs: array<u32>;

@@ -2,6 +2,10 @@
 // `// #include q8_dequant.wgsl`): their parameters, their bindings but the quants (binding 2, whose
 // vector width each kernel picks) and the output (last, after any inputs of its own), and q8_0 dequantization in registers. `scales` holds two
 // float16 scales per u32 word, p.d_ld words per W row.
+// Bounds (the kernels run without the compiler's runtime checks): scale(n, j) reads word n d_ld + j
+// / 2: its callers pass n < N (a row of this chunk) and j < K / 32, so inside the (N, d_ld) scales.
+// Loops end: each runs to a uniform or constant bound in steps that cannot wrap (sizes stay under
+// 2^31).
 struct P {
   M: u32,          // rows of A
   N: u32,          // outputs (W rows) in this dispatch: one row chunk of W
