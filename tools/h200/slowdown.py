@@ -19,6 +19,12 @@ GPT-2 124M's four shapes (the 768 x 50,257 LM head included), and records for ev
 The parent prints, per case, min / median / max over the children of cold and warm, and writes
 every child's record to $OUT/slowdown.jsonl. `--tiny`: small shapes on any adapter (lavapipe) to
 check the script; no NVML, no nvidia-smi.
+
+`--idle` (one process): the deliberate reproduction. Two products (float16 1,023 x 768 x 2,304,
+float32 1,023 x 3,072 x 768) are timed after the GPU was kept busy for 0.5 s and then left idle
+for 0 .. 3 s (time.sleep): `cold` is the timed submit alone, `gated` the same after
+`profiler.keep_busy` (0.3 s of GPU work, waited for); the SM clock (NVML) is read after the idle
+time. Twice over; $OUT/idle.json.
 """
 
 from __future__ import annotations
@@ -178,8 +184,62 @@ def parent(n: int) -> None:
         print(f"{c0['case']:<28}{c0['kernels'][:17]:<18}{mmm(cold):>28}{mmm(warm):>28}  {clk}")
 
 
+def idle_sweep() -> None:
+    import numpy as np
+
+    import webtensor as wt
+    from webtensor import ops
+    from webtensor.backends.wgpu import ops as gops
+    from webtensor.backends.wgpu.profiler import keep_busy, time_commands
+
+    sm_clock = _nvml()
+    if TINY:
+        gops.GPU_STYLE_ON_SOFTWARE = True
+    dev = wt.Device.wgpu()
+    ctx = dev.ctx
+    rng = np.random.default_rng(0)
+    cases = []
+    for (M, K, N), wd in (((40, 64, 96), "float16"), ((40, 96, 64), "float32")) if TINY else (
+            ((1023, 768, 2304), "float16"), ((1023, 3072, 768), "float32")):
+        a = wt.tensor(rng.standard_normal((M, K)).astype(np.float32), device=dev)
+        w = wt.tensor((rng.standard_normal((N, K)) * 0.02).astype(wd), device=dev).T
+        ops.linear(a, w).numpy()
+        with ctx.lock, dev.dispatch_scope():
+            ops.linear(a, w)
+            cmds, _ = ctx.take_pending()
+        cases.append((f"f32x{wd[5:]} {M}x{K}x{N}", a, w, cmds))
+
+    def timed(cmds: list) -> float:
+        n = len(cmds)
+        per = time_commands(ctx, cmds * REPS)
+        return statistics.median(sum(per[i * n:(i + 1) * n]) for i in range(REPS))
+
+    rows = []
+    for rnd in range(2):
+        for idle in (0.0, 0.5, 1.0, 2.0, 3.0):
+            for name, _, _, cmds in cases:
+                keep_busy(dev, 0.5)
+                time.sleep(idle)
+                clk = sm_clock()
+                cold = timed(cmds)
+                keep_busy(dev)
+                clk_g = sm_clock()
+                gated = timed(cmds)
+                rows.append({"round": rnd, "idle_s": idle, "case": name, "clk_after_idle": clk, "cold": round(cold, 1),
+                             "clk_gated": clk_g, "gated": round(gated, 1)})
+                print(rows[-1], flush=True)
+    with open(OUT / "idle.json", "w") as f:
+        json.dump({"adapter": dev.describe(), "rows": rows}, f, indent=1)
+    print(f"{'case':<26}{'idle s':>7}{'clock MHz':>10}{'cold µs':>10}{'gated µs':>10}{'cold/gated':>11}")
+    for r in rows:
+        print(f"{r['case']:<26}{r['idle_s']:>7}{r['clk_after_idle']:>10}{r['cold']:>10}{r['gated']:>10}"
+              f"{r['cold'] / r['gated']:>11.2f}")
+
+
 if __name__ == "__main__":
-    if "--child" in sys.argv:
+    if "--idle" in sys.argv:
+        idle_sweep()
+    elif "--child" in sys.argv:
         print(json.dumps(child(sys.argv[sys.argv.index("--child") + 1])))
     else:
         n = int(sys.argv[sys.argv.index("--children") + 1]) if "--children" in sys.argv else 5

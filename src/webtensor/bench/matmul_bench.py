@@ -22,7 +22,10 @@ through the switches in `backends.wgpu.ops`:
 
 Times are GPU time from timestamp queries (each dispatch in its own pass; a case's dispatches
 summed; median of `reps`), or the wall clock over `reps` calls where the adapter has no timestamps.
-GFLOP/s = 2 M N K / time. The `kernel` column names what really ran.
+GFLOP/s = 2 M N K / time. The `kernel` column names what really ran. On GPUs the timed copies are
+queued right behind ~WARM_MS of the case's own launches (no wait between): a GPU left idle while
+the host prepares a case lowers its clock, and a figure taken then depends on the process's host
+work (issue 25: 4-5x on the H200; profiler.keep_busy says more).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import statistics
 import sys
 import time
@@ -82,6 +86,9 @@ def _applies(variant: str, M: int, dtype: str, software: bool) -> bool:
     return True
 
 
+WARM_MS = 300.0  # GPU time of a case's own launches queued before its timed copies (GPUs only)
+
+
 def _time_case(dev: Any, a: Any, w: Any, reps: int, fn: Any = None) -> tuple[float, str]:
     """(µs a matmul, kernel names) of fn(a, w) (default ops.linear) under the current switches."""
     from .. import ops
@@ -95,8 +102,12 @@ def _time_case(dev: Any, a: Any, w: Any, reps: int, fn: Any = None) -> tuple[flo
         cmds, names = ctx.take_pending()  # timed below instead of submitted by the scope
     kernels = ",".join(sorted({n.split("-")[0] for n in names}))
     if "timestamp-query" in ctx.api.features:
-        per = time_commands(ctx, cmds * reps)
         n = len(cmds)
+        if not ctx.info.is_software:  # the clock up first: the timed copies queue right behind these
+            rough = sum(time_commands(ctx, cmds))
+            ctx.enqueue(cmds * max(1, min(20000, math.ceil(WARM_MS * 1e3 / max(rough, 1.0)))))
+            ctx.flush()
+        per = time_commands(ctx, cmds * reps)
         us = statistics.median(sum(per[i * n:(i + 1) * n]) for i in range(reps))
     else:
         t0 = time.perf_counter()
