@@ -16,9 +16,9 @@ import numpy as np
 
 from ..device import Device
 from ..errors import WebtensorError
-from ..runtime.generate import generate_batch
 from ..models.gpt2 import GPT2, GPT2Config
 from ..models.loader import random_arrays
+from ..runtime.generate import generate_batch
 
 
 @dataclass
