@@ -232,12 +232,15 @@ def test_engine_float16_words_keep_the_other_half(gpu, calls):
 
 
 def test_engine_tile_choice():
-    assert gops.engine_tile(4096, 3072) == (2, 2)
-    assert gops.engine_tile(1023, 2304) == (1, 2)
+    """The tile rule (ops.engine_tile; measured by tools/h200/engine_sweep.py): 128 x 64 from 256 rows,
+    64-row tiles below (64 x 128 where that grid has 2 workgroups an SM)."""
+    assert gops.engine_tile(4096, 3072) == (2, 1)
+    assert gops.engine_tile(1023, 2304) == (2, 1)
     assert gops.engine_tile(16, 768) == (1, 1)
-    assert gops.engine_tile(64, 50257) == (1, 2)  # not 128-row tiles, half padding
-    assert gops.engine_tile(128, 50257) == (2, 2)
-    assert gops.engine_tile(192, 50257) == (1, 2) and gops.engine_tile(4160, 3072) == (2, 2)
+    assert gops.engine_tile(64, 50257) == (1, 2)  # a 64-row step's LM head: 393 workgroups of 64 x 128
+    assert gops.engine_tile(128, 50257) == (1, 1) and gops.engine_tile(192, 50257) == (1, 1)
+    assert gops.engine_tile(300, 768) == (1, 1)  # 128-row tiles would pad 84 rows (> 300 / 8)
+    assert gops.engine_tile(4160, 3072) == (2, 1)
     for m, n in [(2, 5), (300, 300), (4096, 50257)]:
         mt, nt = gops.engine_tile(m, n)
         assert mt in (1, 2) and nt in (1, 2)
@@ -255,13 +258,13 @@ SPLIT_CASES = [  # (A dtype, B dtype, k-major B, tile, float16 arithmetic)
 @given(seed=st.integers(0, 2**31), M=dims, K=st.integers(64, 200), N=dims, epi=st.integers(0, 7),
        min_k=st.sampled_from([16, 32]))
 def test_engine_split_k(gpu, calls, monkeypatch, a_dtype, b_dtype, kmajor, tile, math, seed, M, K, N, epi, min_k):
-    """Split-K at every grid size (ENGINE_SPLIT_GRID raised), K in slices of min_k or more: the
+    """Split-K at every grid size (ENGINE_SMS raised), K in slices of min_k or more: the
     engine's slices into scratch, then the sum and the epilogue."""
     if "float16" in (a_dtype, b_dtype) and not gpu.ctx.has_f16:
         pytest.skip("this adapter has no shader-f16")
     monkeypatch.setattr(gops, "engine_tile", lambda m, n: tile)
     monkeypatch.setattr(gops, "ENGINE_F16_MATH", math)
-    monkeypatch.setattr(gops, "ENGINE_SPLIT_GRID", 1 << 30)
+    monkeypatch.setattr(gops, "ENGINE_SMS", 1 << 20)
     monkeypatch.setattr(gops, "ENGINE_SPLIT_MIN_K", min_k)
     M = max(M, gops.GEMV_MAX_ROWS + 1)
     S, ks = gops.engine_split(M, N, K, tile)
@@ -288,10 +291,15 @@ def test_engine_split_k_by_default(gpu, calls):
 
 
 def test_engine_split_choice(monkeypatch):
-    assert gops.engine_split(128, 768, 768, (1, 1)) == (6, 128)  # GPT-2 at 128 tokens: 24 workgroups x 6
-    assert gops.engine_split(128, 768, 3072, (1, 1)) == (11, 288)
-    assert gops.engine_split(1023, 768, 768, (1, 1)) == (1, 0)  # 192 workgroups: full enough
+    # from 128 rows: slices double while the grid is under 2 workgroups an SM and grid x S under 8 an SM
+    assert gops.engine_split(128, 768, 768, (1, 1)) == (4, 192)  # 24 workgroups; 8 slices would be under 128
+    assert gops.engine_split(128, 768, 3072, (1, 1)) == (8, 384)
+    assert gops.engine_split(1023, 768, 3072, (2, 1)) == (8, 384)  # GPT-2's MLP down at 1,023 tokens: 96 x 8
+    assert gops.engine_split(1023, 2304, 768, (2, 1)) == (1, 0)  # 288 workgroups: full enough
     assert gops.engine_split(128, 768, 200, (1, 1)) == (1, 0)  # K too short for two slices
+    # below 128 rows (a batched decode step): under 1 workgroup an SM, enough slices for 2 an SM
+    assert gops.engine_split(64, 768, 768, (1, 1)) == (6, 128)
+    assert gops.engine_split(64, 50257, 768, (1, 2)) == (1, 0)
     monkeypatch.setattr(gops, "ENGINE_SPLIT_K", False)
     assert gops.engine_split(128, 768, 768, (1, 1)) == (1, 0)
 

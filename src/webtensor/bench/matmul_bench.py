@@ -15,7 +15,7 @@ through the switches in `backends.wgpu.ops`:
                    words, packed f16 FMAs), `vec-f32`, `vec-f16`, `vec-chunked` (vec4<f16> loads;
                    `vec-chunked` is the float16 engine before the u32 loads)
 - `engine-RxC`:    matmul_engine.wgsl with the workgroup tile forced to R x C (64x64, 64x128,
-                   128x64, 128x128) instead of `engine_tile`'s choice (for tuning ENGINE_WAVE)
+                   128x64, 128x128) instead of `engine_tile`'s choice (for tuning the tile rule)
 - `tiled64`:       matmul.wgsl (64x64 tiles, 4x4 a thread), the GPU kernel before the engine
 - `regs`:          matmul_regs.wgsl (no workgroup memory), CPU adapters only
 - `gemv`:          gemv.wgsl for every row (M <= 64 only)

@@ -505,34 +505,45 @@ ENGINE_F16_OUT_WORDS = True  # a float16 output written as u32 words where its o
 # "f16": f16 tiles (BK = 16), f32 FMAs; "chunked": f16 tiles, packed f16 FMAs summed into f32 every BK step
 ENGINE_F16_MATH = "f32"
 ENGINE_F16_MATHS = ("f32", "f16", "chunked")
-ENGINE_WAVE = 264  # a larger tile is taken only when its grid has this many workgroups (H200: 2 x 132 SMs)
-# split-K: a grid of fewer than ENGINE_SPLIT_GRID workgroups gets K cut
-# into slices of at least ENGINE_SPLIT_MIN_K, enough of them for ENGINE_WAVE workgroups; partial
-# products go to a scratch (S, M, N) float32 buffer and matmul_splitk_sum.wgsl adds them
+# the workgroup tile and split-K, from a sweep of every tile x S = 1, 2, 4, 8 on GPT-2, GPT-2 xl and
+# SmolLM2 shapes at M = 64 .. 4,096 (tools/h200/engine_sweep.py on the H200, 132 SMs), in units of
+# ENGINE_SMS (the GPU's multiprocessors):
+# - M < ENGINE_DEEP_M rows (a batched decode step): 64-row tiles, 64 x 128 where that grid has 2
+#   workgroups an SM, else 64 x 64; a grid under 1 an SM cuts K into enough slices for 2 an SM;
+# - from ENGINE_DEEP_M: 128 x 64 tiles from 256 rows (64 x 64 below, or where 128-row tiles would
+#   pad more than M / 8 rows); a grid under 2 workgroups an SM doubles its slices (2, 4, 8) until
+#   it has 8 an SM.
+# Slices are at least ENGINE_SPLIT_MIN_K long; partial products go to a scratch (S, M, N) float32
+# buffer that matmul_splitk_sum.wgsl adds up. Against the best of the 16 variants of each case:
+# 1.045x on average, worst 1.23x (the rule before, which took the larger tiles first and split only
+# under 1 workgroup an SM: 1.124x, worst 1.78x); GPU time summed over the 57 cases 31.5 -> 29.7 ms
+ENGINE_SMS = 132
+ENGINE_DEEP_M = 128
 ENGINE_SPLIT_K = True
-ENGINE_SPLIT_GRID = 132
 ENGINE_SPLIT_MIN_K = 128
 
 
 def engine_tile(M: int, N: int) -> tuple[int, int]:
-    """(MT, NT): the workgroup tile is (64 MT) x (64 NT); the largest whose grid fills the GPU, but
-    not 128-row tiles where they would compute more than M / 8 rows of padding beyond 64-row
-    tiles' (the LM head of a 64-row decode step: half of each 128-row tile would be padding)."""
+    """(MT, NT): the workgroup tile is (64 MT) x (64 NT) (the rule above)."""
+    if M < ENGINE_DEEP_M:
+        return (1, 2) if math.ceil(M / 64) * math.ceil(N / 128) >= 2 * ENGINE_SMS else (1, 1)
     extra = math.ceil(M / 128) * 128 - math.ceil(M / 64) * 64  # padding rows 128-row tiles add
-    for mt, nt in ((2, 2), (1, 2)):
-        if mt == 2 and extra * 8 > M:
-            continue
-        if math.ceil(M / (64 * mt)) * math.ceil(N / (64 * nt)) >= ENGINE_WAVE:
-            return mt, nt
-    return 1, 1
+    return (2, 1) if M >= 256 and extra * 8 <= M else (1, 1)
 
 
 def engine_split(M: int, N: int, K: int, tile: tuple[int, int]) -> tuple[int, int]:
-    """(S, ks): K in S slices of ks (a multiple of 16, so of every BK); (1, 0) when not split."""
+    """(S, ks): K in S slices of ks (a multiple of 16, so of every BK); (1, 0) when not split (the
+    rule above)."""
     grid = math.ceil(M / (64 * tile[0])) * math.ceil(N / (64 * tile[1]))
-    if not ENGINE_SPLIT_K or grid >= ENGINE_SPLIT_GRID:
+    most = K // max(ENGINE_SPLIT_MIN_K, 1)  # slices of at least ENGINE_SPLIT_MIN_K
+    if not ENGINE_SPLIT_K:
         return 1, 0
-    want = min(math.ceil(ENGINE_WAVE / grid), K // max(ENGINE_SPLIT_MIN_K, 1))
+    if M < ENGINE_DEEP_M:
+        want = min(math.ceil(2 * ENGINE_SMS / grid), most) if grid < ENGINE_SMS else 1
+    else:
+        want = 1
+        while grid < 2 * ENGINE_SMS and grid * want < 8 * ENGINE_SMS and 2 * want <= min(8, most):
+            want *= 2
     if want < 2:
         return 1, 0
     ks = math.ceil(math.ceil(K / want) / 16) * 16
