@@ -50,8 +50,11 @@ from .ops import (
     linear,
     matmul,
     mul,
+    rms_norm,
+    rope,
     softmax,
     sub,
+    swiglu,
 )
 from .models import load_model
 from .tensor import Tensor, empty, from_buffer, tensor, zeros
@@ -59,7 +62,8 @@ from .tensor import Tensor, empty, from_buffer, tensor, zeros
 __version__ = "0.1.0"
 __all__ = [
     "Device", "Tensor", "tensor", "empty", "zeros", "from_buffer", "DType", "float16", "float32", "int32",
-    "add", "sub", "mul", "div", "matmul", "gelu", "layer_norm", "linear", "softmax", "attention", "embedding",
+    "add", "sub", "mul", "div", "matmul", "gelu", "layer_norm", "rms_norm", "linear", "softmax", "attention",
+    "embedding", "rope", "swiglu",
     "argmax", "cast", "copy", "copy_into", "broadcast_shapes", "cache_write", "cached_attention", "advance_tokens",
     "WebtensorError", "ArgumentError", "ShapeError", "DTypeError", "DeviceMismatchError", "NoAdapterError",
     "DeviceReleasedError", "BufferLimitError", "GPUError", "GraphCaptureError", "CheckpointError", "TokenizerError",

@@ -85,7 +85,7 @@ def test_option_matches_hf(option, kind, gpu):
     assert len(set(greedy)) > 2  # the continuation varies: a real check of the decode path
     assert m.generate(IDS, 12, stop_at_eos=False) == greedy
     # the captured decode step (greedy above replays it) gives the same logits
-    runner = m.runner(1)
+    runner = m.runner(1, bucketed=False)
     runner.prefill(0, IDS[:-1])
     got = runner.collect(runner.launch([RunRow(0, (IDS[-1],), len(IDS) - 1, read_logits=True)]))
     assert_logits_close(got.logits[0], want[-1])

@@ -245,9 +245,9 @@ class ModelRunner:
         """Launch `steps` steps after `prev` (the last launched, a step of one-token choosing rows) for the same
         sequences before prev's tokens are known: each step's input is the argmax the step before chose, fed back
         on the device. The followed steps' tokens come back through the ring (`collect`)."""
+        self.check_follow(prev)
         g = prev.graph
-        if prev is not self._last or g is None or not g.feeds_back:
-            raise ArgumentError("follow continues the last launched step of one-token choosing rows only")
+        assert g is not None
         rows = [RunRow(r.slot, (0,), r.start + prev.steps, True) for r in prev.rows]
         if not self.can_follow(rows, steps):
             raise ArgumentError(f"cannot follow with {steps} steps (1 to {RING_STEPS}, within the context)")
@@ -257,6 +257,11 @@ class ModelRunner:
             h = self._launched(rows, g, None, None, steps)
             h.ring = self.device.backend.read_async(g.ring[:steps * g.width])  # (the rows these steps wrote)
         return h
+
+    def check_follow(self, prev: Launched) -> None:
+        """ArgumentError unless `prev` is the last launched step, of one-token choosing rows (a graph that feeds back)."""
+        if prev is not self._last or prev.graph is None or not prev.graph.feeds_back:
+            raise ArgumentError("follow continues the last launched step of one-token choosing rows only")
 
     def collect(self, h: Launched) -> Collected:
         """The results of launched steps (waits for their readbacks)."""
@@ -324,6 +329,11 @@ class ModelRunner:
             g.release()
         self._graphs.clear()
         self._last = None
+
+    @property
+    def last_launched(self) -> Launched | None:
+        """The step `follow` may continue."""
+        return self._last
 
     @property
     def graph_stats(self) -> dict[str, float]:

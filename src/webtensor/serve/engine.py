@@ -112,6 +112,11 @@ class _Handle:
     rows: list[Row]
     launched: list[Any]
 
+    @property
+    def steps(self) -> int:
+        """Steps this launch runs (followed steps: several)."""
+        return self.launched[-1].steps
+
 
 class ModelEngine:
     """A model's sequences served from one runner of `max_batch` slots (see the module docstring)."""
@@ -157,6 +162,7 @@ class ModelEngine:
         known, each step's input the token the step before chose (fed back on the device). `rows` are prev's rows
         moved on by prev's steps: the first followed step's (their ids are not read)."""
         last = prev.launched[-1]
+        self.runner.check_follow(last)
         if [(r.slot, r.start) for r in rows] != [(r.slot, r.start + last.steps) for r in prev.rows]:
             raise ArgumentError("follow's rows must be the previous step's, moved on by its steps")
         return _Handle(list(rows), [self.runner.follow(last, steps)])

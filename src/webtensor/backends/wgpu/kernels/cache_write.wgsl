@@ -2,15 +2,21 @@
 // is (n_slots, n_ctx, H, D) float32, contiguous; src is a strided (T, H, D) view with unit stride
 // along D (a third of the fused qkv rows). Positions and slots come from GPU tensors, so a replayed
 // decode step writes where the step state says. Rows whose position is past the context are
-// skipped, and so are rows whose slot is not one of the cache's n_slots (GPU data: never trusted
-// as an index). One thread an element (the cache write is a sliver of a step's traffic).
-// Bounds (the kernels run without the compiler's runtime checks): i < T H D covers src's view
-// exactly (its offset and strides keep it in its buffer); a destination is slot * slot_stride + pos
-// * H D + r with slot < n_slots, pos < n_ctx (both as u32, so a negative one is huge and skipped)
-// and r < H D: inside the (n_slots, n_ctx, H, D) cache. Loops end: each runs to a uniform or
-// constant bound in steps that cannot wrap (sizes stay under 2^31).
+// skipped, and so are rows whose slot is outside 0 .. n_slots-1 (slots are not checked on the
+// device). One thread an element (the cache write is a sliver of a step's traffic). H is the
+// cache's head count (KVH of a grouped-query model).
+// Bounds: a thread returns unless i < T H D (so t < T, r < H D) and unless pos[t] < n_ctx and
+// slot[t] < n_slots as u32 (negative values are huge): the store index c_off + slot * slot_stride +
+// pos * H D + r is inside the contiguous (n_slots, n_ctx, H, D) cache view starting at c_off; src's
+// index is an element of its view.
+// These bounds are what the kernel relies on: it runs without the shader compiler's runtime
+// checks. Loops end: each runs to a uniform or constant bound in steps that cannot wrap.
 // Header: alias TS (src's element type).
-struct P { T: u32, H: u32, D: u32, src_off: u32, src_ts: u32, src_hs: u32, n_ctx: u32, slot_stride: u32, n_slots: u32 }
+struct P {
+  T: u32, H: u32, D: u32, src_off: u32,
+  src_ts: u32, src_hs: u32, n_ctx: u32, slot_stride: u32,
+  n_slots: u32, c_off: u32,
+}
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> src: array<TS>;
 @group(0) @binding(2) var<storage, read> pos: array<i32>;
@@ -28,6 +34,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   let ps = u32(pos[t]);
   let sl = u32(slot[t]);
   if (ps >= p.n_ctx || sl >= p.n_slots) { return; }
-  let dst = sl * p.slot_stride + ps * per_t + r;
+  let dst = p.c_off + sl * p.slot_stride + ps * per_t + r;
   cache[dst] = f32(src[p.src_off + t * p.src_ts + (r / p.D) * p.src_hs + r % p.D]);
 }
