@@ -120,6 +120,14 @@ def device(request, shader_checks: bool) -> wt.Device:
     return wt.Device.cpu() if request.param == "cpu" else _wgpu(shader_checks=shader_checks)
 
 
+def set_policy(monkeypatch: pytest.MonkeyPatch, *devices: wt.Device, **changes: Any) -> None:
+    """Override fields of each WebGPU device's kernel policy (`Device.kernel_policy`) for the test:
+    how tests force a kernel variant (gpu_style=True: the GPU kernels on lavapipe)."""
+    for dev in devices:
+        if dev.kind == "wgpu":
+            monkeypatch.setattr(dev.ctx, "policy", dev.ctx.policy.replace(**changes))
+
+
 def rel_err(got, want) -> float:
     """Norm-wise relative error ||got - want|| / ||want|| (0 when both are 0)."""
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)

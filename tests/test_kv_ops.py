@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import rel_err
+from conftest import rel_err, set_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,8 +19,8 @@ seeds = st.integers(0, 2**32 - 1)
 
 
 @pytest.fixture(params=[False, True], ids=["cpu-kernels", "gpu-kernels"])
-def style(request, monkeypatch):
-    monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", request.param)
+def style(request, monkeypatch, gpu):
+    set_policy(monkeypatch, gpu, gpu_style=request.param)
     return request.param
 
 

@@ -22,27 +22,29 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import rel_err
+from conftest import rel_err, set_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import webtensor as wt
 from webtensor.backends.wgpu import ops as gops
+from webtensor.backends.wgpu.policy import KernelPolicy
 
 # the fixtures are set once per test (counters are read as differences), not per example
 SETTINGS = settings(max_examples=6, deadline=None, derandomize=False,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 U16 = 2.0 ** -11
+H200 = KernelPolicy(gpu_style=True, compute_units=132)  # the rule's numbers as measured there
 BK16 = 16  # matmul_engine's K step for float16 operands: the span of one f16 accumulation
 TILES = [(1, 1), (1, 2), (2, 1), (2, 2)]
 
 
 @pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+def calls(monkeypatch: pytest.MonkeyPatch, gpu: wt.Device) -> dict[str, int]:
     """Run the GPU kernel variants on any adapter and count the engine / prefill launches."""
     from webtensor.backends.wgpu.context import WgpuContext
 
-    monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", True)
+    set_policy(monkeypatch, gpu, gpu_style=True, compute_units=132)  # (the H200's numbers: H200 below)
     seen = {"engine": 0, "prefill": 0, "splitk": 0, "tiled": 0}
     launch = WgpuContext.launch
 
@@ -121,8 +123,8 @@ dims = st.integers(2, 150)
 @SETTINGS
 @given(seed=st.integers(0, 2**31), M=dims, K=st.integers(1, 70), N=dims, epi=st.integers(0, 7))
 def test_engine_float32(gpu, calls, monkeypatch, tile, kmajor, seed, M, K, N, epi):
-    monkeypatch.setattr(gops, "engine_tile", lambda m, n: tile)
-    M = max(M, gops.GEMV_MAX_ROWS + 1)  # fewer rows go to the GEMV
+    monkeypatch.setattr(gops, "engine_tile", lambda m, n, p: tile)
+    M = max(M, gpu.kernel_policy.gemv_max_rows + 1)  # fewer rows go to the GEMV
     before = calls["engine"]
     got, want, _, _ = run_linear(gpu, seed, M, K, N, kmajor, "float32", epi)
     assert calls["engine"] == before + 1
@@ -144,10 +146,10 @@ F16_CASES = [  # (tile, k-major B, u32-word loads, float16 arithmetic); the larg
 def test_engine_float16(gpu, calls, monkeypatch, tile, kmajor, words, math, seed, M, K, N, epi):
     if not gpu.ctx.has_f16:
         pytest.skip("this adapter has no shader-f16")
-    monkeypatch.setattr(gops, "engine_tile", lambda m, n: tile)
-    monkeypatch.setattr(gops, "ENGINE_F16_WORDS", words)
-    monkeypatch.setattr(gops, "ENGINE_F16_MATH", math)
-    M = max(M, gops.GEMV_MAX_ROWS + 1)
+    monkeypatch.setattr(gops, "engine_tile", lambda m, n, p: tile)
+    set_policy(monkeypatch, gpu, engine_f16_words=words)
+    set_policy(monkeypatch, gpu, engine_f16_math=math)
+    M = max(M, gpu.kernel_policy.gemv_max_rows + 1)
     before = calls["engine"]
     got, want, mag, _ = run_linear(gpu, seed, M, K, N, kmajor, "float16", epi & 1)  # bias only: bound stays linear
     assert calls["engine"] == before + 1 and got.dtype == np.float16
@@ -167,10 +169,10 @@ def test_engine_float16(gpu, calls, monkeypatch, tile, kmajor, words, math, seed
 def test_engine_mixed(gpu, calls, monkeypatch, dtypes, kmajor, words, seed, M, K, N, epi):
     if not gpu.ctx.has_f16:
         pytest.skip("this adapter has no shader-f16")
-    monkeypatch.setattr(gops, "engine_tile", lambda m, n: (1, 1))
-    monkeypatch.setattr(gops, "ENGINE_F16_WORDS", words)
-    monkeypatch.setattr(gops, "ENGINE_F16_MATH", "chunked")  # (applies to float16 x float16 only)
-    M = max(M, gops.GEMV_MAX_ROWS + 1)
+    monkeypatch.setattr(gops, "engine_tile", lambda m, n, p: (1, 1))
+    set_policy(monkeypatch, gpu, engine_f16_words=words)
+    set_policy(monkeypatch, gpu, engine_f16_math="chunked")  # (applies to float16 x float16 only)
+    M = max(M, gpu.kernel_policy.gemv_max_rows + 1)
     before = calls["engine"]
     got, want, _, _ = run_linear(gpu, seed, M, K, N, kmajor, dtypes[0], epi, b_dtype=dtypes[1])
     assert calls["engine"] == before + 1
@@ -178,12 +180,13 @@ def test_engine_mixed(gpu, calls, monkeypatch, dtypes, kmajor, words, seed, M, K
     assert rel_err(got, want) <= 1e-5
 
 
-def test_engine_f16_math_checked(gpu, calls, monkeypatch):
-    if not gpu.ctx.has_f16:
-        pytest.skip("this adapter has no shader-f16")
-    monkeypatch.setattr(gops, "ENGINE_F16_MATH", "bf16")
-    with pytest.raises(ValueError, match="ENGINE_F16_MATH"):
-        run_linear(gpu, 0, 16, 8, 8, True, "float16", 0)
+def test_engine_f16_math_checked(gpu):
+    """A kernel policy names one of the engine's float16 arithmetics, or is refused when made."""
+    with pytest.raises(ValueError, match="engine_f16_math must be one of"):
+        gpu.kernel_policy.replace(engine_f16_math="bf16")
+    with pytest.raises(ValueError, match="no field"):
+        gpu.kernel_policy.replace(engine_f16_maths="f32")
+    assert gpu.kernel_policy.replace(engine_f16_math="chunked").engine_f16_math == "chunked"
 
 
 @pytest.mark.parametrize(("dtype", "kmajor", "K"), [("float32", True, 72), ("float32", False, 600),
@@ -234,15 +237,15 @@ def test_engine_float16_words_keep_the_other_half(gpu, calls):
 def test_engine_tile_choice():
     """The tile rule (ops.engine_tile; measured by tools/h200/engine_sweep.py): 128 x 64 from 256 rows,
     64-row tiles below (64 x 128 where that grid has 2 workgroups an SM)."""
-    assert gops.engine_tile(4096, 3072) == (2, 1)
-    assert gops.engine_tile(1023, 2304) == (2, 1)
-    assert gops.engine_tile(16, 768) == (1, 1)
-    assert gops.engine_tile(64, 50257) == (1, 2)  # a 64-row step's LM head: 393 workgroups of 64 x 128
-    assert gops.engine_tile(128, 50257) == (1, 1) and gops.engine_tile(192, 50257) == (1, 1)
-    assert gops.engine_tile(300, 768) == (1, 1)  # 128-row tiles would pad 84 rows (> 300 / 8)
-    assert gops.engine_tile(4160, 3072) == (2, 1)
+    assert gops.engine_tile(4096, 3072, H200) == (2, 1)
+    assert gops.engine_tile(1023, 2304, H200) == (2, 1)
+    assert gops.engine_tile(16, 768, H200) == (1, 1)
+    assert gops.engine_tile(64, 50257, H200) == (1, 2)  # a 64-row step's LM head: 393 workgroups of 64 x 128
+    assert gops.engine_tile(128, 50257, H200) == (1, 1) and gops.engine_tile(192, 50257, H200) == (1, 1)
+    assert gops.engine_tile(300, 768, H200) == (1, 1)  # 128-row tiles would pad 84 rows (> 300 / 8)
+    assert gops.engine_tile(4160, 3072, H200) == (2, 1)
     for m, n in [(2, 5), (300, 300), (4096, 50257)]:
-        mt, nt = gops.engine_tile(m, n)
+        mt, nt = gops.engine_tile(m, n, H200)
         assert mt in (1, 2) and nt in (1, 2)
 
 
@@ -262,12 +265,11 @@ def test_engine_split_k(gpu, calls, monkeypatch, a_dtype, b_dtype, kmajor, tile,
     engine's slices into scratch, then the sum and the epilogue."""
     if "float16" in (a_dtype, b_dtype) and not gpu.ctx.has_f16:
         pytest.skip("this adapter has no shader-f16")
-    monkeypatch.setattr(gops, "engine_tile", lambda m, n: tile)
-    monkeypatch.setattr(gops, "ENGINE_F16_MATH", math)
-    monkeypatch.setattr(gops, "ENGINE_SMS", 1 << 20)
-    monkeypatch.setattr(gops, "ENGINE_SPLIT_MIN_K", min_k)
-    M = max(M, gops.GEMV_MAX_ROWS + 1)
-    S, ks = gops.engine_split(M, N, K, tile)
+    monkeypatch.setattr(gops, "engine_tile", lambda m, n, p: tile)
+    set_policy(monkeypatch, gpu, engine_f16_math=math)
+    set_policy(monkeypatch, gpu, compute_units=1 << 20, engine_split_min_k=min_k)
+    M = max(M, gpu.kernel_policy.gemv_max_rows + 1)
+    S, ks = gops.engine_split(M, N, K, tile, gpu.kernel_policy)
     assert S >= 2 and ks % 16 == 0 and (S - 1) * ks < K <= S * ks
     before = dict(calls)
     f16 = a_dtype == b_dtype == "float16"
@@ -285,23 +287,22 @@ def test_engine_split_k(gpu, calls, monkeypatch, a_dtype, b_dtype, kmajor, tile,
 def test_engine_split_k_by_default(gpu, calls):
     """With the default switches a small grid with a long K is split (here 1 x 2 workgroups, K = 256:
     two slices); a full grid is not."""
-    assert gops.engine_split(20, 100, 256, (1, 1)) == (2, 128)
+    assert gops.engine_split(20, 100, 256, (1, 1), H200) == (2, 128)
     got, want, _, _ = run_linear(gpu, 5, 20, 256, 100, True, "float32", 7)
     assert calls["engine"] == calls["splitk"] == 1 and rel_err(got, want) <= 1e-5
 
 
-def test_engine_split_choice(monkeypatch):
+def test_engine_split_choice():
     # from 128 rows: slices double while the grid is under 2 workgroups an SM and grid x S under 8 an SM
-    assert gops.engine_split(128, 768, 768, (1, 1)) == (4, 192)  # 24 workgroups; 8 slices would be under 128
-    assert gops.engine_split(128, 768, 3072, (1, 1)) == (8, 384)
-    assert gops.engine_split(1023, 768, 3072, (2, 1)) == (8, 384)  # GPT-2's MLP down at 1,023 tokens: 96 x 8
-    assert gops.engine_split(1023, 2304, 768, (2, 1)) == (1, 0)  # 288 workgroups: full enough
-    assert gops.engine_split(128, 768, 200, (1, 1)) == (1, 0)  # K too short for two slices
+    assert gops.engine_split(128, 768, 768, (1, 1), H200) == (4, 192)  # 24 workgroups; 8 slices would be under 128
+    assert gops.engine_split(128, 768, 3072, (1, 1), H200) == (8, 384)
+    assert gops.engine_split(1023, 768, 3072, (2, 1), H200) == (8, 384)  # GPT-2's MLP down at 1,023 tokens: 96 x 8
+    assert gops.engine_split(1023, 2304, 768, (2, 1), H200) == (1, 0)  # 288 workgroups: full enough
+    assert gops.engine_split(128, 768, 200, (1, 1), H200) == (1, 0)  # K too short for two slices
     # below 128 rows (a batched decode step): under 1 workgroup an SM, enough slices for 2 an SM
-    assert gops.engine_split(64, 768, 768, (1, 1)) == (6, 128)
-    assert gops.engine_split(64, 50257, 768, (1, 2)) == (1, 0)
-    monkeypatch.setattr(gops, "ENGINE_SPLIT_K", False)
-    assert gops.engine_split(128, 768, 768, (1, 1)) == (1, 0)
+    assert gops.engine_split(64, 768, 768, (1, 1), H200) == (6, 128)
+    assert gops.engine_split(64, 50257, 768, (1, 2), H200) == (1, 0)
+    assert gops.engine_split(128, 768, 768, (1, 1), H200.replace(engine_split_k=False)) == (1, 0)
 
 
 def attention_ref(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:
@@ -326,9 +327,9 @@ def test_attention_prefill(gpu, calls, monkeypatch, subgroups, dtype, seed, T, e
         pytest.skip("this adapter has no shader-f16")
     if subgroups and not gpu.ctx.has_subgroups:
         pytest.skip("this adapter has no subgroups")
-    monkeypatch.setattr(gops, "PREFILL_SUBGROUPS", subgroups)
-    monkeypatch.setattr(gops, "PREFILL_MIN_QUERIES", gops.FLASH_MIN_QUERIES)  # the kernel at every T here
-    monkeypatch.setattr(gops, "TILED", False)  # (attention_tiled's own test is below)
+    flash_min = gpu.kernel_policy.flash_min_queries
+    # the kernel at every T here (attention_tiled's own test is below)
+    set_policy(monkeypatch, gpu, prefill_subgroups=subgroups, prefill_min_queries=flash_min, tiled=False)
     S = T + extra
     rng = np.random.default_rng(seed)
     qkv = rng.standard_normal((T, 3, H, D)).astype(dtype)
@@ -337,7 +338,7 @@ def test_attention_prefill(gpu, calls, monkeypatch, subgroups, dtype, seed, T, e
     before = calls["prefill"]
     got = wt.attention(wt.tensor(qkv, device=gpu)[:, 0], wt.tensor(kc, device=gpu)[:S],
                        wt.tensor(vc, device=gpu)[:S], causal=causal).numpy()
-    assert calls["prefill"] == before + (1 if T >= gops.FLASH_MIN_QUERIES else 0)
+    assert calls["prefill"] == before + (1 if T >= flash_min else 0)
     assert got.dtype == np.dtype(dtype) and got.shape == (T, H, D)
     assert rel_err(got, attention_ref(qkv[:, 0], kc[:S], vc[:S], causal)) <= (1e-5 if dtype == "float32" else 1e-3)
 
@@ -371,8 +372,7 @@ def test_attention_tiled(gpu, calls, monkeypatch, subgroups, dtype, seed, T, ext
         pytest.skip("this adapter has no shader-f16")
     if subgroups and not gpu.ctx.has_subgroups:
         pytest.skip("this adapter has no subgroups")
-    monkeypatch.setattr(gops, "TILED_MIN_QUERIES", 1)  # the kernel at every T here
-    monkeypatch.setattr(gops, "TILED_KEYS", (keys,))
+    set_policy(monkeypatch, gpu, tiled_min_queries=1, tiled_keys=(keys,))  # the kernel at every T here
     monkeypatch.setattr(gpu.ctx, "subgroup_size", 8 if subgroups else 0)  # SG where KG = keys / 4 <= 8
     H, S = G * kvh, T + extra
     rng = np.random.default_rng(seed)

@@ -200,6 +200,24 @@ class Device:
     def has_subgroups(self) -> bool:
         return self.backend.has_subgroups()
 
+    @property
+    def kernel_policy(self) -> Any:
+        """Which kernel variants a WebGPU device's ops pick, and their tile / split numbers
+        (`backends.wgpu.policy.KernelPolicy`, derived from the adapter); None on the CPU. Assign
+        `dev.kernel_policy = dev.kernel_policy.replace(field=value)` to override fields for this
+        device: later launches follow it (graphs captured before keep their launches)."""
+        return self.ctx.policy if self.kind == "wgpu" else None
+
+    @kernel_policy.setter
+    def kernel_policy(self, policy: Any) -> None:
+        from .backends.wgpu.policy import KernelPolicy
+
+        if self.kind != "wgpu":
+            raise UsageError(f"{self.describe()} has no kernel policy (WebGPU devices do)")
+        if not isinstance(policy, KernelPolicy):
+            raise UsageError(f"kernel_policy must be a KernelPolicy, got {type(policy).__name__}")
+        self.ctx.policy = policy
+
     # -- batching, graphs and counters ----------------------------------------------------------
     def dispatch_scope(self) -> Any:
         """Batch every dispatch made while held into one command buffer and one submit. Nested

@@ -145,13 +145,13 @@ def webtensor_attention(devs: dict[str, wt.Device], res: dict[str, Any]) -> None
                         continue
                     switches = {kk: vv for kk, vv in sw.items() if kk != "sg"}
                     if TINY:
-                        switches["GPU_STYLE_ON_SOFTWARE"] = True
+                        switches["gpu_style"] = True
                     key = f"attn/{T}x{H}/{KVH}x{D}/{dtype}/{name}/{dname}"
                     old_sg = dev.ctx.subgroup_size
                     try:
                         if "sg" in sw and not sw["sg"]:
                             dev.ctx.subgroup_size = 0
-                        with mb._switches(switches):
+                        with mb._switches(switches, dev):
                             def fn(dev: wt.Device = dev, ts: tuple = (tq, tk, tv), scale: float = D ** -0.5) -> Any:
                                 return dev.backend.attention(*ts, True, scale)
                             got = fn().numpy().astype(np.float64)
@@ -176,8 +176,8 @@ def matmul_checks(devs: dict[str, wt.Device], res: dict[str, Any]) -> None:
             for dname, dev in devs.items():
                 w = wt.tensor((rng.standard_normal((N, K)) * 0.02).astype(wd), device=dev).T
                 a = wt.tensor(rng.standard_normal((M, K)).astype(np.float32), device=dev)
-                sw = {"GPU_STYLE_ON_SOFTWARE": True} if TINY else {}
-                with mb._switches(sw):
+                sw = {"gpu_style": True} if TINY else {}
+                with mb._switches(sw, dev):
                     us, _ = gpu_us(dev, lambda a=a, w=w: wt.linear(a, w))
                 key = f"matmul/{M}x{K}x{N}/f32x{wd[5:]}/{dname}"
                 res[key] = {"us": round(us, 1), "tflops": round(2 * M * K * N / us / 1e6, 2)}

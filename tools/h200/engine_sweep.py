@@ -104,7 +104,7 @@ def main() -> None:
     dev = wt.Device.wgpu()
     res: dict[str, Any] = {"adapter": dev.describe(), "cases": []}
     rng = np.random.default_rng(0)
-    base = {"GPU_STYLE_ON_SOFTWARE": True} if TINY else {}
+    base = {"gpu_style": True} if TINY else {}
     try:
         for model, shapes in MODELS.items():
             for K, N in shapes:
@@ -116,7 +116,7 @@ def main() -> None:
                     case: dict[str, Any] = {"model": model, "M": M, "K": K, "N": N, "cublas": cublas_us(M, K, N),
                                             "variants": {}}
                     keep_busy(dev)
-                    with mb._switches(base):
+                    with mb._switches(base, dev):
                         us, kern = time_case(dev, a, w)
                     case["variants"]["default"] = {"us": round(us, 1), "kernel": kern}
                     for tile in TILES:
@@ -126,10 +126,10 @@ def main() -> None:
                                 continue
                             if S > 1 and sp[0] * M * N * 4 > dev.ctx.max_binding_bytes:
                                 continue
-                            sw = dict(base, engine_tile=lambda m, n, t=tile: t,
-                                      engine_split=lambda m, n, k, t, sp=sp: sp,
+                            sw = dict(base, engine_tile=lambda m, n, p, t=tile: t,
+                                      engine_split=lambda m, n, k, t, p, sp=sp: sp,
                                       ENGINE_SPLIT_K=True)
-                            with mb._switches(sw):
+                            with mb._switches(sw, dev):
                                 us, kern = time_case(dev, a, w)
                             case["variants"][f"{64 * tile[0]}x{64 * tile[1]}/S{sp[0]}"] = {"us": round(us, 1),
                                                                                        "kernel": kern}

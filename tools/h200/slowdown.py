@@ -66,7 +66,6 @@ def child(name: str) -> dict[str, Any]:
 
     import webtensor as wt
     from webtensor import ops
-    from webtensor.backends.wgpu import ops as gops
     from webtensor.backends.wgpu.profiler import time_commands
     from webtensor.bench import matmul_bench as mb
 
@@ -78,9 +77,9 @@ def child(name: str) -> dict[str, Any]:
         print("vkmem:", e, file=sys.stderr)
         vk = None
     sm_clock = _nvml()
-    if TINY:
-        gops.GPU_STYLE_ON_SOFTWARE = True
     dev = wt.Device.wgpu()
+    if TINY:
+        dev.kernel_policy = dev.kernel_policy.replace(gpu_style=True)
     ctx = dev.ctx
     match = ctx.info.name.split(" (")[0]
     usage = (lambda: vk.usage(match)) if vk is not None else (lambda: [])
@@ -189,13 +188,12 @@ def idle_sweep() -> None:
 
     import webtensor as wt
     from webtensor import ops
-    from webtensor.backends.wgpu import ops as gops
     from webtensor.backends.wgpu.profiler import keep_busy, time_commands
 
     sm_clock = _nvml()
-    if TINY:
-        gops.GPU_STYLE_ON_SOFTWARE = True
     dev = wt.Device.wgpu()
+    if TINY:
+        dev.kernel_policy = dev.kernel_policy.replace(gpu_style=True)
     ctx = dev.ctx
     rng = np.random.default_rng(0)
     cases = []

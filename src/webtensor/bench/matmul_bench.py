@@ -43,36 +43,52 @@ from typing import Any
 SHAPES = [(768, 2304), (768, 3072), (3072, 768), (768, 50257)]
 MS = [1, 16, 128, 512, 1023, 4096]
 TILES = {"64x64": (1, 1), "64x128": (1, 2), "128x64": (2, 1), "128x128": (2, 2)}
-# float16 engine variants: (ENGINE_F16_WORDS, ENGINE_F16_MATH)
+# float16 engine variants: (engine_f16_words, engine_f16_math)
 F16 = {"words-f16": (True, "f16"), "words-chunked": (True, "chunked"), "vec-f32": (False, "f32"),
        "vec-f16": (False, "f16"), "vec-chunked": (False, "chunked")}
 VARIANTS = ["default", "engine", *(f"engine-{f}" for f in F16), *(f"engine-{t}" for t in TILES), "tiled64", "regs",
             "gemv"]
-_ENGINE = {"ENGINE": True, "GPU_STYLE_ON_SOFTWARE": True, "GEMV_MAX_ROWS": 0, "ENGINE_F16_WORDS": True,
-           "ENGINE_F16_MATH": "f32"}
-# ops switches per variant (unlisted ones keep their values)
+_ENGINE = {"engine": True, "gpu_style": True, "gemv_max_rows": 0, "engine_f16_words": True,
+           "engine_f16_math": "f32"}
+# kernel-policy fields per variant (unlisted ones keep the device's values); a name that is no
+# policy field replaces the function of that name in backends.wgpu.ops (engine_tile)
 _SWITCHES: dict[str, dict[str, Any]] = {
     "default": {},
     "engine": _ENGINE,
-    **{f"engine-{name}": {**_ENGINE, "ENGINE_F16_WORDS": w, "ENGINE_F16_MATH": m} for name, (w, m) in F16.items()},
-    **{f"engine-{name}": {**_ENGINE, "engine_tile": lambda m, n, t=tile: t} for name, tile in TILES.items()},
-    "tiled64": {"ENGINE": False, "GPU_STYLE_ON_SOFTWARE": True, "GEMV_MAX_ROWS": 0},
-    "regs": {"GEMV_MAX_ROWS": 0, "GPU_STYLE_ON_SOFTWARE": False},
-    "gemv": {"GEMV_MAX_ROWS": 1 << 30},
+    **{f"engine-{name}": {**_ENGINE, "engine_f16_words": w, "engine_f16_math": m} for name, (w, m) in F16.items()},
+    **{f"engine-{name}": {**_ENGINE, "engine_tile": lambda m, n, p, t=tile: t} for name, tile in TILES.items()},
+    "tiled64": {"engine": False, "gpu_style": True, "gemv_max_rows": 0},
+    "regs": {"gemv_max_rows": 0, "gpu_style": False},
+    "gemv": {"gemv_max_rows": 1 << 30},
 }
 
 
 @contextlib.contextmanager
-def _switches(values: dict[str, Any]) -> Iterator[None]:
-    from ..backends.wgpu import ops as gops
+def _switches(values: dict[str, Any], device: Any = None) -> Iterator[None]:
+    """Within: `device`'s kernel policy (default: `Device.wgpu()`) with the fields in `values`
+    replaced, and the functions of backends.wgpu.ops named there replaced. Old upper-case switch
+    names (ENGINE_F16_MATH) are taken as the policy's fields (GPU_STYLE_ON_SOFTWARE: gpu_style)."""
+    import dataclasses
 
-    old = {k: getattr(gops, k) for k in values}
+    from ..backends.wgpu import ops as gops
+    from ..backends.wgpu.policy import KernelPolicy
+    from ..device import Device
+
+    dev = device if device is not None else Device.wgpu()
+    fields = {f.name for f in dataclasses.fields(KernelPolicy)}
+    named = {("gpu_style" if k == "GPU_STYLE_ON_SOFTWARE" else k.lower() if k.isupper() else k): v
+             for k, v in values.items()}
+    policy = {k: v for k, v in named.items() if k in fields}
+    funcs = {k: v for k, v in named.items() if k not in fields}
+    old_policy, old_funcs = dev.kernel_policy, {k: getattr(gops, k) for k in funcs}
     try:
-        for k, v in values.items():
+        dev.kernel_policy = old_policy.replace(**policy)
+        for k, v in funcs.items():
             setattr(gops, k, v)
         yield
     finally:
-        for k, v in old.items():
+        dev.kernel_policy = old_policy
+        for k, v in old_funcs.items():
             setattr(gops, k, v)
 
 
@@ -141,7 +157,7 @@ def measure(ms: list[int], shapes: list[tuple[int, int]], dtypes: list[str], var
                 for variant in variants:
                     if not _applies(variant, M, dtype, software):
                         continue
-                    with _switches(_SWITCHES[variant]):
+                    with _switches(_SWITCHES[variant], dev):
                         us, kernels = _time_case(dev, a, w, reps)
                     rows.append({"M": M, "K": K, "N": N, "dtype": dtype, "variant": variant, "kernel": kernels,
                                  "us": round(us, 2), "gflops": round(2 * M * N * K / us / 1e3, 2)})

@@ -30,6 +30,7 @@ from typing import Any
 
 from ...errors import BufferLimitError, DeviceReleasedError, GPUError, GraphCaptureError
 from .gpu_api import STORAGE_USAGE, UNIFORM_USAGE, GpuApi
+from .policy import KernelPolicy
 from .signatures import SIGNATURES, Signature
 
 KERNEL_DIR = Path(__file__).parent / "kernels"
@@ -151,6 +152,8 @@ class WgpuContext:
         self.has_subgroups = "subgroup" in api.features
         # a subgroup size the kernels may rely on: only when the adapter has exactly one
         self.subgroup_size = fixed_subgroup_size(api.info) if self.has_subgroups else 0
+        # which kernel variants the planners pick here, and their numbers (Device.kernel_policy)
+        self.policy = KernelPolicy.for_adapter(api.info)
         self.lock = threading.RLock()
         self._local = threading.local()
         self.released = False

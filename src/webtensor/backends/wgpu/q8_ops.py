@@ -17,7 +17,7 @@ of buffers; `q8_linear` runs one dispatch per chunk, each writing its block of o
 Kernels (all f32 arithmetic; bindings: uniform p, then a, quants, scales, bias, residual (read),
 then the output (read_write), the same `struct P` for all three):
 - gemv_q8.wgsl for M <= 8 rows and for stacks of one-row products of any number (decode), MR rows a
-  workgroup (`ops.gemv_group`), LANES threads per output (on CPU adapters 1, and GEMV_Q8_NR
+  workgroup (`ops.gemv_group`), LANES threads per output (on CPU adapters 1, and the policy's gemv_q8_nr
   outputs a thread),
 - matmul_q8.wgsl for M > 8 on GPUs (64x64 tiles through workgroup memory),
 - matmul_q8_regs.wgsl for M > 8 on CPU adapters (no workgroup memory, no barriers).
@@ -49,8 +49,6 @@ if TYPE_CHECKING:
 
 BLOCK = 32  # values per q8_0 block (formats.q8_0.BLOCK, ggml's QK8_0)
 BLOCK_BYTES = 2 + BLOCK  # ggml's block: a float16 scale, then 32 int8 values
-GEMV_MAX_ROWS = gops.GEMV_MAX_ROWS  # up to this many rows of activations, gemv_q8 (W read once for all rows)
-GEMV_Q8_NR = 2  # gemv_q8's outputs a thread on CPU adapters: a unit's activations loaded once for both
 
 
 # -- the layout ---------------------------------------------------------------------------------
@@ -217,9 +215,9 @@ def gemv_lanes(ctx: WgpuContext, K: int) -> int:
 
 
 def gemv_outputs(ctx: WgpuContext, K: int) -> int:
-    """Outputs one thread of gemv_q8.wgsl computes: GEMV_Q8_NR on CPU adapters (one lane an
+    """Outputs one thread of gemv_q8.wgsl computes: the policy's gemv_q8_nr on CPU adapters (one lane an
     output), else 1."""
-    return GEMV_Q8_NR if gemv_lanes(ctx, K) == 1 else 1
+    return ctx.policy.gemv_q8_nr if gemv_lanes(ctx, K) == 1 else 1
 
 
 def gemv_rows_per_group(ctx: WgpuContext, K: int) -> int:
