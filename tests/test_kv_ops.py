@@ -12,7 +12,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import webtensor as wt
-from webtensor.backends.wgpu import ops as gops
 
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 seeds = st.integers(0, 2**32 - 1)
@@ -209,7 +208,7 @@ def test_gemv_float16_weights(gpu, style, monkeypatch, packed, seed, m, k, n, ln
     """Decode rows against k-major float16 weights, read as vec4<f16> or as u32 pairs."""
     if not gpu.has_f16:
         pytest.skip("this adapter has no shader-f16")
-    monkeypatch.setattr(gops, "GEMV_PACKED_F16", packed)
+    set_policy(monkeypatch, gpu, gemv_packed_f16=packed)
     x, w, b, g, beta = rnd(seed, m, k), rnd(seed + 1, k, n), rnd(seed + 2, n), rnd(seed + 3, k), rnd(seed + 4, k)
     outs = []
     for dev in (wt.Device.cpu(), gpu):

@@ -40,11 +40,12 @@ TILES = [(1, 1), (1, 2), (2, 1), (2, 2)]
 
 
 @pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch, gpu: wt.Device) -> dict[str, int]:
+def calls(monkeypatch: pytest.MonkeyPatch, gpu: wt.Device, gpu_small: wt.Device) -> dict[str, int]:
     """Run the GPU kernel variants on any adapter and count the engine / prefill launches."""
     from webtensor.backends.wgpu.context import WgpuContext
 
-    set_policy(monkeypatch, gpu, gpu_style=True, compute_units=132)  # (the H200's numbers: H200 below)
+    # (the H200's numbers: H200 below)
+    set_policy(monkeypatch, gpu, gpu_small, gpu_style=True, compute_units=132)
     seen = {"engine": 0, "prefill": 0, "splitk": 0, "tiled": 0}
     launch = WgpuContext.launch
 

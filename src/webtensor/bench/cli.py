@@ -231,7 +231,7 @@ def _cfg(spec: str, results: list) -> Any:
 
     if spec.split("/")[-1] in PRESETS:
         return GPT2Config.preset(spec)
-    from ..models.gpt2.weights import resolve
+    from ..formats.safetensors_reader import resolve
 
     return GPT2Config.from_file(resolve(spec) / "config.json")
 
