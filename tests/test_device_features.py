@@ -104,3 +104,25 @@ def test_any_binding_limit(limit, m, k, n, seed):
         _expect(run, want)
     _expect(lambda: wt.argmax(t(a, dev)).numpy(), lambda: np.argmax(a, -1))
     _expect(lambda: t(a, dev).numpy(), lambda: a)  # an upload and a readback work at any size
+
+
+def test_shader_runtime_checks_switch(gpu, monkeypatch):
+    """Native devices compile webtensor's kernels without the shader compiler's runtime checks by
+    default; WEBTENSOR_SHADER_CHECKS=1 or shader_checks=True gives a device with them (another
+    Device: the two keep their own pipelines), and describe() / stats() say which."""
+    monkeypatch.delenv("WEBTENSOR_SHADER_CHECKS", raising=False)
+    sw = gpu.ctx.info.is_software or None  # (the test device's adapter)
+    plain = wt.Device.wgpu(software=sw)
+    assert not plain.ctx.shader_checks and "shader runtime checks off" in plain.describe()
+    assert plain.stats()["shader_checks"] == 0
+    monkeypatch.setenv("WEBTENSOR_SHADER_CHECKS", "1")
+    checked = wt.Device.wgpu(software=sw)
+    assert checked is not plain and checked is wt.Device.wgpu(software=sw, shader_checks=True)
+    assert checked.ctx.shader_checks and "shader runtime checks on" in checked.describe()
+    assert checked.stats()["shader_checks"] == 1
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for dev in (plain, checked):  # the same kernels, both ways
+        assert np.array_equal((wt.tensor(x, device=dev) * 2).numpy(), x * 2)
+    monkeypatch.setenv("WEBTENSOR_SHADER_CHECKS", "yes")
+    with pytest.raises(wt.UsageError, match="WEBTENSOR_SHADER_CHECKS='yes': expected 0 or 1"):
+        wt.Device.wgpu()
