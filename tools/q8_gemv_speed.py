@@ -60,7 +60,7 @@ for K, N in SHAPES:
     row = {"float32": time_us(lambda x=x, wf=wf: wt.linear(x, wf))}
     ref = wt.linear(x, wq).numpy()
     for nr in nrs:
-        q8_ops.GEMV_Q8_NR = nr
+        dev.kernel_policy = dev.kernel_policy.replace(gemv_q8_nr=nr)
         assert np.array_equal(wt.linear(x, wq).numpy(), ref)  # every NR: the same bits
         row[f"q8 NR={nr}"] = time_us(lambda x=x, wq=wq: wt.linear(x, wq))
     for k, v in row.items():
@@ -78,13 +78,13 @@ if a.decode:
     arrays = random_arrays(cfg, 0)
     models = {"float32": GPT2.from_arrays(cfg, arrays, dev, "float32", None)}
     for nr in nrs:  # each its own weights' upload and captured decode step, built under its NR
-        q8_ops.GEMV_Q8_NR = nr
+        dev.kernel_policy = dev.kernel_policy.replace(gemv_q8_nr=nr)
         models[f"int8 NR={nr}"] = GPT2.from_arrays(cfg, arrays, dev, "int8", None)
     tok_s: dict[str, list[float]] = {k: [] for k in models}
     nr_of = {k: int(k.split("=")[1]) for k in models if "NR" in k}
     for _ in range(a.rounds):
         for name, m in models.items():
-            q8_ops.GEMV_Q8_NR = nr_of.get(name, 1)
+            dev.kernel_policy = dev.kernel_policy.replace(gemv_q8_nr=nr_of.get(name, 1))
             tok_s[name].append(bench_webtensor(m, [8], a.decode, 2).decode_tok_s)
     base = max(tok_s["float32"])
     print(f"{a.model} decode tokens/s (best of {a.rounds} rounds): " + "  ".join(
