@@ -23,7 +23,8 @@ p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDes
 p.add_argument("--dtype", default="float32", help="comma-separated dtypes (float32, float16, int8)")
 p.add_argument("--runs", type=int, default=3, help="runs per dtype")
 p.add_argument("--q8-nr", default="",
-               help="comma-separated gemv_q8_nr values for int8 (the page's devices' kernel policy; default: as shipped)")
+               help="comma-separated gemv_q8_nr values for int8 (the page's devices' kernel policy; "
+                    "default: as shipped)")
 p.add_argument("--tokens", type=int, default=64)
 a = p.parse_args()
 dtypes = [d.strip() for d in a.dtype.split(",") if d.strip()]
