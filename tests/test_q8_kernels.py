@@ -2,7 +2,7 @@
 M <= 8, matmul_quant_regs on CPU adapters / matmul_quant on GPUs for M > 8, built for Q8_0) against
 the numpy reference (`backends.cpu.quant_linear`: quant_matmul, then linear's epilogue), with every
 epilogue combination, strided and batched activations, and row-chunked weights. On lavapipe the GPU variants run through
-GPU_STYLE_ON_SOFTWARE; each test checks which kernel ran.
+the kernel policy's gpu_style; each test checks which kernel ran.
 
 Bound: float32 activations, norm-wise relative error <= 1e-5 (dequantization is exact in f32, so
 only the summation order differs from the reference)."""
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import rel_err
+from conftest import rel_err, set_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,10 +29,11 @@ TOL = 1e-5
 
 
 @pytest.fixture(params=["cpu-adapter", "gpu-style"])
-def style(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def style(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, gpu: wt.Device,
+          gpu_small: wt.Device) -> dict[str, Any]:
     """The kernel family under test (GPU variants forced on a CPU adapter), and the kernels that ran."""
     gpu_style = request.param == "gpu-style"
-    monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", gpu_style)
+    set_policy(monkeypatch, gpu, gpu_small, gpu_style=gpu_style)
     ran: list[str] = []
     pick = quant_ops.kernel_for
 
@@ -46,7 +47,7 @@ def style(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> di
 
 
 def expected_kernel(dev: wt.Device, M: int, gpu_style: bool) -> str:
-    if M <= quant_ops.GEMV_MAX_ROWS:
+    if M <= dev.kernel_policy.gemv_max_rows:
         return "gemv"
     return "tiled" if gpu_style or not dev.ctx.info.is_software else "regs"
 
@@ -151,14 +152,14 @@ def test_gemv_outputs_per_thread_give_the_same_bits(gpu: wt.Device, cpu: wt.Devi
     x = rng.standard_normal((M, K)).astype(np.float32)
     bias = rng.standard_normal(N).astype(np.float32)
     xt, bt = wt.tensor(x, device=gpu), wt.tensor(bias, device=gpu)
-    old = quant_ops.GEMV_NR
+    old = gpu.kernel_policy
     try:
         outs = []
         for nr in (1, 2, 3, 4):
-            quant_ops.GEMV_NR = nr
+            gpu.kernel_policy = old.replace(gemv_quant_nr=nr)
             outs.append(wt.linear(xt, qw, bt, act="gelu").numpy())
     finally:
-        quant_ops.GEMV_NR = old
+        gpu.kernel_policy = old
     for o in outs[1:]:
         assert np.array_equal(o, outs[0])
     want = wt.linear(wt.tensor(x, device=cpu), qw, wt.tensor(bias, device=cpu), act="gelu").numpy()
@@ -176,7 +177,7 @@ def test_upload_blocks_refuses_bad_bytes(gpu: wt.Device) -> None:
 @pytest.mark.parametrize("gpu_style", [False, True], ids=["cpu-adapter", "gpu-style"])
 def test_q8_linear_with_layer_norm(gpu: wt.Device, monkeypatch: pytest.MonkeyPatch, gpu_style: bool) -> None:
     """`ln` in gemv_quant's prologue (GPU-style lanes), else a layer_norm launch: the reference's result."""
-    monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", gpu_style)
+    set_policy(monkeypatch, gpu, gpu_style=gpu_style)
     rng = np.random.default_rng(3)
     for m, n, k in ((1, 37, 64), (5, 100, 160), (8, 9, 32)):
         w = quant.quantize(rng.standard_normal((n, k)).astype(np.float32), "Q8_0")

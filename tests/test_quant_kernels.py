@@ -5,7 +5,7 @@ layer-norm and RMS-norm prologues), matmul_quant_regs / matmul_quant (M > 8), em
 devices without optional features, and the one-line errors.
 
 Kernel families: the CPU adapter's (one thread an output), the GPU variants (lanes and reductions,
-forced on lavapipe through GPU_STYLE_ON_SOFTWARE), and those with subgroup reductions (lavapipe's
+forced on lavapipe through the kernel policy's gpu_style), and those with subgroup reductions (lavapipe's
 subgroups are 8 wide). Bound: norm-wise relative error <= 1e-5 (the dequantized weights are exact,
 only the summation order differs); embedding rows are bit for bit the reference's."""
 
@@ -15,13 +15,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import rel_err
+from conftest import rel_err, set_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import webtensor as wt
 from webtensor import quant
-from webtensor.backends.wgpu import ops as gops
 from webtensor.backends.wgpu import quant_ops
 from webtensor.quant.weight import QuantWeight
 
@@ -50,7 +49,7 @@ def weight(rng: np.random.Generator, qtype: str, n: int, k: int) -> QuantWeight:
 def style(request: pytest.FixtureRequest, gpu: wt.Device, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """The kernel family under test, and the kernels that ran (which, MR, NR)."""
     gpu_style = request.param != "cpu-adapter"
-    monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", gpu_style)
+    set_policy(monkeypatch, gpu, gpu_style=gpu_style)
     if request.param == "gpu-subgroups":
         if not gpu.ctx.has_subgroups:
             pytest.skip("this adapter has no subgroups")
@@ -169,7 +168,7 @@ def test_stack_rows_are_the_one_row_product(gpu: wt.Device, cpu: wt.Device, styl
     b, r = rng.standard_normal(N).astype(np.float32), rng.standard_normal((T, 1, N)).astype(np.float32)
     style["ran"].clear()
     got, want = linear_both(gpu, cpu, qw, x, b, "gelu", r)
-    assert style["ran"] == [("gemv", gops.GEMV_GROUP, 0)]
+    assert style["ran"] == [("gemv", gpu.kernel_policy.gemv_group, 0)]
     assert rel_err(got, want) <= TOL
     for i in (0, 7, 8, T - 1):
         alone, _ = linear_both(gpu, cpu, qw, x[i : i + 1], b, "gelu", r[i : i + 1])
@@ -226,7 +225,7 @@ def test_row_chunked_weight(gpu_small: wt.Device, cpu: wt.Device, qtype: str, M:
     x = rng.standard_normal((M, K)).astype(np.float32)
     b, r = rng.standard_normal(N).astype(np.float32), rng.standard_normal((M, N)).astype(np.float32)
     for gpu_style in (False, True):
-        monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", gpu_style)
+        set_policy(monkeypatch, gpu_small, gpu_style=gpu_style)
         got, want = linear_both(gpu_small, cpu, qw, x, b, "relu", r)
         assert rel_err(got, want) <= TOL, gpu_style
 
@@ -241,7 +240,7 @@ def test_devices_without_optional_features(cpu: wt.Device, qtype: str, monkeypat
     qw = weight(rng, qtype, 50, K)
     ids = np.array([[4, 49], [0, 4]], np.int32)
     for gpu_style in (False, True):
-        monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", gpu_style)
+        set_policy(monkeypatch, bare, gpu_style=gpu_style)
         for M in (1, 6, 11):
             got, want = linear_both(bare, cpu, qw, rng.standard_normal((M, K)).astype(np.float32))
             assert rel_err(got, want) <= TOL, (gpu_style, M)

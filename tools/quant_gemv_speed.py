@@ -20,7 +20,6 @@ import numpy as np
 
 import webtensor as wt
 from webtensor import quant
-from webtensor.backends.wgpu import quant_ops
 
 SHAPES = {"gpt2": [(768, 2304), (768, 3072), (3072, 768), (768, 50257)],  # (K, N): qkv, fc, proj, LM head
           "smollm2": [(576, 576), (576, 192), (576, 1536), (1536, 576), (576, 49152)]}  # q, k, gate, down, LM head
@@ -75,17 +74,11 @@ for K, N in SHAPES[a.shapes]:
     x = wt.tensor(rng.standard_normal((1, K)).astype(np.float32), device=dev)
     wf = wt.tensor(w, device=dev).T  # (K, N) view of k-major storage, as GPT-2's weights on WebGPU
     row = {"float32": time_us(lambda x=x, wf=wf: wt.linear(x, wf))}
-    for qtype in types:
-        if K % quant.TYPES[qtype].values:
-            continue
-        wq = quant_ops.upload(dev, make(qtype, w))
-        ref = None
-        for nr in nrs:
-            quant_ops.GEMV_NR = nr
-            got = wt.linear(x, wq).numpy()
-            ref = got if ref is None else ref
-            assert np.array_equal(got, ref)  # every NR: the same bits
-            row[f"{qtype} NR={nr}"] = time_us(lambda x=x, wq=wq: wt.linear(x, wq))
+    ref = wt.linear(x, wq).numpy()
+    for nr in nrs:
+        dev.kernel_policy = dev.kernel_policy.replace(gemv_quant_nr=nr)
+        assert np.array_equal(wt.linear(x, wq).numpy(), ref)  # every NR: the same bits
+        row[f"q8 NR={nr}"] = time_us(lambda x=x, wq=wq: wt.linear(x, wq))
     for k, v in row.items():
         total[k] = total.get(k, 0.0) + v
         base[k] = base.get(k, 0.0) + row["float32"]
@@ -103,13 +96,13 @@ if a.decode:
     arrays = random_arrays(cfg, 0)
     models = {"float32": GPT2.from_arrays(cfg, arrays, dev, "float32", None)}
     for nr in nrs:  # each its own weights' upload and captured decode step, built under its NR
-        quant_ops.GEMV_NR = nr
+        dev.kernel_policy = dev.kernel_policy.replace(gemv_quant_nr=nr)
         models[f"int8 NR={nr}"] = GPT2.from_arrays(cfg, arrays, dev, "int8", None)
     tok_s: dict[str, list[float]] = {k: [] for k in models}
     nr_of = {k: int(k.split("=")[1]) for k in models if "NR" in k}
     for _ in range(a.rounds):
         for name, m in models.items():
-            quant_ops.GEMV_NR = nr_of.get(name, 1)
+            dev.kernel_policy = dev.kernel_policy.replace(gemv_quant_nr=nr_of.get(name, 1))
             tok_s[name].append(bench_webtensor(m, [8], a.decode, 2).decode_tok_s)
     base = max(tok_s["float32"])
     print(f"{a.model} decode tokens/s (best of {a.rounds} rounds): " + "  ".join(

@@ -16,7 +16,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import webtensor as wt
-from webtensor.backends.wgpu import ops as gops
 from webtensor.models.gpt2 import GPT2
 from webtensor.quant import quantize
 
@@ -31,7 +30,7 @@ def cpu_int8() -> GPT2:
 
 @pytest.mark.parametrize("gpu_style", [False, True], ids=["cpu-kernels", "gpu-kernels"])
 def test_int8_on_webgpu_equals_the_cpu_reference(gpu, cpu_int8, monkeypatch, gpu_style):
-    monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", gpu_style)
+    monkeypatch.setattr(gpu.ctx, "policy", gpu.ctx.policy.replace(gpu_style=gpu_style))
     m = GPT2.from_pretrained(None, device=gpu, dtype="int8")
     assert m.quant == "q8_0" and type(m.wte).__name__ == "QuantGpu" and m.wte.qtype == "Q8_0"  # (blocks as stored)
     ids = cpu_int8.encode(PROSE)[:40]

@@ -166,7 +166,7 @@ class WgpuBackend:
 
     def describe(self) -> str:
         i = self.ctx.info
-        return f"WebGPU: {i.name} ({i.backend})"
+        return f"WebGPU: {i.name} ({i.backend}; shader runtime checks {'on' if self.ctx.shader_checks else 'off'})"
 
     def max_binding_bytes(self) -> int:
         return self.ctx.max_binding_bytes

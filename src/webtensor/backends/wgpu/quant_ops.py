@@ -33,7 +33,7 @@ buffers; `quant_linear` runs one dispatch per chunk, each writing its block of o
 Kernels (one per role, the block type chosen by a define that includes its dequantizer, see
 kernels/quant_dequant.wgsl; all f32 arithmetic, dequantized values exactly the numpy reference's):
 - gemv_quant.wgsl for M <= 8 rows and for stacks of one-row products of any number (decode), MR rows a
-  workgroup (`ops.gemv_group`), LANES threads per output (on CPU adapters 1, and GEMV_NR outputs a
+  workgroup (`ops.gemv_group`), LANES threads per output (on CPU adapters 1, and the policy's gemv_quant_nr outputs a
   thread), with the layer-norm or RMS-norm prologue of gemv_norm.wgsl (`ln=` / `rms=`),
 - matmul_quant.wgsl for M > 8 on GPUs (64x64 tiles through workgroup memory, dequantized into the
   tile of W),
@@ -66,9 +66,6 @@ if TYPE_CHECKING:
 
     from ...quant.weight import QuantWeight
 
-GEMV_MAX_ROWS = gops.GEMV_MAX_ROWS  # up to this many rows of activations, gemv_quant (W read once for all rows)
-GEMV_NR = 2  # gemv_quant's outputs a thread on CPU adapters: a unit's activations loaded once for both
-GEMV_NR_GPU = 1  # the same on GPUs (lanes > 1; MR x NR <= 8)
 
 
 class Layout(NamedTuple):
@@ -297,11 +294,11 @@ def gemv_lanes(ctx: WgpuContext, K: int) -> int:
 
 
 def gemv_outputs(ctx: WgpuContext, K: int, mr: int) -> int:
-    """Outputs one thread of gemv_quant.wgsl computes: GEMV_NR on CPU adapters (one lane an
-    output), GEMV_NR_GPU on GPUs, at most 8 / MR (the reduction's workgroup memory)."""
+    """Outputs one thread of gemv_quant.wgsl computes: the policy's gemv_quant_nr on CPU adapters (one lane an
+    output), gemv_quant_nr_gpu on GPUs, at most 8 / MR (the reduction's workgroup memory)."""
     if gemv_lanes(ctx, K) == 1:
-        return GEMV_NR
-    return max(1, min(GEMV_NR_GPU, 8 // mr))
+        return ctx.policy.gemv_quant_nr
+    return max(1, min(ctx.policy.gemv_quant_nr_gpu, 8 // mr))
 
 
 def kernel_for(ctx: WgpuContext, qtype: str, M: int, K: int, norm: int = 0,

@@ -6,7 +6,7 @@
 // block of outputs held in four vec4 registers, as in matmul.wgsl. No subgroup operations.
 // Epilogue (epilogue.wgsl): + bias[n], the activation, + residual[m, n], chosen by p.epi.
 // Same parameters as gemv_quant.wgsl.
-// Bounds (runtime checks may be off): A rows am >= M and W rows wn >= N are not read (zeros
+// Bounds (the kernels run without the compiler's runtime checks): A rows am >= M and W rows wn >= N are not read (zeros
 // instead); k0 + lk + 3 < K (K a multiple of 16), so A's vec4 and W's wvec(wn, i) have i < K / 4;
 // the tiles' indices are < 256 by construction; store4 writes only rows < M and columns < N.
 alias TC = f32;
