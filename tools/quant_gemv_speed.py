@@ -20,6 +20,7 @@ import numpy as np
 
 import webtensor as wt
 from webtensor import quant
+from webtensor.backends.wgpu import quant_ops
 
 SHAPES = {"gpt2": [(768, 2304), (768, 3072), (3072, 768), (768, 50257)],  # (K, N): qkv, fc, proj, LM head
           "smollm2": [(576, 576), (576, 192), (576, 1536), (1536, 576), (576, 49152)]}  # q, k, gate, down, LM head
@@ -74,11 +75,17 @@ for K, N in SHAPES[a.shapes]:
     x = wt.tensor(rng.standard_normal((1, K)).astype(np.float32), device=dev)
     wf = wt.tensor(w, device=dev).T  # (K, N) view of k-major storage, as GPT-2's weights on WebGPU
     row = {"float32": time_us(lambda x=x, wf=wf: wt.linear(x, wf))}
-    ref = wt.linear(x, wq).numpy()
-    for nr in nrs:
-        dev.kernel_policy = dev.kernel_policy.replace(gemv_quant_nr=nr)
-        assert np.array_equal(wt.linear(x, wq).numpy(), ref)  # every NR: the same bits
-        row[f"q8 NR={nr}"] = time_us(lambda x=x, wq=wq: wt.linear(x, wq))
+    for qtype in types:
+        if K % quant.TYPES[qtype].values:
+            continue
+        wq = quant_ops.upload(dev, make(qtype, w))
+        ref = None
+        for nr in nrs:
+            dev.kernel_policy = dev.kernel_policy.replace(gemv_quant_nr=nr)
+            got = wt.linear(x, wq).numpy()
+            ref = got if ref is None else ref
+            assert np.array_equal(got, ref)  # every NR: the same bits
+            row[f"{qtype} NR={nr}"] = time_us(lambda x=x, wq=wq: wt.linear(x, wq))
     for k, v in row.items():
         total[k] = total.get(k, 0.0) + v
         base[k] = base.get(k, 0.0) + row["float32"]
@@ -90,10 +97,10 @@ if a.decode:
     from webtensor.bench.gpt2_bench import bench_webtensor
     from webtensor.models.gpt2 import GPT2
     from webtensor.models.gpt2.config import GPT2Config
-    from webtensor.models.gpt2.model import random_arrays
+    from webtensor.models.loader import random_arrays
 
     cfg = GPT2Config.preset(a.model)
-    arrays = random_arrays(cfg, 0)
+    arrays = random_arrays("gpt2", cfg, 0)
     models = {"float32": GPT2.from_arrays(cfg, arrays, dev, "float32", None)}
     for nr in nrs:  # each its own weights' upload and captured decode step, built under its NR
         dev.kernel_policy = dev.kernel_policy.replace(gemv_quant_nr=nr)
