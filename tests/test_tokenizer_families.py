@@ -214,3 +214,22 @@ def test_page_python_gives_native_ids(tmp_path: Path, cases: dict[str, Case]) ->
             want = [native.encode(t, add_special_tokens=True) for t in texts]
             for text, w, got in zip(texts, want, out[kind][name], strict=True):
                 assert got == w, (name, kind, out["unicode"], text)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_gguf_metadata_written_as_llama_cpp_converts(cases: dict[str, Case], family: str) -> None:
+    """`gguf_tokenizer_metadata` (what a GGUF writer stores) is the metadata llama.cpp's converter writes
+    for the directory, and reads back as the same tokenizer."""
+    from webtensor.text.tokenizer_files import gguf_tokenizer_metadata
+
+    c = cases[family]
+    meta = gguf_tokenizer_metadata(c.ours[True].spec)
+    assert {k: v for k, v in meta.items() if k in c.meta} == c.meta
+    assert meta["tokenizer.ggml.add_eos_token"] is False
+    back = Tokenizer.from_gguf_metadata(meta)
+    assert [back.encode(t, add_special_tokens=True) for t in TEXTS] == [
+        c.ours_gguf[True].encode(t, add_special_tokens=True) for t in TEXTS]
+    padded = gguf_tokenizer_metadata(c.ours[True].spec, vocab_size=len(c.hf) + 3)
+    assert padded["tokenizer.ggml.tokens"][-1] == f"[PAD{len(c.hf) + 2}]"
+    assert padded["tokenizer.ggml.token_type"][-1] == 5  # unused
+    assert Tokenizer.from_gguf_metadata(padded).vocab_size == len(c.hf) + 3
