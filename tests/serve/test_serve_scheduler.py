@@ -23,7 +23,7 @@ class _Tok:
 
 
 class RecordingEngine:
-    name, n_ctx, vocab_size, eos_token_id = "fake", 512, 100, None
+    name, n_ctx, vocab_size, eos_ids, bos_id, chat_template = "fake", 512, 100, frozenset(), None, None
 
     def __init__(self, max_batch: int, delay: float = 0.0):
         self.max_batch, self.tokenizer, self.delay = max_batch, _Tok(), delay
@@ -165,7 +165,7 @@ class FollowingEngine(RecordingEngine):
 
     def __init__(self, max_batch: int, eos: int | None):
         super().__init__(max_batch)
-        self.eos_token_id, self.follows, self.multi = eos, 0, 0
+        self.eos_ids, self.follows, self.multi = frozenset(() if eos is None else (eos,)), 0, 0
         self._last: tuple[list[Row], list[list[int | None]]] | None = None
 
     def launch(self, rows: Sequence[Row]) -> tuple[list[Row], list[list[int | None]]]:
@@ -218,7 +218,7 @@ def _follow_check(jobs: list[tuple[int, int]], extra: int = 1) -> FollowingEngin
     string at most `extra` in flight: 1, or with several steps a follow, the rest of its steps and
     the next follow's)."""
     plain, fol = RecordingEngine(max_batch=8), FollowingEngine(max_batch=8, eos=0)
-    plain.eos_token_id = 0
+    plain.eos_ids = frozenset({0})
     plain.tokenizer = fol.tokenizer = _Letters()
     want = asyncio.run(_texts(plain, jobs))
     got = asyncio.run(_texts(fol, jobs))
@@ -261,3 +261,34 @@ def test_many_rows_follow_several_steps_at_once(monkeypatch):
     fol = _follow_check([(1, 40), (2, 17), (3, 26), (4, 9), (1, 3)], extra)  # (EOS at next position 7)
     fol2 = _follow_check([(1, 40), (8, 30), (9, 23), (10, 31), (5, 12)], extra)  # (past 7: EOS at 14; a stop)
     assert fol.multi + fol2.multi >= 1
+
+
+def test_admission_counts_running_and_waiting_and_a_cancelled_waiter_leaves_the_queue():
+    from webtensor.serve.protocol import APIError
+
+    async def main() -> list[str]:
+        sched = Scheduler(RecordingEngine(max_batch=1, delay=0.005), max_queue=1)
+        sched.start()
+        got = []
+        try:
+            a, b, c = (Generation([1, 2], 40, Sampling()) for _ in range(3))
+            sched.submit_all([a, b])  # (a burst: counted at once, before either is admitted to a slot)
+            for g in (c,):
+                try:
+                    sched.submit(g)
+                except APIError as e:
+                    got.append(f"{e.status} {e.code}")
+            try:
+                sched.submit_all([Generation([1], 2, Sampling()) for _ in range(3)])
+            except APIError as e:
+                got.append(f"{e.status} {e.code}")
+            sched.cancel(b)  # waiting: it leaves the queue at once
+            sched.submit(c)
+            got.append("c admitted")
+            texts = ["".join([ev.text async for ev in g.stream()]) for g in (a, c)]
+            got.append(f"{len(texts[0])} {len(texts[1])} {b.done} {sched.queued}")
+        finally:
+            await sched.stop()
+        return got
+
+    assert asyncio.run(main()) == ["429 queue_full", "400 too_many_prompts", "c admitted", "40 40 True 0"]

@@ -29,7 +29,7 @@ class LanguageModel:
         self.n_ctx = n_ctx  # the runtime context: positions per sequence (<= the trained context)
         self.tokenizer, self.chat_template, self.name = tokenizer, chat_template, name
         self.dtype = dtype  # the load dtype (None: as stored)
-        self.eos_ids = frozenset(config.spec.eos_ids if eos_ids is None else eos_ids)
+        self._more_eos = frozenset(eos_ids or ()) - config.spec.eos_ids  # (generation_config.json's)
         self.weight_bytes = weight_bytes  # bytes the weights take on the device (quantized: their blocks)
         self.use_graph = True  # replay captured decode steps (False: op by op, for comparison)
         self._runners = RunnerPool()
@@ -38,6 +38,11 @@ class LanguageModel:
     @property
     def spec(self) -> ModelSpec:
         return self.config.spec
+
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        """Every id generation stops at: the config's and generation_config.json's."""
+        return self.config.spec.eos_ids | self._more_eos
 
     @property
     def vocab_size(self) -> int:
@@ -52,9 +57,10 @@ class LanguageModel:
         """The family's forward: the rows of `batch` -> logits (rows needing them, V)."""
         return self.weights.forward(batch, cache)
 
-    def runner(self, n_slots: int, invariant: bool = True, use_graph: bool | None = None) -> ModelRunner:
-        """A new runner of `n_slots` sequences (the server's engines hold one)."""
-        return ModelRunner(self, n_slots, use_graph=use_graph, invariant=invariant)
+    def runner(self, n_slots: int, invariant: bool = True, use_graph: bool | None = None,
+               bucketed: bool = True) -> ModelRunner:
+        """A new runner of `n_slots` sequences (the server's engines hold one; see `runtime.runner`)."""
+        return ModelRunner(self, n_slots, use_graph=use_graph, invariant=invariant, bucketed=bucketed)
 
     # -- forward -------------------------------------------------------------------------------------------
     def logits(self, ids: Sequence[int]) -> Any:
@@ -74,17 +80,21 @@ class LanguageModel:
     # -- generation ----------------------------------------------------------------------------------------
     def generate_ids(self, ids: Sequence[int], max_new_tokens: int = 32, temperature: float = 0.0,
                      top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-                     stop_at_eos: bool = True, truncate_prompt: bool = False) -> Iterator[int]:
+                     stop_at_eos: bool = True, truncate_prompt: bool = False,
+                     reuse_prefix: bool = False) -> Iterator[int]:
         """Yield new token ids one by one. Refuses a prompt that does not fit (ContextLengthError) unless
         `truncate_prompt`, which keeps the prompt's last tokens. The same seed gives the same tokens on every
-        device (a token's draw depends on the seed and its position only)."""
+        device (a token's draw depends on the seed and its position only). `reuse_prefix`: the prompt's first
+        tokens still in the KV cache from the last call (a conversation's earlier turns) are not computed again
+        (their logits then come from a prompt pass of another length: equal to float rounding)."""
         params = with_seed(SamplingParams(temperature, top_k, top_p, seed))  # seed None: one fresh seed a call
         n_new = check_max_new_tokens(max_new_tokens)
         ids = fit_context(self._check_ids(ids), n_new, self.n_ctx, truncate_prompt)
         eos = self.eos_ids if stop_at_eos else frozenset()
-        runner = self._runners.acquire(1, lambda: self.runner(1))
+        runner = self._runners.acquire(1, lambda: self.runner(1, bucketed=False))
         try:
-            yield from generate(runner, ids, n_new, params.greedy, lambda row, p: sample(row, params, p), eos)
+            yield from generate(runner, ids, n_new, params.greedy, lambda row, p: sample(row, params, p), eos,
+                                reuse_prefix=reuse_prefix)
         finally:
             self._runners.release(1, runner)
 
@@ -102,7 +112,8 @@ class LanguageModel:
         rows = [fit_context(self._check_ids(p), n_new, self.n_ctx, False) for p in prompts]
         out: list[list[int]] = [[] for _ in rows]
         eos = self.eos_ids if stop_at_eos else frozenset()
-        runner = self._runners.acquire(("batch", len(rows)), lambda: self.runner(max(1, len(rows)), invariant=False))
+        runner = self._runners.acquire(("batch", len(rows)), lambda: self.runner(max(1, len(rows)), invariant=False,
+                                                                                bucketed=False))
         try:
             for column in generate_batch(runner, rows, n_new):
                 for r, tok in zip(out, column, strict=True):
@@ -118,8 +129,10 @@ class LanguageModel:
         yield from tok.stream_decode(self.generate_ids(self.encode(prompt), max_new_tokens, **kw))
 
     # -- text ----------------------------------------------------------------------------------------------
-    def encode(self, text: str) -> list[int]:
-        return self._need_tokenizer().encode(check_text(text))
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """The ids of `text`, with the tokenizer's own special tokens (a BOS for Llama 3) as transformers'
+        `tokenizer(text)` adds them; `add_special_tokens=False` for text that writes its own (a rendered chat)."""
+        return self._need_tokenizer().encode(check_text(text), add_special_tokens=add_special_tokens)
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._need_tokenizer().decode(ids)

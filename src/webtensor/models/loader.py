@@ -79,6 +79,21 @@ class Checkpoint:
         shape = tuple(self.shape(name))
         return shape[::-1] if self.gguf and spec.kind == "conv1d" else shape
 
+    def array(self, name: str) -> Any:
+        """Tensor `name` as a numpy array in the Hugging Face layout: float16 where stored so, float32 otherwise
+        (quantized tensors dequantized). For comparisons and exports; the loader itself never needs it."""
+        import numpy as np
+
+        t, shape, raw = self.stored_type(name), tuple(self.shape(name)), self.raw(name)
+        if t == "F16":
+            arr = np.frombuffer(raw, "<f2").reshape(shape)
+        elif t in QUANT_TYPES:
+            arr = np.frombuffer(_dequantized(t, raw, shape), "<f4").reshape(shape)
+        else:
+            arr = np.frombuffer(float32_bytes(t, raw), "<f4").reshape(shape)
+        spec = self.family.tensors(self.config).get(name)
+        return np.ascontiguousarray(arr.T) if self.gguf and spec is not None and spec.kind == "conv1d" else arr.copy()
+
 
 # -- sources ------------------------------------------------------------------------------------------------
 def open_checkpoint(source: Any = None, reader: str = "auto") -> Checkpoint:
@@ -136,12 +151,19 @@ def _check_tensors(ck: Checkpoint) -> None:
     """Every expected tensor present with its shape and a type the kernels read; nothing unexpected; a tied head
     stored apart equal to the embedding; the tokenizer's ids within the embedding."""
     specs = ck.family.tensors(ck.config)
+
+    def missing() -> None:
+        for name in specs:
+            if name not in ck.names:
+                shown = f"{name!r} ({_gguf_name_of(ck, name)})" if ck.gguf else repr(name)
+                raise CheckpointError(f"{ck.where}: tensor {shown} is missing from the checkpoint")
+    if ck.gguf:  # (a GGUF file's tensors are named by the file's names; the family's checks name its own)
+        missing()
     ck.family.check(ck.config, {n: ck.hf_shape(n, specs.get(n, TensorSpec((), "linear"))) for n in ck.names},
                     ck.where)
+    missing()
     for name, spec in specs.items():
         shown = _gguf_name_of(ck, name)
-        if name not in ck.names:
-            raise CheckpointError(f"{ck.where}: tensor {shown!r} is missing from the checkpoint")
         got = ck.hf_shape(name, spec)
         if got != spec.shape:
             raise CheckpointError(f"{ck.where}: tensor {shown!r} has shape {tuple(ck.shape(name))}, expected "
@@ -161,12 +183,13 @@ def _check_tensors(ck: Checkpoint) -> None:
     embed = next(n for n, s in specs.items() if s.kind == "embedding")
     if tied and "lm_head.weight" in ck.names and ck.stored_type("lm_head.weight") == ck.stored_type(embed) \
             and bytes(ck.raw("lm_head.weight")) != bytes(ck.raw(embed)):
-        raise CheckpointError(f"{ck.where}: the config ties the LM head to the token embedding, but the checkpoint's "
-                              f"{_gguf_name_of(ck, 'lm_head.weight')} differs from it; untie them in the config "
-                              "(tie_word_embeddings = false) to use it")
+        raise CheckpointError(f"{ck.where}: tie_word_embeddings = true, but the checkpoint's "
+                              f"{_gguf_name_of(ck, 'lm_head.weight')} differs from {_gguf_name_of(ck, embed)}: the "
+                              "config ties the LM head to the token embedding; set tie_word_embeddings to false to "
+                              "use it")
     n_tok = getattr(ck.tokenizer, "vocab_size", 0)
     if n_tok > ck.config.spec.vocab_size:
-        raise CheckpointError(f"{ck.where}: the tokenizer has {n_tok} token ids but the config's vocab_size = "
+        raise CheckpointError(f"{ck.where}: the tokenizer has {n_tok} token ids but config.json's vocab_size = "
                               f"{ck.config.spec.vocab_size}: ids {ck.config.spec.vocab_size}.. would have no "
                               "embedding row")
 
@@ -191,7 +214,7 @@ def upload(ck: Checkpoint, device: Any, dtype: str | None, progress: Progress | 
                 raw, stored, shape = ck.raw(name), ck.stored_type(name), tuple(ck.shape(name))
             else:  # rows of (N_i, K) matrices (or vectors) one after another: one (sum N_i, K) matrix
                 f32 = spec.kind == "float32"
-                raw = memoryview(b"".join(bytes(_float32_bytes(ck.stored_type(p), ck.raw(p)) if f32 else ck.raw(p))
+                raw = memoryview(b"".join(bytes(float32_bytes(ck.stored_type(p), ck.raw(p)) if f32 else ck.raw(p))
                                           for p in parts))
                 stored = "F32" if f32 else ck.stored_type(name)
                 shape = (sum(ck.shape(p)[0] for p in parts), *ck.shape(name)[1:])
@@ -219,7 +242,7 @@ def _upload_one(raw: memoryview, stored: str, shape: tuple[int, ...], spec: Tens
                 dtype: str | None) -> Any:
     """One tensor from its stored bytes (`shape` in the stored layout) to what the family's forward takes."""
     if spec.kind == "float32":
-        return from_buffer(_float32_bytes(stored, raw), shape, dt.float32, device)
+        return from_buffer(float32_bytes(stored, raw), shape, dt.float32, device)
     if stored in QUANT_TYPES:
         if dtype in ("float32", "float16"):  # asked for floats: dequantized
             raw, stored = _dequantized(stored, raw, shape), "F32"
@@ -228,25 +251,37 @@ def _upload_one(raw: memoryview, stored: str, shape: tuple[int, ...], spec: Tens
     # a float matrix or embedding: (N, K) or (V, C) in the stored layout, but GPT-2's Conv1D from safetensors (K, N)
     nk = spec.kind != "conv1d" or gguf
     if dtype == "q8_0":
-        return _quantize_q8(device, _float32_bytes(stored, raw), shape, transpose=not nk)
+        return _quantize_q8(device, float32_bytes(stored, raw), shape, transpose=not nk)
     want = dt.float16 if (dtype == "float16" or (dtype is None and stored == "F16" and device.has_f16)) else dt.float32
+    if want is dt.float16 and not device.has_f16:
+        raise CheckpointError(f"{device.describe()} has no shader-f16 feature: use dtype float32")
+    kmajor = device.backend.kmajor_weights
+    try:
+        import numpy as np
+    except ImportError:  # the page: converted and transposed on the device
+        np = None
+    if np is not None:  # natively on the host (a tensor over the binding limit cannot be rearranged on a device)
+        arr = np.frombuffer(raw, "<f2") if stored == "F16" else np.frombuffer(float32_bytes(stored, raw), "<f4")
+        arr = arr.reshape(shape).astype(want.name, copy=False)
+        if spec.kind != "embedding" and nk != kmajor:  # stored (N, K) where the backend keeps (K, N), or back
+            arr = arr.T
+        arr = np.ascontiguousarray(arr)
+        t = device.backend.from_numpy(device, arr, arr.flags.owndata and arr.flags.writeable)
+        return t if spec.kind == "embedding" or not kmajor else t.T
     if stored == "F16" and device.has_f16:
         t = from_buffer(raw, shape, dt.float16, device)
     else:
-        t = from_buffer(_float32_bytes(stored, raw), shape, dt.float32, device)
+        t = from_buffer(float32_bytes(stored, raw), shape, dt.float32, device)
     if t.dtype is not want:
-        if want is dt.float16 and not device.has_f16:
-            raise CheckpointError(f"{device.describe()} has no shader-f16 feature: use dtype float32")
         t = t.to(want)
     if spec.kind == "embedding":
         return t
-    kmajor = device.backend.kmajor_weights
     if nk:  # t is (N, K): hand over (K, N)
         return t.T if kmajor else t.T.contiguous()
     return t.T.contiguous().T if kmajor else t  # t is (K, N)
 
 
-def _float32_bytes(stored: str, raw: memoryview) -> memoryview:
+def float32_bytes(stored: str, raw: memoryview) -> memoryview:
     """Float bytes as float32 (numpy where present, else the pure-Python conversions the page uses)."""
     if stored == "F32":
         return raw

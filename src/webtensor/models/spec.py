@@ -7,7 +7,7 @@ Importable without numpy (the page)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 TensorKind = Literal["linear", "conv1d", "embedding", "float32"]
@@ -48,7 +48,9 @@ class Family:
     (Hugging Face's, prefixes such as "model." dropped by `canonical`), in load order; `canonical(key)` a
     checkpoint key's canonical name (None: a tensor the family ignores, e.g. rotary buffers); `gguf_names(cfg)`
     canonical -> GGUF name; `fusions(cfg)` (fused name, parts) pairs the loader concatenates along the output
-    rows where the parts are stored alike (q, k, v -> qkv); `check(cfg, shapes, where)` the family's own checks of
+    rows where the parts are stored alike (q, k, v -> qkv); `gguf_metadata(cfg)` the GGUF keys a converter writes and
+    `to_gguf(cfg, name, float32 array)` a weight as llama.cpp stores it (`formats.gguf_writer`);
+    `check(cfg, shapes, where)` the family's own checks of
     a checkpoint's tensors (by canonical name, HF layout) beyond "every expected tensor with its shape";
     `build(cfg, params, device, n_ctx)` the weights object (for a runtime context of n_ctx positions) whose `forward(batch, cache) -> logits` runs the model."""
 
@@ -63,4 +65,5 @@ class Family:
     build: Callable[[Any, dict[str, Any], Any, int], Any]
     check: Callable[[Any, Mapping[str, tuple[int, ...]], str], None] = lambda cfg, shapes, where: None
     fusions: Callable[[Any], list[tuple[str, tuple[str, ...]]]] = lambda cfg: []
-    notes: dict[str, str] = field(default_factory=dict)
+    gguf_metadata: Callable[[Any], dict[str, Any]] = lambda cfg: {}
+    to_gguf: Callable[[Any, str, Any], Any] = lambda cfg, name, arr: arr

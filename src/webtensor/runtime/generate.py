@@ -28,10 +28,25 @@ def first_row(logits: Any) -> Any:
 
 
 def generate(runner: ModelRunner, ids: Sequence[int], n_new: int, greedy: bool, pick: Pick,
-             eos: frozenset[int] | set[int] = frozenset(), batch: int = RING_STEPS, slot: int = 0) -> Iterator[int]:
+             eos: frozenset[int] | set[int] = frozenset(), batch: int = RING_STEPS, slot: int = 0,
+             reuse_prefix: bool = False) -> Iterator[int]:
     """Yield up to `n_new` tokens after prompt `ids` (checked and fitted by the caller) in `slot` of `runner`,
-    stopping after a token in `eos`."""
-    logits = runner.prefill(slot, ids)
+    stopping after a token in `eos`. `reuse_prefix`: the prompt's first tokens that the slot still holds from the
+    last generation (a conversation's earlier turns) are not computed again."""
+    out: list[int] = []
+    try:
+        for tok in _generate(runner, ids, n_new, greedy, pick, eos, batch, slot, reuse_prefix):
+            out.append(tok)
+            yield tok
+    finally:  # the cache holds the prompt and every token but the last (whose keys no step has computed)
+        runner.hold(slot, [*ids, *out[:-1]])
+
+
+def _generate(runner: ModelRunner, ids: Sequence[int], n_new: int, greedy: bool, pick: Pick,
+              eos: frozenset[int] | set[int], batch: int, slot: int, reuse_prefix: bool) -> Iterator[int]:
+    p0 = runner.common_prefix(slot, ids) if reuse_prefix else 0
+    runner.truncate(slot, p0)
+    logits = runner.prefill(slot, ids[p0:], p0)
     pos = len(ids)
     tok = read_ints(ops.argmax(logits))[0] if greedy else pick(first_row(logits), pos)
     yield tok

@@ -115,6 +115,7 @@ class _StepGraph:
 
     def __init__(self, runner: ModelRunner, width: int, picks: int | None, shared: bool):
         dev = runner.device
+        self.width = width
         self.ids, self.pos, self.slot = (int_tensor([0] * width, dev) for _ in range(3))
         self.sel = None if picks is None else int_tensor([0] * picks, dev)
         self.feeds_back = picks is None and not shared
@@ -162,15 +163,19 @@ class Collected:
 
 
 class ModelRunner:
-    def __init__(self, model: Runnable, n_slots: int, use_graph: bool | None = None, invariant: bool = True):
+    def __init__(self, model: Runnable, n_slots: int, use_graph: bool | None = None, invariant: bool = True,
+                 bucketed: bool = True):
         if n_slots < 1:
             raise ArgumentError(f"a runner needs at least one slot, got {n_slots}")
         self.model, self.device, self.n_slots = model, model.device, n_slots
         self.n_ctx, self.vocab_size = model.n_ctx, model.vocab_size
         self.use_graph = model.use_graph if use_graph is None else use_graph
-        self.invariant = invariant
-        self.cache = model.new_cache(n_slots + 1)  # slot n_slots: the padding rows' scratch
+        self.invariant, self.bucketed = invariant, bucketed
+        # bucketed: step shapes rounded up (`bucket`), the padding rows writing a scratch slot (n_slots); else
+        # every step shape its own graph (a client whose steps have few shapes: one sequence decoding)
+        self.cache = model.new_cache(n_slots + bucketed)
         self._length = [0] * n_slots  # tokens held per slot
+        self._held: list[list[int]] = [[] for _ in range(n_slots)]  # the tokens behind them, as far as known
         self._graphs: dict[tuple[int, int | None, bool], _StepGraph] = {}  # least to most recently used
         self._last: Launched | None = None  # the step `follow` may continue
         self._captured, self._capture_ms = 0, 0.0
@@ -187,6 +192,7 @@ class ModelRunner:
                               int_tensor([slot] * T, dev), span=(slot, p0), last_only=True)
             logits = self.model.forward(batch, self.cache)
         self._length[slot] = p0 + T
+        self._held[slot][p0:] = ids
         return logits
 
     # -- steps ------------------------------------------------------------------------------------------
@@ -207,11 +213,10 @@ class ModelRunner:
                 picks.append(len(ids) - 1)
         shared = len(ids) > len(rows)  # a row of several tokens (a prompt chunk)
         every = len(picks) == len(ids)  # every flat row chooses (a step of decode rows): no gather
-        g = None
         if not rows:
-            logits = best = None
-        elif self.use_graph:
-            width = bucket(len(ids))
+            return self._launched(rows, None, None, None)
+        if self.use_graph:
+            width = bucket(len(ids)) if self.bucketed else len(ids)
             n_sel = None if every else 1 << (len(picks) - 1).bit_length() if picks else 1  # (a power of two)
             g = self._graph(width, n_sel, shared)
             pad = width - len(ids)
@@ -220,16 +225,15 @@ class ModelRunner:
             upload_ints(g.slot, slot + [self.n_slots] * pad)
             if g.sel is not None:
                 upload_ints(g.sel, picks + [0] * (g.sel.shape[0] - len(picks)))
-            with dev.dispatch_scope():
+            with dev.dispatch_scope():  # (the step and its readbacks: one submit)
                 logits, best = g.graph.replay()
-        else:
-            with dev.dispatch_scope():
-                batch = StepBatch(int_tensor(ids, dev), int_tensor(pos, dev), int_tensor(slot, dev),
-                                  shared_slots=shared, head_rows=None if every else int_tensor(picks or [0], dev),
-                                  invariant=self.invariant)
-                logits = self.model.forward(batch, self.cache)
-                best = ops.argmax(logits)
-        return self._launched(rows, g, logits, best)
+                return self._launched(rows, g, logits, best)
+        with dev.dispatch_scope():
+            batch = StepBatch(int_tensor(ids, dev), int_tensor(pos, dev), int_tensor(slot, dev),
+                              shared_slots=shared, head_rows=None if every else int_tensor(picks or [0], dev),
+                              invariant=self.invariant)
+            logits = self.model.forward(batch, self.cache)
+            return self._launched(rows, None, logits, ops.argmax(logits))
 
     def can_follow(self, rows: Sequence[RunRow], steps: int = 1) -> bool:
         """Whether `follow` can launch `steps` steps from these rows: one-token rows that all choose, each with room
@@ -241,24 +245,29 @@ class ModelRunner:
         """Launch `steps` steps after `prev` (the last launched, a step of one-token choosing rows) for the same
         sequences before prev's tokens are known: each step's input is the argmax the step before chose, fed back
         on the device. The followed steps' tokens come back through the ring (`collect`)."""
+        self.check_follow(prev)
         g = prev.graph
-        if prev is not self._last or g is None or not g.feeds_back:
-            raise ArgumentError("follow continues the last launched step of one-token choosing rows only")
+        assert g is not None
         rows = [RunRow(r.slot, (0,), r.start + prev.steps, True) for r in prev.rows]
         if not self.can_follow(rows, steps):
             raise ArgumentError(f"cannot follow with {steps} steps (1 to {RING_STEPS}, within the context)")
         upload_ints(g.count, [0])  # (a queue write: after prev's steps, before these)
         with self.device.dispatch_scope():
             g.graph.replay(steps)
-        h = self._launched(rows, g, None, None, steps)
-        h.ring = self.device.backend.read_async(g.ring)
+            h = self._launched(rows, g, None, None, steps)
+            h.ring = self.device.backend.read_async(g.ring[:steps * g.width])  # (the rows these steps wrote)
         return h
+
+    def check_follow(self, prev: Launched) -> None:
+        """ArgumentError unless `prev` is the last launched step, of one-token choosing rows (a graph that feeds back)."""
+        if prev is not self._last or prev.graph is None or not prev.graph.feeds_back:
+            raise ArgumentError("follow continues the last launched step of one-token choosing rows only")
 
     def collect(self, h: Launched) -> Collected:
         """The results of launched steps (waits for their readbacks)."""
         if h.ring is not None:  # followed steps: one-token rows, the ring's first rows
             raw = bytes(h.ring.wait())
-            width = len(raw) // 4 // RING_STEPS
+            width = h.graph.width  # type: ignore[union-attr]
             ring = struct.unpack(f"<{len(raw) // 4}i", raw)
             return Collected([list(ring[i * width:i * width + len(h.rows)]) for i in range(h.steps)],
                              [None] * len(h.rows))
@@ -285,8 +294,30 @@ class ModelRunner:
 
     def release(self, slot: int) -> None:
         """The slot's sequence is done; its next row starts at position 0."""
+        self.truncate(slot, 0)
+
+    def truncate(self, slot: int, n: int) -> None:
+        """Keep the slot's first `n` positions (their keys and values stay valid); the next row starts at n."""
         self._check_slot(slot)
-        self._length[slot] = 0
+        n = max(0, min(n, self._length[slot]))
+        self._length[slot] = n
+        del self._held[slot][n:]
+
+    def hold(self, slot: int, tokens: Sequence[int]) -> None:
+        """Record that the slot's cache holds the keys and values of `tokens` at positions 0.. (a client that knows
+        what followed steps fed back says so, so that a later prompt starting with them can reuse them)."""
+        self._check_slot(slot)
+        self._held[slot] = list(tokens[:self._length[slot]])
+
+    def common_prefix(self, slot: int, ids: Sequence[int]) -> int:
+        """How many of `ids`' first tokens the slot already holds (at most len(ids) - 1: the last one is always run,
+        for its logits)."""
+        held, n = self._held[slot], 0
+        for a, b in zip(held, ids[:len(ids) - 1], strict=False):
+            if a != b:
+                break
+            n += 1
+        return n
 
     def length(self, slot: int) -> int:
         """Tokens the slot holds."""
@@ -298,6 +329,11 @@ class ModelRunner:
             g.release()
         self._graphs.clear()
         self._last = None
+
+    @property
+    def last_launched(self) -> Launched | None:
+        """The step `follow` may continue."""
+        return self._last
 
     @property
     def graph_stats(self) -> dict[str, float]:
@@ -316,6 +352,10 @@ class ModelRunner:
                      steps)
         for r in rows:
             self._length[r.slot] = r.next_position + steps - 1
+            held = self._held[r.slot]
+            del held[r.start:]
+            if best is not None:  # (followed steps' inputs are known to the device only)
+                held.extend(r.ids)
         self._last = h
         return h
 

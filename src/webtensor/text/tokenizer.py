@@ -125,8 +125,9 @@ class Tokenizer:
         template, which writes its own BOS."""
         if not isinstance(text, str):
             raise TokenizerError(f"the text to encode must be a str, got {type(text).__name__}")
-        if self.kind == "tokenizers":
-            return list(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
+        if self.kind == "tokenizers":  # (encode_batch releases the GIL, encode holds it: a server's
+            # event loop goes on serving while another thread tokenizes a long prompt; the same ids)
+            return list(self._tok.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids)
         return self._tok.encode(text, add_special_tokens=add_special_tokens)
 
     def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = True) -> str:

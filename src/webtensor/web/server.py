@@ -36,7 +36,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from .. import cmdline
 from ..errors import UsageError, WebtensorError
-from .gpt2_web import DTYPES
+from . import DTYPES
 
 WEB_DIR = Path(__file__).resolve().parent
 PACKAGE_DIR = WEB_DIR.parent
@@ -124,12 +124,12 @@ class WebApp:
     def q8_gguf(self) -> bytes:
         """The checkpoint as a q8_0 GGUF file, written once (SetupError when it cannot be: a bad
         checkpoint; the message says why)."""
-        from ..formats.gguf_writer import gpt2_gguf_bytes
+        from ..formats.gguf_writer import gguf_bytes
 
         with self._q8_lock:
             if self._q8 is None and self._q8_error is None:
                 try:
-                    self._q8 = gpt2_gguf_bytes(self.model_dir, "q8_0")
+                    self._q8 = gguf_bytes(self.model_dir, "q8_0")
                 except WebtensorError as e:
                     self._q8_error = f"the int8 (q8_0) weights could not be written: {e}"
             if self._q8 is None:

@@ -82,6 +82,9 @@ class WgpuBackend:
     def gelu(self, x: Tensor) -> Tensor:
         return plan.unary("gelu", x)
 
+    def swiglu(self, gate: Tensor, up: Tensor, out_dtype: DType) -> Tensor:
+        return plan.binary("swiglu", gate, up, gate.shape, out_dtype)
+
     def cast(self, x: Tensor, dtype: DType) -> Tensor:
         return plan.copy(x, dtype)
 
@@ -94,6 +97,12 @@ class WgpuBackend:
     def layer_norm(self, x: Tensor, w: Tensor, b: Tensor, eps: float) -> Tensor:
         return plan.layer_norm(x, w, b, eps)
 
+    def rms_norm(self, x: Tensor, w: Tensor, eps: float) -> Tensor:
+        return plan.rms_norm(x, w, eps)
+
+    def rope(self, x: Tensor, pos: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
+        return plan.rope(x, pos, cos, sin, interleaved)
+
     def softmax(self, x: Tensor) -> Tensor:
         return plan.softmax(x)
 
@@ -104,19 +113,20 @@ class WgpuBackend:
         return plan.matmul(a, b, out_dtype)
 
     def linear(self, x: Tensor, w: Tensor, bias: Tensor | None, act: str | None, residual: Tensor | None,
-               ln: tuple[Tensor, Tensor, float] | None, out_dtype: DType) -> Tensor:
+               ln: tuple[Tensor, Tensor, float] | None, out_dtype: DType,
+               rms: tuple[Tensor, float] | None = None) -> Tensor:
         # x: (..., K) as rows (M, K) -> (..., N)
         N = w.shape[1]
         x2 = x.reshape(1, x.shape[0]) if x.ndim == 1 else x
         res = None if residual is None else residual.reshape(x2.shape[:-1] + (N,))
-        out = plan.matmul(x2, w, out_dtype, bias=bias, act=act, residual=res, ln=ln)
+        out = plan.matmul(x2, w, out_dtype, bias=bias, act=act, residual=res, ln=ln, rms=rms)
         return out.reshape((*x.shape[:-1], N))
 
     def q8_linear(self, x: Tensor, w: Any, bias: Tensor | None, act: str | None, residual: Tensor | None,
-                  ln: tuple[Tensor, Tensor, float] | None) -> Tensor:
+                  ln: tuple[Tensor, Tensor, float] | None, rms: tuple[Tensor, float] | None = None) -> Tensor:
         from . import q8_ops
 
-        return q8_ops.q8_linear(x, w, bias, act, residual, ln)
+        return q8_ops.q8_linear(x, w, bias, act, residual, ln, rms)
 
     def q8_embedding(self, table: Any, ids: Tensor) -> Tensor:
         from . import q8_ops

@@ -273,7 +273,7 @@ class _Meta(_Reader):
     def _get(self, key: str, default: Any) -> Any:
         v = self.raw.get(f"{self.arch}.{key}", default)
         if v is ...:
-            raise CheckpointError(f"{self.where}: metadata key {self.arch}.{key!r} is missing")
+            raise CheckpointError(f"{self.where}: metadata key '{self.arch}.{key}' is missing")
         return v
 
 
