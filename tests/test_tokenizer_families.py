@@ -233,3 +233,23 @@ def test_gguf_metadata_written_as_llama_cpp_converts(cases: dict[str, Case], fam
     assert padded["tokenizer.ggml.tokens"][-1] == f"[PAD{len(c.hf) + 2}]"
     assert padded["tokenizer.ggml.token_type"][-1] == 5  # unused
     assert Tokenizer.from_gguf_metadata(padded).vocab_size == len(c.hf) + 3
+
+
+@pytest.mark.parametrize(("add_bos", "add_eos"), [(False, False), (True, False), (True, True)])
+def test_vocab_merges_with_config_flags(tmp_path: Path, cases: dict[str, Case], add_bos: bool, add_eos: bool) -> None:
+    """GPT-2's vocab.json + merges.txt: tokenizer_config.json's add_bos_token / add_eos_token wrap the
+    text as transformers wraps it (there is no tokenizer.json post-processor to say otherwise)."""
+    from tokenizers import Tokenizer as HFTokenizer
+    from transformers import AutoTokenizer
+
+    HFTokenizer.from_file(str(cases["gpt2"].dir / "tokenizer.json")).model.save(str(tmp_path))
+    config = {"tokenizer_class": "GPT2Tokenizer", "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>",
+              "add_bos_token": add_bos, "add_eos_token": add_eos}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    hf = AutoTokenizer.from_pretrained(str(tmp_path))
+    for native in (False, True):
+        tok = Tokenizer.from_dir(tmp_path, native=native)
+        assert tok.add_bos_token == add_bos
+        for text in TEXTS[:12]:
+            assert tok.encode(text, add_special_tokens=True) == hf(text)["input_ids"], (native, text)
+            assert tok.encode(text) == hf(text, add_special_tokens=False)["input_ids"]

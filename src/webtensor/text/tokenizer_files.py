@@ -497,12 +497,21 @@ def read_tokenizer_dir(path: StrPath) -> TokenizerSpec:
     ``vocab.json`` + ``merges.txt``, with the named special tokens of ``tokenizer_config.json``."""
     d = Path(path)
     if (d / "tokenizer.json").is_file():
-        spec = read_tokenizer_json(d / "tokenizer.json")
-    elif (d / "vocab.json").is_file() and (d / "merges.txt").is_file():
-        spec = read_vocab_merges(d / "vocab.json", d / "merges.txt")
-    else:
+        return with_named_tokens(read_tokenizer_json(d / "tokenizer.json"), *read_named_tokens(d))
+    if not ((d / "vocab.json").is_file() and (d / "merges.txt").is_file()):
         raise TokenizerError(f"{d} has no tokenizer: it needs tokenizer.json, or vocab.json and merges.txt")
-    return with_named_tokens(spec, *read_named_tokens(d))
+    spec = with_named_tokens(read_vocab_merges(d / "vocab.json", d / "merges.txt"), *read_named_tokens(d))
+    # Without a tokenizer.json (and its post-processor), tokenizer_config.json's add_bos_token /
+    # add_eos_token say what wraps the text, as transformers builds the template from them.
+    config = _load_json(d / "tokenizer_config.json") if (d / "tokenizer_config.json").is_file() else {}
+    wrap = {}
+    for which in ("bos", "eos"):
+        flag = config.get(f"add_{which}_token", False) if isinstance(config, dict) else False
+        if type(flag) is not bool:
+            raise _fail(str(d / "tokenizer_config.json"), f"add_{which}_token must be true or false, got {flag!r}")
+        idx = spec.named.get(f"{which}_token")
+        wrap[which] = (idx,) if flag and idx is not None else ()
+    return replace(spec, prefix_ids=wrap["bos"], suffix_ids=wrap["eos"])
 
 
 def _token_content(value: Any, where: str, source: str) -> str | None:
