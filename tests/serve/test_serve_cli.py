@@ -29,7 +29,6 @@ BAD_ARGS = [
     ["serve", "--idle-timeout", "0"],
     ["serve", "--cors-origins", "example.com"],
     ["serve", "--cors-origins", " , "],
-    ["serve", "--model", str(ROOT / "pyproject.toml")],
     ["bench-serve", "--concurrency", "1,x"],
     ["bench-serve", "--concurrency", "0"],
     ["bench-serve", "--url", "ftp://host"],
@@ -77,6 +76,8 @@ def test_a_checkpoint_that_cannot_load_is_one_line_and_exit_1(tmp_path):
         assert r.returncode == 1 and r.stdout == "", (extra, r.stderr)
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("webtensor: error: ") and "config.json" in lines[0], r.stderr
+    r = _run_cli("serve", "--device", "cpu", "--port", "0", "--model", str(ROOT / "pyproject.toml"))  # not a GGUF file
+    assert r.returncode == 1 and r.stderr.strip().endswith("GGUF magic invalid") and len(r.stderr.splitlines()) == 1
 
 
 def test_cli_defaults_are_the_servers():

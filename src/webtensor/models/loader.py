@@ -42,6 +42,7 @@ from .spec import Family, TensorSpec
 
 QUANT_TYPES = ("Q8_0",)  # ggml block types the kernels read as stored
 DTYPES = ("float32", "float16", "q8_0")
+DEFAULT_CTX = 8192  # positions per sequence unless n_ctx says (each sequence's KV cache holds this many)
 Progress = Callable[[str, int, int], None]  # (tensor name, bytes done, bytes in all)
 
 
@@ -150,6 +151,10 @@ def _gguf_name_of(ck: Checkpoint, name: str) -> str:
 def _check_tensors(ck: Checkpoint) -> None:
     """Every expected tensor present with its shape and a type the kernels read; nothing unexpected; a tied head
     stored apart equal to the embedding; the tokenizer's ids within the embedding."""
+    spec = ck.config.spec
+    if spec.n_layer > len(ck.names):  # (before the expected tensors are listed: a config may say 10**9 layers)
+        raise CheckpointError(f"{ck.where}: the config says {spec.n_layer} layers, but the checkpoint holds only "
+                              f"{len(ck.names)} tensors")
     specs = ck.family.tensors(ck.config)
 
     def missing() -> None:
@@ -266,7 +271,9 @@ def _upload_one(raw: memoryview, stored: str, shape: tuple[int, ...], spec: Tens
         if spec.kind != "embedding" and nk != kmajor:  # stored (N, K) where the backend keeps (K, N), or back
             arr = arr.T
         arr = np.ascontiguousarray(arr)
-        t = device.backend.from_numpy(device, arr, arr.flags.owndata and arr.flags.writeable)
+        # (writeable: a fresh array the reader made for this tensor, or our own copy, kept as it is on the CPU;
+        # read-only: a file map, copied)
+        t = device.backend.from_numpy(device, arr, arr.flags.writeable)
         return t if spec.kind == "embedding" or not kmajor else t.T
     if stored == "F16" and device.has_f16:
         t = from_buffer(raw, shape, dt.float16, device)
@@ -452,7 +459,7 @@ def build(ck: Checkpoint, device: Any, dtype: str | None, n_ctx: int | None = No
     from .base import LanguageModel
 
     spec = ck.config.spec
-    ctx = spec.n_ctx if n_ctx is None else n_ctx
+    ctx = min(spec.n_ctx, DEFAULT_CTX) if n_ctx is None else n_ctx
     if isinstance(ctx, bool) or not isinstance(ctx, int) or not 1 <= ctx <= spec.n_ctx:
         raise CheckpointError(f"n_ctx must be an integer in [1, {spec.n_ctx}] (the model's context), got {n_ctx!r}")
     params = upload(ck, device, dtype, progress)
@@ -468,7 +475,7 @@ def from_arrays(family: Family | str, config: Any, arrays: Mapping[str, Any], na
     import numpy as np
 
     fam = registry.by_name(family) if isinstance(family, str) else family
-    data = {k: np.ascontiguousarray(v, np.float32) for k, v in arrays.items()}
+    data = {k: np.array(v, np.float32) for k, v in arrays.items()}  # (copies: the model never shares the caller's)
     ck = Checkpoint(fam, config, None, None, config.spec.eos_ids, name, name, set(data),
                     lambda n: data[n].shape, lambda n: "F32", lambda n: memoryview(data[n]).cast("B"), gguf=False)
     _check_tensors(ck)
