@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import dtypes as dt
+from ..chat import find_chat_template
 from ..errors import CheckpointError, TokenizerError
 from ..formats.gguf_reader import FLOAT_TYPES, GGUFCheckpoint, find_gguf
 from ..formats.safetensors_reader import SafetensorsReader, resolve, weight_files
@@ -119,7 +120,7 @@ def _open_hf(d: Path, reader: str, source: Any) -> Checkpoint:
     eos = set(cfg.spec.eos_ids) | set(_id_list(gen.get("eos_token_id"), d / "generation_config.json"))
     st = SafetensorsReader(weight_files(d), family.canonical, pure=None if reader == "auto" else reader == "pure")
     name = "webtensor-shipped" if source is None else str(source)
-    return Checkpoint(family, cfg, tok, _chat_template(d), frozenset(eos), str(d), name, st.names(), st.shape,
+    return Checkpoint(family, cfg, tok, find_chat_template(d), frozenset(eos), str(d), name, st.names(), st.shape,
                       st.dtype, st.raw, gguf=False)
 
 
@@ -136,9 +137,8 @@ def _open_gguf(path: Path, reader: str) -> Checkpoint:
         if c is None:
             raise CheckpointError(f"{where}: tensor {g!r} is not part of a {cfg.spec.architecture} model")
         names[c] = g
-    tok = _gguf_tokenizer(f.metadata, cfg.spec.vocab_size, f"{path} (tokenizer metadata)")
-    template = f.metadata.get("tokenizer.chat_template")
-    return Checkpoint(family, cfg, tok, template if isinstance(template, str) else None, cfg.spec.eos_ids, where,
+    tok = _gguf_tokenizer(f.metadata, cfg.spec.vocab_size, f"{path} (tokenizer metadata)", reader)
+    return Checkpoint(family, cfg, tok, find_chat_template(f.metadata), cfg.spec.eos_ids, where,
                       str(path), set(names), lambda n: f.tensors[names[n]].shape,
                       lambda n: f.tensors[names[n]].type_name, lambda n: f.raw(names[n]), gguf=True)
 
@@ -392,48 +392,13 @@ def _id_list(v: Any, where: Path) -> list[int]:
     return ids
 
 
-def _chat_template(d: Path) -> str | None:
-    """The checkpoint's chat template: chat_template.jinja, or tokenizer_config.json's `chat_template` (a string,
-    or a list of named templates: the "default" one)."""
-    f = d / "chat_template.jinja"
-    if f.is_file():
-        return f.read_text(encoding="utf-8")
-    t = _json(d / "tokenizer_config.json", required=False).get("chat_template")
-    if isinstance(t, list):
-        t = next((x.get("template") for x in t if isinstance(x, dict) and x.get("name") == "default"), None)
-    return t if isinstance(t, str) else None
+def _gguf_tokenizer(meta: Mapping[str, Any], vocab_size: int, src: str, reader: str) -> Any:
+    """The byte-level BPE a GGUF file's `tokenizer.ggml.*` metadata describes (llama.cpp's meaning of each field)."""
+    from ..text.tokenizer import Tokenizer
 
-
-TOKEN_CONTROL, TOKEN_USER_DEFINED = 3, 4  # llama.cpp's token types for special / added tokens
-
-
-def _gguf_tokenizer(meta: Mapping[str, Any], vocab_size: int, src: str) -> Any:
-    """A byte-level BPE from a GGUF file's `tokenizer.ggml.*` metadata."""
-    from ..text.tokenizer import GPT2Tokenizer
-
-    model = meta.get("tokenizer.ggml.model")
-    if model != "gpt2":
-        raise TokenizerError(f"{src}: tokenizer.ggml.model is {model!r}; webtensor reads byte-level BPE ('gpt2')")
-    tokens, merges = meta.get("tokenizer.ggml.tokens"), meta.get("tokenizer.ggml.merges")
-    types = meta.get("tokenizer.ggml.token_type") or []
-    if not (isinstance(tokens, list) and isinstance(merges, list) and isinstance(types, list)):
-        raise TokenizerError(f"{src}: tokenizer.ggml.tokens and tokenizer.ggml.merges must be lists of strings")
-    if types and len(types) != len(tokens):
-        raise TokenizerError(f"{src}: {len(types)} token types for {len(tokens)} tokens")
-    if len(tokens) > vocab_size:
-        raise TokenizerError(f"{src}: {len(tokens)} tokens but a vocabulary of {vocab_size}")
-    pairs = []
-    for i, m in enumerate(merges):
-        parts = m.split(" ") if isinstance(m, str) else []
-        if len(parts) != 2:
-            raise TokenizerError(f"{src}: merge #{i} {m!r} is not 'left right'")
-        pairs.append((parts[0], parts[1]))
-    special = [i for i, t in enumerate(types) if t == TOKEN_CONTROL]
-    added = [i for i, t in enumerate(types) if t == TOKEN_USER_DEFINED]
-    tok = GPT2Tokenizer.from_vocab(tokens, pairs, special, added, source=src)
-    eos = meta.get("tokenizer.ggml.eos_token_id")
-    if isinstance(eos, int):
-        tok.eos_token_id = eos
+    tok = Tokenizer.from_gguf_metadata(meta, src, native=None if reader == "auto" else reader != "pure")
+    if tok.vocab_size > vocab_size:
+        raise TokenizerError(f"{src}: {tok.vocab_size} tokens but a vocabulary of {vocab_size}")
     return tok
 
 
