@@ -102,6 +102,34 @@ def test_bad_argument_is_one_line(argv, code, pattern):
     assert_one_line(webtensor(*argv), code, pattern)
 
 
+@pytest.mark.parametrize("value", ["-4.95e-194", "-1e-5", "-.5", "-2E+3", "-inf", "-nan", "-1x"])
+def test_negative_numbers_are_values_not_options(value):
+    """argparse's own rule reads `-4.95e-194` as an option ("expected one argument"); the CLI reads
+    every negative number as the option's value, so its message is the API's."""
+    with pytest.raises(wt.SamplingError) as api:
+        v.check_temperature(float(value) if value != "-1x" else value)
+    rule = str(api.value).split(", got ")[0]
+    assert_one_line(webtensor(*GEN, "-t", value), USAGE,
+                    rf"webtensor: error: argument --temperature/-t: {re.escape(rule)}, got ")
+
+
+def test_tokenizer_larger_than_vocab_is_a_checkpoint_error(tmp_path):
+    """A config.json whose vocab_size is below the tokenizer's ids is the checkpoint's fault (exit 1),
+    found before any prompt token is judged (not "token id ... out of range", exit 2)."""
+    import json
+    import shutil
+
+    from webtensor.models.gpt2.weights import resolve
+
+    d = tmp_path / "ckpt"
+    shutil.copytree(resolve(None), d)
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg, "vocab_size": 300}))
+    assert_one_line(webtensor("generate", "a prompt of many words", "--device", "cpu", "--model", str(d)), RUNTIME,
+                    rf"webtensor: error: {re.escape(str(d))}: the tokenizer has 4096 token ids but config\.json's "
+                    r"vocab_size = 300: ids 300\.\. would have no embedding row")
+
+
 BAD_ENV = [
     ("generate", GEN, dict(WEBTENSOR_DEVICE="bogus"), r"webtensor: error: WEBTENSOR_DEVICE='bogus': expected "
      r"'cpu' or 'wgpu'"),

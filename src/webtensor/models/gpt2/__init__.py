@@ -6,7 +6,7 @@ tokenizer, weights, forward, sampling, validate) load in the browser, where the 
 from typing import Any
 
 __all__ = ["GPT2", "GPT2Config", "GPT2Tokenizer"]
-_WHERE = {"GPT2": ".model", "GPT2Config": ".config", "GPT2Tokenizer": ".tokenizer"}
+_WHERE = {"GPT2": ".model", "GPT2Config": ".config", "GPT2Tokenizer": "...text.tokenizer"}
 
 
 def __getattr__(name: str) -> Any:

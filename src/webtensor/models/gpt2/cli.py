@@ -42,13 +42,15 @@ def check_generate(args: argparse.Namespace) -> None:
     from ...device import Device
     from ...text.tokenizer import GPT2Tokenizer
     from .config import GPT2Config
-    from .weights import resolve
+    from .weights import check_tokenizer, resolve
 
     text = args.prompt if args.prompt is not None else cmdline.read_stdin_text()
     args.prompt_text = validate.check_text(text)
     d = resolve(args.model)  # CheckpointError when missing
     cfg = GPT2Config.from_file(d / "config.json")
-    ids = validate.check_ids(GPT2Tokenizer.from_dir(d).encode(args.prompt_text), cfg.vocab_size)
+    tok = GPT2Tokenizer.from_dir(d)
+    check_tokenizer(cfg, tok.vocab_size, d)  # a checkpoint error (exit 1) before any prompt id is judged
+    ids = validate.check_ids(tok.encode(args.prompt_text), cfg.vocab_size)
     validate.fit_context(ids, args.max_new_tokens, cfg.n_positions, args.truncate_prompt)
     device = args.device_obj = Device.parse(args.device)
     if args.dtype == "float16" and not device.has_f16:
