@@ -232,18 +232,20 @@ def embedding(table: Tensor, ids: Any) -> Tensor:
     if len(table.shape) != 2:
         raise ShapeError(f"embedding: table must be 2-d (V, C), got {table.shape}")
     V = table.shape[0]
-    if not isinstance(ids, Tensor):
+    if isinstance(ids, Tensor):
+        idx = ids
+    else:
         _check_host_ids(ids, V)
         if quantized:
             raise DTypeError("embedding: with a q8_0 table, give the ids as an int32 Tensor on the device")
-        ids = tensor(ids, device=table.device, dtype=dt.int32)
+        idx = tensor(ids, device=table.device, dtype=dt.int32)
     if not quantized:
-        check_same_device("embedding", table, ids)
-    if ids.dtype is not dt.int32:
-        raise DTypeError(f"embedding: ids must be int32, got {ids.dtype.name}")
+        check_same_device("embedding", table, idx)
+    if idx.dtype is not dt.int32:
+        raise DTypeError(f"embedding: ids must be int32, got {idx.dtype.name}")
     if quantized:
-        return ids.device.backend.q8_embedding(table, ids)
-    return table.device.backend.embedding(table, ids)
+        return idx.device.backend.q8_embedding(table, idx)
+    return idx.device.backend.embedding(table, idx)
 
 
 def _is_q8(op: str, name: str, w: Any) -> bool:

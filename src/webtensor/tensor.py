@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from . import dtypes as dt
 from .device import Device, device_spec
-from .errors import DeviceMismatchError, ShapeError, WebtensorError
+from .errors import DeviceMismatchError, DTypeError, ShapeError, WebtensorError
 
 
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
@@ -137,10 +137,10 @@ class Tensor:
     def __int__(self) -> int:
         return int(self.item())
 
-    def __eq__(self, other: object) -> bool:  # type: ignore[override]
+    def __eq__(self, other: object) -> bool:
         raise _no_compare("==")
 
-    def __ne__(self, other: object) -> bool:  # type: ignore[override]
+    def __ne__(self, other: object) -> bool:
         raise _no_compare("!=")
 
     def __lt__(self, other: object) -> bool:
@@ -159,11 +159,10 @@ class Tensor:
 
     # -- views ----------------------------------------------------------------------------------
     def reshape(self, *shape: int | Sequence[int]) -> Tensor:
-        if len(shape) == 1 and not isinstance(shape[0], int):
-            shape = tuple(shape[0])  # type: ignore[assignment]
-        shape = _resolve_shape(tuple(shape), self.size, self.shape)  # type: ignore[arg-type]
+        dims = tuple(shape[0]) if len(shape) == 1 and not isinstance(shape[0], int) else shape
+        new = _resolve_shape(cast(tuple[int, ...], dims), self.size, self.shape)
         t = self if self.is_contiguous() else self.contiguous()
-        return t._view(shape, contiguous_strides(shape), t._offset)
+        return t._view(new, contiguous_strides(new), t._offset)
 
     view = reshape
 
@@ -198,7 +197,7 @@ class Tensor:
         limit) a view whose elements all lie in one chunk gets that chunk alone (`narrow`), so every
         op can read it; a view across chunks keeps the chunks (the ops that loop over them read it)."""
         st = self._storage
-        if len(st.chunks) > 1 and math.prod(shape):
+        if len(st.chunks) > 1 and all(shape):
             last = offset + sum((n - 1) * s for n, s in zip(shape, strides, strict=True))
             st, offset = st.narrow(offset, last)
         return Tensor(self.device, shape, self.dtype, storage=st, strides=strides, offset=offset)
@@ -270,7 +269,8 @@ def _resolve_shape(shape: tuple[int, ...], size: int, old: tuple[int, ...]) -> t
     return shape
 
 
-def _slice_view(shape: tuple[int, ...], strides: tuple[int, ...], offset: int, index: Any):
+def _slice_view(shape: tuple[int, ...], strides: tuple[int, ...], offset: int,
+                index: Any) -> tuple[tuple[int, ...], tuple[int, ...], int]:
     if not isinstance(index, tuple):
         index = (index,)
     if index.count(Ellipsis) > 1:
@@ -325,7 +325,7 @@ def tensor(data: Any, device: Device | str | None = None, dtype: Any = None) -> 
         arr = arr.astype(np.float32)
     elif arr.dtype in (np.int64, np.uint32, np.int16, np.int8, np.uint8, np.bool_):
         if arr.size and (arr.max() > 2**31 - 1 or arr.min() < -(2**31)):
-            raise dt.DTypeError("integer values do not fit int32")
+            raise DTypeError("integer values do not fit int32")
         arr = arr.astype(np.int32)
     d = dt.as_dtype(arr.dtype)
     if not arr.flags.c_contiguous:  # (np.ascontiguousarray would turn a 0-d array into 1-d)
@@ -406,7 +406,7 @@ def _tensor_without_numpy(data: Any, dev: Device, dtype: Any) -> Tensor:
         if any(isinstance(v, float) and not v.is_integer() for v in flat):
             flat = [int(v) for v in flat]
         if any(not -(2**31) <= int(v) <= 2**31 - 1 for v in flat):
-            raise dt.DTypeError("integer values do not fit int32")
+            raise DTypeError("integer values do not fit int32")
         flat = [int(v) for v in flat]
     else:
         flat = [float(v) for v in flat]
