@@ -116,17 +116,12 @@ def test_negative_numbers_are_values_not_options(value):
 def test_tokenizer_larger_than_vocab_is_a_checkpoint_error(tmp_path):
     """A config.json whose vocab_size is below the tokenizer's ids is the checkpoint's fault (exit 1),
     found before any prompt token is judged (not "token id ... out of range", exit 2)."""
-    import json
-    import shutil
+    from gpt2_fixtures import make_checkpoint, make_tokenizer
 
-    from webtensor.models.gpt2.weights import resolve
-
-    d = tmp_path / "ckpt"
-    shutil.copytree(resolve(None), d)
-    cfg = json.loads((d / "config.json").read_text())
-    (d / "config.json").write_text(json.dumps({**cfg, "vocab_size": 300}))
+    d = make_checkpoint(tmp_path / "ckpt", vocab_size=300, n_embd=32, n_layer=1, n_head=2)
+    make_tokenizer(d, 400)  # a tokenizer of 400 ids beside embeddings for 300
     assert_one_line(webtensor("generate", "a prompt of many words", "--device", "cpu", "--model", str(d)), RUNTIME,
-                    rf"webtensor: error: {re.escape(str(d))}: the tokenizer has 4096 token ids but config\.json's "
+                    rf"webtensor: error: {re.escape(str(d))}: the tokenizer has 400 token ids but config\.json's "
                     r"vocab_size = 300: ids 300\.\. would have no embedding row")
 
 

@@ -13,11 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import webtensor as wt
-from webtensor import generation as G
 from webtensor.backends.cpu import CpuGraph
+from webtensor.models.gpt2 import names as gpt2_names
 from webtensor.models.gpt2.config import GPT2Config
-from webtensor.models.gpt2.forward import BLOCK_PARAMS, GPT2Weights
-from webtensor.serve.batched import BatchedGPT2Engine
+from webtensor.models.gpt2.model import GPT2
+from webtensor.runtime import runner as R
+from webtensor.runtime.batch import StepBatch
+from webtensor.runtime.generate import generate, generate_batch
+from webtensor.serve.engine import ModelEngine
 
 CPU = wt.Device.cpu()
 SETTINGS = settings(max_examples=20, deadline=None)
@@ -154,28 +157,21 @@ def test_cache_ops_replay_is_eager_bit_for_bit(seed, slots, n_ctx, h, d, data):
 
 def test_advance_tokens_replays_in_place():
     new = wt.tensor(np.array([5, 7], np.int32), device=CPU)
-    s = G.DecodeState(CPU, 2, 3)
-    s.set([1, 2], [10, 20])
-    g = CPU.capture(lambda: wt.advance_tokens(new, s.ids, s.pos, s.tokens, s.count))
-    assert G.read_ints(s.pos) == [10, 20]  # capturing ran nothing
+    ids, pos, tokens, count = (R.int_tensor(v, CPU) for v in ([1, 2], [10, 20], [0] * 6, [0]))
+    g = CPU.capture(lambda: wt.advance_tokens(new, ids, pos, tokens, count))
+    assert R.read_ints(pos) == [10, 20]  # capturing ran nothing
     g.replay(2)
-    assert G.read_ints(s.ids) == [5, 7] and G.read_ints(s.pos) == [12, 22]
-    assert G.read_ints(s.tokens) == [5, 7, 5, 7, 0, 0] and G.read_ints(s.count) == [2]
+    assert R.read_ints(ids) == [5, 7] and R.read_ints(pos) == [12, 22]
+    assert R.read_ints(tokens) == [5, 7, 5, 7, 0, 0] and R.read_ints(count) == [2]
 
 
 # -- a GPT-2 decode step ---------------------------------------------------------------------------
-def random_gpt2(seed: int, n_layer: int, n_head: int, head_dim: int, vocab: int, n_ctx: int) -> GPT2Weights:
+def random_gpt2(seed: int, n_layer: int, n_head: int, head_dim: int, vocab: int, n_ctx: int) -> GPT2:
     rng = np.random.default_rng(seed)
     C = n_head * head_dim
     cfg = GPT2Config(vocab_size=vocab, n_positions=n_ctx, n_embd=C, n_layer=n_layer, n_head=n_head)
-    shapes = {"ln_1.weight": (C,), "ln_1.bias": (C,), "attn.c_attn.weight": (C, 3 * C), "attn.c_attn.bias": (3 * C,),
-              "attn.c_proj.weight": (C, C), "attn.c_proj.bias": (C,), "ln_2.weight": (C,), "ln_2.bias": (C,),
-              "mlp.c_fc.weight": (C, 4 * C), "mlp.c_fc.bias": (4 * C,), "mlp.c_proj.weight": (4 * C, C),
-              "mlp.c_proj.bias": (C,)}
-    params = {f"h.{i}.{n}": shapes[n] for i in range(n_layer) for n in BLOCK_PARAMS}
-    params.update({"wte.weight": (vocab, C), "wpe.weight": (n_ctx, C), "ln_f.weight": (C,), "ln_f.bias": (C,)})
-    return GPT2Weights(cfg, {n: wt.tensor((rng.standard_normal(s) * 0.3).astype(np.float32), device=CPU)
-                             for n, s in params.items()}, CPU)
+    arrays = {n: (rng.standard_normal(s.shape) * 0.3).astype(np.float32) for n, s in gpt2_names.tensors(cfg).items()}
+    return GPT2.from_arrays(cfg, arrays, CPU)
 
 
 @settings(max_examples=10, deadline=None)
@@ -187,15 +183,16 @@ def test_decode_step_replay_is_eager_bit_for_bit(seed, n_layer, n_head, head_dim
     vocab, n_ctx, slots = 50, 24, rows + 2
     m = random_gpt2(seed, n_layer, n_head, head_dim, vocab, n_ctx)
     rng = np.random.default_rng(seed)
-    cache, eager = m.new_cache(slots), m.new_cache(slots)
+    runner, eager_runner = m.runner(slots), m.runner(slots)
+    cache, eager = runner.cache, eager_runner.cache
     for s in range(slots):  # the same prompt in both caches
         ids = rng.integers(0, vocab, 4).tolist()
-        G.prefill(m, cache, ids, 0, s)
-        G.prefill(m, eager, ids, 0, s)
-    state = G.DecodeState(CPU, rows, 1)
+        runner.prefill(s, ids)
+        eager_runner.prefill(s, ids)
+    state = StepBatch(*(R.int_tensor([0] * rows, CPU) for _ in range(3)))
 
     def step():
-        logits = m.forward(state.ids, state.pos, state.slot, cache, None, False)
+        logits = m.forward(state, cache)
         return logits, wt.argmax(logits)
     g = CPU.capture(step)
     length = [4] * slots
@@ -205,9 +202,10 @@ def test_decode_step_replay_is_eager_bit_for_bit(seed, n_layer, n_head, head_dim
         pos = [length[s] for s in slot]
         for s in slot:
             length[s] += 1
-        state.set(ids, pos, slot)
+        for t, v in ((state.ids, ids), (state.pos, pos), (state.slot, slot)):
+            R.upload_ints(t, v)
         logits, best = g.replay()
-        want = m.forward(G.int_tensor(ids, CPU), G.int_tensor(pos, CPU), G.int_tensor(slot, CPU), eager, None, False)
+        want = m.forward(StepBatch(R.int_tensor(ids, CPU), R.int_tensor(pos, CPU), R.int_tensor(slot, CPU)), eager)
         assert same(logits.numpy(), want.numpy())
         assert same(best.numpy(), wt.argmax(want).numpy())
     for a, b in zip(cache.k + cache.v, eager.k + eager.v, strict=True):
@@ -217,32 +215,29 @@ def test_decode_step_replay_is_eager_bit_for_bit(seed, n_layer, n_head, head_dim
 
 def test_generate_with_graphs_equals_op_by_op():
     m = random_gpt2(3, 2, 2, 8, 64, 48)
-    ws = G.Workspace(m, m.new_cache(1))
     prompt = [1, 5, 9, 3]
 
     def pick(logits, pos):
         return int(np.argsort(logits)[-2])  # not the argmax: another path than greedy's
 
     def run(use_graph: bool, greedy: bool) -> list[int]:
-        m.use_graph = use_graph
-        return list(G.generate(m, ws, prompt, 30, greedy, pick))
+        return list(generate(m.runner(1, use_graph=use_graph), prompt, 30, greedy, pick))
     for greedy in (True, False):
         assert run(True, greedy) == run(False, greedy)
-    m.use_graph = True
-    assert list(G.generate_batch(m, [prompt, prompt[:2]], 12))  # the batch graph runs
+    assert list(generate_batch(m.runner(2), [prompt, prompt[:2]], 12))  # the batch graph runs
 
 
 def test_batched_engine_replays_graphs_on_the_cpu():
     from webtensor.models.gpt2.model import GPT2
 
     model = GPT2.from_pretrained(None, device=CPU)
-    e = BatchedGPT2Engine(model, 4)
+    e = ModelEngine(model, 4)
     assert e.use_graph
     from webtensor.serve.engine import Row, Sampling
 
     first = e.step([Row(s, (1 + s, 2, 3), 0, Sampling()) for s in range(4)])
     e.step([Row(s, (first[s],), 3, Sampling()) for s in range(4)])
-    assert all(isinstance(g.graph, CpuGraph) and g.graph.n_dispatches > 0 for g in e._graphs.values())
+    assert all(isinstance(g.graph, CpuGraph) and g.graph.n_dispatches > 0 for g in e.runner._graphs.values())
     e.close()
 
 
@@ -284,7 +279,7 @@ def test_replayed_embedding_checks_its_ids():
     ids = wt.tensor(np.array([0, 4], np.int32), device=CPU)
     g = CPU.capture(lambda: wt.embedding(table, ids))
     assert g.replay().numpy().shape == (2, 3)
-    G.upload_ints(ids, [1, 5])
+    R.upload_ints(ids, [1, 5])
     with pytest.raises(wt.ShapeError, match="id 5 is out of range for a table of 5 rows"):
         g.replay()
     with pytest.raises(wt.ShapeError, match="id -1 is out of range"):

@@ -35,8 +35,8 @@ def style(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> di
     ran: list[str] = []
     pick = q8_ops.kernel_for
 
-    def spy(ctx: Any, M: int, K: int, ln: bool = False, stack: bool = False) -> tuple[Any, str, int]:
-        k, which, mr = pick(ctx, M, K, ln, stack)
+    def spy(ctx: Any, M: int, K: int, ln: bool = False, stack: bool = False, rms: bool = False) -> tuple[Any, str, int]:
+        k, which, mr = pick(ctx, M, K, ln, stack, rms)
         ran.append(which)
         return k, which, mr
 

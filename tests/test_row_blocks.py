@@ -83,6 +83,46 @@ def test_elementwise_and_row_ops(dev, seed, C, extra):
         assert np.array_equal(h.to("float32").numpy(), x.astype(np.float16).astype(np.float32))
 
 
+@SETTINGS
+@given(seed=st.integers(0, 2**16), H=st.integers(1, 3), half=st.integers(1, 6), interleaved=st.booleans())
+def test_llama_row_ops(dev, seed, H, half, interleaved):
+    """rms_norm, rope (rows with their positions), swiglu (of a fused gate_up's halves) and the rms
+    prologue of linear, on rows over the limit."""
+    rng = np.random.default_rng(seed)
+    D = 2 * half + 1  # an odd head dim: the last one passes through
+    T = rows_over(dev, H * D * 4)
+    x = rng.standard_normal((T, H, D), np.float32)
+    w = rng.standard_normal(D, np.float32)
+    pos = rng.integers(0, 40, T).astype(np.int32)
+    ang = np.outer(np.arange(40), 1.0 / 10_000 ** (np.arange(half) / half)).astype(np.float32)
+    cos, sin = np.cos(ang), np.sin(ang)
+    F = 2 * H * D
+    gu = rng.standard_normal((T, 2 * F), np.float32)
+    wl, g = rng.standard_normal((H * D, 7), np.float32), rng.standard_normal(H * D, np.float32)
+    cases = {
+        "rms_norm": lambda d: wt.rms_norm(*on(d, x, w), 1e-5),
+        "rope": lambda d: wt.rope(*on(d, x, pos, cos, sin), interleaved=interleaved),
+        "swiglu": lambda d: (lambda t: wt.swiglu(t[:, :F], t[:, F:]))(on(d, gu)[0]),
+        "linear-rms": lambda d: wt.linear(on(d, x.reshape(T, H * D))[0], on(d, wl)[0],
+                                          rms=(on(d, g)[0], 1e-5)),
+    }
+    for name, f in cases.items():
+        got = f(dev)
+        assert chunks(got) > 1 or got.nbytes <= dev.max_binding_bytes(), name
+        close(got, f(CPU))
+
+
+def test_grouped_query_attention_rows_in_blocks(dev):
+    rng = np.random.default_rng(4)
+    H, KVH, D = 4, 2, 4
+    T = rows_over(dev, H * D * 4, 1.5)
+    q = rng.standard_normal((T, H, D), np.float32)
+    k, v = (rng.standard_normal((3, KVH, D), np.float32) for _ in range(2))
+    got = wt.attention(*on(dev, q, k, v), causal=False)
+    assert chunks(got) > 1
+    close(got, wt.attention(*on(CPU, q, k, v), causal=False))
+
+
 def test_argmax_scratch_over_the_limit(dev):
     """(T, 1) float32 fits one binding; argmax's scratch (8 bytes a row) does not: rows in blocks."""
     T = dev.max_binding_bytes() // 4 - 3

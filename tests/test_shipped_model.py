@@ -1,4 +1,4 @@
-"""Sanity checks for the tiny GPT-2 shipped in ``webtensor/models/gpt2/shipped``.
+"""Sanity checks for the tiny GPT-2 shipped in ``webtensor/models/shipped``.
 
 The checkpoint is produced by ``tools/train_tiny_gpt2.py``; these tests load it with the
 reference implementation (Hugging Face ``transformers`` + ``torch``) so a broken or noisy
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-SHIPPED = Path(__file__).resolve().parents[1] / "src" / "webtensor" / "models" / "gpt2" / "shipped"
+SHIPPED = Path(__file__).resolve().parents[1] / "src" / "webtensor" / "models" / "shipped"
 REQUIRED = ("config.json", "model.safetensors", "tokenizer.json", "vocab.json", "merges.txt")
 COMMON_WORDS = {
     "the", "and", "a", "to", "of", "was", "he", "she", "it", "in", "her", "his", "i", "you",

@@ -1,4 +1,9 @@
-"""webtensor: tensors on WebGPU (wgpu) with a numpy reference backend, and GPT-2 inference.
+"""webtensor: tensors on WebGPU (wgpu) with a numpy reference backend, and language-model inference (GPT-2 and
+the Llama family: SmolLM2, Qwen2/2.5, Qwen3, Llama 3.x) from Hugging Face checkpoints and GGUF files.
+
+    model = wt.load_model("SmolLM2-135M-Instruct.Q4_1.gguf")   # a directory, a .gguf file, or a local HF id
+    print(model.decode(model.generate(model.encode("The capital of France is"), 16)))
+
 
     import numpy as np, webtensor as wt
     gpu = wt.Device.wgpu()
@@ -45,17 +50,22 @@ from .ops import (
     linear,
     matmul,
     mul,
+    rms_norm,
+    rope,
     softmax,
     sub,
+    swiglu,
 )
+from .models import load_model
 from .tensor import Tensor, empty, from_buffer, tensor, zeros
 
 __version__ = "0.1.0"
 __all__ = [
     "Device", "Tensor", "tensor", "empty", "zeros", "from_buffer", "DType", "float16", "float32", "int32",
-    "add", "sub", "mul", "div", "matmul", "gelu", "layer_norm", "linear", "softmax", "attention", "embedding",
+    "add", "sub", "mul", "div", "matmul", "gelu", "layer_norm", "rms_norm", "linear", "softmax", "attention",
+    "embedding", "rope", "swiglu",
     "argmax", "cast", "copy", "copy_into", "broadcast_shapes", "cache_write", "cached_attention", "advance_tokens",
     "WebtensorError", "ArgumentError", "ShapeError", "DTypeError", "DeviceMismatchError", "NoAdapterError",
     "DeviceReleasedError", "BufferLimitError", "GPUError", "GraphCaptureError", "CheckpointError", "TokenizerError",
-    "ContextLengthError", "SamplingError", "UsageError",
+    "ContextLengthError", "SamplingError", "UsageError", "load_model",
 ]

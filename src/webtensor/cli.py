@@ -1,4 +1,4 @@
-"""The `webtensor` command line: `devices`, `generate`, `bench`, `serve`, `bench-serve`, `web`."""
+"""The `webtensor` command line: `devices`, `generate`, `chat`, `bench`, `serve`, `bench-serve`, `web`."""
 
 from __future__ import annotations
 
@@ -46,9 +46,9 @@ def build_parser() -> cmdline.Parser:
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     cmdline.add_command(sub, "devices", run=cmd_devices,
                         help="list WebGPU adapters with backend, type, limits and features")
-    from .models.gpt2 import cli as gpt2_cli
+    from . import generate_cli
 
-    gpt2_cli.add_generate_parser(sub)
+    generate_cli.add_parsers(sub)
     try:
         from .bench import cli as bench_cli
 

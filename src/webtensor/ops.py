@@ -78,6 +78,17 @@ def gelu(x: Tensor) -> Tensor:
     return x.device.backend.gelu(x)
 
 
+def swiglu(gate: Tensor, up: Tensor) -> Tensor:
+    """silu(gate) * up elementwise (silu(g) = g * sigmoid(g)), one launch: the gated MLP of the Llama
+    family. gate and up (..., F) of one shape; either may be a strided view (the two halves of a fused
+    (T, 2F) gate_up product). float32 arithmetic; float16 only when both are."""
+    dev = check_same_device("swiglu", gate, up)
+    _need_float("swiglu", gate, up)
+    if gate.shape != up.shape:
+        raise ShapeError(f"swiglu: gate {gate.shape} and up {up.shape} must have the same shape")
+    return dev.backend.swiglu(gate, up, _result_dtype(gate, up))
+
+
 def cast(x: Tensor, dtype: dt.DType) -> Tensor:
     dtype = dt.as_dtype(dtype)
     if dtype is x.dtype:
@@ -118,6 +129,19 @@ def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Te
     return x.device.backend.layer_norm(x, weight, bias, float(eps))
 
 
+def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
+    """RMSNorm over the last axis: x / sqrt(mean(x^2) + eps) * weight, in float32 arithmetic, the
+    result a new contiguous tensor in x's dtype. x (..., C) may be a strided view, e.g. the q heads
+    (T, H, D) of a fused qkv output with weight (D,) (Qwen3's QK-norm), read where it lies."""
+    check_same_device("rms_norm", x, weight)
+    _need_float("rms_norm", x, weight)
+    C = x.shape[-1] if x.shape else None
+    if x.ndim < 1 or weight.shape != (C,):
+        raise ShapeError(f"rms_norm: x {x.shape} needs weight of shape ({C},), got {weight.shape}")
+    eps = _check_eps("rms_norm", eps)
+    return x.device.backend.rms_norm(x, weight, eps)
+
+
 def softmax(x: Tensor) -> Tensor:
     """Softmax over the last axis."""
     _need_float("softmax", x)
@@ -132,6 +156,59 @@ def argmax(x: Tensor) -> Tensor:
     if x.ndim < 1 or x.shape[-1] == 0:
         raise ShapeError(f"argmax needs a non-empty last axis, got shape {x.shape}")
     return x.device.backend.argmax(x)
+
+
+# -- rotary position embedding -------------------------------------------------------------------
+def rope(x: Tensor, pos: Any, cos: Tensor, sin: Tensor, interleaved: bool = False) -> Tensor:
+    """Rotary position embedding of x (T, H, D) (a strided view is read where it lies: the q and k
+    heads of a fused qkv output) by the positions pos (int32 (T,)) -> a new contiguous (T, H, D) in
+    x's dtype, float32 arithmetic.
+
+    cos, sin: float32 (P, R/2) tables, row p for position p, R <= D even: dims 0..R-1 rotate, the
+    rest pass through. interleaved=False pairs dims (i, i + R/2) (HF's rotate_half): for i < R/2,
+    out[i] = x[i] cos - x[i + R/2] sin and out[i + R/2] = x[i + R/2] cos + x[i] sin, with cos, sin
+    of row pos[t], column i; True pairs (2i, 2i + 1) the same way (GPT-J, llama.cpp's "normal").
+
+    Positions given as host data (lists, numpy) are checked against P here, a CPU tensor's by the
+    CPU backend (on every call and graph replay); positions on a WebGPU device are not (that would
+    need a readback): there a position outside 0..P-1 is clamped to P - 1 (rope.wgsl)."""
+    if not isinstance(x, Tensor) or not isinstance(cos, Tensor) or not isinstance(sin, Tensor):
+        raise DTypeError("rope: x, cos and sin must be Tensors")
+    _need_float("rope", x)
+    if x.ndim != 3:
+        raise ShapeError(f"rope: x must be (T, H, D), got {x.shape}")
+    T, _, D = x.shape
+    if cos.dtype is not dt.float32 or sin.dtype is not dt.float32:
+        raise DTypeError(f"rope: cos and sin must be float32 tables, got {cos.dtype.name} and {sin.dtype.name}")
+    if cos.ndim != 2 or sin.shape != cos.shape or cos.shape[0] < 1 or cos.shape[1] < 1:
+        raise ShapeError(f"rope: cos and sin must be tables of one shape (P, R/2) with P, R/2 >= 1, "
+                         f"got {cos.shape} and {sin.shape}")
+    P, half = cos.shape
+    if 2 * half > D:
+        raise ShapeError(f"rope: tables of {half} columns rotate R = {2 * half} dims, more than the head dim {D}")
+    if not isinstance(pos, Tensor):
+        _check_host_positions(pos, P)
+        pos = tensor(pos, device=x.device, dtype=dt.int32)
+    _int_vector("rope", "pos", pos, T)
+    check_same_device("rope", x, pos, cos, sin)
+    if not isinstance(interleaved, bool):
+        raise ArgumentError(f"rope: interleaved must be True or False, got {interleaved!r}")
+    return x.device.backend.rope(x, pos, cos, sin, interleaved)
+
+
+def _check_host_positions(pos: Any, P: int) -> None:
+    try:
+        import numpy as np
+    except ImportError:  # the browser without numpy: the kernel clamps
+        return
+    a = np.asarray(pos)
+    if not a.size:
+        return
+    if a.dtype.kind not in "iu":
+        raise DTypeError(f"rope: positions must be integers, got {a.dtype}")
+    if a.min() < 0 or a.max() >= P:
+        bad = a[(a < 0) | (a >= P)].reshape(-1)[0]
+        raise ShapeError(f"rope: position {bad} is outside the cos / sin tables of {P} rows")
 
 
 # -- matmul, attention, embedding ---------------------------------------------------------------
@@ -156,13 +233,15 @@ def matmul(a: Any, b: Any) -> Tensor:
 
 
 def linear(x: Tensor, weight: Any, bias: Tensor | None = None, act: str | None = None,
-           residual: Tensor | None = None, ln: tuple[Tensor, Tensor, float] | None = None) -> Tensor:
-    """Fused (layer_norm(x) if ln) @ weight (+ bias) (-> act) (+ residual), one kernel where the
-    device can (the GEMV of a decode step takes the layer norm in its prologue).
+           residual: Tensor | None = None, ln: tuple[Tensor, Tensor, float] | None = None,
+           rms: tuple[Tensor, float] | None = None) -> Tensor:
+    """Fused (layer_norm(x) if ln, rms_norm(x) if rms) @ weight (+ bias) (-> act) (+ residual), one
+    kernel where the device can (the GEMV of a decode step takes the norm in its prologue).
 
     x: (..., K), weight: (K, N) (HF Conv1D layout; pass `w.T` for torch Linear's (N, K)),
-    bias: (N,), residual: (..., N), ln: (weight (K,), bias (K,), eps). act: None or a name in
-    `webtensor.activations.CODES` ("gelu" is "gelu_tanh").
+    bias: (N,), residual: (..., N), ln: (weight (K,), bias (K,), eps), rms: (weight (K,), eps)
+    (at most one of ln and rms). act: None or a name in `webtensor.activations.CODES` ("gelu" is
+    "gelu_tanh").
 
     weight may also be a q8_0 (int8) weight of shape (N, K), nn.Linear's layout
     (`formats.q8_0.Q8Weight`, or its upload `backends.wgpu.q8_ops.Q8Gpu`): dequantized in
@@ -171,10 +250,16 @@ def linear(x: Tensor, weight: Any, bias: Tensor | None = None, act: str | None =
     if not isinstance(x, Tensor):
         raise DTypeError(f"linear: x must be a Tensor, got {type(x).__name__}")
     ts = [t for t in (x, None if quantized else weight, bias, residual) if t is not None]
+    if ln is not None and rms is not None:
+        raise ArgumentError("linear: give ln (a layer-norm prologue) or rms (an RMS-norm one), not both")
     if ln is not None:
         if not (isinstance(ln, tuple) and len(ln) == 3 and all(isinstance(t, Tensor) for t in ln[:2])):
             raise ArgumentError("linear: ln must be (weight, bias, eps)")
         ts += list(ln[:2])
+    if rms is not None:
+        if not (isinstance(rms, tuple) and len(rms) == 2 and isinstance(rms[0], Tensor)):
+            raise ArgumentError("linear: rms must be (weight, eps)")
+        ts.append(rms[0])
     dev = check_same_device("linear", *ts)
     _need_float("linear", *ts)
     if quantized:
@@ -195,25 +280,33 @@ def linear(x: Tensor, weight: Any, bias: Tensor | None = None, act: str | None =
         if ln[0].shape != (K,) or ln[1].shape != (K,):
             raise ShapeError(f"linear: ln weight and bias must have shape ({K},), got {ln[0].shape}, {ln[1].shape}")
         ln = (ln[0], ln[1], _check_eps("linear", ln[2]))
+    if rms is not None:
+        if rms[0].shape != (K,):
+            raise ShapeError(f"linear: rms weight must have shape ({K},), got {rms[0].shape}")
+        rms = (rms[0], _check_eps("linear", rms[1]))
     if quantized:
-        return dev.backend.q8_linear(x, weight, bias, activations.canonical(act), residual, ln)
+        return dev.backend.q8_linear(x, weight, bias, activations.canonical(act), residual, ln, rms)
     act = activations.canonical(act)
-    return dev.backend.linear(x, weight, bias, act, residual, ln, _result_dtype(x, weight))
+    return dev.backend.linear(x, weight, bias, act, residual, ln, _result_dtype(x, weight), rms)
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, scale: float | None = None) -> Tensor:
-    """Scaled dot-product attention. q: (T, H, D), k and v: (S, H, D), S >= T -> (T, H, D).
+    """Scaled dot-product attention. q: (T, H, D), k and v: (S, KVH, D), S >= T -> (T, H, D).
 
+    Grouped-query attention where KVH < H (H % KVH == 0): query head h reads key / value head
+    h // (H // KVH); KVH = 1 is multi-query attention, KVH = H the plain multi-head case.
     With `causal`, query t sees keys 0 .. t + (S - T): the queries are the last T positions of a
     sequence of S, so `k`, `v` may be the first S rows of a KV cache. scale defaults to 1/sqrt(D)."""
     check_same_device("attention", q, k, v)
     _need_float("attention", q, k, v)
     if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
-        raise ShapeError(f"attention: q, k, v must be (T, H, D) / (S, H, D); got {q.shape}, {k.shape}, {v.shape}")
+        raise ShapeError(f"attention: q, k, v must be (T, H, D) / (S, KVH, D); got {q.shape}, {k.shape}, {v.shape}")
     T, H, D = q.shape
     S = k.shape[0]
-    if k.shape[1:] != (H, D) or v.shape != k.shape:
-        raise ShapeError(f"attention: q {q.shape}, k {k.shape}, v {v.shape} disagree on heads / head dim")
+    if k.shape[2] != D or v.shape != k.shape:
+        raise ShapeError(f"attention: q {q.shape}, k {k.shape}, v {v.shape} disagree on the head dim, "
+                         "or k and v differ")
+    _check_heads("attention", H, k.shape[1])
     if causal and S < T:
         raise ShapeError(f"attention: causal attention needs at least as many keys as queries (S={S} < T={T})")
     if S == 0:
@@ -258,6 +351,13 @@ def _is_q8(op: str, name: str, w: Any) -> bool:
     return True
 
 
+def _check_heads(op: str, H: int, KVH: int) -> None:
+    """Grouped-query attention's rule: the H query heads split evenly over the KVH key / value heads."""
+    if (KVH == 0 and H != 0) or (KVH and H % KVH):
+        raise ShapeError(f"{op}: {H} query heads do not split evenly over {KVH} key/value heads "
+                         "(needs H % KVH == 0)")
+
+
 def _check_eps(op: str, eps: Any) -> float:
     if isinstance(eps, bool) or not isinstance(eps, int | float) or not eps >= 0:
         raise ArgumentError(f"{op}: eps must be a number >= 0, got {eps!r}")
@@ -286,10 +386,11 @@ def _check_cache(op: str, cache: Tensor, H: int, D: int) -> None:
 
 
 def cache_write(cache: Tensor, src: Tensor, pos: Tensor, slot: Tensor) -> None:
-    """cache[slot[t], pos[t]] = src[t] for each row t: src (T, H, D) into a KV cache
-    (n_slots, n_ctx, H, D) float32; pos, slot: int32 (T,) tensors on the device (so a replayed
+    """cache[slot[t], pos[t]] = src[t] for each row t: src (T, KVH, D) into a KV cache
+    (n_slots, n_ctx, KVH, D) float32; pos, slot: int32 (T,) tensors on the device (so a replayed
     graph writes where they say). Rows whose position is >= n_ctx are skipped; a slot must be in
-    range (not checked on the device)."""
+    range: the CPU raises a ShapeError for one that is not, a WebGPU kernel skips its row (slots on
+    the device are not read back)."""
     check_same_device("cache_write", cache, src, pos, slot)
     _need_float("cache_write", src)
     if src.ndim != 3:
@@ -303,27 +404,33 @@ def cache_write(cache: Tensor, src: Tensor, pos: Tensor, slot: Tensor) -> None:
 
 def cached_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor, slot: Tensor,
                      scale: float | None = None, k_new: Tensor | None = None, v_new: Tensor | None = None) -> Tensor:
-    """Attention of query rows against KV caches: q (T, H, D); row t sees positions 0..pos[t] of
+    """Attention of query rows against KV caches: q (T, H, D), caches (n_slots, n_ctx, KVH, D) with
+    H % KVH == 0 (query head h reads cache head h // (H // KVH)); row t sees positions 0..pos[t] of
     cache slot slot[t] (the rows may belong to different sequences) -> (T, H, D) float32.
 
-    With `k_new`, `v_new` (T, H, D), each row's key and value are first stored at its position of
-    its slot (`cache_write`) in the same launch; the rows must then have distinct slots (a decode
-    step over several sequences), since no row waits for another's store."""
+    With `k_new`, `v_new` (T, KVH, D), each row's key and value are stored at its position of its
+    slot (`cache_write`) by the same launch, and the row attends to them; the rows must then have
+    distinct slots (a decode step over several sequences), since no row waits for another's store.
+    Slots out of range: as in `cache_write`."""
     news = [t for t in (k_new, v_new) if t is not None]
     if len(news) == 1:
         raise ArgumentError("cached_attention: give both k_new and v_new, or neither")
     check_same_device("cached_attention", q, k_cache, v_cache, pos, slot, *news)
     _need_float("cached_attention", q, *news)
-    if any(t.shape != q.shape for t in news):
-        raise ShapeError(f"cached_attention: k_new and v_new must have q's shape {q.shape}, "
-                         f"got {[t.shape for t in news]}")
     if q.ndim != 3:
         raise ShapeError(f"cached_attention: q must be (T, H, D), got {q.shape}")
     T, H, D = q.shape
-    _check_cache("cached_attention", k_cache, H, D)
+    if k_cache.ndim != 4:
+        raise ShapeError(f"cached_attention: a KV cache is (n_slots, n_ctx, KVH, D), got {k_cache.shape}")
+    KVH = k_cache.shape[2]
+    _check_heads("cached_attention", H, KVH)
+    _check_cache("cached_attention", k_cache, KVH, D)
     if v_cache.shape != k_cache.shape:
         raise ShapeError(f"cached_attention: k and v caches differ: {k_cache.shape} vs {v_cache.shape}")
-    _check_cache("cached_attention", v_cache, H, D)
+    _check_cache("cached_attention", v_cache, KVH, D)
+    if any(t.shape != (T, KVH, D) for t in news):
+        raise ShapeError(f"cached_attention: k_new and v_new must be (T, KVH, D) = {(T, KVH, D)}, "
+                         f"got {[t.shape for t in news]}")
     _int_vector("cached_attention", "pos", pos, T)
     _int_vector("cached_attention", "slot", slot, T)
     return q.device.backend.cached_attention(q, k_cache, v_cache, pos, slot, _scale(scale, D), k_new, v_new)

@@ -1,7 +1,7 @@
-"""`formats.gguf_writer`: a HF GPT-2 checkpoint written as GGUF through the gguf package's writer
-(what `webtensor web` serves the page for int8). Read back by the gguf package and the pure
-reader: the q8_0 tensors are bit for bit the native int8 model's quantization at load, the floats
-the checkpoint's, config and tokenizer the same; f16 / f32 outtypes; bad input refused."""
+"""`formats.gguf_writer`: a HF checkpoint written as GGUF through the gguf package's writer (what `webtensor web`
+serves the page for int8), here GPT-2's. Read back by the gguf package and the pure reader: the q8_0 tensors are
+bit for bit the native q8_0 model's quantization at load, the floats the checkpoint's, config and tokenizer the
+same; f16 / f32 outtypes; bad input refused. (The Llama family's files: tests/models/test_llama_vs_hf.py.)"""
 
 from __future__ import annotations
 
@@ -15,15 +15,17 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 from gpt2_fixtures import make_checkpoint  # noqa: E402
 
 import webtensor as wt  # noqa: E402
-from webtensor.formats.gguf_reader import (
-    GGUFCheckpoint,  # noqa: E402
-    gguf_name,  # noqa: E402
-)
-from webtensor.formats.gguf_writer import gpt2_gguf_bytes, write_gpt2  # noqa: E402
+from webtensor.formats import q8_0  # noqa: E402
+from webtensor.formats.gguf_writer import gguf_bytes, write_gguf  # noqa: E402
 from webtensor.models.gpt2 import GPT2  # noqa: E402
-from webtensor.models.gpt2.quantized import Int8Reader, held_in_q8  # noqa: E402
-from webtensor.models.gpt2.weights import SafetensorsReader, weight_files  # noqa: E402
+from webtensor.models.gpt2.names import gguf_name  # noqa: E402
+from webtensor.models.loader import open_checkpoint  # noqa: E402
 from webtensor.text.tokenizer import GPT2Tokenizer  # noqa: E402
+
+
+def held_in_q8(name: str) -> bool:
+    return name == "wte.weight" or (name.startswith("h.") and name.endswith(
+        ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")))
 
 pytest.importorskip("gguf")
 TEXT = "Hello world, it is a truth universally acknowledged <|endoftext|> again"
@@ -38,22 +40,24 @@ def hf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("reader", ["gguf", "pure"])
 @pytest.mark.parametrize("outtype", ["q8_0", "f16", "f32"])
 def test_written_file_reads_back(hf: Path, tmp_path: Path, outtype: str, reader: str) -> None:
-    path = write_gpt2(hf, tmp_path / f"m.{outtype}.gguf", outtype)
-    ck = GGUFCheckpoint(path, reader=reader)
-    src = SafetensorsReader(weight_files(hf))
-    q8 = Int8Reader(src)
+    path = write_gguf(hf, tmp_path / f"m.{outtype}.gguf", outtype)
+    ck = open_checkpoint(path, reader=reader)
+    src = open_checkpoint(hf)
     want_type = {"q8_0": "Q8_0", "f16": "F16", "f32": "F32"}[outtype]
-    for name in ck.names():
-        assert ck.tensor_type(name) == (want_type if held_in_q8(name) else "F32"), name
+    assert ck.names == src.names
+    for name in ck.names:
+        assert ck.stored_type(name) == (want_type if held_in_q8(name) else "F32"), name
         if outtype == "q8_0" and held_in_q8(name):
-            got, ref = ck.get_q8(name), q8.get(name)
-            assert np.array_equal(got.to_blocks(), ref.to_blocks()), name  # the native int8 weights, bit for bit
+            ref = src.array(name)
+            ref = q8_0.quantize(ref if name == "wte.weight" else np.ascontiguousarray(ref.T))  # (N, K)
+            assert bytes(ck.raw(name)) == ref.to_blocks().tobytes(), name  # the native q8_0 weights, bit for bit
         else:
-            ref = src.get(name)
-            got = ck.get(name)
+            ref = src.array(name)
+            got = ck.array(name)
             ref = ref.astype(np.float16) if outtype == "f16" and held_in_q8(name) else ref
             assert np.array_equal(got, ref), name
     cfg = GPT2.from_pretrained(hf, device=wt.Device.cpu()).config
+    assert ck.family.name == "gpt2"
     assert (ck.config.n_layer, ck.config.n_embd, ck.config.n_head, ck.config.n_positions, ck.config.vocab_size) == (
         cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.n_positions, cfg.vocab_size)
     assert ck.config.layer_norm_epsilon == pytest.approx(cfg.layer_norm_epsilon)
@@ -62,7 +66,7 @@ def test_written_file_reads_back(hf: Path, tmp_path: Path, outtype: str, reader:
 
 def test_int8_model_from_the_file_is_the_int8_model(hf: Path, tmp_path: Path) -> None:
     """GPT2 int8 from the written q8_0 GGUF and from the safetensors: the same logits, exactly."""
-    path = write_gpt2(hf, tmp_path / "m.gguf")
+    path = write_gguf(hf, tmp_path / "m.gguf")
     ids = GPT2Tokenizer.from_dir(hf).encode(TEXT)
     a = GPT2.from_pretrained(path, device=wt.Device.cpu(), dtype="int8").logits(ids)
     b = GPT2.from_pretrained(hf, device=wt.Device.cpu(), dtype="int8").logits(ids)
@@ -70,7 +74,7 @@ def test_int8_model_from_the_file_is_the_int8_model(hf: Path, tmp_path: Path) ->
 
 
 def test_bytes_and_size(hf: Path) -> None:
-    data = gpt2_gguf_bytes(hf)
+    data = gguf_bytes(hf)
     assert data[:4] == b"GGUF"
     ck_f32 = (hf / "model.safetensors").stat().st_size
     # the matrices at 34/32 bytes a value instead of 4; the rest (biases, wpe, metadata) float
@@ -85,11 +89,11 @@ def test_names() -> None:
 
 def test_bad_input_refused(hf: Path, tmp_path: Path) -> None:
     with pytest.raises(wt.ArgumentError, match="outtype"):
-        write_gpt2(hf, tmp_path / "x.gguf", "q4_0")
+        write_gguf(hf, tmp_path / "x.gguf", "q5_0")
     bad = tmp_path / "bad"
     bad.mkdir()
     for f in hf.iterdir():
         (bad / f.name).write_bytes(f.read_bytes())
     (bad / "model.safetensors").write_bytes((hf / "model.safetensors").read_bytes()[:3000])
     with pytest.raises(wt.CheckpointError, match="safetensors"):
-        write_gpt2(bad, tmp_path / "y.gguf")
+        write_gguf(bad, tmp_path / "y.gguf")

@@ -18,10 +18,9 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 from gpt2_fixtures import make_checkpoint, make_tokenizer  # noqa: E402
 
 import webtensor as wt  # noqa: E402
-from webtensor.generation import Workspace, prefill  # noqa: E402
 from webtensor.models.gpt2 import GPT2  # noqa: E402
+from webtensor.runtime.runner import RunRow  # noqa: E402
 from webtensor.models.gpt2.config import ACTIVATIONS, FIELDS, GPT2Config  # noqa: E402
-from webtensor.web.gpt2_web import WebGPT2  # noqa: E402
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -88,19 +87,19 @@ def test_option_matches_hf(option, kind, gpu):
     assert len(set(greedy)) > 2  # the continuation varies: a real check of the decode path
     assert m.generate(IDS, 12, stop_at_eos=False) == greedy
     # the captured decode step (greedy above replays it) gives the same logits
-    ws = m._workspaces.acquire(lambda: Workspace(m, m.new_cache()))
-    prefill(m, ws.cache, IDS[:-1])
-    ws.state.set([IDS[-1]], [len(IDS) - 1])
-    assert_logits_close(ws.logits_graph(m).replay().numpy()[0], want[-1])
-    m._workspaces.release(ws)
+    runner = m.runner(1, bucketed=False)
+    runner.prefill(0, IDS[:-1])
+    got = runner.collect(runner.launch([RunRow(0, (IDS[-1],), len(IDS) - 1, read_logits=True)]))
+    assert_logits_close(got.logits[0], want[-1])
+    runner.close()
 
 
 def test_page_loader_implements_the_same(tmp_path, gpu):
-    """The browser's numpy-free driver shares config.py and weights.py."""
+    """The page's loader (the pure-Python readers) reads the same config and weights."""
     opts = OPTIONS["all-at-once"]
     d = make_checkpoint(tmp_path / "c", **BASE, **opts)
     hf = transformers.GPT2LMHeadModel.from_pretrained(str(d)).eval()
-    m = WebGPT2.load(d, gpu)
+    m = wt.load_model(d, gpu, "float32", reader="pure")
     assert m.generate(IDS, 10, stop_at_eos=False) == hf_greedy(hf, IDS, 10)
 
 
@@ -251,7 +250,7 @@ def test_refused_with_the_field_named(case, base_ckpt, tmp_path, gpu):
     with pytest.raises(wt.CheckpointError, match=pattern):
         GPT2.from_pretrained(d, device="cpu")
     with pytest.raises(wt.CheckpointError, match=pattern):  # the page refuses it alike
-        WebGPT2.load(d, gpu)
+        wt.load_model(d, gpu, "float32", reader="pure")
 
 
 def test_padded_embedding_is_fine(tmp_path, cpu):

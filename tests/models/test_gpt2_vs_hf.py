@@ -16,6 +16,7 @@ from gpt2_fixtures import make_checkpoint  # noqa: E402
 
 import webtensor as wt  # noqa: E402
 from webtensor.models.gpt2 import GPT2  # noqa: E402
+from webtensor.runtime.runner import RunRow  # noqa: E402
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -76,10 +77,10 @@ def test_kv_cached_decode_equals_full_recompute(ckpt, dev):
     d, _ = ckpt
     m = GPT2.from_pretrained(d, device=dev)
     ids = prompt(9, m.config.vocab_size, seed=2)
-    cache = m.new_cache()
-    stepped = [m.forward_cached(ids[:5], cache).numpy()[0]]
-    for t in ids[5:]:
-        stepped.append(m.forward_cached([t], cache).numpy()[0])
+    runner = m.runner(1, bucketed=False)  # the prompt through the span path, then one row a step (the decode path)
+    stepped = [runner.prefill(0, ids[:5]).numpy()[0]]
+    for p, t in enumerate(ids[5:], start=5):
+        stepped.append(runner.collect(runner.launch([RunRow(0, (t,), p, read_logits=True)])).logits[0])
     full = m.logits(ids)[4:]
     assert rel_err(np.stack(stepped), full) <= 1e-5
 

@@ -33,7 +33,7 @@ def cpu_int8() -> GPT2:
 def test_int8_on_webgpu_equals_the_cpu_reference(gpu, cpu_int8, monkeypatch, gpu_style):
     monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", gpu_style)
     m = GPT2.from_pretrained(None, device=gpu, dtype="int8")
-    assert m.quant == "q8_0" and isinstance(m.wte, q8_0.Q8Weight)
+    assert m.quant == "q8_0" and type(m.wte).__name__ == "Q8Gpu"  # (the q8_0 blocks, uploaded as they are)
     ids = cpu_int8.encode(PROSE)[:40]
     assert rel_err(m.logits(ids), cpu_int8.logits(ids)) <= 1e-5
     p = cpu_int8.encode(PROMPT)

@@ -251,7 +251,7 @@ sys.meta_path.insert(0, NoNumpy())
 sys.path.insert(0, {str(SRC)!r})
 import array
 from webtensor.sampling import SamplingParams, sample
-import webtensor.web.gpt2_web, webtensor.web.app
+import webtensor.models.loader, webtensor.web.app
 logits = array.array("f", [0.5, 2.0, -1.0, 2.0, 0.0])
 print(sample(logits, SamplingParams(0.0), 0), sample(logits, SamplingParams(0.8, 3, 0.9, 7), 3),
       "numpy" in sys.modules)

@@ -1,6 +1,6 @@
 """One seed, the same sampled tokens on every native path: `GPT2.generate` on the CPU device and on
 WebGPU (lavapipe here; the replayed decode graph and op by op), the server's engine (whole and
-chunked prefill), and the page's numpy-free driver (`WebGPT2`, natively on wgpu). The page itself,
+chunked prefill), and the model as the page loads it (pure-Python readers, natively on wgpu). The page itself,
 in Chromium, is checked against the same tokens in tests/web/test_browser.py."""
 
 from __future__ import annotations
@@ -61,9 +61,9 @@ def test_wgpu_model_same_tokens(ckpt, gpu, want):
 
 def _engine_tokens(model: GPT2, ids: list[int], chunk: int) -> list[int]:
     """Drive the server's engine as its scheduler does: the prompt in chunks, then one token a step."""
-    from webtensor.serve.engine import GPT2Engine, Row, Sampling
+    from webtensor.serve.engine import ModelEngine, Row, Sampling
 
-    engine = GPT2Engine(model, max_batch=2)
+    engine = ModelEngine(model, max_batch=2, engine="reference")
     s = Sampling(seed=SEED, **KW)
     out: list[int] = []
     for start in range(0, len(ids), chunk):
@@ -84,35 +84,30 @@ def test_serve_engine_same_tokens(cpu_model, gpu, ckpt, want):
     assert _engine_tokens(GPT2.from_pretrained(ckpt, device=gpu), ids, chunk=3) == toks
 
 
-def test_page_driver_same_tokens(ckpt, gpu, want):
-    from webtensor.web.gpt2_web import WebGPT2
+def _page(ckpt, gpu):
+    """The model as the page loads it: the one loader through its pure-Python readers."""
+    return wt.load_model(ckpt, gpu, "float32", reader="pure")
 
+
+def test_page_driver_same_tokens(ckpt, gpu, want):
     ids, toks = want
-    model = WebGPT2.load(ckpt, gpu)
+    model = _page(ckpt, gpu)
     assert model.generate(ids, N_NEW, seed=SEED, stop_at_eos=False, **KW) == toks
-    assert model.last_stats.seed == SEED
-    model.generate(ids, 3, seed=None, stop_at_eos=False, **KW)  # seed None: a fresh one, reported
-    fresh = model.last_stats.seed
-    assert isinstance(fresh, int) and fresh != SEED
 
 
 def test_truncated_prompt_positions_count_from_the_kept_tokens(cpu_model, gpu, ckpt):
-    from webtensor.web.gpt2_web import WebGPT2
-
     ids = (cpu_model.encode(PROMPT) * 12)[:60]  # 60 + 10 > 64 positions: the first 6 tokens are dropped
     a = cpu_model.generate(ids, 10, seed=SEED, stop_at_eos=False, truncate_prompt=True, **KW)
     assert a == cpu_model.generate(ids[6:], 10, seed=SEED, stop_at_eos=False, **KW)
-    page = WebGPT2.load(ckpt, gpu)
+    page = _page(ckpt, gpu)
     assert page.generate(ids, 10, seed=SEED, stop_at_eos=False, truncate_prompt=True, **KW) == a
     with pytest.raises(wt.ContextLengthError, match="exceeds the model's context of 64 positions"):
         page.generate(ids, 10, seed=SEED, **KW)
 
 
 def test_page_driver_checks_as_the_api(ckpt, gpu, cpu_model):
-    """WebGPT2.generate refuses what GPT2.generate refuses, with the same message."""
-    from webtensor.web.gpt2_web import WebGPT2
-
-    page = WebGPT2.load(ckpt, gpu)
+    """The page's model refuses what GPT2.generate refuses, with the same message."""
+    page = _page(ckpt, gpu)
     bad = [dict(max_new_tokens=0), dict(temperature=-0.5), dict(top_k=-2), dict(top_p=0.0), dict(top_p=1.5),
            dict(seed=-1), dict(temperature=float("nan")), dict(ids=[]), dict(ids=[5, 400]),
            dict(ids=[1.5]), dict(max_new_tokens=70)]

@@ -1,4 +1,4 @@
-"""A test server: the shipped model's GPT2Engine behind a wrapper that slows every step down (so tests
+"""A test server: the shipped model's reference engine behind a wrapper that slows every step down (so tests
 can catch requests mid-flight) and raises a GPUError in any step that feeds the FAULT token ids.
 Run as a script: python fault_server.py PORT DELAY_S MAX_BATCH MAX_QUEUE [API_KEY]."""
 
@@ -11,17 +11,18 @@ from collections.abc import Sequence
 from webtensor.device import Device
 from webtensor.errors import GPUError
 from webtensor.models.gpt2.model import GPT2
-from webtensor.serve.engine import GPT2Engine, Row
+from webtensor.serve.engine import ModelEngine, Row
 from webtensor.serve.server import serve
 
 FAULT = (4095, 4094, 4093)  # a prompt starting with these ids makes its step fail
 
 
 class SlowFaultyEngine:
-    def __init__(self, inner: GPT2Engine, delay: float):
+    def __init__(self, inner: ModelEngine, delay: float):
         self.inner, self.delay = inner, delay
         self.name, self.max_batch, self.n_ctx = inner.name, inner.max_batch, inner.n_ctx
-        self.vocab_size, self.eos_token_id, self.tokenizer = inner.vocab_size, inner.eos_token_id, inner.tokenizer
+        self.vocab_size, self.eos_ids, self.bos_id = inner.vocab_size, inner.eos_ids, inner.bos_id
+        self.tokenizer, self.chat_template = inner.tokenizer, inner.chat_template
 
     def step(self, rows: Sequence[Row]) -> list[int | None]:
         time.sleep(self.delay)
@@ -37,5 +38,5 @@ if __name__ == "__main__":
     port, delay, max_batch, max_queue = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     key = sys.argv[5] if len(sys.argv) > 5 else None
     model = GPT2.from_pretrained(None, device=Device.cpu())
-    engine = SlowFaultyEngine(GPT2Engine(model, max_batch, name="webtensor-shipped"), delay)
+    engine = SlowFaultyEngine(ModelEngine(model, max_batch, name="webtensor-shipped", engine="reference"), delay)
     serve(engine, "127.0.0.1", port, max_queue, key, grace=10)

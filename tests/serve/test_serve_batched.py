@@ -10,11 +10,19 @@ import random
 import numpy as np
 import pytest
 
-from webtensor import generation as G
 from webtensor.errors import ArgumentError, ContextLengthError
 from webtensor.models.gpt2.model import GPT2
-from webtensor.serve.batched import BatchedGPT2Engine
-from webtensor.serve.engine import GPT2Engine, Row, Sampling
+from webtensor.runtime import runner as R
+from webtensor.runtime.batch import StepBatch
+from webtensor.serve.engine import ModelEngine, Row, Sampling
+
+
+def BatchedEngine(model, n):  # noqa: N802
+    return ModelEngine(model, n)
+
+
+def ReferenceEngine(model, n):  # noqa: N802
+    return ModelEngine(model, n, engine="reference")
 
 CHUNK = 64
 
@@ -89,8 +97,8 @@ def drive(engine, reqs: list[dict], seed: int, widths: list[int] | None = None) 
 def _check_same(model, n: int, max_batch: int, max_new: int, seed: int) -> None:
     reqs = _requests(n, seed, max_new)
     widths: list[int] = []
-    ref = drive(GPT2Engine(model, max_batch), reqs, seed)
-    engine = BatchedGPT2Engine(model, max_batch)
+    ref = drive(ReferenceEngine(model, max_batch), reqs, seed)
+    engine = BatchedEngine(model, max_batch)
     assert engine.use_graph  # the replayed decode step, on the CPU as on WebGPU
     bat = drive(engine, reqs, seed, widths)
     assert bat == ref
@@ -105,26 +113,24 @@ def test_cpu_batched_equals_reference(cpu_model):
 def test_step_shapes_are_few_and_their_graphs_bounded(cpu_model, monkeypatch):
     """bucket(): every width fits, padding bounded, few distinct shapes; with MAX_GRAPHS = 3 the
     engine releases the least recently used graphs and still gives the reference's tokens."""
-    from webtensor.serve import batched
-
-    widths = [batched.bucket(n) for n in range(1, 2049)]
+    widths = [R.bucket(n) for n in range(1, 2049)]
     assert all(w >= n for n, w in zip(range(1, 2049), widths, strict=True))
     for n, w in zip(range(1, 2049), widths, strict=True):  # padding: < n, then 8, 64, 256 rows
         assert w - n < (n if n <= 8 else 8 if n <= 64 else 64 if n <= 512 else 256), (n, w)
     assert len(set(widths[:64])) == 11 and len(set(widths)) <= 32
-    monkeypatch.setattr(batched, "MAX_GRAPHS", 3)
+    monkeypatch.setattr(R, "MAX_GRAPHS", 3)
     reqs = _requests(12, 5, 5)
-    engine = BatchedGPT2Engine(cpu_model, 6)
+    engine = BatchedEngine(cpu_model, 6)
     sizes: list[int] = []
-    real = engine._graph
+    real = engine.runner._graph
 
     def spy(*a):
         g = real(*a)
-        sizes.append(len(engine._graphs))
+        sizes.append(len(engine.runner._graphs))
         return g
 
-    engine._graph = spy
-    assert drive(engine, reqs, 5) == drive(GPT2Engine(cpu_model, 6), reqs, 5)
+    engine.runner._graph = spy
+    assert drive(engine, reqs, 5) == drive(ReferenceEngine(cpu_model, 6), reqs, 5)
     assert max(sizes) == 3 and len(sizes) > 6
     stats = engine.graph_stats  # (what /health reports)
     assert stats["held"] == 3 and stats["captured"] > 3 and stats["capture_ms"] > 0
@@ -137,20 +143,20 @@ def test_lavapipe_batched_equals_reference(gpu_model):
 
 def _rows_alone_and_together(model, B: int) -> tuple[np.ndarray, np.ndarray]:
     dev = model.device
-    cache = model.new_cache(B)
+    runner = model.runner(B)
     rng = np.random.default_rng(0)
     lens = [3 + 5 * s for s in range(B)]
     for s in range(B):
-        G.prefill(model, cache, rng.integers(0, 4096, lens[s]).tolist(), 0, s)
+        runner.prefill(s, rng.integers(0, 4096, lens[s]).tolist())
     toks = rng.integers(0, 4096, B).tolist()
-    with dev.dispatch_scope():
-        together = model.forward(G.int_tensor(toks, dev), G.int_tensor(lens, dev),
-                                 G.int_tensor(list(range(B)), dev), cache, None, False).numpy()
-    alone = []
-    for s in range(B):
+
+    def rows(slots: list[int]) -> np.ndarray:
         with dev.dispatch_scope():
-            alone.append(model.forward(G.int_tensor([toks[s]], dev), G.int_tensor([lens[s]], dev),
-                                       G.int_tensor([s], dev), cache, None, False).numpy()[0])
+            batch = StepBatch(R.int_tensor([toks[s] for s in slots], dev), R.int_tensor([lens[s] for s in slots], dev),
+                              R.int_tensor(slots, dev))
+            return model.forward(batch, runner.cache).numpy()
+    together = rows(list(range(B)))
+    alone = [rows([s])[0] for s in range(B)]
     return together, np.stack(alone)
 
 
@@ -165,7 +171,7 @@ def test_lavapipe_rows_bit_identical_to_alone(gpu_model):
     assert np.array_equal(together, alone)
 
 
-@pytest.mark.parametrize("make", [GPT2Engine, BatchedGPT2Engine], ids=["reference", "batched"])
+@pytest.mark.parametrize("make", [ReferenceEngine, BatchedEngine], ids=["reference", "batched"])
 def test_bad_rows_are_argument_errors(cpu_model, make):
     e = make(cpu_model, 2)
     greedy = Sampling()
@@ -185,7 +191,7 @@ def test_bad_rows_are_argument_errors(cpu_model, make):
 
 
 def test_batched_step_is_checked_whole(cpu_model):
-    e = BatchedGPT2Engine(cpu_model, 3)
+    e = BatchedEngine(cpu_model, 3)
     greedy = Sampling()
     a, b = e.step([Row(0, (1, 2), 0, greedy), Row(1, (3,), 0, greedy)])
     with pytest.raises(ArgumentError, match="slot 0 has two rows in one step"):
@@ -197,7 +203,7 @@ def test_batched_step_is_checked_whole(cpu_model):
     with pytest.raises(ArgumentError):
         e.release(3)
     # nothing ran: slot 0 still holds 2 tokens and continues as if the bad steps never were
-    ref = GPT2Engine(cpu_model, 3)
+    ref = ReferenceEngine(cpu_model, 3)
     assert ref.step([Row(0, (1, 2), 0, greedy), Row(1, (3,), 0, greedy)]) == [a, b]
     assert e.step([Row(0, (a,), 2, greedy)]) == ref.step([Row(0, (a,), 2, greedy)])
 
@@ -207,7 +213,7 @@ def _follow_equals_steps(model) -> None:
     the device) gives the tokens that stepping one at a time gives; bad follows are refused."""
     greedy = Sampling()
     prompts = [Row(0, (5, 6, 7), 0, greedy), Row(1, (9,), 0, greedy), Row(2, tuple(range(20, 31)), 0, greedy)]
-    ref, e = BatchedGPT2Engine(model, 4), BatchedGPT2Engine(model, 4)
+    ref, e = BatchedEngine(model, 4), BatchedEngine(model, 4)
     first = ref.step(prompts)
     assert e.step(prompts) == first
     want, last = [], first
@@ -226,10 +232,10 @@ def _follow_equals_steps(model) -> None:
         e.follow(handles[-1], rows)  # the same positions again
     with pytest.raises(ArgumentError, match="last launched step"):
         e.follow(handles[0], [Row(r.slot, (0,), r.start + 2, greedy) for r in rows])  # not the last
-    with pytest.raises(ArgumentError, match="1 to 8 steps"):
-        e.follow(handles[-1], [Row(r.slot, (0,), r.start + 2, greedy) for r in rows], 9)
+    with pytest.raises(ArgumentError, match=f"1 to {R.RING_STEPS}"):
+        e.follow(handles[-1], [Row(r.slot, (0,), r.start + 2, greedy) for r in rows], R.RING_STEPS + 1)
     chunk = e.launch([Row(3, (1, 2), 0, greedy)])  # a prompt chunk's step does not feed back
-    with pytest.raises(ArgumentError, match="greedy decode rows only"):
+    with pytest.raises(ArgumentError, match="one-token choosing rows only"):
         e.follow(chunk, [Row(3, (0,), 2, greedy)])
     e.collect(chunk)
     assert not e.can_follow([Row(0, (1,), 7, Sampling(0.8, None, None, 1))])  # sampling: host-side

@@ -23,7 +23,7 @@ class _Tok:
 
 
 class RecordingEngine:
-    name, n_ctx, vocab_size, eos_token_id = "fake", 512, 100, None
+    name, n_ctx, vocab_size, eos_ids, bos_id, chat_template = "fake", 512, 100, frozenset(), None, None
 
     def __init__(self, max_batch: int, delay: float = 0.0):
         self.max_batch, self.tokenizer, self.delay = max_batch, _Tok(), delay
@@ -165,7 +165,7 @@ class FollowingEngine(RecordingEngine):
 
     def __init__(self, max_batch: int, eos: int | None):
         super().__init__(max_batch)
-        self.eos_token_id, self.follows, self.multi = eos, 0, 0
+        self.eos_ids, self.follows, self.multi = frozenset(() if eos is None else (eos,)), 0, 0
         self._last: tuple[list[Row], list[list[int | None]]] | None = None
 
     def launch(self, rows: Sequence[Row]) -> tuple[list[Row], list[list[int | None]]]:
@@ -218,7 +218,7 @@ def _follow_check(jobs: list[tuple[int, int]], extra: int = 1) -> FollowingEngin
     string at most `extra` in flight: 1, or with several steps a follow, the rest of its steps and
     the next follow's)."""
     plain, fol = RecordingEngine(max_batch=8), FollowingEngine(max_batch=8, eos=0)
-    plain.eos_token_id = 0
+    plain.eos_ids = frozenset({0})
     plain.tokenizer = fol.tokenizer = _Letters()
     want = asyncio.run(_texts(plain, jobs))
     got = asyncio.run(_texts(fol, jobs))

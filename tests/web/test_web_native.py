@@ -110,7 +110,7 @@ def test_web_gpt2_int8_from_the_served_gguf(gpu, tmp_path):
     gives the native int8 model's tokens, greedy and sampled; float16 where the device has it."""
     from gpt2_fixtures import make_checkpoint
 
-    from webtensor.formats.gguf_writer import write_gpt2
+    from webtensor.formats.gguf_writer import write_gguf
     from webtensor.models.gpt2 import GPT2
     from webtensor.web.gpt2_web import WebGPT2
 
@@ -119,7 +119,7 @@ def test_web_gpt2_int8_from_the_served_gguf(gpu, tmp_path):
     page.mkdir()
     for f in ("config.json", "tokenizer.json"):
         (page / f).write_bytes((d / f).read_bytes())
-    write_gpt2(d, page / "model.q8_0.gguf")
+    write_gguf(d, page / "model.q8_0.gguf")
     ref = GPT2.from_pretrained(d, device=gpu, dtype="int8")
     ids = ref.encode("Once upon a time, a model")
     model = WebGPT2.load(page, gpu, dtype="int8")
@@ -144,7 +144,7 @@ def test_web_gpt2_int8_from_the_served_gguf(gpu, tmp_path):
     f32.mkdir()
     for f in ("config.json", "tokenizer.json"):
         (f32 / f).write_bytes((d / f).read_bytes())
-    write_gpt2(d, f32 / "model.gguf", "f32")
+    write_gguf(d, f32 / "model.gguf", "f32")
     with pytest.raises(wt.CheckpointError, match="is F32; the page's int8 model reads Q8_0"):
         WebGPT2.load(f32, gpu, dtype="int8")
 

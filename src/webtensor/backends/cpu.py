@@ -143,6 +143,46 @@ def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.nd
     return (y * w.astype(np.float64) + b.astype(np.float64)).astype(x.dtype)
 
 
+def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    # x: (..., C); x / sqrt(mean(x^2) + eps) * w (C,). The mean square in float64: no overflow for
+    # any float32 input (rms_norm.wgsl scales big rows instead)
+    v = x.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # (inf and NaN: docs/numerics.md)
+        ms = (v * v).mean(axis=-1, keepdims=True)
+        return (v / np.sqrt(ms + eps) * w.astype(np.float64)).astype(x.dtype)
+
+
+def swiglu(g: np.ndarray, u: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
+    # silu(g) * u = g * sigmoid(g) * u in float32, sigmoid as 1 / (1 + exp(-g)) (elementwise.wgsl's
+    # order: exp(-g) overflowing to inf gives sigmoid 0, so silu(-large) = -0)
+    gv = _f32(g)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return (gv * (F32(1.0) / (F32(1.0) + np.exp(-gv))) * _f32(u)).astype(out_dtype)
+
+
+def _check_positions(pos: np.ndarray, P: int) -> None:
+    # rope's positions are host data here: checked on every call (and replay), as webtensor.ops
+    # checks positions given from the host (rope.wgsl clamps them to the table instead)
+    if pos.size and (pos.min() < 0 or pos.max() >= P):
+        bad = pos[(pos < 0) | (pos >= P)].reshape(-1)[0]
+        raise ShapeError(f"rope: position {bad} is outside the cos / sin tables of {P} rows")
+
+
+def rope(x: np.ndarray, pos: np.ndarray, cos: np.ndarray, sin: np.ndarray, interleaved: bool) -> np.ndarray:
+    # x: (T, H, D); pos: (T,); cos, sin: (P, R/2) float32. Pairs (a, b) = dims (i, i + R/2), or
+    # (2i, 2i + 1) when interleaved, rotate by the angle of row pos[t], column i: a c - b s, b c + a s,
+    # in float32; dims R.. pass through. -> (T, H, D) in x's dtype
+    half = cos.shape[1]
+    c, s = cos[pos][:, None, :], sin[pos][:, None, :]  # (T, 1, R/2)
+    v = _f32(x)
+    out = v.copy()
+    ia, ib = (slice(0, 2 * half, 2), slice(1, 2 * half, 2)) if interleaved else (slice(0, half), slice(half, 2 * half))
+    a, b = v[..., ia], v[..., ib]
+    out[..., ia] = a * c - b * s
+    out[..., ib] = b * c + a * s
+    return out.astype(x.dtype)
+
+
 def softmax(x: np.ndarray) -> np.ndarray:
     v = _f32(x)
     e = np.exp(v - v.max(axis=-1, keepdims=True))
@@ -150,8 +190,13 @@ def softmax(x: np.ndarray) -> np.ndarray:
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float) -> np.ndarray:
-    # q: (T, H, D), k and v: (S, H, D) with S >= T; query t sees keys j <= t + (S - T) if causal
+    # q: (T, H, D), k and v: (S, KVH, D) with S >= T; query head h reads kv head h // (H // KVH);
+    # query t sees keys j <= t + (S - T) if causal
     T, S = q.shape[0], k.shape[0]
+    H, KVH = q.shape[1], k.shape[1]
+    if KVH != H:  # grouped-query: each kv head repeated for its H // KVH query heads
+        heads = np.arange(H) // (H // KVH)
+        k, v = k[:, heads], v[:, heads]  # (S, H, D)
     qh, kh, vh = (_f32(t).transpose(1, 0, 2) for t in (q, k, v))  # (H, T, D), (H, S, D)
     scores = (qh @ kh.transpose(0, 2, 1)) * F32(scale)  # (H, T, S)
     if causal:
@@ -182,28 +227,46 @@ def cast(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return x.astype(dtype)
 
 
+def _check_slots(slot: np.ndarray, n_slots: int) -> None:
+    # a KV cache's slots are host data here: checked on every call (and replay); the WGSL kernels
+    # skip a row whose slot is out of range instead (never writing outside the cache)
+    if slot.size and (slot.min() < 0 or slot.max() >= n_slots):
+        bad = slot[(slot < 0) | (slot >= n_slots)].reshape(-1)[0]
+        raise ShapeError(f"KV cache: slot {bad} is out of range for a cache of {n_slots} slots")
+
+
 def cache_write(cache: np.ndarray, src: np.ndarray, pos: np.ndarray, slot: np.ndarray) -> None:
     # cache: (n_slots, n_ctx, H, D) float32; src: (T, H, D); row t goes to cache[slot[t], pos[t]]
     # (rows whose position is past the context are skipped, as in cache_write.wgsl)
+    _check_slots(slot, cache.shape[0])
     for t in range(src.shape[0]):
         if 0 <= pos[t] < cache.shape[1]:
             cache[slot[t], pos[t]] = _f32(src[t])
 
 
+def _query_groups(q: np.ndarray, KVH: int) -> np.ndarray:
+    # q (T, H, D) as (T, KVH, H // KVH, D): query head h = kv head h // G, member h % G (a view:
+    # splitting one axis never copies, so a captured step's view follows the tensor)
+    T, H, D = q.shape
+    return q.reshape(T, KVH, H // KVH, D)
+
+
 def cached_attention(q: np.ndarray, kc: np.ndarray, vc: np.ndarray, pos: np.ndarray, slot: np.ndarray,
                      scale: float) -> np.ndarray:
-    # q: (T, H, D); kc, vc: (n_slots, n_ctx, H, D); row t attends to positions 0..pos[t] of slot[t]
-    # (each row as `attention` computes one query, non-causal: the same numpy operations in the same
-    # order, without its conversions and masks)
+    # q: (T, H, D); kc, vc: (n_slots, n_ctx, KVH, D); row t attends to positions 0..pos[t] of slot[t],
+    # query head h to kv head h // (H // KVH): the G = H // KVH query heads of a kv head as G rows
+    # against its keys (each row as `attention` computes one query, non-causal: the same numpy
+    # operations in the same order, without its conversions and masks)
+    _check_slots(slot, kc.shape[0])
     out = np.empty(q.shape, F32)
-    qh = _f32(q)[:, :, None, :]  # (T, H, 1, D)
+    qh = _query_groups(_f32(q), kc.shape[2])  # (T, KVH, G, D)
     sc = F32(scale)
     for t in range(q.shape[0]):
         n = min(int(pos[t]) + 1, kc.shape[1])
-        k, v = kc[slot[t], :n].transpose(1, 0, 2), vc[slot[t], :n].transpose(1, 0, 2)  # (H, n, D)
-        scores = (qh[t] @ k.transpose(0, 2, 1)) * sc  # (H, 1, n)
+        k, v = kc[slot[t], :n].transpose(1, 0, 2), vc[slot[t], :n].transpose(1, 0, 2)  # (KVH, n, D)
+        scores = (qh[t] @ k.transpose(0, 2, 1)) * sc  # (KVH, G, n)
         e = np.exp(scores - scores.max(axis=-1, keepdims=True))
-        out[t] = ((e / e.sum(axis=-1, keepdims=True)) @ v)[:, 0]
+        out[t] = ((e / e.sum(axis=-1, keepdims=True)) @ v).reshape(q.shape[1:])  # (KVH, G, D) -> (H, D)
     return out
 
 
@@ -217,6 +280,15 @@ def advance_tokens(new: np.ndarray, ids: np.ndarray, pos: np.ndarray, tokens: np
     if n < tokens.size // max(B, 1):
         tokens.reshape(-1, B)[n] = new
     count[0] = n + 1
+
+
+def _normed(x: np.ndarray, ln: tuple | None, rms: tuple | None) -> np.ndarray:
+    # linear's prologue: x layer-normalised (ln = (w, b, eps)), RMS-normalised (rms = (w, eps)) or as is
+    if ln is not None:
+        return layer_norm(_f32(x), *ln)
+    if rms is not None:
+        return rms_norm(_f32(x), *rms)
+    return x
 
 
 # -- in-place forms, for graphs ------------------------------------------------------------------
@@ -274,18 +346,78 @@ def _gelu_step(y: np.ndarray) -> Callable[[], None]:
     return step
 
 
+def _rms_norm_step(out: np.ndarray, x: np.ndarray, w: np.ndarray, eps: float) -> Callable[[], None]:
+    # rms_norm(x, w, eps) into out; x float32, C-contiguous (as _layer_norm_step)
+    C = x.shape[-1]
+    v, sq = np.empty(x.shape, np.float64), np.empty(x.shape, np.float64)
+    ms = np.empty(x.shape[:-1] + (1,), np.float64)
+
+    def step() -> None:
+        np.copyto(v, x)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            np.multiply(v, v, out=sq)
+            np.add.reduce(sq, axis=-1, keepdims=True, out=ms)  # .mean(...): the sum, then / C
+            np.true_divide(ms, C, out=ms)
+            np.add(ms, eps, out=ms)
+            np.sqrt(ms, out=ms)
+            np.true_divide(v, ms, out=v)
+            np.multiply(v, w, out=v)  # (w float32: widened to float64 exactly, as by astype)
+        np.copyto(out, v)
+    return step
+
+
+def _swiglu_step(out: np.ndarray, g: np.ndarray, u: np.ndarray) -> Callable[[], None]:
+    # swiglu(g, u) into out (all float32): its expression, operation by operation
+    t = np.empty(g.shape, F32)
+
+    def step() -> None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            np.negative(g, out=t)
+            np.exp(t, out=t)
+            np.add(F32(1.0), t, out=t)
+            np.true_divide(F32(1.0), t, out=t)  # sigmoid(g)
+            np.multiply(g, t, out=t)
+            np.multiply(t, u, out=out)
+    return step
+
+
+def _rope_step(out: np.ndarray, x: np.ndarray, pos: np.ndarray, cos: np.ndarray, sin: np.ndarray,
+               interleaved: bool) -> Callable[[], None]:
+    # rope(x, pos, cos, sin) into out (x float32): the tables' rows gathered into scratch, then rope's
+    # products and sums, each into scratch or out
+    T, half = x.shape[0], cos.shape[1]
+    c, s = np.empty((T, 1, half), F32), np.empty((T, 1, half), F32)
+    t1, t2 = np.empty(x.shape[:-1] + (half,), F32), np.empty(x.shape[:-1] + (half,), F32)
+    ia, ib = (slice(0, 2 * half, 2), slice(1, 2 * half, 2)) if interleaved else (slice(0, half), slice(half, 2 * half))
+    a, b, oa, ob = x[..., ia], x[..., ib], out[..., ia], out[..., ib]
+
+    def step() -> None:
+        _check_positions(pos, cos.shape[0])
+        np.take(cos, pos, axis=0, out=c[:, 0])
+        np.take(sin, pos, axis=0, out=s[:, 0])
+        np.copyto(out, x)  # (the dims past R)
+        np.multiply(a, c, out=t1)
+        np.multiply(b, s, out=t2)
+        np.subtract(t1, t2, out=oa)
+        np.multiply(b, c, out=t1)
+        np.multiply(a, s, out=t2)
+        np.add(t1, t2, out=ob)
+    return step
+
+
 def _linear_step(out: np.ndarray, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, act: str | None,
-                 residual: np.ndarray | None, ln: tuple | None) -> Callable[[], None] | None:
-    """linear (with its layer-norm prologue) into float32 `out`, or None where this form does not
-    apply (other dtypes or activations, a non-contiguous input to the layer norm)."""
-    arrays = [a for a in (x, w, b, residual, *(ln or ())[:2]) if a is not None]
+                 residual: np.ndarray | None, ln: tuple | None, rms: tuple | None = None) -> Callable[[], None] | None:
+    """linear (with its layer-norm or RMS-norm prologue) into float32 `out`, or None where this form
+    does not apply (other dtypes or activations, a non-contiguous input to the norm)."""
+    arrays = [a for a in (x, w, b, residual, *(ln or ())[:2], *(rms or ())[:1]) if a is not None]
+    norm = ln is not None or rms is not None
     if any(a.dtype != F32 for a in arrays) or out.dtype != F32 or act not in (None, "gelu_tanh") or \
-            (ln is not None and not x.flags.c_contiguous):
+            (norm and not x.flags.c_contiguous):
         return None
     parts = []
-    if ln is not None:
+    if norm:
         xn = np.empty(x.shape, F32)
-        parts.append(_layer_norm_step(xn, x, *ln))
+        parts.append(_layer_norm_step(xn, x, *ln) if ln is not None else _rms_norm_step(xn, x, *rms))
         x = xn
     parts.append(lambda: np.matmul(x, w, out=out))
     if b is not None:
@@ -304,11 +436,11 @@ def _linear_step(out: np.ndarray, x: np.ndarray, w: np.ndarray, b: np.ndarray | 
 def _cache_write_step(cache: np.ndarray, src: np.ndarray, pos: np.ndarray, slot: np.ndarray) -> Callable[[], None]:
     # cache_write, the rows in one assignment where every position is in the context and the slots
     # are distinct (a decode step), else row by row
-    n_ctx = cache.shape[1]
+    n_slots, n_ctx = cache.shape[:2]
 
     def step() -> None:
         p, s = pos.tolist(), slot.tolist()
-        if all(0 <= i < n_ctx for i in p) and len(set(s)) == len(s):
+        if all(0 <= i < n_ctx for i in p) and len(set(s)) == len(s) and all(0 <= j < n_slots for j in s):
             cache[s, p] = src
         else:
             cache_write(cache, src, pos, slot)
@@ -319,19 +451,21 @@ def _cached_attention_step(out: np.ndarray, q: np.ndarray, kc: np.ndarray, vc: n
                            slot: np.ndarray, scale: float) -> Callable[[], None]:
     # cached_attention into float32 `out` (q float32): the same views of the caches (taken here
     # once, sliced per row), the same products and softmax, the scores' steps in place
-    qh = q[:, :, None, :]  # (T, H, 1, D)
-    kt, vt = kc.transpose(0, 2, 3, 1), vc.transpose(0, 2, 1, 3)  # (n_slots, H, D, n_ctx), (n_slots, H, n_ctx, D)
+    qh = _query_groups(q, kc.shape[2])  # (T, KVH, G, D), a view of q
+    kt, vt = kc.transpose(0, 2, 3, 1), vc.transpose(0, 2, 1, 3)  # (n_slots, KVH, D, n_ctx), (n_slots, KVH, n_ctx, D)
     sc, n_ctx = F32(scale), kc.shape[1]
+    hd = q.shape[1:]
 
     def step() -> None:
+        _check_slots(slot, kc.shape[0])
         for t, (p, s) in enumerate(zip(pos.tolist(), slot.tolist(), strict=True)):
             n = min(p + 1, n_ctx)
-            scores = qh[t] @ kt[s, :, :, :n]  # (H, 1, n)
+            scores = qh[t] @ kt[s, :, :, :n]  # (KVH, G, n)
             np.multiply(scores, sc, out=scores)
             np.subtract(scores, np.maximum.reduce(scores, axis=-1, keepdims=True), out=scores)  # (.max's reduce)
             np.exp(scores, out=scores)
             np.true_divide(scores, np.add.reduce(scores, axis=-1, keepdims=True), out=scores)  # (.sum's)
-            out[t] = (scores @ vt[s, :, :n])[:, 0]
+            out[t] = (scores @ vt[s, :, :n]).reshape(hd)
     return step
 
 
@@ -514,6 +648,12 @@ class CpuBackend:
             return lambda: (np.copyto(out, xa), g())
         return self._op("gelu", x.device, x.shape, xa.dtype, lambda: gelu(xa), into)
 
+    def swiglu(self, gate: Any, up: Any, out_dtype: Any) -> Any:
+        ga, ua, dtype = view(gate), view(up), out_dtype.name
+        fast = ga.dtype == ua.dtype == F32
+        return self._op("swiglu", gate.device, gate.shape, dtype, lambda: swiglu(ga, ua, dtype),
+                        (lambda out: _swiglu_step(out, ga, ua)) if fast else None)
+
     def cast(self, x: Any, dtype: Any) -> Any:
         xa, name = view(x), dtype.name
         return self._op("cast", x.device, x.shape, name, lambda: cast(xa, name))
@@ -535,6 +675,22 @@ class CpuBackend:
         return self._op("layer_norm", x.device, x.shape, xa.dtype, lambda: layer_norm(xa, wa, ba, eps),
                         (lambda out: _layer_norm_step(out, xa, wa, ba, eps)) if fast else None)
 
+    def rms_norm(self, x: Any, w: Any, eps: float) -> Any:
+        xa, wa = view(x), view(w)
+        fast = xa.dtype == wa.dtype == F32 and xa.flags.c_contiguous
+        return self._op("rms_norm", x.device, x.shape, xa.dtype, lambda: rms_norm(xa, wa, eps),
+                        (lambda out: _rms_norm_step(out, xa, wa, eps)) if fast else None)
+
+    def rope(self, x: Any, pos: Any, cos: Any, sin: Any, interleaved: bool) -> Any:
+        xa, pa, ca, sa = view(x), view(pos), view(cos), view(sin)
+
+        def compute() -> np.ndarray:
+            _check_positions(pa, ca.shape[0])
+            return rope(xa, pa, ca, sa, interleaved)
+        fast = xa.dtype == F32
+        return self._op("rope", x.device, x.shape, xa.dtype, compute,
+                        (lambda out: _rope_step(out, xa, pa, ca, sa, interleaved)) if fast else None)
+
     def softmax(self, x: Any) -> Any:
         xa = view(x)
         return self._op("softmax", x.device, x.shape, xa.dtype, lambda: softmax(xa))
@@ -547,19 +703,20 @@ class CpuBackend:
         av, bv, dtype = view(a), view(b), out_dtype.name
         return self._op("matmul", a.device, a.shape[:-1] + b.shape[-1:], dtype, lambda: matmul(av, bv, dtype))
 
-    def linear(self, x: Any, w: Any, bias: Any, act: str | None, residual: Any, ln: Any, out_dtype: Any) -> Any:
+    def linear(self, x: Any, w: Any, bias: Any, act: str | None, residual: Any, ln: Any, out_dtype: Any,
+               rms: Any = None) -> Any:
         xa, wa, dtype = view(x), view(w), out_dtype.name
         ba = None if bias is None else view(bias)
         ra = None if residual is None else view(residual)
         lna = None if ln is None else (view(ln[0]), view(ln[1]), ln[2])
+        rmsa = None if rms is None else (view(rms[0]), rms[1])
 
         def compute() -> np.ndarray:
-            xn = xa if lna is None else layer_norm(_f32(xa), *lna)
-            return linear(xn, wa, ba, act, ra, dtype)
+            return linear(_normed(xa, lna, rmsa), wa, ba, act, ra, dtype)
         return self._op("linear", x.device, x.shape[:-1] + w.shape[-1:], dtype, compute,
-                        lambda out: _linear_step(out, xa, wa, ba, act, ra, lna))
+                        lambda out: _linear_step(out, xa, wa, ba, act, ra, lna, rmsa))
 
-    def q8_linear(self, x: Any, w: Any, bias: Any, act: str | None, residual: Any, ln: Any) -> Any:
+    def q8_linear(self, x: Any, w: Any, bias: Any, act: str | None, residual: Any, ln: Any, rms: Any = None) -> Any:
         if type(w).__name__ != "Q8Weight":
             raise DeviceMismatchError(f"linear: the q8_0 weight lives on {w.device.describe()}, the input on the CPU; "
                                       "pass the Q8Weight (it is uploaded where it is used)")
@@ -567,10 +724,10 @@ class CpuBackend:
         ba = None if bias is None else view(bias)
         ra = None if residual is None else view(residual)
         lna = None if ln is None else (view(ln[0]), view(ln[1]), ln[2])
+        rmsa = None if rms is None else (view(rms[0]), rms[1])
 
         def compute() -> np.ndarray:
-            xn = xa if lna is None else layer_norm(_f32(xa), *lna)
-            return q8_linear(xn, w, ba, act, ra)
+            return q8_linear(_normed(xa, lna, rmsa), w, ba, act, ra)
         return self._op("q8_linear", x.device, x.shape[:-1] + (w.shape[0],), F32, compute)
 
     def q8_embedding(self, table: Any, ids: Any) -> Any:

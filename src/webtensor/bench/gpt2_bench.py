@@ -13,9 +13,9 @@ import numpy as np
 
 from ..device import Device
 from ..errors import WebtensorError
-from ..generation import generate_batch
+from ..runtime.generate import generate_batch
 from ..models.gpt2 import GPT2, GPT2Config
-from ..models.gpt2.model import random_arrays
+from ..models.loader import random_arrays
 
 
 @dataclass
@@ -65,7 +65,7 @@ def bench_webtensor(model: GPT2, prompts: list[int], decode_tokens: int, repeats
                     profile: bool = False, batch: int = 1) -> BenchResult:
     cfg, dev = model.config, model.device
     rng = np.random.default_rng(0)
-    res = BenchResult("webtensor", dev.describe(), model.name, "int8" if model.quant else model.dtype.name)
+    res = BenchResult("webtensor", dev.describe(), model.name, model.dtype or "as stored")
 
     def prefill(ids: list[int]) -> None:
         next(model.generate_ids(ids, 1, temperature=0.0, stop_at_eos=False))
@@ -79,7 +79,7 @@ def bench_webtensor(model: GPT2, prompts: list[int], decode_tokens: int, repeats
 
     def decode() -> tuple[float, dict[str, int]]:
         if batch > 1:  # B sequences decoding together (generation.generate_batch)
-            gen: Any = generate_batch(model, batch_ids, n + 1)
+            gen: Any = generate_batch(runner, batch_ids, n + 1)
         else:
             gen = model.generate_ids(ids, n + 1, temperature=0.0, stop_at_eos=False)
         next(gen)  # prefill + first token: not part of decode
@@ -91,6 +91,7 @@ def bench_webtensor(model: GPT2, prompts: list[int], decode_tokens: int, repeats
         assert count == n
         return dt, {k: s1[k] - s0[k] for k in ("dispatches", "submits", "readbacks")}
 
+    runner = model.runner(batch, invariant=False) if batch > 1 else None
     decode()  # warm-up
     runs = [decode() for _ in range(repeats)]
     if progress:
@@ -288,7 +289,7 @@ def build_model(spec: str, device: Device, dtype: str, seed: int = 0) -> tuple[G
 
     if spec.split("/")[-1] in PRESETS:
         cfg = GPT2Config.preset(spec)
-        arrays = random_arrays(cfg, seed)
+        arrays = random_arrays("gpt2", cfg, seed)
         model = GPT2.from_arrays(cfg, arrays, device, dtype, None, name=f"{spec} (random weights)")
         return model, (None if model.quant else arrays)  # (int8: HF gets the dequantized weights)
     return GPT2.from_pretrained(spec, device=device, dtype=dtype), None

@@ -1,16 +1,14 @@
-"""A Hugging Face GPT-2 checkpoint written as a llama.cpp GGUF file, through the `gguf` package's
-own `GGUFWriter` (the inverse of `gguf_reader`): what `webtensor web` serves the page for
-dtype int8, a download of about 0.27x the float32 checkpoint.
+"""A Hugging Face checkpoint of any family written as a llama.cpp GGUF file, through the `gguf` package's own
+`GGUFWriter` (the inverse of `gguf_reader` + the loader): what `webtensor web` serves the page for dtype int8,
+and the GGUF files the tests and benchmarks make from random checkpoints.
 
-Layout (llama.cpp's, as `gguf_reader` reads it): the four block matrices transposed to (out, in) =
-(N, K), wte as (V, C); with outtype "q8_0" those five kinds of matrix are Q8_0, quantized by
-`webtensor.formats.q8_0` exactly as `GPT2.from_pretrained(..., dtype="int8")` quantizes the
-safetensors at load (bit for bit ggml's reference), so the file holds the very weights of the
-native int8 model; layer norms, biases and the position embedding F32 (the tensors int8 keeps in
-float). An untied LM head is written as `output.weight` in F32 (int8 keeps it float too). The
-metadata carries the hyper-parameters and the byte-level BPE vocabulary (tokens padded to the
-embedding's rows with [PAD{i}], as llama.cpp's converter pads), so the file stands alone:
-`webtensor generate -m FILE.gguf` reads it.
+Layout (llama.cpp's converter's): every matrix (out, in) = (N, K) — GPT-2's Conv1D matrices transposed —,
+embeddings (V, C), and whatever the family changes on the way (`Family.to_gguf`: llama.cpp permutes the rows of
+Q and K of the `llama` architecture); the family's metadata keys (`Family.gguf_metadata`), the byte-level BPE
+vocabulary (padded to the embedding's rows with [PAD{i}], as llama.cpp's converter pads) and the chat template.
+Matrices and embeddings are written in `outtype` (f32, f16, bf16, q8_0, q4_0, q4_1: the `gguf` package's own
+quantizers, bit for bit llama.cpp's reference; a matrix whose rows are not whole blocks stays f32 / f16), norms and
+biases in F32.
 """
 
 from __future__ import annotations
@@ -18,63 +16,55 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-
-import numpy as np
+from typing import Any
 
 from ..errors import ArgumentError, CheckpointError
-from ..models.gpt2.config import GPT2Config
-from ..models.gpt2.quantized import Int8Reader, held_in_q8
-from ..models.gpt2.weights import SafetensorsReader, check_checkpoint, check_tokenizer, expected_shapes, weight_files
-from ..text.tokenizer import GPT2Tokenizer
-from . import q8_0
-from .gguf_reader import TOKEN_CONTROL, TOKEN_USER_DEFINED, gguf_name
 
-OUTTYPES = {"f32": 0, "f16": 1, "q8_0": 7}  # general.file_type: llama.cpp's LLAMA_FTYPE_*
-TOKEN_NORMAL, TOKEN_UNUSED = 1, 5  # llama.cpp's token types (control and user-defined: gguf_reader's)
+OUTTYPES = {"f32": ("F32", 0), "f16": ("F16", 1), "bf16": ("BF16", 32), "q8_0": ("Q8_0", 7), "q4_0": ("Q4_0", 2),
+            "q4_1": ("Q4_1", 3)}  # -> (ggml type, general.file_type: llama.cpp's LLAMA_FTYPE_*)
+TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED = 1, 3, 4, 5  # llama.cpp's token types
 
 
-def write_gpt2(model_dir: str | os.PathLike, out: str | os.PathLike, outtype: str = "q8_0") -> Path:
-    """Convert the HF GPT-2 checkpoint in `model_dir` (config.json, *.safetensors, tokenizer) to
-    GGUF file `out`; outtype "q8_0", "f16" or "f32" for the matrices. CheckpointError for a bad
-    checkpoint (the loader's checks and messages), ArgumentError for an unknown outtype."""
+def write_gguf(model_dir: str | os.PathLike, out: str | os.PathLike, outtype: str = "q8_0") -> Path:
+    """Convert the HF checkpoint in `model_dir` (config.json, *.safetensors, tokenizer) to GGUF file `out`,
+    its matrices in `outtype`. CheckpointError for a bad checkpoint (the loader's checks and messages),
+    ArgumentError for an unknown outtype."""
     import gguf
-    from gguf import GGMLQuantizationType
+    import numpy as np
+
+    from ..models import loader
 
     if outtype not in OUTTYPES:
         raise ArgumentError(f"GGUF outtype must be one of {', '.join(OUTTYPES)}, got {outtype!r}")
-    d = Path(model_dir)
-    cfg = GPT2Config.from_file(d / "config.json")
-    tok = GPT2Tokenizer.from_dir(d)
-    check_tokenizer(cfg, tok.vocab_size, d)
-    reader = SafetensorsReader(weight_files(d))
-    check_checkpoint(reader, cfg, d)
-    quant = Int8Reader(reader) if outtype == "q8_0" else reader
-    w = gguf.GGUFWriter(str(out), "gpt2")
+    ggml_type, file_type = OUTTYPES[outtype]
+    ck = loader.open_checkpoint(model_dir)
+    fam, cfg, spec = ck.family, ck.config, ck.config.spec
+    w = gguf.GGUFWriter(str(out), spec.architecture)
     try:
-        w.add_name(d.name)
-        w.add_block_count(cfg.n_layer)
-        w.add_context_length(cfg.n_positions)
-        w.add_embedding_length(cfg.n_embd)
-        w.add_feed_forward_length(cfg.inner_dim)
-        w.add_head_count(cfg.n_head)
-        w.add_layer_norm_eps(cfg.layer_norm_epsilon)
-        w.add_file_type(OUTTYPES[outtype])
-        _add_tokenizer(w, tok, cfg)
-        names = list(expected_shapes(cfg))
-        if not cfg.tie_word_embeddings:
-            names.append("lm_head.weight")
-        for name in names:
-            value = quant.get(name) if held_in_q8(name) else reader.get(name)
-            if isinstance(value, q8_0.Q8Weight):  # (N, K) already
-                blocks = value.to_blocks()
-                w.add_tensor(gguf_name(name), blocks, raw_shape=blocks.shape, raw_dtype=GGMLQuantizationType.Q8_0)
-                continue
-            arr = np.asarray(value, np.float32)
-            if arr.ndim == 2 and name.startswith("h."):
-                arr = np.ascontiguousarray(arr.T)  # HF's Conv1D (K, N) -> (N, K)
-            if outtype == "f16" and held_in_q8(name):
-                arr = arr.astype(np.float16)
-            w.add_tensor(gguf_name(name), arr)
+        w.add_name(Path(model_dir).name)
+        w.add_file_type(file_type)
+        for key, value in fam.gguf_metadata(cfg).items():
+            _add_value(w, key, value)
+        _add_tokenizer(w, ck.tokenizer, spec.vocab_size, ck.eos_ids, spec.bos_id)
+        if ck.chat_template:
+            w.add_chat_template(ck.chat_template)
+        names = fam.gguf_names(cfg)
+        for name, tspec in fam.tensors(cfg).items():
+            arr = np.frombuffer(loader.float32_bytes(ck.stored_type(name), ck.raw(name)), "<f4").reshape(ck.shape(name))
+            if tspec.kind == "conv1d":
+                arr = arr.T  # HF's Conv1D (K, N) -> (N, K)
+            arr = np.ascontiguousarray(fam.to_gguf(cfg, name, arr), np.float32)
+            t = "F32" if tspec.kind == "float32" else ggml_type
+            if t.startswith("Q") and (arr.ndim != 2 or arr.shape[-1] % 32):
+                t = "F32"  # (rows that are not whole blocks)
+            if t == "F32":
+                w.add_tensor(names[name], arr)
+            elif t == "F16":
+                w.add_tensor(names[name], arr.astype(np.float16))
+            else:  # the quantized types and BF16: the package's bytes, (rows, bytes a row)
+                qtype = getattr(gguf.GGMLQuantizationType, t)
+                data = gguf.quants.quantize(arr, qtype)
+                w.add_tensor(names[name], data, raw_shape=data.shape, raw_dtype=qtype)
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
@@ -83,30 +73,42 @@ def write_gpt2(model_dir: str | os.PathLike, out: str | os.PathLike, outtype: st
     return Path(out)
 
 
-def _add_tokenizer(w: object, tok: GPT2Tokenizer, cfg: GPT2Config) -> None:
-    """tokenizer.ggml.*: the vocabulary in id order (padded to cfg.vocab_size), merges, token types."""
+def _add_value(w: Any, key: str, value: Any) -> None:
+    if isinstance(value, bool):
+        w.add_bool(key, value)
+    elif isinstance(value, int):
+        w.add_uint32(key, value)
+    elif isinstance(value, float):
+        w.add_float32(key, value)
+    elif isinstance(value, str):
+        w.add_string(key, value)
+    else:
+        w.add_array(key, list(value))
+
+
+def _add_tokenizer(w: Any, tok: Any, vocab_size: int, eos: frozenset[int], bos: int | None) -> None:
+    """tokenizer.ggml.*: the vocabulary in id order (padded to vocab_size), merges, token types, special ids."""
     spec = tok.spec
-    tokens = [spec.token_of(i) for i in range(cfg.vocab_size)]
+    tokens = [spec.token_of(i) for i in range(vocab_size)]
     special = spec.special_ids
     added = {t.id for t in spec.added_tokens}
     types = [TOKEN_UNUSED if t is None else TOKEN_CONTROL if i in special else
              TOKEN_USER_DEFINED if i in added else TOKEN_NORMAL for i, t in enumerate(tokens)]
-    w.add_tokenizer_model("gpt2")  # type: ignore[attr-defined]
-    w.add_tokenizer_pre("gpt-2")  # type: ignore[attr-defined]
-    w.add_token_list([f"[PAD{i}]" if t is None else t for i, t in enumerate(tokens)])  # type: ignore[attr-defined]
-    w.add_token_types(types)  # type: ignore[attr-defined]
-    w.add_token_merges([f"{a} {b}" for a, b in spec.merges])  # type: ignore[attr-defined]
-    eos = sorted(cfg.eos_ids)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(getattr(tok, "gguf_pre", "gpt-2"))
+    w.add_token_list([f"[PAD{i}]" if t is None else t for i, t in enumerate(tokens)])
+    w.add_token_types(types)
+    w.add_token_merges([f"{a} {b}" for a, b in spec.merges])
     if eos:
-        w.add_eos_token_id(eos[0])  # type: ignore[attr-defined]
-    if cfg.bos_token_id is not None:
-        w.add_bos_token_id(cfg.bos_token_id)  # type: ignore[attr-defined]
+        w.add_eos_token_id(min(eos))
+    if bos is not None:
+        w.add_bos_token_id(bos)
 
 
-def gpt2_gguf_bytes(model_dir: str | os.PathLike, outtype: str = "q8_0") -> bytes:
-    """`write_gpt2` into memory: the GGUF file's bytes (written to a temporary file, then read)."""
+def gguf_bytes(model_dir: str | os.PathLike, outtype: str = "q8_0") -> bytes:
+    """`write_gguf` into memory: the GGUF file's bytes (written to a temporary file, then read)."""
     with tempfile.TemporaryDirectory(prefix="webtensor-gguf-") as td:
-        path = write_gpt2(model_dir, Path(td) / f"model.{outtype}.gguf", outtype)
+        path = write_gguf(model_dir, Path(td) / f"model.{outtype}.gguf", outtype)
         try:
             return path.read_bytes()
         except OSError as e:  # pragma: no cover - the temporary folder vanished

@@ -20,7 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
-from . import chat
+from .. import chat
 from .engine import Engine, Sampling
 from .metrics import CONTENT_TYPE, Metrics
 from .protocol import (
@@ -97,8 +97,9 @@ def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatRequest) -> Any:
         _check_model(engine, body.model)
-        ids = _prompt_ids(engine, chat.render(body.messages))
-        seq = _sequence(engine, ids, body, body.max_new(), default_max=None, stops=chat.stops(body.stops()))
+        ids = _prompt_ids(engine, _render_chat(engine, body.messages), special=False)
+        stops = list(dict.fromkeys([*body.stops(), *([] if engine.chat_template else chat.PLAIN_STOPS)]))
+        seq = _sequence(engine, ids, body, body.max_new(), default_max=None, stops=stops)
         sched.submit(seq)
         rid, name = f"chatcmpl-{uuid.uuid4().hex}", engine.name
 
@@ -128,19 +129,35 @@ def _check_model(engine: Engine, model: str) -> None:
                        param="model", code="model_not_found")
 
 
-def _prompt_ids(engine: Engine, prompt: str | list[int]) -> list[int]:
+def _render_chat(engine: Engine, messages: Any) -> str:
+    """The conversation through the model's chat template (webtensor's plain one where it has none)."""
+    from ..errors import WebtensorError
+
+    tok = engine.tokenizer
+    template = chat.ChatTemplate(engine.chat_template or chat.PLAIN_TEMPLATE,
+                                 bos_token=getattr(tok, "bos_token", "") or "", eos_token=getattr(tok, "eos_token", "") or "")
+    try:
+        return template.render([{"role": m.role, "content": m.text()} for m in messages], add_generation_prompt=True)
+    except WebtensorError as e:  # the template's raise_exception: the conversation is refused
+        raise APIError(400, f"messages: {e}", param="messages") from None
+
+
+def _prompt_ids(engine: Engine, prompt: str | list[int], special: bool = True) -> list[int]:
+    """A prompt's ids: text encoded (`special`: with the tokenizer's own special tokens, e.g. a BOS, as HF's
+    tokenizer(text) adds them; a rendered chat carries its own), or ids checked."""
     if isinstance(prompt, str):
-        ids = engine.tokenizer.encode(prompt)
+        ids = engine.tokenizer.encode(prompt, add_special_tokens=special)
     else:
         bad = [i for i in prompt if not 0 <= i < engine.vocab_size]
         if bad:
             raise APIError(400, f"prompt: token id {bad[0]} is out of range for a vocabulary of "
                            f"{engine.vocab_size}", param="prompt", code="invalid_token")
         ids = list(prompt)
-    if not ids:  # an empty prompt: start from <|endoftext|>, as GPT-2 was trained
-        if engine.eos_token_id is None:
+    if not ids:  # an empty prompt: start from the BOS token (GPT-2: <|endoftext|>, its EOS, as it was trained)
+        start = engine.bos_id if engine.bos_id is not None else min(engine.eos_ids, default=None)
+        if start is None:
             raise APIError(400, "prompt: the prompt is empty", param="prompt")
-        ids = [engine.eos_token_id]
+        ids = [start]
     if len(ids) >= engine.n_ctx:
         raise APIError(400, f"the prompt is {len(ids)} tokens; this model's context is {engine.n_ctx} tokens, "
                        "which must also hold at least one new token", param="prompt",

@@ -194,13 +194,13 @@ def hf_tok_s(model_spec: str | None, c: int, max_tokens: int, device: str = "cpu
 
     if threads:
         torch.set_num_threads(threads)
-    from transformers import GPT2LMHeadModel
+    from transformers import AutoModelForCausalLM
 
-    from ..models.gpt2.weights import resolve
+    from ..formats.safetensors_reader import resolve
     from ..text.tokenizer import GPT2Tokenizer
 
     d = resolve(model_spec)
-    model = GPT2LMHeadModel.from_pretrained(str(d), dtype=getattr(torch, dtype)).to(device).eval()
+    model = AutoModelForCausalLM.from_pretrained(str(d), dtype=getattr(torch, dtype)).to(device).eval()
     tok = GPT2Tokenizer.from_dir(d)
     ids = [tok.encode(prompt(k)) for k in range(c)]
     width = max(len(x) for x in ids)

@@ -17,9 +17,13 @@ ENGINES = ("batched", "reference")
 def add_parsers(sub: Any) -> None:
     p = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (continuous batching on one device)")
     p.add_argument("--model", "-m", default=None,
-                   help="checkpoint directory or Hugging Face id in the local cache (default: the shipped model)")
+                   help="a checkpoint directory, a .gguf file, or a Hugging Face id in the local cache (default: the "
+                        "shipped model)")
     p.add_argument("--device", "-d", default="auto", help="auto (default), cpu, wgpu, lavapipe")
-    p.add_argument("--dtype", default="float32", help="float32 (default), float16 or int8 (q8_0 weights)")
+    p.add_argument("--dtype", default="auto",
+                   help="auto (default: as stored; GPT-2 safetensors in float32), float32, float16 or q8_0 (int8)")
+    p.add_argument("--ctx-size", "-c", type=int, default=None,
+                   help="positions per sequence slot (default: the model's context, at most 4096)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--max-batch", type=int, default=32, help="sequences decoded together (KV-cache slots)")
@@ -65,8 +69,10 @@ def _fail(msg: str) -> int:
 def _check_serve(a: argparse.Namespace) -> str | None:
     if a.device.lower() not in DEVICES:
         return f"--device must be one of {', '.join(DEVICES)}, got {a.device!r}"
-    if a.dtype not in ("float32", "float16", "int8"):
-        return f"--dtype must be float32, float16 or int8, got {a.dtype!r}"
+    if a.dtype not in ("auto", "float32", "float16", "int8", "q8_0"):
+        return f"--dtype must be auto, float32, float16 or q8_0 (int8), got {a.dtype!r}"
+    if a.ctx_size is not None and a.ctx_size < 2:
+        return f"--ctx-size must be >= 2, got {a.ctx_size}"
     if not 0 <= a.port <= 65535:
         return f"--port must be in 0..65535, got {a.port}"
     if a.engine not in ENGINES:
@@ -85,8 +91,6 @@ def _check_serve(a: argparse.Namespace) -> str | None:
         return "--host must not be empty"
     if a.api_key is not None and not a.api_key:
         return "--api-key must not be empty"
-    if a.model is not None and (Path(a.model).exists() and not Path(a.model).is_dir()):
-        return f"--model {a.model!r} is a file; give the checkpoint's directory"
     return None
 
 
@@ -100,8 +104,8 @@ def run_serve(a: argparse.Namespace) -> int:
     from .process import ProcessEngine, build_engine
 
     name = "webtensor-shipped" if a.model is None else Path(a.model).name or str(a.model)
-    spec = dict(model=a.model, device=a.device, dtype=a.dtype, max_batch=a.max_batch, engine=a.engine, name=name,
-                blas_threads=a.blas_threads)
+    spec = dict(model=a.model, device=a.device, dtype=None if a.dtype == "auto" else a.dtype, n_ctx=a.ctx_size,
+                max_batch=a.max_batch, engine=a.engine, name=name, blas_threads=a.blas_threads)
     in_process = a.engine_process == "on" or (a.engine_process == "auto" and a.device.lower() == "cpu")
     try:
         if in_process:

@@ -1,41 +1,37 @@
-"""What the scheduler drives: the `Engine` protocol, and `GPT2Engine`, its reference implementation.
+"""What the scheduler drives: the `Engine` protocol, and `ModelEngine`, the engine over a model's runner.
 
-An engine owns `max_batch` sequence slots, each with its own KV cache. Each scheduler step hands it
-a list of `Row`s, at most one per slot: the tokens to feed that slot this step (a prefill chunk or
-one decoded token) at the positions `start`.., and whether to choose a next token after them. The
-engine returns, per row in order, the chosen token id (or None where `sample` is False). When a
-sequence is done the scheduler calls `release(slot)`; the slot's next row starts at position 0.
+An engine owns `max_batch` sequence slots, each with its own KV cache. Each scheduler step hands it a list of
+`Row`s, at most one per slot: the tokens to feed that slot this step (a prefill chunk or one decoded token) at
+the positions `start`.., and whether to choose a next token after them. The engine returns, per row in order,
+the chosen token id (or None where `sample` is False). When a sequence is done the scheduler calls
+`release(slot)`; the slot's next row starts at position 0.
 
 All engine calls come from one worker thread, one at a time.
 
-Sampling is per row, through the one sampler `webtensor.sampling.sample`: greedy (temperature 0)
-or seeded, the random draw for the token at position p a function of (seed, p) alone, so a request
-yields the same tokens whether it runs alone or among others and whatever steps its prefill was cut
-into, and the same tokens as `GPT2.generate` and the web page with that seed.
+Sampling is per row, through the one sampler `webtensor.sampling.sample`: greedy (temperature 0: the argmax the
+device computed) or seeded, the random draw for the token at position p a function of (seed, p) alone, so a
+request yields the same tokens whether it runs alone or among others and whatever steps its prefill was cut into,
+and the same tokens as `LanguageModel.generate` and the web page with that seed.
 
-`GPT2Engine` runs rows one after another, each alone, through the model's row path (`GPT2.forward`
-with span=None: a decode token as `GPT2.generate`'s decode steps run it, a prompt chunk's tokens as
-rows of one sequence, `shared_slots`). It is the oracle for `batched.BatchedGPT2Engine`, the
-server's default, which runs all of a step's rows as one forward and must give exactly these
-tokens (float16 on GPUs: see batched.py). A prompt read this way matches `GPT2.generate`'s prompt
-pass (the span path: matrix-matrix products) to float rounding, so the server's tokens for a seed
-are generate's except where two logits are that close.
+`ModelEngine` runs the steps on the model's `runtime.ModelRunner`. "batched" (the server's default): a whole step,
+decode tokens and prompt chunks alike, as one forward (the weights read once a step for all rows), captured step
+graphs replayed, greedy steps followed on the device (`follow`). "reference": each row alone, eagerly, through the
+same forward — the oracle the batched engine must equal: in float32 (and q8_0) a request's tokens are bit for bit
+the same alone or among any others (the runner's products are stacks of one-row products). float16 weights on a
+GPU: a step of more than `backends.wgpu.ops.GEMV_STACK_F16_MAX_ROWS` rows runs its products on the tiled engine,
+whose sums differ from the GEMV's in the last bits: logits agree to float16's precision, and a greedy token can
+differ where two logits are that close.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-import numpy as np
-
-from .. import ops
-from ..errors import ArgumentError, ContextLengthError
-from ..generation import int_tensor
-from ..models.gpt2.model import GPT2, KVCache
+from ..errors import ArgumentError
+from ..runtime.runner import Collected, RunRow
 from ..sampling import SamplingParams, sample
-from ..validate import check_ids
 
 
 class Tokenizer(Protocol):
@@ -72,14 +68,20 @@ class Row:
         """The position the chosen token will take."""
         return self.start + len(self.ids)
 
+    def run_row(self) -> RunRow:
+        """The runner's row: read the logits back where the token is sampled on the host."""
+        return RunRow(self.slot, self.ids, self.start, self.sample, self.sample and self.sampling.temperature != 0)
+
 
 class Engine(Protocol):
     name: str  # the model's name, as /v1/models lists it
     max_batch: int  # slots
     n_ctx: int  # positions per slot (prompt + generated tokens)
     vocab_size: int
-    eos_token_id: int | None
+    eos_ids: frozenset[int]  # generation stops at any of these
+    bos_id: int | None  # an empty prompt starts from this (else from an EOS id)
     tokenizer: Tokenizer
+    chat_template: str | None  # the model's jinja2 chat template (None: webtensor's plain one)
     # optional: `engine`, the kind ("batched", "reference") that /health reports
 
     def step(self, rows: Sequence[Row]) -> list[int | None]:
@@ -92,74 +94,100 @@ class Engine(Protocol):
 
 
 def followable(rows: Sequence[Row], n_ctx: int, steps: int = 1) -> bool:
-    """Whether `rows` can start `steps` followed steps (an engine's `follow`: each step's argmax
-    fed back on the device as the next one's input): greedy one-token decode rows, each step's
-    token within the context (the last at position start + steps <= n_ctx - 1)."""
+    """Whether `rows` can start `steps` followed steps (an engine's `follow`: each step's argmax fed back on the
+    device as the next one's input): greedy one-token decode rows, each step's token within the context."""
     return bool(rows) and all(len(r.ids) == 1 and r.sample and r.sampling.temperature == 0
                               and r.start + steps < n_ctx for r in rows)
 
 
-def choose(logits: np.ndarray, s: Sampling, position: int) -> int:
+def choose(logits: Any, s: Sampling, position: int) -> int:
     """The token for `position` from its logits (V,): argmax, or the draw for (seed, position)."""
     return sample(logits, s.params(), position)
 
 
-class GPT2EngineBase:
-    """What both GPT-2 engines know of their model: its name, context, vocabulary, tokenizer."""
+@dataclass
+class _Handle:
+    """Launched work: the rows and the runner's handles (one for a batched step, one per row for the reference)."""
 
-    def __init__(self, model: GPT2, max_batch: int, name: str | None = None):
+    rows: list[Row]
+    launched: list[Any]
+
+    @property
+    def steps(self) -> int:
+        """Steps this launch runs (followed steps: several)."""
+        return self.launched[-1].steps
+
+
+class ModelEngine:
+    """A model's sequences served from one runner of `max_batch` slots (see the module docstring)."""
+
+    def __init__(self, model: Any, max_batch: int, name: str | None = None, engine: str = "batched",
+                 use_graph: bool | None = None):
         if model.tokenizer is None:
             raise ArgumentError("serving needs a model with a tokenizer")
         if max_batch < 1:
             raise ArgumentError(f"max_batch must be >= 1, got {max_batch}")
-        self.model, self.max_batch = model, max_batch
+        if engine not in ("batched", "reference"):
+            raise ArgumentError(f"engine must be 'batched' or 'reference', got {engine!r}")
+        self.model, self.max_batch, self.engine = model, max_batch, engine
         self.name = name or model.name
-        cfg = model.config
-        self.n_ctx, self.vocab_size = cfg.n_positions, cfg.vocab_size
-        self.eos_token_id = cfg.eos_token_id
-        self.tokenizer = model.tokenizer
+        self.n_ctx, self.vocab_size = model.n_ctx, model.vocab_size
+        self.eos_ids, self.bos_id = model.eos_ids, model.spec.bos_id
+        self.tokenizer, self.chat_template = model.tokenizer, model.chat_template
+        self.runner = model.runner(max_batch, use_graph=use_graph if engine == "batched" else False)
+        self.use_graph = self.runner.use_graph
 
-
-class GPT2Engine(GPT2EngineBase):
-    """The reference engine: one KV cache per slot (made on first use), rows run one at a time."""
-
-    engine = "reference"
-
-    def __init__(self, model: GPT2, max_batch: int, name: str | None = None):
-        super().__init__(model, max_batch, name)
-        self._caches: list[KVCache | None] = [None] * max_batch
-
+    # -- the protocol ---------------------------------------------------------------------------------------
     def step(self, rows: Sequence[Row]) -> list[int | None]:
-        return [self._run(r) for r in rows]
+        return self.collect(self.launch(rows))[0]
 
     def release(self, slot: int) -> None:
-        cache = self._caches[slot]
-        if cache is not None:
-            cache.length = 0
+        self.runner.release(slot)
 
-    def _run(self, row: Row) -> int | None:
-        if not 0 <= row.slot < self.max_batch:
-            raise ArgumentError(f"slot {row.slot} is out of range for {self.max_batch} slots")
-        cache = self._caches[row.slot]
-        if cache is None:
-            cache = self._caches[row.slot] = self.model.new_cache()
-        if row.start == 0:
-            cache.length = 0
-        elif cache.length != row.start:
-            raise ArgumentError(f"slot {row.slot} holds {cache.length} tokens, the row starts at {row.start}")
-        dev, T = self.model.device, len(row.ids)
-        if not T:
-            raise ArgumentError(f"the row for slot {row.slot} has no tokens")
-        tok = check_ids(row.ids, self.vocab_size)
-        if row.start + T > self.n_ctx:
-            raise ContextLengthError(f"{row.start} cached + {T} new tokens exceed the context of "
-                                     f"{self.n_ctx} positions")
-        with dev.dispatch_scope():
-            logits = self.model.forward(int_tensor(tok, dev), int_tensor(list(range(row.start, row.start + T)), dev),
-                                        int_tensor([0] * T, dev), cache, None, True, shared_slots=T > 1)  # (1, V)
-            cache.length += T
-            if not row.sample:
-                return None
-            if row.sampling.temperature == 0:
-                return int(ops.argmax(logits).numpy()[0])  # a 4-byte readback
-            return choose(logits.numpy()[0].astype(np.float32, copy=False), row.sampling, row.next_position)
+    def launch(self, rows: Sequence[Row]) -> _Handle:
+        """Start a step (the device works on it while the caller goes on); `collect` its tokens."""
+        run = [r.run_row() for r in rows]
+        if self.engine == "batched":
+            return _Handle(list(rows), [self.runner.launch(run)])
+        self.runner._check(run)  # (every row checked before any runs)
+        return _Handle(list(rows), [self.runner.launch([r]) for r in run])
+
+    def can_follow(self, rows: Sequence[Row], steps: int = 1) -> bool:
+        """Whether `follow` can launch `steps` steps from these rows (greedy one-token decode rows)."""
+        return self.engine == "batched" and followable(rows, self.n_ctx, steps) and \
+            self.runner.can_follow([r.run_row() for r in rows], steps)
+
+    def follow(self, prev: _Handle, rows: Sequence[Row], steps: int = 1) -> _Handle:
+        """Launch `steps` steps after `prev` (the last launched) for the same sequences before prev's tokens are
+        known, each step's input the token the step before chose (fed back on the device). `rows` are prev's rows
+        moved on by prev's steps: the first followed step's (their ids are not read)."""
+        last = prev.launched[-1]
+        self.runner.check_follow(last)
+        if [(r.slot, r.start) for r in rows] != [(r.slot, r.start + last.steps) for r in prev.rows]:
+            raise ArgumentError("follow's rows must be the previous step's, moved on by its steps")
+        return _Handle(list(rows), [self.runner.follow(last, steps)])
+
+    def collect(self, h: _Handle) -> list[list[int | None]]:
+        """The tokens of launched steps: per step, per row in order (None where a row does not choose)."""
+        if self.engine == "batched":
+            return self._choose(h.rows, self.runner.collect(h.launched[0]))
+        out: list[int | None] = []
+        for r, launched in zip(h.rows, h.launched, strict=True):
+            out.extend(self._choose([r], self.runner.collect(launched))[0])
+        return [out]
+
+    def _choose(self, rows: list[Row], got: Collected) -> list[list[int | None]]:
+        if len(got.tokens) > 1 or not got.logits:  # followed steps (greedy) or an empty step
+            return got.tokens
+        out: list[int | None] = []
+        for r, tok, logits in zip(rows, got.tokens[0], got.logits, strict=True):
+            out.append(tok if logits is None else choose(logits, r.sampling, r.next_position))
+        return [out]
+
+    @property
+    def graph_stats(self) -> dict[str, float]:
+        return self.runner.graph_stats
+
+    def close(self) -> None:
+        """Free the captured graphs."""
+        self.runner.close()

@@ -7,11 +7,11 @@ step run one after the other. Measured on the 2-core machine at 8 streams: the e
 the loop's work ~2 ms a step, so ~5 ms between tokens in one process (docs/performance-notes.md).
 In its own process the engine steps on one core while the loop serves the tokens on the other.
 
-The parent keeps what the scheduler reads (name, max_batch, n_ctx, vocab_size, eos_token_id, the
-tokenizer: sent once by the child) and forwards `launch` / `follow` / `collect` (and so `step`) and
+The parent keeps what the scheduler reads (name, max_batch, n_ctx, vocab_size, eos_ids, bos_id, the
+tokenizer and the chat template: sent once by the child) and forwards `launch` / `follow` / `collect` (and so `step`) and
 `release` over a pipe; the engine thread waiting on the pipe releases the GIL. Calls are messages
 answered in order, so the scheduler can queue a `follow` (the next greedy step, its tokens fed back
-in the child: `BatchedGPT2Engine.follow`) before it reads the step before it: the child then goes
+in the child: `ModelEngine.follow`) before it reads the step before it: the child then goes
 from one step to the next without waiting for the parent. The child builds the model and engine itself (from `spec`,
 the serve command's choices), so nothing unpicklable crosses. An exception in the child's step is
 raised in the parent as an `EngineProcessError` with the child's message (the scheduler fails that
@@ -27,26 +27,30 @@ from typing import Any
 from ..errors import ArgumentError, WebtensorError
 from .engine import Row, followable
 
+SERVE_CTX = 4096  # positions per slot unless --ctx-size says (every slot holds a KV cache of this many)
+
 
 class EngineProcessError(WebtensorError):
     """The engine process failed a call (its message), or is gone."""
 
 
 def build_engine(spec: dict[str, Any]) -> Any:
-    """The engine `spec` describes: model (None: the shipped one), device, dtype, max_batch, engine
-    ("batched" or "reference"), name, blas_threads (0: as the library has it)."""
+    """The engine `spec` describes: model (a source for `load_model`; None: the shipped one), device, dtype,
+    n_ctx (None: the model's, at most SERVE_CTX), max_batch, engine ("batched" or "reference"), name, blas_threads (0: as the library
+    has it)."""
     from ..device import Device
-    from ..models.gpt2.model import GPT2
-    from .batched import BatchedGPT2Engine
-    from .engine import GPT2Engine
+    from ..models import loader
+    from .engine import ModelEngine
 
     if spec.get("blas_threads"):
         from ..backends import blas
 
         blas.set_threads(spec["blas_threads"])
-    model = GPT2.from_pretrained(spec["model"], device=Device.parse(spec["device"]), dtype=spec["dtype"])
-    make = BatchedGPT2Engine if spec["engine"] == "batched" else GPT2Engine
-    return make(model, spec["max_batch"], name=spec["name"])
+    dev, dtype = Device.parse(spec["device"]), loader.check_dtype(spec["dtype"])
+    ck = loader.open_checkpoint(spec["model"])
+    n_ctx = spec.get("n_ctx") or min(ck.config.spec.n_ctx, SERVE_CTX)
+    model = loader.build(ck, dev, dtype, min(n_ctx, ck.config.spec.n_ctx))
+    return ModelEngine(model, spec["max_batch"], name=spec["name"], engine=spec["engine"])
 
 
 def _child(conn: Any, spec: dict[str, Any]) -> None:
@@ -58,8 +62,8 @@ def _child(conn: Any, spec: dict[str, Any]) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         engine = build_engine(spec)
-        info = {k: getattr(engine, k) for k in ("name", "max_batch", "n_ctx", "vocab_size", "eos_token_id",
-                                                "tokenizer")}
+        info = {k: getattr(engine, k) for k in ("name", "max_batch", "n_ctx", "vocab_size", "eos_ids", "bos_id",
+                                                "tokenizer", "chat_template")}
         info["engine"] = getattr(engine, "engine", None)
         info["follows"] = bool(getattr(engine, "use_graph", False) and hasattr(engine, "follow"))
         info["device"] = engine.model.device.describe()
@@ -111,7 +115,9 @@ class ProcessEngine:
         self.max_batch: int = info["max_batch"]
         self.n_ctx: int = info["n_ctx"]
         self.vocab_size: int = info["vocab_size"]
-        self.eos_token_id: int | None = info["eos_token_id"]
+        self.eos_ids: frozenset[int] = info["eos_ids"]
+        self.bos_id: int | None = info["bos_id"]
+        self.chat_template: str | None = info["chat_template"]
         self.tokenizer = info["tokenizer"]
         self.engine: str | None = info["engine"]
         self.device: str = info["device"]

@@ -334,7 +334,7 @@ class Scheduler:
         if tok is None:
             return False
         req.generated.append(tok)
-        if tok == self.engine.eos_token_id and not req.ignore_eos:
+        if tok in self.engine.eos_ids and not req.ignore_eos:
             req.ending = "eos"
         elif len(req.generated) >= req.max_tokens or row.next_position + 1 >= self.engine.n_ctx:
             req.ending = "length"

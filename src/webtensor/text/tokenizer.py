@@ -60,7 +60,7 @@ class GPT2Tokenizer:
             return cls(ByteLevelBPE.from_spec(spec), "pure-python", spec)
         return cls(_native_from_spec(spec), "tokenizers", spec)
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         if not isinstance(text, str):
             raise TokenizerError(f"the text to encode must be a str, got {type(text).__name__}")
         if self.kind == "tokenizers":

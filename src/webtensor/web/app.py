@@ -12,14 +12,52 @@ import gc
 import json
 import math
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import validate
 from ..device import Device
+from ..sampling import SamplingParams, with_seed
 from ..text.tokenizer import stream_text
-from .gpt2_web import WebGPT2
+from . import DTYPES
 
 _state: dict[str, Any] = {"device": None, "model": None}
+
+
+@dataclass
+class GenerationStats:
+    prompt_tokens: int = 0
+    new_tokens: int = 0
+    prefill_s: float = 0.0  # prompt pass + first token
+    decode_s: float = 0.0  # the tokens after the first
+    seed: int | None = None  # the seed sampling used (drawn fresh when none was given); None when greedy
+    token_ids: list[int] = field(default_factory=list)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Decode speed: tokens after the first, per second (0 when there are none)."""
+        n = self.new_tokens - 1
+        return n / self.decode_s if n > 0 and self.decode_s > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(prompt_tokens=self.prompt_tokens, new_tokens=self.new_tokens, prefill_s=self.prefill_s,
+                    decode_s=self.decode_s, tokens_per_s=self.tokens_per_s, seed=self.seed,
+                    token_ids=list(self.token_ids))
+
+
+def timed(model: Any, ids: list[int], max_new_tokens: int, stats: GenerationStats, **kw: Any) -> Iterator[int]:
+    """`model.generate_ids`, timing the prompt pass and the decode steps into `stats`."""
+    t0 = time.perf_counter()
+    for tok in model.generate_ids(ids, max_new_tokens, **kw):
+        now = time.perf_counter()
+        if stats.new_tokens == 0:
+            stats.prefill_s = now - t0
+        else:
+            stats.decode_s = now - t0 - stats.prefill_s
+        stats.new_tokens += 1
+        stats.token_ids.append(tok)
+        yield tok
 
 
 def _opt(x: Any) -> Any:
@@ -44,9 +82,13 @@ async def init(max_binding_bytes: int | None = None) -> str:
                            binding_bytes=dev.max_binding_bytes(), features=sorted(dev.ctx.api.features)))
 
 
-async def load_model(model_dir: str, on_progress: Any = None, dtype: Any = "float32") -> str:
-    """Load the GPT-2 checkpoint in `model_dir` (Pyodide's file system) onto the device, in `dtype`
-    (`WebGPT2.DTYPES`: float32, float16, int8); a model loaded before is dropped first."""
+async def load_model(model_path: str, on_progress: Any = None, dtype: Any = "float32") -> str:
+    """Load the model at `model_path` (Pyodide's file system: a checkpoint folder, a .gguf file, or a folder holding
+    one) onto the device with webtensor's one loader (its pure-Python readers), in `dtype` (`DTYPES`; a GGUF file
+    loads as stored: its quantized blocks uploaded as they are); a model loaded before is dropped first."""
+    from ..formats.gguf_reader import find_gguf
+    from ..models import load_model as load
+
     t0 = time.perf_counter()
 
     def progress(name: str, done: int, total: int) -> None:
@@ -55,14 +97,18 @@ async def load_model(model_dir: str, on_progress: Any = None, dtype: Any = "floa
 
     _state["model"] = None  # its buffers go back to the device's pool before the new weights arrive
     gc.collect()
-    model = WebGPT2.load(model_dir, _device(), progress, _opt(dtype) or "float32")
+    dtype = _opt(dtype) or "float32"
+    if dtype not in DTYPES:
+        raise ValueError(f"the page loads a model in {', '.join(DTYPES)}, not {dtype!r}")
+    as_stored = find_gguf(model_path) is not None
+    model = load(model_path, _device(), None if as_stored else dtype, progress=progress, reader="pure")
     _state["model"] = model
-    cfg = model.config
-    n_params = sum(math.prod(t.shape) for t in (model.wte, model.wpe, *model.ln_f)) + sum(
-        math.prod(t.shape) for b in model.blocks for t in b)
-    return json.dumps(dict(n_layer=cfg.n_layer, n_embd=cfg.n_embd, n_head=cfg.n_head,
-                           vocab_size=cfg.vocab_size, n_positions=cfg.n_positions, n_params=n_params,
-                           tokenizer=model.tokenizer.kind, dtype=model.dtype, weight_bytes=model.weight_bytes,
+    s = model.spec
+    n_params = sum(math.prod(t.shape) for t in model.family.tensors(model.config).values())
+    return json.dumps(dict(architecture=s.architecture, n_layer=s.n_layer, n_embd=s.width, n_head=s.n_head,
+                           n_kv_head=s.n_kv_head, vocab_size=s.vocab_size, n_positions=model.n_ctx, n_params=n_params,
+                           tokenizer=model.tokenizer.kind, dtype=model.dtype or "as stored",
+                           chat=model.chat_template is not None, weight_bytes=model.weight_bytes,
                            load_s=time.perf_counter() - t0))
 
 
@@ -81,7 +127,7 @@ def _field(x: Any, parse: type, blank: Any = "") -> Any:
         return x
 
 
-def check_request(model: WebGPT2, prompt: Any, max_new_tokens: Any, temperature: Any, top_k: Any = None,
+def check_request(model: Any, prompt: Any, max_new_tokens: Any, temperature: Any, top_k: Any = None,
                   top_p: Any = None, seed: Any = None, truncate_prompt: Any = False) -> dict[str, Any]:
     """The page's inputs checked with `webtensor generate`'s checks and messages (validate.py):
     the sampling parameters, the prompt's text, its ids, and its fit in the context (refused, or its
@@ -91,8 +137,8 @@ def check_request(model: WebGPT2, prompt: Any, max_new_tokens: Any, temperature:
     t, k, p, s = validate.check_sampling(_field(temperature, float), _field(top_k, int, None),
                                          _field(top_p, float, None), _field(seed, int, None))
     text = validate.check_text(_opt(prompt))
-    ids = validate.check_ids(model.tokenizer.encode(text), model.config.vocab_size)
-    run_ids = validate.fit_context(ids, n_new, model.config.n_positions, bool(_opt(truncate_prompt)))
+    ids = validate.check_ids(model.tokenizer.encode(text), model.vocab_size)
+    run_ids = validate.fit_context(ids, n_new, model.n_ctx, bool(_opt(truncate_prompt)))
     return dict(ids=ids, run_ids=run_ids, max_new_tokens=n_new, temperature=t, top_k=k, top_p=p, seed=s)
 
 
@@ -101,20 +147,20 @@ async def generate(prompt: str, max_new_tokens: Any = 50, temperature: Any = 0.0
     """Generate from `prompt`, calling `on_piece(text, n_new_tokens, tokens_per_s)` as text forms;
     JSON of the prompt ids, new ids, text, the seed used and timings. The parameters may be the
     form fields' text; they are checked as the CLI checks them (`check_request`), the same messages."""
-    model: WebGPT2 | None = _state["model"]
+    model = _state["model"]
     if model is None:
         raise RuntimeError("no model is loaded")
     req = check_request(model, prompt, max_new_tokens, temperature, top_k, top_p, seed, truncate_prompt)
     tok = model.tokenizer
-    gen = model.generate_ids(req["run_ids"], req["max_new_tokens"], temperature=req["temperature"],
-                             top_k=req["top_k"], top_p=req["top_p"], seed=req["seed"])
+    params = with_seed(SamplingParams(req["temperature"], req["top_k"], req["top_p"], req["seed"]))
+    st = GenerationStats(prompt_tokens=len(req["run_ids"]), seed=params.seed)
+    gen = timed(model, req["run_ids"], req["max_new_tokens"], st, temperature=params.temperature,
+                top_k=params.top_k, top_p=params.top_p, seed=params.seed)
     pieces = []
     for piece in stream_text(gen, tok.token_bytes):
         pieces.append(piece)
         if on_piece is not None:
-            st = model.last_stats
             on_piece(piece, st.new_tokens, st.tokens_per_s)
-    st = model.last_stats
     return json.dumps(dict(prompt_ids=req["ids"], truncated_tokens=len(req["ids"]) - len(req["run_ids"]),
                            text="".join(pieces), adapter=_device().ctx.info.name, stats=_device().stats(),
                            dtype=model.dtype,
@@ -139,9 +185,10 @@ async def bench(options_json: str = "{}") -> str:
     if model is not None and opts.get("generate", True):
         g = opts.get("gen", {})
         ids = model.tokenizer.encode(g.get("prompt", "It is a truth universally acknowledged"))
-        n = min(int(g.get("max_new_tokens", 32)), model.config.n_positions - len(ids))
+        n = min(int(g.get("max_new_tokens", 32)), model.n_ctx - len(ids))
         model.generate(ids, 2, stop_at_eos=False)  # warm-up: every pipeline compiled
-        model.generate(ids, n, stop_at_eos=False)
-        out["generate"] = model.last_stats.as_dict()
+        st = GenerationStats(prompt_tokens=len(ids))
+        list(timed(model, ids, n, st, stop_at_eos=False))
+        out["generate"] = st.as_dict()
         out["generate"].pop("token_ids")
     return json.dumps(out)

@@ -36,7 +36,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from .. import cmdline
 from ..errors import UsageError, WebtensorError
-from .gpt2_web import DTYPES
+from . import DTYPES
 
 WEB_DIR = Path(__file__).resolve().parent
 PACKAGE_DIR = WEB_DIR.parent
@@ -71,7 +71,7 @@ def find_pyodide(explicit: str | os.PathLike | None = None) -> Path:
 
 
 def default_model_dir() -> Path:
-    return PACKAGE_DIR / "models" / "gpt2" / "shipped"
+    return PACKAGE_DIR / "models" / "shipped"
 
 
 def model_files(model_dir: Path) -> list[Path]:
@@ -91,7 +91,7 @@ def package_zip() -> bytes:
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as z:
         for p in sorted(PACKAGE_DIR.rglob("*")):
             rel = p.relative_to(PACKAGE_DIR)
-            skip = "__pycache__" in rel.parts or rel.parts[:3] == ("models", "gpt2", "shipped")
+            skip = "__pycache__" in rel.parts or rel.parts[:2] == ("models", "shipped")
             if skip or not p.is_file():
                 continue
             if p.suffix in (".py", ".wgsl", ".js"):
@@ -124,12 +124,12 @@ class WebApp:
     def q8_gguf(self) -> bytes:
         """The checkpoint as a q8_0 GGUF file, written once (SetupError when it cannot be: a bad
         checkpoint; the message says why)."""
-        from ..formats.gguf_writer import gpt2_gguf_bytes
+        from ..formats.gguf_writer import gguf_bytes
 
         with self._q8_lock:
             if self._q8 is None and self._q8_error is None:
                 try:
-                    self._q8 = gpt2_gguf_bytes(self.model_dir, "q8_0")
+                    self._q8 = gguf_bytes(self.model_dir, "q8_0")
                 except WebtensorError as e:
                     self._q8_error = f"the int8 (q8_0) weights could not be written: {e}"
             if self._q8 is None:

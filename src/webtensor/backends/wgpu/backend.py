@@ -114,6 +114,9 @@ class WgpuBackend:
     def gelu(self, x: Tensor) -> Tensor:
         return self._elementwise("gelu", x, x.dtype)
 
+    def swiglu(self, gate: Tensor, up: Tensor, out_dtype: DType) -> Tensor:
+        return self.binary("swiglu", gate, up, gate.shape, out_dtype)
+
     def cast(self, x: Tensor, dtype: DType) -> Tensor:
         return self._elementwise("copy", x, dtype)
 
@@ -125,6 +128,14 @@ class WgpuBackend:
 
     def layer_norm(self, x: Tensor, w: Tensor, b: Tensor, eps: float) -> Tensor:
         return self._by_rows("layer_norm", x, x.dtype, lambda t: plan.layer_norm(t, w, b, eps))
+
+    def rms_norm(self, x: Tensor, w: Tensor, eps: float) -> Tensor:
+        return self._by_rows("rms_norm", x, x.dtype, lambda t: plan.rms_norm(t, w, eps))
+
+    def rope(self, x: Tensor, pos: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
+        # x (T, H, D), pos (T,): row t of the result is row t of x at position pos[t]
+        return by_rows("rope", x.device, x.shape, x.dtype,
+                       lambda r0, r1: plan.rope(x[r0:r1], pos[r0:r1], cos, sin, interleaved), [x, pos])
 
     def softmax(self, x: Tensor) -> Tensor:
         return self._by_rows("softmax", x, x.dtype, plan.softmax)
@@ -145,14 +156,15 @@ class WgpuBackend:
                        [a, b if batched else None])
 
     def linear(self, x: Tensor, w: Tensor, bias: Tensor | None, act: str | None, residual: Tensor | None,
-               ln: tuple[Tensor, Tensor, float] | None, out_dtype: DType) -> Tensor:
+               ln: tuple[Tensor, Tensor, float] | None, out_dtype: DType,
+               rms: tuple[Tensor, float] | None = None) -> Tensor:
         # x: (..., K) as rows (M, K) -> (..., N)
         N = w.shape[1]
 
         def run(x: Tensor, residual: Tensor | None) -> Tensor:
             x2 = x.reshape(1, x.shape[0]) if x.ndim == 1 else x
             res = None if residual is None else residual.reshape(x2.shape[:-1] + (N,))
-            out = plan.matmul(x2, w, out_dtype, bias=bias, act=act, residual=res, ln=ln)
+            out = plan.matmul(x2, w, out_dtype, bias=bias, act=act, residual=res, ln=ln, rms=rms)
             return out.reshape((*x.shape[:-1], N))
 
         if x.ndim == 1:
@@ -161,13 +173,13 @@ class WgpuBackend:
                        lambda r0, r1: run(x[r0:r1], _rows_of(residual, r0, r1)), [x, residual])
 
     def q8_linear(self, x: Tensor, w: Any, bias: Tensor | None, act: str | None, residual: Tensor | None,
-                  ln: tuple[Tensor, Tensor, float] | None) -> Tensor:
+                  ln: tuple[Tensor, Tensor, float] | None, rms: tuple[Tensor, float] | None = None) -> Tensor:
         from . import q8_ops
 
         if x.ndim == 1:
-            return q8_ops.q8_linear(x, w, bias, act, residual, ln)
+            return q8_ops.q8_linear(x, w, bias, act, residual, ln, rms)
         return by_rows("linear", x.device, (*x.shape[:-1], w.shape[0]), dt.float32,
-                       lambda r0, r1: q8_ops.q8_linear(x[r0:r1], w, bias, act, _rows_of(residual, r0, r1), ln),
+                       lambda r0, r1: q8_ops.q8_linear(x[r0:r1], w, bias, act, _rows_of(residual, r0, r1), ln, rms),
                        [x, residual])
 
     def q8_embedding(self, table: Any, ids: Tensor) -> Tensor:

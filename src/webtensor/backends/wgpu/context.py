@@ -41,9 +41,9 @@ BIND_GROUP_CACHE = 4096
 def kernel_source(file: str, defines: dict[str, str] | None = None) -> str:
     """A kernel's WGSL as compiled: common.wgsl, then `file`.wgsl with each `// #include NAME` line
     replaced by kernels/NAME (shared pieces such as the matmul epilogue), and `// #if NAME` /
-    `// #else` / `// #endif` blocks kept or dropped by whether define NAME is set and not zero
-    (how a kernel variant is chosen by its source, e.g. subgroup reductions only where the device
-    has the feature)."""
+    `// #else` / `// #endif` blocks (the directive may be indented) kept or dropped by whether
+    define NAME is set and not zero (how a kernel variant is chosen by its source, e.g. subgroup
+    reductions only where the device has the feature)."""
     path = Path(file) if Path(file).is_absolute() else KERNEL_DIR / f"{file}.wgsl"
     text = path.read_text()
     text = re.sub(r"^// #include (\S+)$", lambda m: (KERNEL_DIR / m.group(1)).read_text(), text, flags=re.M)
@@ -53,7 +53,7 @@ def kernel_source(file: str, defines: dict[str, str] | None = None) -> str:
 def _preprocess(text: str, defines: dict[str, str], file: str) -> str:
     out, stack = [], []  # stack of (keeping this block, keeping the enclosing block)
     for line in text.split("\n"):
-        m = re.match(r"^// #(if|else|endif)\b\s*(\w*)", line)
+        m = re.match(r"^\s*// #(if|else|endif)\b\s*(\w*)", line)  # (indented ones too)
         if m is None:
             if all(k for k, _ in stack):
                 out.append(line)

@@ -178,7 +178,7 @@ def _broadcast_strides(t: Tensor, out_shape: tuple[int, ...]) -> tuple[int, ...]
     return tuple(0 if d < k or t.shape[d - k] == 1 else t._strides[d - k] for d in range(len(out_shape)))
 
 
-_BINARY = {"add": "0u", "mul": "1u", "sub": "2u", "div": "3u"}
+_BINARY = {"add": "0u", "mul": "1u", "sub": "2u", "div": "3u", "swiglu": "4u"}  # elementwise.wgsl's OP
 
 
 def binary(op: str, a: Tensor, b: Tensor, out_shape: tuple[int, ...], out_dtype: dt.DType) -> Tensor:
@@ -259,6 +259,78 @@ def layer_norm(x: Tensor, w: Tensor, b: Tensor, eps: float) -> Tensor:
     return out
 
 
+def _rows2(x: Tensor) -> tuple[Tensor, int, int, int, int, int]:
+    """View x as (rows, cols) with unit column stride and two levels of row strides: row r starts at
+    x's offset + (r // n_in) * ld_out + (r % n_in) * ld_in -> (x, rows, cols, n_in, ld_in, ld_out).
+    The q heads (T, H, D) of a fused (T, H + 2 KVH, D) qkv are n_in = H rows D apart in rows
+    (H + 2 KVH) D apart, read in place; x is copied only where its leading dims do not collapse to
+    two levels (or its last dim is strided)."""
+    cols = x.shape[-1] if x.shape else 1
+    rows = x.size // cols if cols else 0
+    if x.ndim >= 1 and (x._strides[-1] == 1 or cols == 1):
+        shape, (st,) = _collapse(x.shape[:-1], x._strides[:-1])
+        if len(shape) == 0:
+            return x, rows, cols, 1, cols, cols
+        if len(shape) == 1:
+            return x, rows, cols, 1, st[0], st[0]
+        if len(shape) == 2:
+            return x, rows, cols, shape[1], st[1], st[0]
+    x = x.contiguous()
+    return x, rows, cols, 1, cols, cols
+
+
+def norm_lanes(cols: int) -> int:
+    """Threads per row in rms_norm.wgsl: a power of two with ~4 columns each, 1 to 256 (a 64-wide
+    head takes 16, so a workgroup normalises 16 heads)."""
+    return min(256, 1 << max(0, math.ceil(cols / 4) - 1).bit_length())
+
+
+def rms_norm(x: Tensor, w: Tensor, eps: float) -> Tensor:
+    """x (..., C), any view whose rows collapse to two strides (_rows2), w (C,) -> (..., C) in x's
+    dtype: one rms_norm.wgsl launch."""
+    ctx = _ctx(x)
+    x, rows, cols, n_in, ld_in, ld_out = _rows2(x)
+    w = w.contiguous()
+    out = _out(x.device, x.shape, x.dtype)
+    if out.size == 0:
+        return out
+    lanes = norm_lanes(cols)
+    k = ctx.kernel("rms_norm", {"TX": x.dtype.wgsl, "TW": w.dtype.wgsl, "TO": out.dtype.wgsl, "LANES": f"{lanes}u"})
+    ctx.launch(k, dict(rows=rows, cols=cols, x_off=x._offset, n_in=n_in, ld_in=ld_in, ld_out=ld_out, eps=eps,
+                       w_off=w._offset),
+               dict(x=_buf(x), w=_buf(w), o=_buf(out)), _grid(math.ceil(rows / (256 // lanes)), ctx))
+    return out
+
+
+def normalize(x: Tensor, norm: tuple[Tensor, Tensor | None, float]) -> Tensor:
+    """A linear's norm prologue as its own launch: norm = (weight, bias, eps) layer-normalises x's
+    rows, (weight, None, eps) RMS-normalises them."""
+    w, b, eps = norm
+    return rms_norm(x, w, eps) if b is None else layer_norm(x, w, b, eps)
+
+
+def rope(x: Tensor, pos: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
+    """x (T, H, D) (a view with unit stride along D is read in place), pos int32 (T,), cos, sin
+    float32 (P, R/2) -> a new (T, H, D) in x's dtype: one rope.wgsl launch."""
+    ctx = _ctx(x)
+    if x._strides[-1] != 1:
+        x = x.contiguous()
+    T, H, D = x.shape
+    out = _out(x.device, (T, H, D), x.dtype)
+    if out.size == 0:
+        return out
+    pos, cos, sin = pos.contiguous(), cos.contiguous(), sin.contiguous()
+    P, half = cos.shape
+    k = ctx.kernel("rope", {"TX": x.dtype.wgsl, "TO": out.dtype.wgsl,
+                            "INTERLEAVED": "true" if interleaved else "false"})
+    n = T * H * (D - half)  # one thread a rotated pair or a passed-through dim
+    ctx.launch(k, dict(T=T, H=H, D=D, half=half, x_off=x._offset, x_ts=x._strides[0], x_hs=x._strides[1],
+                       pos_off=pos._offset, P=P, c_off=cos._offset, s_off=sin._offset),
+               dict(x=_buf(x), pos=_buf(pos), cos_t=_buf(cos), sin_t=_buf(sin), o=_buf(out)),
+               _grid(math.ceil(n / WG), ctx))
+    return out
+
+
 def softmax(x: Tensor) -> Tensor:
     ctx = _ctx(x)
     x, rows, cols, ld = _rows(x)
@@ -304,11 +376,13 @@ def argmax(x: Tensor) -> Tensor:
 
 # -- matmul -------------------------------------------------------------------------------------
 def matmul(a: Tensor, b: Tensor, out_dtype: dt.DType, bias: Tensor | None = None, act: str | None = None,
-           residual: Tensor | None = None, ln: tuple[Tensor, Tensor, float] | None = None) -> Tensor:
+           residual: Tensor | None = None, ln: tuple[Tensor, Tensor, float] | None = None,
+           rms: tuple[Tensor, float] | None = None) -> Tensor:
     """a: (..., M, K) @ b: (K, N) or (..., K, N) with the same batch dims -> (..., M, N).
     With b 2-d, the fused epilogue may add `bias` (N,), apply the activation `act` (a canonical
     name of `webtensor.activations`), then add `residual` (..., M, N); `ln` = (weight, bias, eps)
-    layer-normalises a's rows first (fused into the GEMV's prologue where it can be)."""
+    layer-normalises a's rows first, `rms` = (weight, eps) RMS-normalises them (fused into the
+    GEMV's prologue where it can be)."""
     ctx = _ctx(a)
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
     batch_shape = a.shape[:-2]
@@ -329,7 +403,8 @@ def matmul(a: Tensor, b: Tensor, out_dtype: dt.DType, bias: Tensor | None = None
             a = a.contiguous()
             shape, (st,) = _collapse(a.shape[:-1], a._strides[:-1])
         lda = st[0] if st else K
-        _matmul_2d(ctx, a, lda, batch * M, K, b, out, _Epilogue(out, bias, act, residual), ln, stack)
+        norm = ln if rms is None else (rms[0], None, rms[1])
+        _matmul_2d(ctx, a, lda, batch * M, K, b, out, _Epilogue(out, bias, act, residual), norm, stack)
         return out
     # batched b: same batch dims as a, each operand one batch stride
     a = a if _one_batch_stride(a) else a.contiguous()
@@ -411,10 +486,10 @@ def gemv_group(ctx: WgpuContext, M: int, stack: bool) -> int:
 
 
 def gemv_kernel(ctx: WgpuContext, a_dtype: dt.DType, w_dtype: dt.DType, out_dtype: dt.DType, bias_dtype: dt.DType,
-                K: int, ln: bool = False, mr: int = 1) -> tuple[Any, int]:
+                K: int, ln: bool = False, mr: int = 1, rms: bool = False) -> tuple[Any, int]:
     """The gemv variant for these dtypes and K, taking `mr` rows of A a workgroup, and how many
-    outputs one workgroup computes. The subgroup reduction is built in only on devices with the
-    feature and a fixed subgroup size."""
+    outputs one workgroup computes; `ln`: a norm prologue, an RMS norm if `rms`, else a layer norm.
+    The subgroup reduction is built in only on devices with the feature and a fixed subgroup size."""
     lanes = gemv_lanes(ctx, K, ln)
     if ln and lanes == 1:
         raise ValueError("the fused layer-norm prologue needs lanes > 1")
@@ -422,7 +497,8 @@ def gemv_kernel(ctx: WgpuContext, a_dtype: dt.DType, w_dtype: dt.DType, out_dtyp
     pack = GEMV_PACKED_F16 and w_dtype is dt.float16
     k = ctx.kernel("gemv", {"TA": a_dtype.wgsl, "TB": "u32" if pack else w_dtype.wgsl, "TC": out_dtype.wgsl,
                             "TBIAS": bias_dtype.wgsl, "LN": "true" if ln else "false", "LANES": f"{lanes}u",
-                            "SG": f"{sg}u", "WPACK": "true" if pack else "false", "MR": f"{mr}u"})
+                            "SG": f"{sg}u", "WPACK": "true" if pack else "false", "MR": f"{mr}u",
+                            "RMS": "true" if ln and rms else "false"})
     return k, 256 // lanes
 
 
@@ -476,10 +552,18 @@ def _parts(b: Tensor, K: int, N: int) -> list[_Part]:
         "the whole tensor or its transpose (.contiguous() makes a view whole)")
 
 
+def norm_fusable(norm: tuple[Tensor, Tensor | None, float]) -> bool:
+    """Whether a norm's weight and bias can be bound as the GEMV prologue reads them: float32,
+    contiguous, from the start of their buffers."""
+    return all(t.dtype is dt.float32 and t._offset == 0 and t.is_contiguous() and len(t._storage.chunks) == 1
+               for t in norm[:2] if t is not None)
+
+
 def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor, out: Tensor,
-               epi: _Epilogue, ln: tuple[Tensor, Tensor, float] | None, stack: bool = False) -> None:
-    """out (M, N) = epilogue(LN(a) @ b), a's rows `lda` apart; `stack`: the rows are a stack of
-    one-row products (see gemv_group)."""
+               epi: _Epilogue, ln: tuple[Tensor, Tensor | None, float] | None, stack: bool = False) -> None:
+    """out (M, N) = epilogue(norm(a) @ b), a's rows `lda` apart; `ln` = (weight, bias, eps) a layer
+    norm, (weight, None, eps) an RMS norm; `stack`: the rows are a stack of one-row products (see
+    gemv_group)."""
     N = b.shape[1]
     parts = _parts(b, K, N)
     kmajor = parts[0][5] == 1
@@ -487,11 +571,10 @@ def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor,
               and all(pt[4] % 4 == 0 and pt[6] == K for pt in parts))
     mr = gemv_group(ctx, M, stack)
     gemv = mr > 0 and vec_ok
-    fuse_ln = (ln is not None and gemv and gemv_lanes(ctx, K, True) > 1 and ln[0].dtype is ln[1].dtype is dt.float32
-               and ln[0]._offset == ln[1]._offset == 0)
-    if ln is not None and not fuse_ln:  # a separate layer norm, then the product of its output
+    fuse_ln = ln is not None and gemv and gemv_lanes(ctx, K, True) > 1 and norm_fusable(ln)
+    if ln is not None and not fuse_ln:  # a separate norm, then the product of its output
         x = Tensor(a.device, (M, K), a.dtype, storage=a._storage, strides=(lda, 1), offset=a._offset)
-        a = layer_norm(x, ln[0], ln[1], ln[2])
+        a = normalize(x, ln)
         lda = K
         vec_ok = vec_ok or (kmajor and K % 4 == 0 and all(pt[4] % 4 == 0 and pt[6] == K for pt in parts))
         gemv = mr > 0 and vec_ok
@@ -500,7 +583,8 @@ def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor,
         _matmul_engine(ctx, a, lda, M, b.dtype, parts, out, epi)
         return
     if gemv:
-        k, rows_per_wg = gemv_kernel(ctx, a.dtype, b.dtype, out.dtype, epi.bias_dtype, K, fuse_ln, mr)
+        k, rows_per_wg = gemv_kernel(ctx, a.dtype, b.dtype, out.dtype, epi.bias_dtype, K, fuse_ln, mr,
+                                     rms=ln is not None and ln[1] is None)
     elif regs:  # CPU-backed adapters: no workgroup memory, no barriers
         k = ctx.kernel("matmul_regs", {"TA": a.dtype.wgsl, "TB": b.dtype.wgsl, "TC": out.dtype.wgsl,
                                        "TBIAS": epi.bias_dtype.wgsl})
@@ -516,7 +600,7 @@ def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor,
         if gemv:  # (kn == K here: k-major chunks split N, never K)
             x, y, _ = _grid(math.ceil(nn / rows_per_wg), ctx)
             if fuse_ln:
-                bufs.update(lnw=_buf(ln[0]), lnb=_buf(ln[1]))
+                bufs.update(lnw=_buf(ln[0]), lnb=None if ln[1] is None else _buf(ln[1]))
                 prm["eps"] = ln[2]
             ctx.launch(k, dict(prm, K4=K // 4, a_off4=a._offset // 4, lda4=lda // 4, b_off4=b_off // 4),
                        dict(bufs, w=buf), (x, y, math.ceil(M / mr)))
@@ -669,11 +753,13 @@ def _engine_split_k(ctx: WgpuContext, a: Tensor, lda: int, M: int, b_dtype: dt.D
 
 # -- attention ------------------------------------------------------------------------------------
 def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Tensor:
-    """q: (T, H, D), k, v: (S, H, D) -> (T, H, D)."""
+    """q: (T, H, D), k, v: (S, KVH, D) -> (T, H, D); query head h reads kv head h // (H // KVH)
+    (every kernel takes the group size H // KVH as a parameter)."""
     ctx = _ctx(q)
     q, k, v = (t if t._strides[-1] == 1 else t.contiguous() for t in (q, k, v))
     T, H, D = q.shape
     S = k.shape[0]
+    group = H // k.shape[1] if k.shape[1] else 1
     if D > 256:
         raise ShapeError(f"attention on WebGPU supports head dims up to 256, got {D}")
     out = _out(q.device, (T, H, D), q.dtype)
@@ -689,21 +775,21 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Te
             "TQ": q.dtype.wgsl, "TO": out.dtype.wgsl, "TS": "f16" if q.dtype is dt.float16 else "f32",
             "D4": f"{D // 4}u", "DT": f"{D // 16}u", "BKV": f"{prefill_keys_per_tile(ctx, D, q.dtype)}u",
             "SG": "true" if prefill_subgroups(ctx) else "false"})
-        ctx.launch(kern, dict({n: x // 4 for n, x in views.items()}, T=T, S=S, causal=int(causal), scale=scale),
-                   bufs, (math.ceil(T / 64), H, 1))
+        ctx.launch(kern, dict({n: x // 4 for n, x in views.items()}, T=T, S=S, causal=int(causal), scale=scale,
+                              group=group), bufs, (math.ceil(T / 64), H, 1))
         return out
     if (T >= FLASH_MIN_QUERIES and D % 4 == 0 and D <= 64 and all(x % 4 == 0 for x in vec)
             and q.dtype is k.dtype is v.dtype is dt.float32):
         kern = ctx.kernel("attention_flash", {"D4": f"{D // 4}u"})
-        ctx.launch(kern, dict({n: x // 4 for n, x in views.items()}, T=T, S=S, causal=int(causal), scale=scale),
-                   bufs, (math.ceil(T / 64), H, 1))
+        ctx.launch(kern, dict({n: x // 4 for n, x in views.items()}, T=T, S=S, causal=int(causal), scale=scale,
+                              group=group), bufs, (math.ceil(T / 64), H, 1))
         return out
     if v.dtype is not k.dtype:
         v = copy(v, k.dtype)
         bufs["v"] = _buf(v)
         views.update(v_off=v._offset, v_ts=v._strides[0], v_hs=v._strides[1])
     kern = ctx.kernel("attention", {"TQ": q.dtype.wgsl, "TK": k.dtype.wgsl, "TO": out.dtype.wgsl})
-    ctx.launch(kern, dict(views, T=T, S=S, H=H, D=D, causal=int(causal), scale=scale), bufs, (T, H, 1))
+    ctx.launch(kern, dict(views, T=T, S=S, H=H, D=D, causal=int(causal), scale=scale, group=group), bufs, (T, H, 1))
     return out
 
 
@@ -770,40 +856,43 @@ def _at0(t: Tensor) -> Tensor:
 
 
 def cache_write(cache: Tensor, src: Tensor, pos: Tensor, slot: Tensor) -> None:
-    """cache (n_slots, n_ctx, H, D) f32, contiguous; src (T, H, D); pos, slot (T,) int32."""
+    """cache (n_slots, n_ctx, KVH, D) f32, contiguous; src (T, KVH, D); pos, slot (T,) int32."""
     ctx = _ctx(cache)
     if src._strides[-1] != 1:
         src = src.contiguous()
     pos, slot = _at0(pos), _at0(slot)
     T, H, D = src.shape
-    _, n_ctx = cache.shape[:2]
+    n_slots, n_ctx = cache.shape[:2]
     kern = ctx.kernel("cache_write", {"TS": src.dtype.wgsl})
     ctx.launch(kern, dict(T=T, H=H, D=D, src_off=src._offset, src_ts=src._strides[0], src_hs=src._strides[1],
-                          n_ctx=n_ctx, slot_stride=n_ctx * H * D),
+                          n_ctx=n_ctx, slot_stride=n_ctx * H * D, n_slots=n_slots, c_off=cache._offset),
                dict(src=_buf(src), pos=_buf(pos), slot=_buf(slot), cache=_buf(cache)),
                _grid(math.ceil(T * H * D / WG), ctx))
 
 
 def cached_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float,
                      k_new: Tensor | None = None, v_new: Tensor | None = None) -> Tensor:
-    """q (T, H, D) against caches (n_slots, n_ctx, H, D) f32: row t sees positions 0..pos[t] of
-    slot[t] -> (T, H, D) f32, one workgroup per (head, row). With k_new, v_new (T, H, D) the rows'
-    keys and values are stored at their positions first, in the same launch."""
+    """q (T, H, D) against caches (n_slots, n_ctx, KVH, D) f32: row t sees positions 0..pos[t] of
+    slot[t], query head h cache head h // (H // KVH) -> (T, H, D) f32, one workgroup per (head, row).
+    With k_new, v_new (T, KVH, D) the rows' keys and values are stored at their positions by the
+    same launch and attended to from k_new, v_new (see cached_attention.wgsl)."""
     ctx = _ctx(q)
     views = [t if t._strides[-1] == 1 else t.contiguous() for t in (q, k_new, v_new) if t is not None]
     q = views[0]
     pos, slot = _at0(pos), _at0(slot)
     T, H, D = q.shape
-    n_ctx = kc.shape[1]
+    n_slots, n_ctx, KVH = kc.shape[:3]
     if D > 256:
         raise ShapeError(f"cached attention on WebGPU supports head dims up to 256, got {D}")
     out = _out(q.device, (T, H, D), dt.float32)
     if T == 0 or H == 0:
         return out
-    vec4 = D % 4 == 0 and all(x % 4 == 0 for t in views for x in (t._offset, *t._strides[:2]))
+    vec4 = (D % 4 == 0 and all(x % 4 == 0 for t in views for x in (t._offset, *t._strides[:2]))
+            and kc._offset % 4 == 0 and vc._offset % 4 == 0)
     u = 4 if vec4 else 1
     prm = dict(T=T, H=H, D4=D // u, q_off4=q._offset // u, q_ts4=q._strides[0] // u, q_hs4=q._strides[1] // u,
-               n_ctx=n_ctx, slot_stride4=n_ctx * H * D // u, scale=scale)
+               n_ctx=n_ctx, slot_stride4=n_ctx * KVH * D // u, scale=scale, group=H // KVH, n_slots=n_slots,
+               kc_off4=kc._offset // u, vc_off4=vc._offset // u)
     bufs = dict(q=_buf(q), pos=_buf(pos), slot=_buf(slot), kc=_buf(kc), vc=_buf(vc), o=_buf(out))
     if len(views) == 3:
         k_new, v_new = views[1], views[2]

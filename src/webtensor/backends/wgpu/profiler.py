@@ -33,32 +33,34 @@ def _by_kind(names: list[str], times: list[float]) -> list[tuple[str, float]]:
 
 def profile_decode_step(model: Any, ids: list[int], repeats: int = 5) -> dict[str, Any]:
     """GPU time of one greedy decode step (the replayed graph), by kernel kind (median of `repeats`)."""
-    from ...generation import Workspace, prefill
+    from ...runtime.runner import RunRow
 
-    ws = model._workspaces.acquire(lambda: Workspace(model, model.new_cache()))
+    runner = model.runner(1)
     try:
-        prefill(model, ws.cache, ids)
-        ws.state.set([ids[-1]], [len(ids)])
-        graph = ws.greedy_graph(model).graph
+        runner.prefill(0, ids)
+        runner.collect(runner.launch([RunRow(0, (ids[-1],), len(ids))]))  # the greedy step's graph, captured
+        graph = runner._graph(1, None, False).graph.graph
         cmds = [c for c in graph.commands if c[0] == "dispatch"]
         names = [n for c, n in zip(graph.commands, graph.names, strict=True) if c[0] == "dispatch"]
         runs = [time_commands(model.device.ctx, cmds) for _ in range(repeats)]
         per = [sorted(r[i] for r in runs)[len(runs) // 2] for i in range(len(cmds))]
     finally:
-        model._workspaces.release(ws)
+        runner.close()
     return {"kernels": _by_kind(names, per), "total_us": sum(per), "dispatches": len(cmds),
             "per_dispatch": [(kernel_kind(n), us) for n, us in zip(names, per, strict=True)]}
 
 
 def profile_prefill(model: Any, n_tokens: int) -> dict[str, Any]:
     """GPU time per kernel kind of one prompt pass of `n_tokens`, recorded as a graph."""
-    from ...generation import int_tensor
+    from ...runtime.batch import StepBatch
+    from ...runtime.runner import int_tensor
 
     dev = model.device
-    ids = [i % model.config.vocab_size for i in range(n_tokens)]
+    ids = [i % model.vocab_size for i in range(n_tokens)]
     cache = model.new_cache()
-    args = (int_tensor(ids, dev), int_tensor(list(range(n_tokens)), dev), int_tensor([0] * n_tokens, dev))
-    g = dev.capture(lambda: model.forward(*args, cache, (0, 0), True))
+    batch = StepBatch(int_tensor(ids, dev), int_tensor(list(range(n_tokens)), dev), int_tensor([0] * n_tokens, dev),
+                      span=(0, 0), last_only=True)
+    g = dev.capture(lambda: model.forward(batch, cache))
     try:
         cmds = [c for c in g.graph.commands if c[0] == "dispatch"]
         names = [n for c, n in zip(g.graph.commands, g.graph.names, strict=True) if c[0] == "dispatch"]

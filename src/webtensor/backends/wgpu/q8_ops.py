@@ -227,14 +227,16 @@ def gemv_rows_per_group(ctx: WgpuContext, K: int) -> int:
     return 256 * gemv_outputs(ctx, K) // gemv_lanes(ctx, K)
 
 
-def kernel_for(ctx: WgpuContext, M: int, K: int, ln: bool = False, stack: bool = False) -> tuple[Any, str, int]:
+def kernel_for(ctx: WgpuContext, M: int, K: int, ln: bool = False, stack: bool = False,
+               rms: bool = False) -> tuple[Any, str, int]:
     """(kernel, which, MR): which is "gemv" (MR rows of A a workgroup), "tiled" or "regs". `ln`:
-    gemv_q8 with its layer-norm prologue (only where it has lanes to reduce with: ln_fusable).
-    `stack`: the rows are a stack of one-row products (`ops.gemv_group`)."""
+    gemv_q8 with its norm prologue (only where it has lanes to reduce with: ln_fusable), an RMS
+    norm if `rms`, else a layer norm. `stack`: the rows are a stack of one-row products
+    (`ops.gemv_group`)."""
     mr = gops.gemv_group(ctx, M, stack)
     if mr:
         defs = {"LANES": f"{gemv_lanes(ctx, K)}u", "MR": f"{mr}u", "NR": f"{gemv_outputs(ctx, K)}u",
-                "LN": "true" if ln else "false"}
+                "LN": "true" if ln else "false", "RMS": "true" if ln and rms else "false"}
         return ctx.kernel("gemv_q8", defs), "gemv", mr
     if not gops._gpu_style(ctx):
         return ctx.kernel("matmul_q8_regs"), "regs", 0
@@ -257,19 +259,21 @@ def _f32_rows(t: Tensor) -> tuple[Tensor, int, int, int]:
 
 
 def ln_fusable(ctx: WgpuContext, M: int, K: int, ln: Any, stack: bool = False) -> bool:
-    """Whether q8_linear can take `ln` = (weight, bias, eps) into gemv_q8's prologue."""
+    """Whether q8_linear can take `ln` = (weight, bias, eps) (bias None: an RMS norm) into gemv_q8's
+    prologue."""
     return (ln is not None and gops.gemv_group(ctx, M, stack) > 0 and gemv_lanes(ctx, K) > 1
-            and all(t.dtype is dt.float32 and t._offset == 0 and len(t._storage.chunks) == 1 for t in ln[:2]))
+            and gops.norm_fusable(ln))
 
 
 def q8_linear(x: Tensor, qweight: Q8Weight | Q8Gpu, bias: Tensor | None = None, act: str | None = None,
-              residual: Tensor | None = None, ln: tuple[Tensor, Tensor, float] | None = None) -> Tensor:
+              residual: Tensor | None = None, ln: tuple[Tensor, Tensor, float] | None = None,
+              rms: tuple[Tensor, float] | None = None) -> Tensor:
     """Fused epilogue(x @ W.T) with a q8_0 weight W (N, K) (nn.Linear's layout; `Q8Weight` or
     `Q8Gpu`), like `webtensor.ops.linear`: + bias (N,), then the activation `act` (a name of
     `webtensor.activations`), then + residual (..., N). x: (..., K) on a WebGPU device, K a
     multiple of 32. Returns a new float32 tensor (..., N); float16 inputs are widened first.
-    `ln` = (weight, bias, eps) layer-normalises x's rows first (in gemv_q8's prologue where it can,
-    else as a layer_norm launch)."""
+    `ln` = (weight, bias, eps) layer-normalises x's rows first, `rms` = (weight, eps) RMS-normalises
+    them (in gemv_q8's prologue where it can, else as a layer_norm / rms_norm launch)."""
     device = x.device
     ctx = gops._ctx(x)
     w = on_device(device, qweight)
@@ -290,9 +294,11 @@ def q8_linear(x: Tensor, qweight: Q8Weight | Q8Gpu, bias: Tensor | None = None, 
         return out
     stack = x.ndim > 2 and x.shape[-2] == 1  # a stack of one-row products: each row its M = 1 result
     x2, M, _, lda = _f32_rows(x)
+    if rms is not None:
+        ln = (rms[0], None, rms[1])
     fuse = ln_fusable(ctx, M, K, ln, stack)
     if ln is not None and not fuse:
-        x2, M, _, lda = _f32_rows(gops.layer_norm(x2, ln[0], ln[1], ln[2]))
+        x2, M, _, lda = _f32_rows(gops.normalize(x2, ln))
     bits = gops.epilogue_bits(bias is not None, act, residual is not None)
     b_buf, b_off = None, 0
     if bias is not None:
@@ -302,7 +308,7 @@ def q8_linear(x: Tensor, qweight: Q8Weight | Q8Gpu, bias: Tensor | None = None, 
     if residual is not None:
         r, _, _, r_ld = _f32_rows(residual)
         r_buf, r_off = gops._buf(r), r._offset
-    kern, which, mr = kernel_for(ctx, M, K, fuse, stack)
+    kern, which, mr = kernel_for(ctx, M, K, fuse, stack, rms=rms is not None)
     sw = scale_words(K)
     for n0, nn, qbuf, sbuf in w.chunks():
         params = dict(M=M, N=nn, K=K, a_off4=x2._offset // 4, lda4=lda // 4, d_ld=sw, c_off=n0, ldc=N, epi=bits,
@@ -310,7 +316,7 @@ def q8_linear(x: Tensor, qweight: Q8Weight | Q8Gpu, bias: Tensor | None = None, 
         bufs = dict(a=gops._buf(x2), qs=qbuf, scales=sbuf, bias=b_buf, res=r_buf, c=gops._buf(out))
         if fuse:
             params["eps"] = ln[2]
-            bufs.update(lnw=gops._buf(ln[0]), lnb=gops._buf(ln[1]))
+            bufs.update(lnw=gops._buf(ln[0]), lnb=None if ln[1] is None else gops._buf(ln[1]))
         if which == "gemv":
             x_, y_, _ = gops._grid(math.ceil(nn / gemv_rows_per_group(ctx, K)), ctx)
             grid = (x_, y_, math.ceil(M / mr))

@@ -1,12 +1,12 @@
-"""GPT-2: Hugging Face checkpoints, tokenizer, KV-cached generation, sampling, CLI.
+"""GPT-2 (OpenAI, 2019) as a webtensor model family: its config (`config.py`), tensor map (`names.py`) and forward
+over ops (`forward.py`), registered by `family.py`; `model.GPT2` is the `LanguageModel` with GPT-2's constructors.
 
-The names below are imported on first use (PEP 562), so the numpy-free modules (config,
-tokenizer, weights, forward, sampling, validate) load in the browser, where the numpy model cannot."""
+The names below are imported on first use (PEP 562), so the numpy-free modules load in the page."""
 
 from typing import Any
 
 __all__ = ["GPT2", "GPT2Config", "GPT2Tokenizer"]
-_WHERE = {"GPT2": ".model", "GPT2Config": ".config", "GPT2Tokenizer": "...text.tokenizer"}
+_WHERE = {"GPT2": ".model", "GPT2Config": ".config", "GPT2Tokenizer": "webtensor.text.tokenizer"}
 
 
 def __getattr__(name: str) -> Any:

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ...errors import CheckpointError
+from ..spec import ModelSpec
 
 # The four released sizes, for benchmarks with random weights (no download).
 PRESETS = {
@@ -181,6 +183,11 @@ class GPT2Config:
         e = self.eos_token_id
         return frozenset() if e is None else frozenset((e,) if isinstance(e, int) else e)
 
+    @property
+    def spec(self) -> ModelSpec:
+        return ModelSpec("gpt2", "gpt2", self.n_positions, self.vocab_size, self.n_layer, self.n_head, self.n_head,
+                         self.head_dim, self.n_embd, self.eos_ids, self.bos_token_id)
+
     def attn_scale(self, layer: int) -> float:
         """What layer `layer`'s (0-based) attention multiplies q . k by, as Hugging Face's GPT2Attention."""
         scale = self.head_dim ** -0.5 if self.scale_attn_weights else 1.0
@@ -233,6 +240,44 @@ class GPT2Config:
             tie_word_embeddings=_bool(raw, "tie_word_embeddings", where, True),
         )
         cfg._check_sizes(raw, where)
+        return cfg
+
+    @classmethod
+    def from_gguf(cls, meta: Mapping[str, Any], tensor_names: Sequence[str], where: str) -> GPT2Config:
+        """The config of a GGUF file's `gpt2.*` metadata (llama.cpp's converter's keys)."""
+        def get(key: str, kind: type, required: bool = True) -> Any:
+            v = meta.get(key)
+            if v is None:
+                if required:
+                    raise CheckpointError(f"{where}: metadata key {key!r} is missing")
+                return None
+            if kind is float and isinstance(v, int) and not isinstance(v, bool):
+                v = float(v)
+            if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
+                raise CheckpointError(f"{where}: metadata {key!r} should be {kind.__name__}, got {v!r}")
+            return v
+
+        vocab = get("gpt2.vocab_size", int, required=False)
+        if vocab is None:
+            tokens = meta.get("tokenizer.ggml.tokens")
+            if not isinstance(tokens, list):
+                raise CheckpointError(f"{where}: neither gpt2.vocab_size nor tokenizer.ggml.tokens gives the "
+                                      "vocabulary size")
+            vocab = len(tokens)
+        cfg = cls(vocab_size=vocab, n_positions=get("gpt2.context_length", int), n_embd=get("gpt2.embedding_length", int),
+                  n_layer=get("gpt2.block_count", int), n_head=get("gpt2.attention.head_count", int),
+                  layer_norm_epsilon=get("gpt2.attention.layer_norm_epsilon", float),
+                  eos_token_id=get("tokenizer.ggml.eos_token_id", int, required=False),
+                  bos_token_id=get("tokenizer.ggml.bos_token_id", int, required=False))
+        if min(cfg.vocab_size, cfg.n_positions, cfg.n_embd, cfg.n_layer, cfg.n_head) <= 0 or cfg.n_embd % cfg.n_head:
+            raise CheckpointError(f"{where}: inconsistent sizes (embedding_length={cfg.n_embd} must be a positive "
+                                  f"multiple of head_count={cfg.n_head}, all sizes > 0)")
+        if not 0 <= cfg.layer_norm_epsilon < math.inf:
+            raise CheckpointError(f"{where}: layer_norm_epsilon must be finite and >= 0, got {cfg.layer_norm_epsilon}")
+        ff = get("gpt2.feed_forward_length", int, required=False)
+        if ff is not None and ff != 4 * cfg.n_embd:
+            raise CheckpointError(f"{where}: feed_forward_length {ff} is not 4 x embedding_length "
+                                  f"({4 * cfg.n_embd}) as GPT-2 needs")
         return cfg
 
     def _check_sizes(self, raw: dict[str, Any], where: str) -> None:

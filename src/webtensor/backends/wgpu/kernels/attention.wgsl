@@ -1,15 +1,16 @@
 // Scaled dot-product attention, one workgroup per (query t, head h), 256 threads:
 // keys are visited in tiles of 256 with an online softmax (running max and sum), so S is
-// unbounded. q: (T, H, D), k/v: (S, H, D), out: (T, H, D), each with row / head strides and
+// unbounded. q: (T, H, D), k/v: (S, KVH, D), out: (T, H, D), each with row / head strides and
 // unit stride along D (so q, k, v may be column slices of a fused qkv tensor, and k, v may be the
-// first S rows of a preallocated KV cache). Causal: query t sees keys j <= t + (S - T).
+// first S rows of a preallocated KV cache). Grouped-query: query head h reads kv head
+// h / p.group (group = H / KVH; 1 for plain multi-head). Causal: query t sees keys j <= t + (S - T).
 // D <= 256. Header: alias TQ, TK, TO.
 struct P {
   T: u32, S: u32, H: u32, D: u32,
   q_off: u32, q_ts: u32, q_hs: u32, causal: u32,
   k_off: u32, k_ts: u32, k_hs: u32, scale: f32,
   v_off: u32, v_ts: u32, v_hs: u32, o_off: u32,
-  o_ts: u32, o_hs: u32,
+  o_ts: u32, o_hs: u32, group: u32,
 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> q: array<TQ>;
@@ -23,6 +24,7 @@ var<workgroup> ps: array<f32, 256>;
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
   let t = wg.x;
   let h = wg.y;
+  let kh = h / p.group;  // its key / value head
   if (li < p.D) { qs[li] = f32(q[p.q_off + t * p.q_ts + h * p.q_hs + li]) * p.scale; }
   workgroupBarrier();
   var last = p.S;  // keys [0, last) are visible
@@ -34,7 +36,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let j = j0 + li;
     var s = -3.4028234663852886e38;
     if (j < last) {
-      let kb = p.k_off + j * p.k_ts + h * p.k_hs;
+      let kb = p.k_off + j * p.k_ts + kh * p.k_hs;
       var d0 = 0.0;
       for (var d = 0u; d < p.D; d = d + 1u) { d0 = d0 + qs[d] * f32(k[kb + d]); }
       s = d0;
@@ -49,7 +51,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let n = min(256u, last - j0);
     if (li < p.D) {
       for (var i = 0u; i < n; i = i + 1u) {
-        acc = acc + ps[i] * f32(v[p.v_off + (j0 + i) * p.v_ts + h * p.v_hs + li]);
+        acc = acc + ps[i] * f32(v[p.v_off + (j0 + i) * p.v_ts + kh * p.v_hs + li]);
       }
     }
     m = m_new;

@@ -3,13 +3,14 @@
 // goes to thread j % 4), each holding q and a partial output row in registers (D4 vec4s) with its
 // own online softmax. Keys and values stream through workgroup memory in tiles of 32, so they are
 // read once per 64 queries; at the end the 4 partial (max, sum, row) of each query are merged.
-// Causal: query t sees keys j <= t + (S - T). Strides and offsets in vec4 units.
+// Causal: query t sees keys j <= t + (S - T). Grouped-query: the workgroup's head h reads kv head
+// h / p.group of k (S, KVH, D) and v. Strides and offsets in vec4 units.
 // Header: const D4 (head dim / 4, at most 16).
 struct P {
   T: u32, S: u32, causal: u32, scale: f32,
   q_off: u32, q_ts: u32, q_hs: u32, k_off: u32,
   k_ts: u32, k_hs: u32, v_off: u32, v_ts: u32,
-  v_hs: u32, o_ts: u32, o_hs: u32,
+  v_hs: u32, o_ts: u32, o_hs: u32, group: u32,
 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;
@@ -22,6 +23,7 @@ var<workgroup> ml: array<vec2<f32>, 256>;   // each thread's (max, sum)
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
   let h = wg.y;
+  let kh = h / p.group;  // its key / value head
   let qi = li % 64u;
   let sp = li / 64u;
   let t = wg.x * 64u + qi;
@@ -43,8 +45,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
       let j = j0 + e / D4;
       let d = e % D4;
       if (j < p.S) {
-        kv[e] = k[p.k_off + j * p.k_ts + h * p.k_hs + d];
-        kv[512u + e] = v[p.v_off + j * p.v_ts + h * p.v_hs + d];
+        kv[e] = k[p.k_off + j * p.k_ts + kh * p.k_hs + d];
+        kv[512u + e] = v[p.v_off + j * p.v_ts + kh * p.v_hs + d];
       }
     }
     workgroupBarrier();

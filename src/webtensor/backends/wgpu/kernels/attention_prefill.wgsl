@@ -8,9 +8,10 @@
 // Built with SG (devices with the subgroup feature; otherwise the source has no subgroup call),
 // the 4 partials are summed by two subgroup shuffles instead, key by key, and `sp` with its
 // barrier goes (the 4 threads of a query are adjacent lanes).
-// Causal: query t sees keys j <= t + (S - T). q, k, v: (T or S, H, D) views with row / head
-// strides and unit stride along D (column slices of the fused qkv, rows of a KV cache); output
-// (T, H, D) with its own strides. Offsets and strides in vec4 units (D % 16 == 0, D <= 128).
+// Causal: query t sees keys j <= t + (S - T). q (T, H, D), k and v (S, KVH, D): views with row /
+// head strides and unit stride along D (column slices of the fused qkv, rows of a KV cache); output
+// (T, H, D) with its own strides. Grouped-query: query head h reads kv head h / p.group. Offsets
+// and strides in vec4 units (D % 16 == 0, D <= 128).
 // Header: alias TQ (q, k, v), TO (output), TS (workgroup tile: f16 for float16 inputs); const D4
 // (D / 4), DT (D4 / 4), BKV (keys a tile); define SG selects the subgroup variant.
 struct P {
@@ -18,6 +19,7 @@ struct P {
   q_off: u32, q_ts: u32, q_hs: u32, k_off: u32,
   k_ts: u32, k_hs: u32, v_off: u32, v_ts: u32,
   v_hs: u32, o_off: u32, o_ts: u32, o_hs: u32,
+  group: u32,
 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> q: array<vec4<TQ>>;
@@ -45,6 +47,7 @@ fn partial_score(qr: ptr<function, array<vec4<f32>, DT>>, jj: u32, d0: u32) -> f
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
   let h = wg.y;
+  let kh = h / p.group;  // its key / value head
   let qi = li / 4u;
   let g = li % 4u;
   let t = wg.x * 64u + qi;
@@ -69,8 +72,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
       let j = j0 + e / D4;
       let d = e % D4;
       if (j < p.S) {
-        ks[e] = vec4<TS>(k[p.k_off + j * p.k_ts + h * p.k_hs + d]);
-        vs[e] = vec4<TS>(v[p.v_off + j * p.v_ts + h * p.v_hs + d]);
+        ks[e] = vec4<TS>(k[p.k_off + j * p.k_ts + kh * p.k_hs + d]);
+        vs[e] = vec4<TS>(v[p.v_off + j * p.v_ts + kh * p.v_hs + d]);
       }
     }
     workgroupBarrier();

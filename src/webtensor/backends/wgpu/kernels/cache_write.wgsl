@@ -2,9 +2,19 @@
 // is (n_slots, n_ctx, H, D) float32, contiguous; src is a strided (T, H, D) view with unit stride
 // along D (a third of the fused qkv rows). Positions and slots come from GPU tensors, so a replayed
 // decode step writes where the step state says. Rows whose position is past the context are
-// skipped. One thread an element (the cache write is a sliver of a step's traffic).
+// skipped, and so are rows whose slot is outside 0 .. n_slots-1 (slots are not checked on the
+// device). One thread an element (the cache write is a sliver of a step's traffic). H is the
+// cache's head count (KVH of a grouped-query model).
+// Bounds: a thread returns unless i < T H D (so t < T, r < H D) and unless pos[t] < n_ctx and
+// slot[t] < n_slots as u32 (negative values are huge): the store index c_off + slot * slot_stride +
+// pos * H D + r is inside the contiguous (n_slots, n_ctx, H, D) cache view starting at c_off; src's
+// index is an element of its view.
 // Header: alias TS (src's element type).
-struct P { T: u32, H: u32, D: u32, src_off: u32, src_ts: u32, src_hs: u32, n_ctx: u32, slot_stride: u32 }
+struct P {
+  T: u32, H: u32, D: u32, src_off: u32,
+  src_ts: u32, src_hs: u32, n_ctx: u32, slot_stride: u32,
+  n_slots: u32, c_off: u32,
+}
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> src: array<TS>;
 @group(0) @binding(2) var<storage, read> pos: array<i32>;
@@ -20,7 +30,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   let t = i / per_t;
   let r = i % per_t;
   let ps = u32(pos[t]);
-  if (ps >= p.n_ctx) { return; }
-  let dst = u32(slot[t]) * p.slot_stride + ps * per_t + r;
+  let sl = u32(slot[t]);
+  if (ps >= p.n_ctx || sl >= p.n_slots) { return; }
+  let dst = p.c_off + sl * p.slot_stride + ps * per_t + r;
   cache[dst] = f32(src[p.src_off + t * p.src_ts + (r / p.D) * p.src_hs + r % p.D]);
 }

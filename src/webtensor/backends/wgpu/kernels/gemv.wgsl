@@ -11,14 +11,15 @@
 // in the same order whatever MR, the row's place in its group and the number of rows (a row of a
 // launch over any number of rows is bit for bit that row alone).
 // With const LN (LANES > 1 only), A' = LayerNorm(A) (weights lnw, lnb; eps in p.eps) is computed in
-// the prologue, so "layer norm -> linear" is one dispatch. Epilogue: + bias[n], GELU, + residual
+// the prologue, so "layer norm -> linear" is one dispatch; with LN and RMS, A' = RMSNorm(A)
+// (A / sqrt(mean(A^2) + eps) * lnw; lnb is not read, the dummy buffer stands in). Epilogue: + bias[n], GELU, + residual
 // (p.epi bits 1 / 2 / 4). With p.acc, C is read and added to (a K-chunked product).
 // Needs K % 4 == 0 and 4-aligned offsets. Built with SG > 0 (the adapter's fixed subgroup
 // size, at most LANES; only on devices with the `subgroup` feature) the reductions use subgroupAdd
 // and a single barrier instead of a tree; otherwise the source has no subgroup call at all.
 // With WPACK, float16 weights are read as u32 pairs and widened with unpack2x16float (the H200's
 // Vulkan driver reads 16-bit storage far slower). Header: alias TA, TB, TC, TBIAS; const LN,
-// LANES, SG, WPACK, MR (1..8: rows per workgroup; LANES >= MR where LANES > 1).
+// LANES, SG, WPACK, MR (1..8: rows per workgroup; LANES >= MR where LANES > 1), RMS.
 // #include epilogue.wgsl
 struct P {
   M: u32, N: u32, K4: u32, acc: u32,
@@ -44,6 +45,12 @@ fn wvec(v: WV) -> vec4<f32> { return vec4<f32>(v); }
 
 
 const ROWS: u32 = 256u / LANES;
+
+// the prologue's normalisation of A's vec4 k of a row with statistics (mean, rstd)
+fn norm4(x: vec4<f32>, mean: f32, rstd: f32, k: u32) -> vec4<f32> {
+  if (RMS) { return x * rstd * lnw[k]; }
+  return (x - mean) * rstd * lnw[k] + lnb[k];
+}
 var<workgroup> red2: array<vec2<f32>, 256>;  // LN statistics
 var<workgroup> red: array<f32, MR * 256u>;  // [row of the group][thread]: partial sums
 
@@ -83,16 +90,22 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     rstd[m] = 1.0;
     if (LN && m < rows) {
       // one pass: sums of (x - x0) and (x - x0)^2, shifted by x0 = a[0] against cancellation
+      // (RMS: x0 = 0, the mean square only)
       let ab = p.a_off4 + (m0 + m) * p.lda4;
-      let x0 = vec4<f32>(a[ab]).x;
+      var x0 = 0.0;
+      if (!RMS) { x0 = vec4<f32>(a[ab]).x; }
       var acc = vec2<f32>();
       for (var k = li; k < p.K4; k = k + 256u) {
         let d = vec4<f32>(a[ab + k]) - x0;
         acc = acc + vec2<f32>(d.x + d.y + d.z + d.w, dot(d, d));
       }
       let tot = block_sum2(li, acc) / f32(p.K4 * 4u);
-      mean[m] = x0 + tot.x;
-      rstd[m] = inverseSqrt(max(tot.y - tot.x * tot.x, 0.0) + p.eps);
+      if (RMS) {
+        rstd[m] = inverseSqrt(tot.y + p.eps);
+      } else {
+        mean[m] = x0 + tot.x;
+        rstd[m] = inverseSqrt(max(tot.y - tot.x * tot.x, 0.0) + p.eps);
+      }
     }
   }
   var s: array<f32, MR>;
@@ -109,8 +122,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
           var x0 = vec4<f32>(a[ab + k]);
           var x1 = vec4<f32>(a[ab + k + LANES]);
           if (LN) {
-            x0 = (x0 - mean[m]) * rstd[m] * lnw[k] + lnb[k];
-            x1 = (x1 - mean[m]) * rstd[m] * lnw[k + LANES] + lnb[k + LANES];
+            x0 = norm4(x0, mean[m], rstd[m], k);
+            x1 = norm4(x1, mean[m], rstd[m], k + LANES);
           }
           s[m] = s[m] + dot(x0, w0);
           s1[m] = s1[m] + dot(x1, w1);
@@ -122,7 +135,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
       for (var m = 0u; m < MR; m = m + 1u) {
         if (m < rows) {
           var x0 = vec4<f32>(a[p.a_off4 + (m0 + m) * p.lda4 + k]);
-          if (LN) { x0 = (x0 - mean[m]) * rstd[m] * lnw[k] + lnb[k]; }
+          if (LN) { x0 = norm4(x0, mean[m], rstd[m], k); }
           s[m] = s[m] + dot(x0, w0);
         }
       }

@@ -19,10 +19,11 @@
 // No subgroup operations.
 // Epilogue (epilogue.wgsl): + bias[n], the activation, + residual[m, n], chosen by p.epi.
 // With const LN (LANES > 1 only), A' = LayerNorm(A) (weights lnw, lnb; eps in p.eps; statistics in
-// the prologue, one shifted pass as in gemv.wgsl), so "layer norm -> linear" is one dispatch.
+// the prologue, one shifted pass as in gemv.wgsl), so "layer norm -> linear" is one dispatch; with
+// LN and RMS, A' = RMSNorm(A) (A / sqrt(mean(A^2) + eps) * lnw; lnb is not read).
 // Needs K % 32 == 0 (whole blocks) and A rows 4-aligned. Header: const LANES, MR (rows of A a
 // workgroup, a power of two up to 8: the accumulators per output), NR (outputs per thread: 1 where
-// LANES > 1), LN.
+// LANES > 1), LN, RMS.
 alias TC = f32;
 // #include epilogue.wgsl
 @group(0) @binding(2) var<storage, read> qs: array<vec4<u32>>;
@@ -41,6 +42,7 @@ fn arow(m0: u32, m: u32, i: u32) -> vec4<f32> {
   let x = a[p.a_off4 + (m0 + m) * p.lda4 + i];
   if (!LN) { return x; }
   let st = stats[m];
+  if (RMS) { return x * st.y * lnw[i]; }
   return (x - st.x) * st.y * lnw[i] + lnb[i];
 }
 
@@ -64,7 +66,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     let k4 = p.K / 4u;
     for (var m = 0u; m < rows; m = m + 1u) {
       let ab = p.a_off4 + (m0 + m) * p.lda4;
-      let x0 = a[ab].x;
+      var x0 = 0.0;  // (RMS: no shift, the mean square only)
+      if (!RMS) { x0 = a[ab].x; }
       var acc = vec2<f32>();
       for (var k = li; k < k4; k = k + 256u) {
         let dd = a[ab + k] - x0;
@@ -78,7 +81,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
       }
       if (li == 0u) {
         let tot = red2[0] / f32(p.K);
-        stats[m] = vec2<f32>(x0 + tot.x, inverseSqrt(max(tot.y - tot.x * tot.x, 0.0) + p.eps));
+        if (RMS) {
+          stats[m] = vec2<f32>(0.0, inverseSqrt(tot.y + p.eps));
+        } else {
+          stats[m] = vec2<f32>(x0 + tot.x, inverseSqrt(max(tot.y - tot.x * tot.x, 0.0) + p.eps));
+        }
       }
       workgroupBarrier();
     }

@@ -1,0 +1,160 @@
+"""`LanguageModel`: a model of any family on a device, and what users call — `logits`, `generate`, `stream`,
+`encode`, `decode`, `apply_chat_template`, `generate_batch`. It holds the family's config and weights (whose
+`forward(batch, cache)` is the model), the tokenizer, the chat template and the runtime context; decoding goes
+through `runtime` (a `ModelRunner` per concurrent generation, from a pool). Nothing here names a family.
+Importable without numpy (the page): only `logits` needs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ..errors import ContextLengthError, SamplingError
+from ..runtime.batch import StepBatch
+from ..runtime.cache import KVCache
+from ..runtime.generate import RunnerPool, generate, generate_batch
+from ..runtime.runner import ModelRunner, int_tensor
+from ..sampling import SamplingParams, check_max_new_tokens, sample, with_seed
+from ..tensor import Tensor
+from ..validate import check_ids, check_text, fit_context
+from .spec import Family, ModelSpec
+
+
+class LanguageModel:
+    def __init__(self, family: Family, config: Any, weights: Any, device: Any, n_ctx: int, *, tokenizer: Any = None,
+                 chat_template: str | None = None, eos_ids: frozenset[int] | None = None, dtype: str | None = None,
+                 name: str = "model", weight_bytes: int = 0):
+        self.family, self.config, self.weights, self.device = family, config, weights, device
+        self.n_ctx = n_ctx  # the runtime context: positions per sequence (<= the trained context)
+        self.tokenizer, self.chat_template, self.name = tokenizer, chat_template, name
+        self.dtype = dtype  # the load dtype (None: as stored)
+        self._more_eos = frozenset(eos_ids or ()) - config.spec.eos_ids  # (generation_config.json's)
+        self.weight_bytes = weight_bytes  # bytes the weights take on the device (quantized: their blocks)
+        self.use_graph = True  # replay captured decode steps (False: op by op, for comparison)
+        self._runners = RunnerPool()
+
+    # -- what the runtime needs -------------------------------------------------------------------------
+    @property
+    def spec(self) -> ModelSpec:
+        return self.config.spec
+
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        """Every id generation stops at: the config's and generation_config.json's."""
+        return self.config.spec.eos_ids | self._more_eos
+
+    @property
+    def vocab_size(self) -> int:
+        return self.spec.vocab_size
+
+    def new_cache(self, n_slots: int = 1) -> KVCache:
+        """A KV cache of `n_slots` sequences of the runtime context."""
+        s = self.spec
+        return KVCache(s.n_layer, n_slots, self.n_ctx, s.n_kv_head, s.head_dim, self.device)
+
+    def forward(self, batch: StepBatch, cache: KVCache) -> Tensor:
+        """The family's forward: the rows of `batch` -> logits (rows needing them, V)."""
+        return self.weights.forward(batch, cache)
+
+    def runner(self, n_slots: int, invariant: bool = True, use_graph: bool | None = None,
+               bucketed: bool = True) -> ModelRunner:
+        """A new runner of `n_slots` sequences (the server's engines hold one; see `runtime.runner`)."""
+        return ModelRunner(self, n_slots, use_graph=use_graph, invariant=invariant, bucketed=bucketed)
+
+    # -- forward -------------------------------------------------------------------------------------------
+    def logits(self, ids: Sequence[int]) -> Any:
+        """Full forward over `ids` (the prompt path): logits (T, V) as float32 numpy."""
+        import numpy as np
+
+        ids = self._check_ids(ids)
+        if len(ids) > self.n_ctx:
+            raise ContextLengthError(f"{len(ids)} tokens exceed the context of {self.n_ctx}")
+        dev, T = self.device, len(ids)
+        with dev.dispatch_scope():
+            batch = StepBatch(int_tensor(ids, dev), int_tensor(list(range(T)), dev), int_tensor([0] * T, dev),
+                              span=(0, 0))
+            out = self.forward(batch, self.new_cache())
+            return out.numpy().astype(np.float32, copy=False)
+
+    # -- generation ----------------------------------------------------------------------------------------
+    def generate_ids(self, ids: Sequence[int], max_new_tokens: int = 32, temperature: float = 0.0,
+                     top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
+                     stop_at_eos: bool = True, truncate_prompt: bool = False,
+                     reuse_prefix: bool = False) -> Iterator[int]:
+        """Yield new token ids one by one. Refuses a prompt that does not fit (ContextLengthError) unless
+        `truncate_prompt`, which keeps the prompt's last tokens. The same seed gives the same tokens on every
+        device (a token's draw depends on the seed and its position only). `reuse_prefix`: the prompt's first
+        tokens still in the KV cache from the last call (a conversation's earlier turns) are not computed again
+        (their logits then come from a prompt pass of another length: equal to float rounding)."""
+        params = with_seed(SamplingParams(temperature, top_k, top_p, seed))  # seed None: one fresh seed a call
+        n_new = check_max_new_tokens(max_new_tokens)
+        ids = fit_context(self._check_ids(ids), n_new, self.n_ctx, truncate_prompt)
+        eos = self.eos_ids if stop_at_eos else frozenset()
+        runner = self._runners.acquire(1, lambda: self.runner(1, bucketed=False))
+        try:
+            yield from generate(runner, ids, n_new, params.greedy, lambda row, p: sample(row, params, p), eos,
+                                reuse_prefix=reuse_prefix)
+        finally:
+            self._runners.release(1, runner)
+
+    def generate(self, ids: Sequence[int], max_new_tokens: int = 32, **kw: Any) -> list[int]:
+        """New token ids (a list), greedy by default (temperature=0)."""
+        return list(self.generate_ids(ids, max_new_tokens, **kw))
+
+    def generate_batch(self, prompts: Sequence[Sequence[int]], max_new_tokens: int = 32,
+                       stop_at_eos: bool = True) -> list[list[int]]:
+        """Greedy continuations of several prompts decoded together: one forward over all rows a step (the weights
+        read once for the batch, as one matrix product), a captured graph replayed. Each list stops after its first
+        EOS. The rows are not promised bit-identical to decoding each alone (the server's batched engine is: it
+        multiplies row by row)."""
+        n_new = check_max_new_tokens(max_new_tokens)
+        rows = [fit_context(self._check_ids(p), n_new, self.n_ctx, False) for p in prompts]
+        out: list[list[int]] = [[] for _ in rows]
+        eos = self.eos_ids if stop_at_eos else frozenset()
+        runner = self._runners.acquire(("batch", len(rows)), lambda: self.runner(max(1, len(rows)), invariant=False,
+                                                                                bucketed=False))
+        try:
+            for column in generate_batch(runner, rows, n_new):
+                for r, tok in zip(out, column, strict=True):
+                    if not (r and r[-1] in eos):
+                        r.append(tok)  # type: ignore[arg-type]
+        finally:
+            self._runners.release(("batch", len(rows)), runner)
+        return out
+
+    def stream(self, prompt: str, max_new_tokens: int = 50, **kw: Any) -> Iterator[str]:
+        """Generated text, piece by piece, as soon as it forms whole UTF-8 characters (special tokens not shown)."""
+        tok = self._need_tokenizer()
+        yield from tok.stream_decode(self.generate_ids(self.encode(prompt), max_new_tokens, **kw))
+
+    # -- text ----------------------------------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        return self._need_tokenizer().encode(check_text(text))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._need_tokenizer().decode(ids)
+
+    def apply_chat_template(self, messages: Sequence[Any], add_generation_prompt: bool = True, tokenize: bool = False,
+                            **kwargs: Any) -> Any:
+        """The conversation as the model's chat template renders it (jinja2, as transformers renders it; a model
+        without a template gets webtensor's plain one, `chat.PLAIN_TEMPLATE`); with `tokenize`, its token ids."""
+        from ..chat import template_for
+
+        text = template_for(self).render(messages, add_generation_prompt=add_generation_prompt, **kwargs)
+        if not tokenize:
+            return text
+        return self._need_tokenizer().encode(text, add_special_tokens=False)
+
+    def _need_tokenizer(self) -> Any:
+        if self.tokenizer is None:
+            raise SamplingError("this model has no tokenizer (random weights): pass token ids instead of text")
+        return self.tokenizer
+
+    def _check_ids(self, ids: Sequence[int]) -> list[int]:
+        return check_ids(ids, self.vocab_size)
+
+    def __repr__(self) -> str:
+        s = self.spec
+        return (f"{type(self).__name__}({self.name!r}, {s.architecture}, {s.n_layer} layers, {s.width} wide, "
+                f"{self.device.describe()})")

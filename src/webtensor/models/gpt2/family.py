@@ -1,0 +1,36 @@
+"""GPT-2's record in the registry: what the loader and the runtime call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..registry import register
+from ..spec import Family
+from . import names
+from .config import GPT2Config
+from .forward import GPT2Weights
+
+
+def _from_hf(raw: dict[str, Any], where: str) -> GPT2Config:
+    return GPT2Config.from_dict(raw, where)
+
+
+def _check(cfg: GPT2Config, shapes: Any, where: str) -> None:
+    names.check_shapes(shapes, cfg, where)
+
+
+def _gguf_metadata(cfg: GPT2Config) -> dict[str, Any]:
+    return {"gpt2.context_length": cfg.n_positions, "gpt2.embedding_length": cfg.n_embd,
+            "gpt2.feed_forward_length": cfg.inner_dim, "gpt2.block_count": cfg.n_layer,
+            "gpt2.attention.head_count": cfg.n_head, "gpt2.attention.layer_norm_epsilon": cfg.layer_norm_epsilon}
+
+
+def _build(cfg: GPT2Config, params: dict[str, Any], device: Any, n_ctx: int) -> GPT2Weights:
+    return GPT2Weights(cfg, params, device, n_ctx)
+
+
+FAMILY = register(Family(
+    name="gpt2", hf_model_types=("gpt2",), gguf_architectures=("gpt2",),
+    config_from_hf=_from_hf, config_from_gguf=GPT2Config.from_gguf,
+    tensors=names.tensors, canonical=names.canonical, gguf_names=names.gguf_names, build=_build,
+    check=_check, gguf_metadata=_gguf_metadata))

@@ -1,0 +1,500 @@
+"""Loading a model from any source onto any device, for every family: the one loader behind
+`webtensor.load_model`, `GPT2.from_pretrained`, the CLI, the server and the page.
+
+A source is a Hugging Face checkpoint directory (config.json, *.safetensors — sharded, float32 / float16 /
+bfloat16 —, tokenizer.json, tokenizer_config.json's chat template, generation_config.json's EOS ids), a model id
+in the local Hugging Face cache, or a llama.cpp GGUF file (or a directory holding exactly one). The family comes
+from the registry (config.json's `model_type`, GGUF's `general.architecture`); the family's config parser, tensor
+map and checks decide the rest. Every expected tensor is checked (present, its shape, its stored type) before
+anything is uploaded; a bad checkpoint is one line (CheckpointError) naming the file and the tensor.
+
+Weights go to the device one tensor at a time from their stored bytes, numpy-free (the page runs this loader
+too): floats are converted on the device where it can (float16 <-> float32 casts, transposes), quantized GGUF
+blocks are uploaded as they are (dequantized in registers by the kernels). `dtype`:
+
+- None ("auto"): as stored — float32 checkpoints in float32, float16 ones in float16 where the device has
+  shader-f16 (else float32), bfloat16 ones in float32; quantized tensors kept quantized;
+- "float32" / "float16": every matrix and embedding in that type (quantized ones dequantized);
+- "q8_0" (or "int8"): float matrices and embeddings quantized to q8_0 at load; quantized ones kept.
+
+Norms, biases and position tables are always float32. Float matrices are handed to the family as (K, N) views
+(`x @ W`), stored transposed (N, K) where the backend's GEMV wants it (`Backend.kmajor_weights`); quantized ones
+as (N, K). Where the family asks for it (`Family.fusions`), parts stored alike (q, k, v) are concatenated along
+their output rows into one matrix.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import dtypes as dt
+from ..errors import CheckpointError, TokenizerError
+from ..formats.gguf_reader import FLOAT_TYPES, GGUFCheckpoint, find_gguf
+from ..formats.safetensors_reader import SafetensorsReader, resolve, weight_files
+from ..tensor import from_buffer
+from . import registry
+from .spec import Family, TensorSpec
+
+QUANT_TYPES = ("Q8_0",)  # ggml block types the kernels read as stored
+DTYPES = ("float32", "float16", "q8_0")
+Progress = Callable[[str, int, int], None]  # (tensor name, bytes done, bytes in all)
+
+
+def check_dtype(dtype: Any) -> str | None:
+    """A load dtype's canonical name: None (as stored), "float32", "float16" or "q8_0" ("int8" is q8_0)."""
+    if dtype is None or dtype == "auto":
+        return None
+    name = getattr(dtype, "name", dtype)
+    if isinstance(name, str) and name.lower() in ("int8", "q8_0"):
+        return "q8_0"
+    if name not in ("float32", "float16"):
+        raise CheckpointError(f"model dtype must be float32, float16, q8_0 (int8) or None (as stored), got {dtype!r}")
+    return name
+
+
+@dataclass
+class Checkpoint:
+    """An opened source: the family, its config, tokenizer and chat template, and its tensors by canonical name
+    (`shape` in the stored layout, `stored_type` the ggml / safetensors type, `raw` the stored bytes)."""
+
+    family: Family
+    config: Any
+    tokenizer: Any
+    chat_template: str | None
+    eos_ids: frozenset[int]
+    where: str
+    name: str
+    names: set[str]
+    shape: Callable[[str], tuple[int, ...]]
+    stored_type: Callable[[str], str]
+    raw: Callable[[str], memoryview]
+    gguf: bool  # stored in GGUF's layout: every matrix (N, K)
+
+    def hf_shape(self, name: str, spec: TensorSpec) -> tuple[int, ...]:
+        shape = tuple(self.shape(name))
+        return shape[::-1] if self.gguf and spec.kind == "conv1d" else shape
+
+    def array(self, name: str) -> Any:
+        """Tensor `name` as a numpy array in the Hugging Face layout: float16 where stored so, float32 otherwise
+        (quantized tensors dequantized). For comparisons and exports; the loader itself never needs it."""
+        import numpy as np
+
+        t, shape, raw = self.stored_type(name), tuple(self.shape(name)), self.raw(name)
+        if t == "F16":
+            arr = np.frombuffer(raw, "<f2").reshape(shape)
+        elif t in QUANT_TYPES:
+            arr = np.frombuffer(_dequantized(t, raw, shape), "<f4").reshape(shape)
+        else:
+            arr = np.frombuffer(float32_bytes(t, raw), "<f4").reshape(shape)
+        spec = self.family.tensors(self.config).get(name)
+        return np.ascontiguousarray(arr.T) if self.gguf and spec is not None and spec.kind == "conv1d" else arr.copy()
+
+
+# -- sources ------------------------------------------------------------------------------------------------
+def open_checkpoint(source: Any = None, reader: str = "auto") -> Checkpoint:
+    """Open and check `source` (None: the model that ships with webtensor; a directory; a .gguf file; an id in the
+    local Hugging Face cache). `reader` "pure" reads with the pure-Python readers (the page's)."""
+    gguf_file = find_gguf(source)
+    ck = _open_gguf(gguf_file, reader) if gguf_file is not None else _open_hf(resolve(source), reader, source)
+    _check_tensors(ck)
+    return ck
+
+
+def _open_hf(d: Path, reader: str, source: Any) -> Checkpoint:
+    path = d / "config.json"
+    raw = _json(path, required=True)
+    family = registry.for_hf(raw.get("model_type"), str(path))
+    cfg = family.config_from_hf(raw, str(path))
+    from ..text.tokenizer import GPT2Tokenizer
+
+    tok = GPT2Tokenizer.from_dir(d, native=None if reader == "auto" else reader != "pure")
+    gen = _json(d / "generation_config.json", required=False)
+    eos = set(cfg.spec.eos_ids) | set(_id_list(gen.get("eos_token_id"), d / "generation_config.json"))
+    st = SafetensorsReader(weight_files(d), family.canonical, pure=None if reader == "auto" else reader == "pure")
+    name = "webtensor-shipped" if source is None else str(source)
+    return Checkpoint(family, cfg, tok, _chat_template(d), frozenset(eos), str(d), name, st.names(), st.shape,
+                      st.dtype, st.raw, gguf=False)
+
+
+def _open_gguf(path: Path, reader: str) -> Checkpoint:
+    f = GGUFCheckpoint(path, reader)
+    where = str(path)
+    family = registry.for_gguf(f.architecture, where)
+    cfg = family.config_from_gguf(f.metadata, list(f.tensors), where)
+    by_gguf = {g: c for c, g in family.gguf_names(cfg).items()}
+    by_gguf.setdefault("output.weight", "lm_head.weight")  # (a tied model's stored copy of its head)
+    names: dict[str, str] = {}
+    for g in f.tensors:
+        c = by_gguf.get(g)
+        if c is None:
+            raise CheckpointError(f"{where}: tensor {g!r} is not part of a {cfg.spec.architecture} model")
+        names[c] = g
+    tok = _gguf_tokenizer(f.metadata, cfg.spec.vocab_size, f"{path} (tokenizer metadata)")
+    template = f.metadata.get("tokenizer.chat_template")
+    return Checkpoint(family, cfg, tok, template if isinstance(template, str) else None, cfg.spec.eos_ids, where,
+                      str(path), set(names), lambda n: f.tensors[names[n]].shape,
+                      lambda n: f.tensors[names[n]].type_name, lambda n: f.raw(names[n]), gguf=True)
+
+
+def _gguf_name_of(ck: Checkpoint, name: str) -> str:
+    if not ck.gguf:
+        return name
+    return ck.family.gguf_names(ck.config).get(name, "output.weight" if name == "lm_head.weight" else name)
+
+
+def _check_tensors(ck: Checkpoint) -> None:
+    """Every expected tensor present with its shape and a type the kernels read; nothing unexpected; a tied head
+    stored apart equal to the embedding; the tokenizer's ids within the embedding."""
+    specs = ck.family.tensors(ck.config)
+
+    def missing() -> None:
+        for name in specs:
+            if name not in ck.names:
+                shown = f"{name!r} ({_gguf_name_of(ck, name)})" if ck.gguf else repr(name)
+                raise CheckpointError(f"{ck.where}: tensor {shown} is missing from the checkpoint")
+    if ck.gguf:  # (a GGUF file's tensors are named by the file's names; the family's checks name its own)
+        missing()
+    ck.family.check(ck.config, {n: ck.hf_shape(n, specs.get(n, TensorSpec((), "linear"))) for n in ck.names},
+                    ck.where)
+    missing()
+    for name, spec in specs.items():
+        shown = _gguf_name_of(ck, name)
+        got = ck.hf_shape(name, spec)
+        if got != spec.shape:
+            raise CheckpointError(f"{ck.where}: tensor {shown!r} has shape {tuple(ck.shape(name))}, expected "
+                                  f"{spec.shape[::-1] if ck.gguf and spec.kind == 'conv1d' else spec.shape} "
+                                  "from the config")
+        t = ck.stored_type(name)
+        readable = FLOAT_TYPES + ("F64",) + (QUANT_TYPES if spec.kind != "float32" else ())
+        if t not in readable:
+            raise CheckpointError(f"{ck.where}: tensor {shown!r} is stored as {t}; webtensor reads "
+                                  f"{', '.join(readable)} there")
+    tied = "lm_head.weight" not in specs
+    extra = sorted(n for n in ck.names if n not in specs and not (tied and n == "lm_head.weight"))
+    if extra:
+        more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
+        raise CheckpointError(f"{ck.where}: the checkpoint holds tensors a {ck.config.spec.architecture} model does "
+                              f"not have: {', '.join(map(repr, extra[:3]))}{more}")
+    embed = next(n for n, s in specs.items() if s.kind == "embedding")
+    if tied and "lm_head.weight" in ck.names and ck.stored_type("lm_head.weight") == ck.stored_type(embed) \
+            and bytes(ck.raw("lm_head.weight")) != bytes(ck.raw(embed)):
+        raise CheckpointError(f"{ck.where}: tie_word_embeddings = true, but the checkpoint's "
+                              f"{_gguf_name_of(ck, 'lm_head.weight')} differs from {_gguf_name_of(ck, embed)}: the "
+                              "config ties the LM head to the token embedding; set tie_word_embeddings to false to "
+                              "use it")
+    n_tok = getattr(ck.tokenizer, "vocab_size", 0)
+    if n_tok > ck.config.spec.vocab_size:
+        raise CheckpointError(f"{ck.where}: the tokenizer has {n_tok} token ids but config.json's vocab_size = "
+                              f"{ck.config.spec.vocab_size}: ids {ck.config.spec.vocab_size}.. would have no "
+                              "embedding row")
+
+
+# -- upload -------------------------------------------------------------------------------------------------
+def upload(ck: Checkpoint, device: Any, dtype: str | None, progress: Progress | bool | None = None) -> dict[str, Any]:
+    """The checkpoint's weights on `device` by canonical name (fused names where parts were fused)."""
+    specs = ck.family.tensors(ck.config)
+    groups = {parts[0]: (fused, parts) for fused, parts in ck.family.fusions(ck.config)
+              if len({ck.stored_type(p) for p in parts}) == 1}  # (parts stored alike: one matrix)
+    later = {p for _, parts in groups.values() for p in parts[1:]}
+    sizes = {n: _stored_nbytes(ck.stored_type(n), ck.shape(n)) for n in specs}
+    report = _progress(progress, sum(sizes.values()), ck.name)
+    done = 0
+    params: dict[str, Any] = {}
+    try:
+        for name, spec in specs.items():
+            if name in later:
+                continue
+            fused, parts = groups.get(name, (name, (name,)))
+            if len(parts) == 1:
+                raw, stored, shape = ck.raw(name), ck.stored_type(name), tuple(ck.shape(name))
+            else:  # rows of (N_i, K) matrices (or vectors) one after another: one (sum N_i, K) matrix
+                f32 = spec.kind == "float32"
+                raw = memoryview(b"".join(bytes(float32_bytes(ck.stored_type(p), ck.raw(p)) if f32 else ck.raw(p))
+                                          for p in parts))
+                stored = "F32" if f32 else ck.stored_type(name)
+                shape = (sum(ck.shape(p)[0] for p in parts), *ck.shape(name)[1:])
+            params[fused] = _upload_one(raw, stored, shape, spec, ck.gguf, device, dtype)
+            done += sum(sizes[p] for p in parts)
+            report(name, done)
+    finally:
+        report(None, done)
+    return params
+
+
+def _stored_nbytes(t: str, shape: tuple[int, ...]) -> int:
+    from ..formats.gguf_pure import GGML_TYPES
+
+    n = math.prod(shape)
+    if t == "F64":
+        return n * 8
+    for name, per_block, nbytes in GGML_TYPES.values():
+        if name == t:
+            return n // per_block * nbytes
+    return n * 4
+
+
+def _upload_one(raw: memoryview, stored: str, shape: tuple[int, ...], spec: TensorSpec, gguf: bool, device: Any,
+                dtype: str | None) -> Any:
+    """One tensor from its stored bytes (`shape` in the stored layout) to what the family's forward takes."""
+    if spec.kind == "float32":
+        return from_buffer(float32_bytes(stored, raw), shape, dt.float32, device)
+    if stored in QUANT_TYPES:
+        if dtype in ("float32", "float16"):  # asked for floats: dequantized
+            raw, stored = _dequantized(stored, raw, shape), "F32"
+        else:
+            return _quantized(device, stored, raw, shape)
+    # a float matrix or embedding: (N, K) or (V, C) in the stored layout, but GPT-2's Conv1D from safetensors (K, N)
+    nk = spec.kind != "conv1d" or gguf
+    if dtype == "q8_0":
+        return _quantize_q8(device, float32_bytes(stored, raw), shape, transpose=not nk)
+    want = dt.float16 if (dtype == "float16" or (dtype is None and stored == "F16" and device.has_f16)) else dt.float32
+    if want is dt.float16 and not device.has_f16:
+        raise CheckpointError(f"{device.describe()} has no shader-f16 feature: use dtype float32")
+    kmajor = device.backend.kmajor_weights
+    try:
+        import numpy as np
+    except ImportError:  # the page: converted and transposed on the device
+        np = None
+    if np is not None:  # natively on the host (a tensor over the binding limit cannot be rearranged on a device)
+        arr = np.frombuffer(raw, "<f2") if stored == "F16" else np.frombuffer(float32_bytes(stored, raw), "<f4")
+        arr = arr.reshape(shape).astype(want.name, copy=False)
+        if spec.kind != "embedding" and nk != kmajor:  # stored (N, K) where the backend keeps (K, N), or back
+            arr = arr.T
+        arr = np.ascontiguousarray(arr)
+        t = device.backend.from_numpy(device, arr, arr.flags.owndata and arr.flags.writeable)
+        return t if spec.kind == "embedding" or not kmajor else t.T
+    if stored == "F16" and device.has_f16:
+        t = from_buffer(raw, shape, dt.float16, device)
+    else:
+        t = from_buffer(float32_bytes(stored, raw), shape, dt.float32, device)
+    if t.dtype is not want:
+        t = t.to(want)
+    if spec.kind == "embedding":
+        return t
+    if nk:  # t is (N, K): hand over (K, N)
+        return t.T if kmajor else t.T.contiguous()
+    return t.T.contiguous().T if kmajor else t  # t is (K, N)
+
+
+def float32_bytes(stored: str, raw: memoryview) -> memoryview:
+    """Float bytes as float32 (numpy where present, else the pure-Python conversions the page uses)."""
+    if stored == "F32":
+        return raw
+    if stored == "BF16":  # a bfloat16 is the top half of a float32
+        src = bytes(raw)
+        out = bytearray(2 * len(src))
+        out[2::4], out[3::4] = src[0::2], src[1::2]
+        return memoryview(out)
+    try:
+        import numpy as np
+    except ImportError:
+        import array
+        import struct
+
+        if stored == "F16":
+            return memoryview(array.array("f", struct.unpack(f"<{raw.nbytes // 2}e", raw))).cast("B")
+        return memoryview(array.array("f", array.array("d", bytes(raw)))).cast("B")
+    src_type = {"F16": "<f2", "F64": "<f8"}.get(stored)
+    if src_type is None:
+        raise CheckpointError(f"cannot read a {stored} tensor as floats")
+    return memoryview(np.frombuffer(raw, src_type).astype("<f4")).cast("B")
+
+
+def _quantized(device: Any, stored: str, raw: memoryview, shape: tuple[int, ...]) -> Any:
+    """A quantized (N, K) tensor on `device` from its ggml blocks, kept as they are."""
+    if len(shape) != 2:
+        raise CheckpointError(f"a {stored} tensor must be 2-D, got shape {shape}")
+    if device.kind == "wgpu":
+        from ..backends.wgpu import q8_ops
+
+        return q8_ops.upload_blocks(device, raw, shape)
+    from ..formats.q8_0 import Q8Weight
+
+    return Q8Weight.from_blocks(raw, shape)  # type: ignore[arg-type]
+
+
+def _dequantized(stored: str, raw: memoryview, shape: tuple[int, ...]) -> memoryview:
+    from ..formats.q8_0 import Q8Weight
+
+    return memoryview(Q8Weight.from_blocks(raw, shape).dequantize().astype("<f4")).cast("B")  # type: ignore[arg-type]
+
+
+def _quantize_q8(device: Any, raw32: memoryview, shape: tuple[int, ...], transpose: bool) -> Any:
+    """Float32 bytes of a matrix of stored `shape` — (N, K), or (K, N) with `transpose` — quantized to q8_0 in the
+    (N, K) layout (ggml's rounding)."""
+    import numpy as np
+
+    from ..formats import q8_0
+
+    w = np.frombuffer(raw32, "<f4").reshape(shape)
+    w = q8_0.quantize(np.ascontiguousarray(w.T) if transpose else w)
+    if device.kind == "wgpu":
+        from ..backends.wgpu import q8_ops
+
+        return q8_ops.upload(device, w)
+    return w
+
+
+def _progress(progress: Progress | bool | None, total: int, label: str) -> Callable[[str | None, int], None]:
+    """A reporter: `progress` a callback, or True / None for a tqdm bar (None: only on a terminal), False nothing."""
+    if callable(progress):
+        return lambda name, done: progress(name, done, total) if name is not None else None  # type: ignore[misc]
+    if progress is False:
+        return lambda name, done: None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return lambda name, done: None
+    bar = tqdm(total=total, unit="B", unit_scale=True, desc=f"loading {label}", leave=False,
+               disable=None if progress is None else not progress)
+    last = [0]
+
+    def report(name: str | None, done: int) -> None:
+        bar.update(done - last[0])
+        last[0] = done
+        if name is None:
+            bar.close()
+    return report
+
+
+# -- small readers ------------------------------------------------------------------------------------------
+def _json(path: Path, required: bool) -> dict[str, Any]:
+    if not path.is_file():
+        if required:
+            raise CheckpointError(f"{path} is missing: a checkpoint directory needs config.json")
+        return {}
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path} is not valid JSON: {e}") from e
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path} must hold a JSON object, got {type(raw).__name__}")
+    return raw
+
+
+def _id_list(v: Any, where: Path) -> list[int]:
+    if v is None:
+        return []
+    ids = v if isinstance(v, list) else [v]
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise CheckpointError(f"{where}: eos_token_id must be a token id or a list of them, got {v!r}")
+    return ids
+
+
+def _chat_template(d: Path) -> str | None:
+    """The checkpoint's chat template: chat_template.jinja, or tokenizer_config.json's `chat_template` (a string,
+    or a list of named templates: the "default" one)."""
+    f = d / "chat_template.jinja"
+    if f.is_file():
+        return f.read_text(encoding="utf-8")
+    t = _json(d / "tokenizer_config.json", required=False).get("chat_template")
+    if isinstance(t, list):
+        t = next((x.get("template") for x in t if isinstance(x, dict) and x.get("name") == "default"), None)
+    return t if isinstance(t, str) else None
+
+
+TOKEN_CONTROL, TOKEN_USER_DEFINED = 3, 4  # llama.cpp's token types for special / added tokens
+
+
+def _gguf_tokenizer(meta: Mapping[str, Any], vocab_size: int, src: str) -> Any:
+    """A byte-level BPE from a GGUF file's `tokenizer.ggml.*` metadata."""
+    from ..text.tokenizer import GPT2Tokenizer
+
+    model = meta.get("tokenizer.ggml.model")
+    if model != "gpt2":
+        raise TokenizerError(f"{src}: tokenizer.ggml.model is {model!r}; webtensor reads byte-level BPE ('gpt2')")
+    tokens, merges = meta.get("tokenizer.ggml.tokens"), meta.get("tokenizer.ggml.merges")
+    types = meta.get("tokenizer.ggml.token_type") or []
+    if not (isinstance(tokens, list) and isinstance(merges, list) and isinstance(types, list)):
+        raise TokenizerError(f"{src}: tokenizer.ggml.tokens and tokenizer.ggml.merges must be lists of strings")
+    if types and len(types) != len(tokens):
+        raise TokenizerError(f"{src}: {len(types)} token types for {len(tokens)} tokens")
+    if len(tokens) > vocab_size:
+        raise TokenizerError(f"{src}: {len(tokens)} tokens but a vocabulary of {vocab_size}")
+    pairs = []
+    for i, m in enumerate(merges):
+        parts = m.split(" ") if isinstance(m, str) else []
+        if len(parts) != 2:
+            raise TokenizerError(f"{src}: merge #{i} {m!r} is not 'left right'")
+        pairs.append((parts[0], parts[1]))
+    special = [i for i, t in enumerate(types) if t == TOKEN_CONTROL]
+    added = [i for i, t in enumerate(types) if t == TOKEN_USER_DEFINED]
+    tok = GPT2Tokenizer.from_vocab(tokens, pairs, special, added, source=src)
+    eos = meta.get("tokenizer.ggml.eos_token_id")
+    if isinstance(eos, int):
+        tok.eos_token_id = eos
+    return tok
+
+
+
+# -- models -------------------------------------------------------------------------------------------------
+def load(source: Any = None, device: Any = None, dtype: Any = None, n_ctx: int | None = None,
+         progress: Progress | bool | None = None, reader: str = "auto") -> Any:
+    """`webtensor.load_model`: open, check, upload, build."""
+    from ..device import Device
+
+    dev = Device.parse(device)
+    want = check_dtype(dtype)
+    if want == "float16" and not dev.has_f16:
+        raise CheckpointError(f"{dev.describe()} has no shader-f16 feature: use dtype float32")
+    ck = open_checkpoint(source, reader)
+    return build(ck, dev, want, n_ctx, progress)
+
+
+def build(ck: Checkpoint, device: Any, dtype: str | None, n_ctx: int | None = None,
+          progress: Progress | bool | None = None, cls: Any = None) -> Any:
+    """A `LanguageModel` (or `cls`) of an opened checkpoint on `device`."""
+    from .base import LanguageModel
+
+    spec = ck.config.spec
+    ctx = spec.n_ctx if n_ctx is None else n_ctx
+    if isinstance(ctx, bool) or not isinstance(ctx, int) or not 1 <= ctx <= spec.n_ctx:
+        raise CheckpointError(f"n_ctx must be an integer in [1, {spec.n_ctx}] (the model's context), got {n_ctx!r}")
+    params = upload(ck, device, dtype, progress)
+    weights = ck.family.build(ck.config, params, device, ctx)
+    nbytes = sum(getattr(v, "nbytes", 0) for v in {id(v): v for v in params.values()}.values())
+    return (cls or LanguageModel)(ck.family, ck.config, weights, device, ctx, tokenizer=ck.tokenizer,
+                                  chat_template=ck.chat_template, eos_ids=ck.eos_ids, dtype=dtype, name=ck.name,
+                                  weight_bytes=nbytes)
+
+
+def from_arrays(family: Family | str, config: Any, arrays: Mapping[str, Any], name: str = "model") -> Checkpoint:
+    """A checkpoint of float32 numpy arrays by canonical name (HF layout), without a tokenizer."""
+    import numpy as np
+
+    fam = registry.by_name(family) if isinstance(family, str) else family
+    data = {k: np.ascontiguousarray(v, np.float32) for k, v in arrays.items()}
+    ck = Checkpoint(fam, config, None, None, config.spec.eos_ids, name, name, set(data),
+                    lambda n: data[n].shape, lambda n: "F32", lambda n: memoryview(data[n]).cast("B"), gguf=False)
+    _check_tensors(ck)
+    return ck
+
+
+def random_arrays(family: Family | str, config: Any, seed: int = 0) -> dict[str, Any]:
+    """Random float32 weights of a family's shapes: N(0, 0.02) matrices and tables, norm weights 1, biases 0."""
+    import numpy as np
+
+    fam = registry.by_name(family) if isinstance(family, str) else family
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, spec in fam.tensors(config).items():
+        if spec.kind != "float32" or name.endswith("wpe.weight"):
+            out[name] = rng.standard_normal(spec.shape, dtype=np.float32) * np.float32(0.02)
+        elif name.endswith(".bias"):
+            out[name] = np.zeros(spec.shape, np.float32)
+        else:
+            out[name] = np.ones(spec.shape, np.float32)
+    return out
+
+
+def random(family: str, config: Any, device: Any = None, dtype: Any = None, seed: int = 0,
+           n_ctx: int | None = None) -> Any:
+    from ..device import Device
+
+    ck = from_arrays(family, config, random_arrays(family, config, seed), name=f"random-{family}")
+    return build(ck, Device.parse(device), check_dtype(dtype), n_ctx, progress=False)

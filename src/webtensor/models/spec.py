@@ -1,0 +1,69 @@
+"""What the runtime knows of any model family: a `ModelSpec` (sizes and token ids), the `TensorSpec` of each
+weight (its shape in the Hugging Face layout and its role), and a `Family` — the one record a family registers
+(its config parsers, tensor-name map and weight builder). The registry (`models.registry`) finds a family by a
+Hugging Face `model_type` or a GGUF `general.architecture`; nothing outside a family's folder names one.
+Importable without numpy (the page)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+TensorKind = Literal["linear", "conv1d", "embedding", "float32"]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The sizes and token ids every path needs, whatever the family."""
+
+    family: str  # the registry's name ("gpt2", "llama")
+    architecture: str  # the checkpoint's own name for it ("gpt2", "llama", "qwen2", "qwen3", "mistral")
+    n_ctx: int  # positions the model was trained for
+    vocab_size: int
+    n_layer: int
+    n_head: int
+    n_kv_head: int
+    head_dim: int
+    width: int  # the residual stream's width
+    eos_ids: frozenset[int] = frozenset()
+    bos_id: int | None = None
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One weight as a family expects it: `shape` in the Hugging Face layout; `kind`: "linear" (nn.Linear's
+    (N, K), K the input), "conv1d" (GPT-2's Conv1D, (K, N)), "embedding" (V, C) or "float32" (norms, biases, position tables:
+    kept float32, in the stored layout)."""
+
+    shape: tuple[int, ...]
+    kind: TensorKind
+
+
+@dataclass(frozen=True)
+class Family:
+    """A model family as the runtime sees it. `config_from_hf(config.json dict, where)` and
+    `config_from_gguf(metadata, tensor names, where)` return the family's config (with a `.spec`), refusing
+    what they do not support with one line naming the field; `tensors(cfg)` the weights by canonical name
+    (Hugging Face's, prefixes such as "model." dropped by `canonical`), in load order; `canonical(key)` a
+    checkpoint key's canonical name (None: a tensor the family ignores, e.g. rotary buffers); `gguf_names(cfg)`
+    canonical -> GGUF name; `fusions(cfg)` (fused name, parts) pairs the loader concatenates along the output
+    rows where the parts are stored alike (q, k, v -> qkv); `gguf_metadata(cfg)` the GGUF keys a converter writes and
+    `to_gguf(cfg, name, float32 array)` a weight as llama.cpp stores it (`formats.gguf_writer`);
+    `check(cfg, shapes, where)` the family's own checks of
+    a checkpoint's tensors (by canonical name, HF layout) beyond "every expected tensor with its shape";
+    `build(cfg, params, device, n_ctx)` the weights object (for a runtime context of n_ctx positions) whose `forward(batch, cache) -> logits` runs the model."""
+
+    name: str
+    hf_model_types: tuple[str, ...]
+    gguf_architectures: tuple[str, ...]
+    config_from_hf: Callable[[dict[str, Any], str], Any]
+    config_from_gguf: Callable[[Mapping[str, Any], Sequence[str], str], Any]
+    tensors: Callable[[Any], dict[str, TensorSpec]]
+    canonical: Callable[[str], str | None]
+    gguf_names: Callable[[Any], dict[str, str]]
+    build: Callable[[Any, dict[str, Any], Any, int], Any]
+    check: Callable[[Any, Mapping[str, tuple[int, ...]], str], None] = lambda cfg, shapes, where: None
+    fusions: Callable[[Any], list[tuple[str, tuple[str, ...]]]] = lambda cfg: []
+    gguf_metadata: Callable[[Any], dict[str, Any]] = lambda cfg: {}
+    to_gguf: Callable[[Any, str, Any], Any] = lambda cfg, name, arr: arr

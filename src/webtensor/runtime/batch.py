@@ -1,0 +1,81 @@
+"""`StepBatch`: one forward's rows, described once by the caller and read by the family's forward.
+
+A forward runs rows of (token id, position, cache slot). How attention reads the KV cache and which rows need
+logits depend on what the rows are — a prompt of one sequence, decode tokens of many sequences, prompt chunks
+among decode tokens in a server step — and that is said here, once, instead of as flags in every forward:
+
+- `span` = (slot, p0): the rows are one sequence at positions p0 .. p0 + T - 1, known on the host (a prompt).
+  Attention then reads the cache rows 0 .. p0 + T - 1 of that slot directly (the prefill kernels) and the
+  products run as matrix-matrix products over the T rows.
+- no span: every row attends by its own (slot, position), positions and slots living in device tensors, so one
+  captured graph of the forward serves every step. `shared_slots`: rows may share a slot (a prompt chunk's
+  tokens as rows beside other sequences' decode rows): every row's key and value is stored before any row
+  attends. Otherwise each row is its own sequence and stores and attends in one launch.
+- `invariant` (no span): each row's products are one-row products (activations held as (T, 1, C)), so a row's
+  numbers do not depend on which rows share its step (batch invariance); False: one (T, C) matrix product,
+  faster for big batches, rows may differ in the last bits from a lone row.
+- `head_rows` (int32 (S,) tensor of row indices) / `last_only`: the LM head runs on those rows only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .. import ops
+from ..tensor import Tensor
+
+
+@dataclass
+class StepBatch:
+    ids: Tensor  # int32 (T,)
+    pos: Tensor  # int32 (T,)
+    slot: Tensor  # int32 (T,)
+    span: tuple[int, int] | None = None  # (slot, first position): one host-known sequence
+    shared_slots: bool = False
+    head_rows: Tensor | None = None  # int32 (S,)
+    last_only: bool = False
+    invariant: bool = True
+
+    @property
+    def T(self) -> int:
+        return self.ids.shape[0]
+
+    def rows(self, width: int) -> tuple[int, ...]:
+        """The activations' shape for rows of `width` values: (T, 1, width) for one-row products, else (T, width)."""
+        return (self.T, 1, width) if self.span is None and self.invariant else (self.T, width)
+
+    def attend(self, k_cache: Tensor, v_cache: Tensor, q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
+        """Store the rows' keys and values in one layer's cache (n_slots, n_ctx, KVH, D) and attend:
+        q (T, H, D), k and v (T, KVH, D) -> (T, H, D) float32."""
+        if self.span is not None:
+            ops.cache_write(k_cache, k, self.pos, self.slot)
+            ops.cache_write(v_cache, v, self.pos, self.slot)
+            s, n = self.span[0], self.span[1] + self.T
+            return ops.attention(q, k_cache[s, :n], v_cache[s, :n], causal=True, scale=scale)
+        if self.shared_slots:
+            ops.cache_write(k_cache, k, self.pos, self.slot)
+            ops.cache_write(v_cache, v, self.pos, self.slot)
+            return ops.cached_attention(q, k_cache, v_cache, self.pos, self.slot, scale=scale)
+        return ops.cached_attention(q, k_cache, v_cache, self.pos, self.slot, scale=scale, k_new=k, v_new=v)
+
+    def head_input(self, x: Tensor) -> Tensor:
+        """The rows of x (T, ..., C) that need logits, shaped as this batch holds activations: (S, 1, C) or (S, C)."""
+        C = x.shape[-1]
+        x = x.reshape(self.T, C)
+        if self.last_only:
+            x = x[self.T - 1:self.T]
+        elif self.head_rows is not None:
+            x = ops.embedding(x, self.head_rows)  # (S, C): a gather of rows
+        return x.reshape(-1, *self.rows(C)[1:])
+
+    @staticmethod
+    def logits(out: Tensor) -> Tensor:
+        """The LM head's output as (rows, V)."""
+        return out.reshape(-1, out.shape[-1])
+
+
+def lm_head_weight(table: Any) -> Any:
+    """The LM head's weight for `ops.linear` from an embedding table (V, C): a float table's (C, V) view; a
+    quantized one as it is (quantized weights are (N, K) already)."""
+    return table.T if isinstance(table, Tensor) else table

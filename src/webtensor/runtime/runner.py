@@ -1,0 +1,397 @@
+"""`ModelRunner`: one model's sequences on one device — the slot KV cache, the captured step graphs and the
+feed-back ring — and the only code that runs a model's forward for decoding. `generate`, `generate_batch`, both
+serving engines and the web page are its clients.
+
+A runner holds `n_slots` sequences (KV-cache slots, plus a scratch slot that padding rows write). Its clients
+ask for two kinds of work:
+
+- `prefill(slot, ids, p0)`: a prompt of one sequence through the span path (`StepBatch.span`: attention reads
+  the cache rows directly, products are matrix-matrix products), run eagerly; the last position's logits.
+- `launch(rows)`: a step of `RunRow`s, at most one per slot — a decode token, or a prompt chunk whose tokens
+  become rows of the step (`shared_slots`) — as one forward with the LM head on the rows that choose a token.
+  Each step shape is captured as a graph on first use and replayed (on WebGPU its launches, on the CPU its plan
+  of numpy steps); shapes are bucketed (`bucket`), padding rows writing the scratch slot; at most `MAX_GRAPHS`
+  graphs are held, the least recently used released. A step of greedy one-token rows ends by feeding its argmax
+  back on the device (`ops.advance_tokens`: ids = best, pos += 1, tokens appended to a ring), so `follow` can
+  replay it for the next steps before the host has read a single token. `collect` reads a launch's tokens (the
+  argmax of each choosing row) and, for rows that asked, their logits (host-side sampling).
+
+Batch invariance: with `invariant` (the default) every product is a stack of one-row products (see
+`StepBatch.invariant`), so in float32 a row's tokens do not depend on the other rows of its step.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .. import ops
+from ..errors import ArgumentError, ContextLengthError
+from ..tensor import Tensor, from_buffer
+from ..validate import check_ids
+from .batch import StepBatch
+from .cache import KVCache
+
+MAX_GRAPHS = 48  # captured step shapes kept (least recently used released beyond: their buffers)
+RING_STEPS = 16  # steps one `follow` may launch (its tokens: a ring of this many rows of the step's width)
+
+
+class Runnable(Protocol):
+    """What a runner needs of a model (`models.base.LanguageModel` has it)."""
+
+    device: Any
+    n_ctx: int
+    vocab_size: int
+    use_graph: bool
+
+    def new_cache(self, n_slots: int = 1) -> KVCache: ...
+
+    def forward(self, batch: StepBatch, cache: KVCache) -> Tensor: ...
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One sequence's work in one step: tokens `ids` at positions start.. of `slot` (the slot holds exactly
+    `start` tokens before the step); `pick`: choose the token after ids (False: a prompt chunk that is not the
+    last); `read_logits`: also read that row's logits back (the caller samples on the host)."""
+
+    slot: int
+    ids: tuple[int, ...]
+    start: int
+    pick: bool = True
+    read_logits: bool = False
+
+    @property
+    def next_position(self) -> int:
+        return self.start + len(self.ids)
+
+
+def int_tensor(values: Sequence[int], device: Any) -> Tensor:
+    """An int32 tensor of `values` on `device` (no numpy needed)."""
+    return from_buffer(struct.pack(f"<{len(values)}i", *values), (len(values),), "int32", device)
+
+
+def upload_ints(t: Tensor, values: Sequence[int]) -> None:
+    """Write `values` into the int32 tensor `t` (an upload between replays)."""
+    t.device.backend.upload_into(t, struct.pack(f"<{len(values)}i", *values))
+
+
+def read_ints(t: Tensor) -> list[int]:
+    raw = t.tobytes()
+    return list(struct.unpack(f"<{len(raw) // 4}i", raw))
+
+
+def logits_rows(raw: bytes, dtype: str, width: int) -> list[Any]:
+    """Rows of `width` logits from raw bytes: float32 numpy arrays, or array.array('f') without numpy (the page)."""
+    try:
+        import numpy as np
+    except ImportError:
+        import array
+
+        vals = array.array("f", raw) if dtype == "float32" else array.array("f", struct.unpack(
+            f"<{len(raw) // 2}e", raw))
+        return [vals[i:i + width] for i in range(0, len(vals), width)]
+    arr = np.frombuffer(raw, dtype).astype(np.float32, copy=False).reshape(-1, width)
+    return list(arr)
+
+
+def bucket(n: int) -> int:
+    """The rows a graph is captured for: n rounded up to 1, 2, 4, 8, then a multiple of 8 up to 64 (decode
+    steps), of 64 up to 512 and of 256 beyond (steps with prompt chunks, whose rows vary most)."""
+    if n <= 8:
+        return 1 << max(n - 1, 0).bit_length()
+    step = 8 if n <= 64 else 64 if n <= 512 else 256
+    return -(-n // step) * step
+
+
+class _StepGraph:
+    """One step shape's captured forward over its own input tensors: `width` rows of (token, position, slot),
+    the LM head on `picks` of them (None: every row), `shared` slots. A step of one-token rows that all choose
+    (picks None, not shared) feeds its argmax back (the ring: RING_STEPS x width tokens, `count` its next row)."""
+
+    def __init__(self, runner: ModelRunner, width: int, picks: int | None, shared: bool):
+        dev = runner.device
+        self.width = width
+        self.ids, self.pos, self.slot = (int_tensor([0] * width, dev) for _ in range(3))
+        self.sel = None if picks is None else int_tensor([0] * picks, dev)
+        self.feeds_back = picks is None and not shared
+        if self.feeds_back:
+            self.ring = int_tensor([0] * (width * RING_STEPS), dev)
+            self.count = int_tensor([0], dev)
+        batch = StepBatch(self.ids, self.pos, self.slot, shared_slots=shared, head_rows=self.sel,
+                          invariant=runner.invariant)
+        # (the model by weak reference: a CPU graph keeps this function, and a model keeps its runners)
+        model, cache = weakref.ref(runner.model), runner.cache
+
+        def step() -> tuple[Tensor, Tensor]:
+            logits = model().forward(batch, cache)  # type: ignore[union-attr]
+            best = ops.argmax(logits)
+            if self.feeds_back:
+                ops.advance_tokens(best, self.ids, self.pos, self.ring, self.count)
+            return logits, best
+        self.graph = dev.capture(step)
+
+    def release(self) -> None:
+        self.graph.release()
+
+
+@dataclass
+class Launched:
+    """Steps on their way: the first one's rows, the graph (None: run eagerly), the readbacks of its argmax and
+    (where a row reads its logits) its logits, started when it was queued; or, for `steps` followed steps, the
+    readback of their ring of tokens."""
+
+    rows: list[RunRow]
+    graph: _StepGraph | None
+    best: Any
+    logits: tuple[Any, str, int] | None  # (readback, dtype name, vocabulary)
+    steps: int = 1
+    ring: Any = None
+
+
+@dataclass
+class Collected:
+    """A launch's results: `tokens[step][row]` (the argmax of each choosing row, None elsewhere) and, for the
+    first step, `logits[row]` (a float32 row for rows that asked, else None)."""
+
+    tokens: list[list[int | None]]
+    logits: list[Any]
+
+
+class ModelRunner:
+    def __init__(self, model: Runnable, n_slots: int, use_graph: bool | None = None, invariant: bool = True,
+                 bucketed: bool = True):
+        if n_slots < 1:
+            raise ArgumentError(f"a runner needs at least one slot, got {n_slots}")
+        self.model, self.device, self.n_slots = model, model.device, n_slots
+        self.n_ctx, self.vocab_size = model.n_ctx, model.vocab_size
+        self.use_graph = model.use_graph if use_graph is None else use_graph
+        self.invariant, self.bucketed = invariant, bucketed
+        # bucketed: step shapes rounded up (`bucket`), the padding rows writing a scratch slot (n_slots); else
+        # every step shape its own graph (a client whose steps have few shapes: one sequence decoding)
+        self.cache = model.new_cache(n_slots + bucketed)
+        self._length = [0] * n_slots  # tokens held per slot
+        self._held: list[list[int]] = [[] for _ in range(n_slots)]  # the tokens behind them, as far as known
+        self._graphs: dict[tuple[int, int | None, bool], _StepGraph] = {}  # least to most recently used
+        self._last: Launched | None = None  # the step `follow` may continue
+        self._captured, self._capture_ms = 0, 0.0
+
+    # -- prompts ----------------------------------------------------------------------------------------
+    def prefill(self, slot: int, ids: Sequence[int], p0: int = 0) -> Tensor:
+        """Run prompt `ids` at positions p0.. of `slot` (the span path, eagerly, one dispatch scope): the last
+        position's logits (1, V); the keys and values stay in the slot."""
+        row = RunRow(slot, tuple(ids), p0)
+        self._check([row])
+        dev, T = self.device, len(ids)
+        with dev.dispatch_scope():
+            batch = StepBatch(int_tensor(list(ids), dev), int_tensor(list(range(p0, p0 + T)), dev),
+                              int_tensor([slot] * T, dev), span=(slot, p0), last_only=True)
+            logits = self.model.forward(batch, self.cache)
+        self._length[slot] = p0 + T
+        self._held[slot][p0:] = ids
+        return logits
+
+    # -- steps ------------------------------------------------------------------------------------------
+    def launch(self, rows: Sequence[RunRow]) -> Launched:
+        """Start a step (the device works on it while the caller goes on); `collect` its results."""
+        self._check(rows)
+        dev = self.device
+        ids: list[int] = []
+        pos: list[int] = []
+        slot: list[int] = []
+        picks: list[int] = []  # the flat row of each row that chooses a token
+        for r in rows:
+            n = len(r.ids)
+            ids.extend(r.ids)
+            pos.extend(range(r.start, r.start + n))
+            slot.extend([r.slot] * n)
+            if r.pick:
+                picks.append(len(ids) - 1)
+        shared = len(ids) > len(rows)  # a row of several tokens (a prompt chunk)
+        every = len(picks) == len(ids)  # every flat row chooses (a step of decode rows): no gather
+        if not rows:
+            return self._launched(rows, None, None, None)
+        if self.use_graph:
+            width = bucket(len(ids)) if self.bucketed else len(ids)
+            n_sel = None if every else 1 << (len(picks) - 1).bit_length() if picks else 1  # (a power of two)
+            g = self._graph(width, n_sel, shared)
+            pad = width - len(ids)
+            upload_ints(g.ids, ids + [0] * pad)
+            upload_ints(g.pos, pos + [0] * pad)
+            upload_ints(g.slot, slot + [self.n_slots] * pad)
+            if g.sel is not None:
+                upload_ints(g.sel, picks + [0] * (g.sel.shape[0] - len(picks)))
+            with dev.dispatch_scope():  # (the step and its readbacks: one submit)
+                logits, best = g.graph.replay()
+                return self._launched(rows, g, logits, best)
+        with dev.dispatch_scope():
+            batch = StepBatch(int_tensor(ids, dev), int_tensor(pos, dev), int_tensor(slot, dev),
+                              shared_slots=shared, head_rows=None if every else int_tensor(picks or [0], dev),
+                              invariant=self.invariant)
+            logits = self.model.forward(batch, self.cache)
+            return self._launched(rows, None, logits, ops.argmax(logits))
+
+    def can_follow(self, rows: Sequence[RunRow], steps: int = 1) -> bool:
+        """Whether `follow` can launch `steps` steps from these rows: one-token rows that all choose, each with room
+        for `steps` more positions, on a runner that replays graphs."""
+        return (self.use_graph and 1 <= steps <= RING_STEPS and bool(rows)
+                and all(len(r.ids) == 1 and r.pick and r.start + steps < self.n_ctx for r in rows))
+
+    def follow(self, prev: Launched, steps: int = 1) -> Launched:
+        """Launch `steps` steps after `prev` (the last launched, a step of one-token choosing rows) for the same
+        sequences before prev's tokens are known: each step's input is the argmax the step before chose, fed back
+        on the device. The followed steps' tokens come back through the ring (`collect`)."""
+        self.check_follow(prev)
+        g = prev.graph
+        assert g is not None
+        rows = [RunRow(r.slot, (0,), r.start + prev.steps, True) for r in prev.rows]
+        if not self.can_follow(rows, steps):
+            raise ArgumentError(f"cannot follow with {steps} steps (1 to {RING_STEPS}, within the context)")
+        upload_ints(g.count, [0])  # (a queue write: after prev's steps, before these)
+        with self.device.dispatch_scope():
+            g.graph.replay(steps)
+            h = self._launched(rows, g, None, None, steps)
+            h.ring = self.device.backend.read_async(g.ring[:steps * g.width])  # (the rows these steps wrote)
+        return h
+
+    def check_follow(self, prev: Launched) -> None:
+        """ArgumentError unless `prev` is the last launched step, of one-token choosing rows (a graph that feeds back)."""
+        if prev is not self._last or prev.graph is None or not prev.graph.feeds_back:
+            raise ArgumentError("follow continues the last launched step of one-token choosing rows only")
+
+    def collect(self, h: Launched) -> Collected:
+        """The results of launched steps (waits for their readbacks)."""
+        if h.ring is not None:  # followed steps: one-token rows, the ring's first rows
+            raw = bytes(h.ring.wait())
+            width = h.graph.width  # type: ignore[union-attr]
+            ring = struct.unpack(f"<{len(raw) // 4}i", raw)
+            return Collected([list(ring[i * width:i * width + len(h.rows)]) for i in range(h.steps)],
+                             [None] * len(h.rows))
+        if h.best is None:
+            return Collected([[]], [])
+        raw = bytes(h.best.wait())
+        chosen = struct.unpack(f"<{len(raw) // 4}i", raw)
+        rows_logits: list[Any] = []
+        if h.logits is not None:
+            ticket, dtype, V = h.logits
+            rows_logits = logits_rows(bytes(ticket.wait()), dtype, V)
+        tokens: list[int | None] = []
+        logits: list[Any] = []
+        j = 0  # the row's place among the choosing rows (the LM head's rows)
+        for r in h.rows:
+            if not r.pick:
+                tokens.append(None)
+                logits.append(None)
+                continue
+            tokens.append(int(chosen[j]))
+            logits.append(rows_logits[j] if r.read_logits else None)
+            j += 1
+        return Collected([tokens], logits)
+
+    def release(self, slot: int) -> None:
+        """The slot's sequence is done; its next row starts at position 0."""
+        self.truncate(slot, 0)
+
+    def truncate(self, slot: int, n: int) -> None:
+        """Keep the slot's first `n` positions (their keys and values stay valid); the next row starts at n."""
+        self._check_slot(slot)
+        n = max(0, min(n, self._length[slot]))
+        self._length[slot] = n
+        del self._held[slot][n:]
+
+    def hold(self, slot: int, tokens: Sequence[int]) -> None:
+        """Record that the slot's cache holds the keys and values of `tokens` at positions 0.. (a client that knows
+        what followed steps fed back says so, so that a later prompt starting with them can reuse them)."""
+        self._check_slot(slot)
+        self._held[slot] = list(tokens[:self._length[slot]])
+
+    def common_prefix(self, slot: int, ids: Sequence[int]) -> int:
+        """How many of `ids`' first tokens the slot already holds (at most len(ids) - 1: the last one is always run,
+        for its logits)."""
+        held, n = self._held[slot], 0
+        for a, b in zip(held, ids[:len(ids) - 1], strict=False):
+            if a != b:
+                break
+            n += 1
+        return n
+
+    def length(self, slot: int) -> int:
+        """Tokens the slot holds."""
+        return self._length[slot]
+
+    def close(self) -> None:
+        """Free the captured graphs."""
+        for g in self._graphs.values():
+            g.release()
+        self._graphs.clear()
+        self._last = None
+
+    @property
+    def last_launched(self) -> Launched | None:
+        """The step `follow` may continue."""
+        return self._last
+
+    @property
+    def graph_stats(self) -> dict[str, float]:
+        """Step graphs captured so far, the milliseconds that took, and how many are held (/health)."""
+        return {"captured": self._captured, "capture_ms": round(self._capture_ms, 1), "held": len(self._graphs)}
+
+    # -- helpers ----------------------------------------------------------------------------------------
+    def _launched(self, rows: Sequence[RunRow], g: _StepGraph | None, logits: Tensor | None,
+                  best: Tensor | None, steps: int = 1) -> Launched:
+        """Readbacks of steps just queued (the argmax; the logits where a row reads them), the slots' lengths
+        moved on; the steps become the ones `follow` may continue."""
+        read = self.device.backend.read_async
+        want = logits is not None and any(r.pick and r.read_logits for r in rows)
+        h = Launched(list(rows), g, None if best is None else read(best),
+                     (read(logits), logits.dtype.name, logits.shape[-1]) if want else None,  # type: ignore[union-attr]
+                     steps)
+        for r in rows:
+            self._length[r.slot] = r.next_position + steps - 1
+            held = self._held[r.slot]
+            del held[r.start:]
+            if best is not None:  # (followed steps' inputs are known to the device only)
+                held.extend(r.ids)
+        self._last = h
+        return h
+
+    def _graph(self, width: int, picks: int | None, shared: bool) -> _StepGraph:
+        key = (width, picks, shared)
+        g = self._graphs.pop(key, None)  # (re-inserted last: the dict runs least to most recent)
+        if g is None:
+            excess = len(self._graphs) + 1 - MAX_GRAPHS
+            if excess > 0:
+                in_use = self._last.graph if self._last is not None else None  # (`follow` may replay it)
+                for old in [k for k, v in self._graphs.items() if v is not in_use][:excess]:
+                    self._graphs.pop(old).release()
+            t0 = time.perf_counter()
+            g = _StepGraph(self, width, picks, shared)
+            self._captured += 1
+            self._capture_ms += (time.perf_counter() - t0) * 1e3
+        self._graphs[key] = g
+        return g
+
+    def _check_slot(self, slot: int) -> None:
+        if not 0 <= slot < self.n_slots:
+            raise ArgumentError(f"slot {slot} is out of range for {self.n_slots} slots")
+
+    def _check(self, rows: Sequence[RunRow]) -> None:
+        """Every row checked before any runs: a bad one fails the step with nothing written."""
+        seen: set[int] = set()
+        for r in rows:
+            self._check_slot(r.slot)
+            if r.slot in seen:
+                raise ArgumentError(f"slot {r.slot} has two rows in one step")
+            seen.add(r.slot)
+            if not r.ids:
+                raise ArgumentError(f"the row for slot {r.slot} has no tokens")
+            if r.start != 0 and self._length[r.slot] != r.start:
+                raise ArgumentError(f"slot {r.slot} holds {self._length[r.slot]} tokens, the row starts at {r.start}")
+            check_ids(r.ids, self.vocab_size)
+            if r.start + len(r.ids) > self.n_ctx:
+                raise ContextLengthError(f"{r.start} cached + {len(r.ids)} new tokens exceed the context of "
+                                         f"{self.n_ctx} positions")
