@@ -56,7 +56,9 @@ def _buf(t: Tensor) -> GpuBuffer:
 
 
 def _out(device: Any, shape: tuple[int, ...], dtype: dt.DType) -> Tensor:
-    """An op's result: one buffer (an op writes one binding), else a BufferLimitError."""
+    """A planner's result (or scratch): one buffer, as a kernel writes one binding. The backend runs
+    planners on blocks of rows whose results fit (`rows.by_rows`), so this refuses only a planner
+    called on more (BufferLimitError)."""
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes > device.ctx.max_binding_bytes:
         raise BufferLimitError(f"the result, shape {shape} {dtype.name} ({nbytes:,} bytes), is over this device's "
