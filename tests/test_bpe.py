@@ -16,10 +16,10 @@ from tokenizers import AddedToken as HFAddedToken  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 
 try:
-    from webtensor.text import bpe
+    from webtensor.text import bpe, pretok
 except ImportError:  # package not installed: import from the src/ tree
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from webtensor.text import bpe
+    from webtensor.text import bpe, pretok
 
 ByteLevelBPE = bpe.ByteLevelBPE
 TokenizerFormatError = bpe.TokenizerFormatError
@@ -178,7 +178,7 @@ def test_pretokenize_matches_tokenizers(text: str) -> None:
 def _codepoint_sample() -> list[str]:
     cps = set(range(0x3400))  # dense: Latin, Greek, Cyrillic, Indic, ..., symbols
     cps.update(range(0x3400, 0x110000, 97))
-    for lo, hi, _ in bpe._PATCH:
+    for lo, hi, _ in pretok._PATCH:
         cps.update(range(lo, hi + 1))
     return [chr(c) for c in sorted(cps) if not 0xD800 <= c < 0xE000]
 
@@ -446,13 +446,16 @@ def test_from_files_special_tokens(tmp_path: Path) -> None:
 
 def test_unicode_patch_table_is_consistent() -> None:
     """Patched code points are unassigned in this Python or already agree with it."""
-    for lo, hi, shadow in bpe._PATCH:
+    from webtensor.text import pretok
+
+    for lo, hi, shadow in pretok._PATCH:
         for cp in (lo, hi):
             cat = unicodedata.category(chr(cp))
-            assert cat == "Cn" or cat[0] == ("L" if shadow == ord("a") else "N"), hex(cp)
+            want = {pretok._LETTER: "L", pretok._NUMBER: "N", pretok._PUNCT: "P", pretok._RUST_DIGIT: "N"}[shadow]
+            assert cat == "Cn" or cat[0] == want, hex(cp)
 
 
-_SHIPPED = Path(__file__).resolve().parents[1] / "src" / "webtensor" / "models" / "gpt2" / "shipped"
+_SHIPPED = Path(__file__).resolve().parents[1] / "src" / "webtensor" / "models" / "shipped"
 
 
 @pytest.mark.skipif(not (_SHIPPED / "tokenizer.json").is_file(), reason="no shipped tokenizer.json")

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import _wgpu, rel_err
+from conftest import _wgpu, rel_err, set_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -128,7 +128,7 @@ def test_argmax_scratch_over_the_limit(dev):
     T = dev.max_binding_bytes() // 4 - 3
     x = np.random.default_rng(0).standard_normal((T, 1), np.float32)
     t = wt.tensor(x, device=dev)
-    assert chunks(t) == 1 and T * gops.argmax_scratch_bytes(1) > dev.max_binding_bytes()
+    assert chunks(t) == 1 and T * gops.argmax_scratch_bytes(dev.ctx, 1) > dev.max_binding_bytes()
     assert np.array_equal(wt.argmax(t).numpy(), np.zeros(T, np.int32))
     y = np.random.default_rng(1).standard_normal((T // 3, 3), np.float32)
     assert np.array_equal(wt.argmax(wt.tensor(y, device=dev)).numpy(), np.argmax(y, -1))
@@ -282,10 +282,11 @@ def test_split_k_scratch_in_row_blocks(monkeypatch):
     """On GPUs a small product with a long K sums K slices through a float32 scratch (S, M, N); at a
     limit below the scratch's size it goes a block of rows at a time (here on lavapipe with the GPU
     kernels)."""
-    monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", True)
     dev = _wgpu(max_binding_bytes=1_000_001)
+    set_policy(monkeypatch, dev, gpu_style=True)
     M, K, N = 200, 1024, 200
-    S, _ = gops.engine_split(M, N, K, gops.engine_tile(M, N))
+    policy = dev.ctx.policy
+    S, _ = gops.engine_split(M, N, K, gops.engine_tile(M, N, policy), policy)
     assert S >= 2 and S * M * N * 4 > dev.max_binding_bytes() >= max(M * K, K * N) * 4  # (a, w in one piece)
     rng = np.random.default_rng(9)
     a, w, bias, r = (rng.standard_normal(s, np.float32) for s in ((M, K), (K, N), (N,), (M, N)))

@@ -23,7 +23,7 @@ from webtensor.text.tokenizer import GPT2Tokenizer  # noqa: E402
 from webtensor.text.tokenizer_files import GPT2_SPLIT_PATTERN  # noqa: E402
 
 EOT = "<|endoftext|>"
-SHIPPED = Path(__file__).resolve().parents[1] / "src" / "webtensor" / "models" / "gpt2" / "shipped"
+SHIPPED = Path(__file__).resolve().parents[1] / "src" / "webtensor" / "models" / "shipped"
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog. It's the dog's bone, isn't it? THE END.",
@@ -300,6 +300,10 @@ def test_shipped_tokenizer_is_read_by_hf_and_matches() -> None:
     page = GPT2Tokenizer.from_dir(SHIPPED, native=False)
     text = f"It's 2024 — naïve café!{EOT}  \n\tcode()  日本"
     assert page.encode(text) == ref.encode(text, add_special_tokens=False).ids
+    # <|endoftext|> never shows as text (the CLI, ignore_eos streams) unless asked for
+    ids = page.encode(text)
+    assert page.decode(ids) == text.replace(EOT, "") == "".join(page.stream_decode(ids))
+    assert page.decode(ids, skip_special_tokens=False) == text and page.token_bytes(page.eos_token_id) == b""
 
 
 # --- the page's own Python (Pyodide, another Unicode version) -----------------------------------
@@ -319,7 +323,7 @@ for name in data["names"]:
     tok = GPT2Tokenizer.from_dir("/cases/" + name)
     assert tok.kind == "pure-python", tok.kind
     out["ids"][name] = [tok.encode(t) for t in data["texts"]]
-    out["text"][name] = [tok.decode(ids) for ids in data["ids"][name]]
+    out["text"][name] = [tok.decode(ids, skip_special_tokens=False) for ids in data["ids"][name]]
 json.dump(out, open("/cases/out.json", "w"))
 `);
 """

@@ -32,6 +32,7 @@ from .errors import (
     UsageError,
     WebtensorError,
 )
+from .models import load_model
 from .ops import (
     add,
     advance_tokens,
@@ -56,7 +57,6 @@ from .ops import (
     sub,
     swiglu,
 )
-from .models import load_model
 from .tensor import Tensor, empty, from_buffer, tensor, zeros
 
 __version__ = "0.1.0"

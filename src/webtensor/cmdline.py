@@ -149,6 +149,7 @@ ENVIRONMENT: dict[str, Callable[[str], None]] = {
     "WEBTENSOR_DEVICE": _device_env,
     "WEBTENSOR_DEBUG": _flag("WEBTENSOR_DEBUG"),
     "WEBTENSOR_RAW_ENCODE": _flag("WEBTENSOR_RAW_ENCODE"),
+    "WEBTENSOR_SHADER_CHECKS": _flag("WEBTENSOR_SHADER_CHECKS"),
 }
 
 

@@ -47,6 +47,12 @@ class TokenizerError(CheckpointError):
     """Tokenizer files are missing, unreadable or of a kind webtensor refuses (a CheckpointError)."""
 
 
+class ChatTemplateError(WebtensorError, ValueError):
+    """A chat template cannot render a conversation: a template syntax error, the template refusing the
+    conversation (its `raise_exception`, e.g. roles that do not alternate), malformed messages, or a template
+    that fails while rendering; one line saying which."""
+
+
 class ContextLengthError(WebtensorError, ValueError):
     """A prompt plus the tokens to generate does not fit the model's context."""
 

@@ -23,12 +23,13 @@ def _model_args(p: argparse.ArgumentParser, default_temperature: float) -> None:
     p.add_argument("--model", "-m", default=None,
                    help="a checkpoint directory, a .gguf file or a Hugging Face id in the local cache "
                         "(default: the shipped model)")
-    p.add_argument("--device", "-d", default="auto", type=cmdline.device_name, help="auto (default), cpu, wgpu, lavapipe")
+    p.add_argument("--device", "-d", default="auto", type=cmdline.device_name,
+                   help="auto (default), cpu, wgpu, lavapipe")
     p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES,
                    help="auto (default: as stored; quantized GGUF tensors stay quantized), float32, float16 (devices "
                         "with shader-f16) or q8_0 / int8 (q8_0 matrices, every device)")
     p.add_argument("--ctx-size", "-c", type=cmdline.integer("--ctx-size", 1), default=None,
-                   help="positions per sequence (default: the model's context)")
+                   help="positions per sequence (default: the model's context, at most 8192)")
     p.add_argument("-n", "--max-new-tokens", type=cmdline.checked(validate.check_max_new_tokens), default=None,
                    help="tokens to generate, >= 1 (default 50; chat: up to the end of the reply)")
     p.add_argument("--temperature", "-t", type=cmdline.checked(validate.check_temperature, float),
@@ -73,9 +74,11 @@ def check_generate(args: argparse.Namespace) -> None:
     """Every check of a run, cheapest first; sets args.prompt_text, args.checkpoint and args.device_obj."""
     text = args.prompt if args.prompt is not None else cmdline.read_stdin_text()
     args.prompt_text = validate.check_text(text)
+    from .models import loader
+
     ck = args.checkpoint = _open(args)
-    n_ctx = args.ctx_size or ck.config.spec.n_ctx
-    ids = validate.check_ids(ck.tokenizer.encode(args.prompt_text), ck.config.spec.vocab_size)
+    n_ctx = args.ctx_size or min(ck.config.spec.n_ctx, loader.DEFAULT_CTX)
+    ids = validate.check_ids(ck.tokenizer.encode(args.prompt_text, add_special_tokens=True), ck.config.spec.vocab_size)
     validate.fit_context(ids, args.max_new_tokens or 50, n_ctx, args.truncate_prompt)
 
 

@@ -30,10 +30,14 @@ The choice
 ----------
 1. temperature 0: greedy, `argmax(logits)`: the first index among equal maxima; a NaN wins, as in
    `numpy.argmax` (the first NaN is returned). The draw is not used.
-2. `x = float(logit) / temperature` in float64; a NaN anywhere is refused (SamplingError).
+2. `x = float(logit)` in float64; a NaN anywhere is refused (SamplingError).
 3. top-k (None or 0: off): keep the k largest x, ties broken by the lower index (exactly k kept).
-4. softmax over the kept tokens in float64: `w = exp(x - max)` unnormalised (+inf logits share all
-   the mass evenly; all -inf is refused); `total` = their sum in index order.
+4. softmax at the temperature t over the kept tokens in float64: `w = exp((x - max) / t)`
+   unnormalised (+inf logits share all the mass evenly; all -inf is refused); `total` = their sum
+   in index order. The largest logit is subtracted before dividing, so no t > 0 overflows: as t
+   goes to 0 (a denormal such as 5e-324 included) every token below the maximum gets weight 0 and
+   the draw becomes greedy's choice, the maximum (shared evenly among exact ties), never a draw
+   among tokens whose x / t overflowed to the same infinity.
 5. top-p (None or 1: off): order the kept tokens by x, largest first, ties by the lower index; keep
    the shortest prefix whose running sum of w reaches top_p * total (smallest set with mass >= top_p;
    all of them if rounding keeps the sum short of it).
@@ -160,8 +164,7 @@ def _refuse_all_masked() -> None:
 
 
 def _sample_python(logits: Sequence[float], p: SamplingParams, u: float) -> int:
-    t = p.temperature
-    x = [float(v) / t for v in logits]
+    x = [float(v) for v in logits]
     if any(map(math.isnan, x)):
         _refuse_nan()
     n = len(x)
@@ -169,7 +172,7 @@ def _sample_python(logits: Sequence[float], p: SamplingParams, u: float) -> int:
     if p.top_k is not None and p.top_k < n:
         keep = sorted(heapq.nlargest(p.top_k, range(n), key=x.__getitem__))
         x = [x[i] for i in keep]
-    w = _weights_python(x)
+    w = _weights_python(x, p.temperature)
     if p.top_p is not None and p.top_p < 1.0:
         sel = _nucleus_python(x, w, p.top_p)
         w = [w[i] for i in sel]
@@ -181,14 +184,14 @@ def _sample_python(logits: Sequence[float], p: SamplingParams, u: float) -> int:
     return keep[i] if keep is not None else i
 
 
-def _weights_python(x: list[float]) -> list[float]:
+def _weights_python(x: list[float], t: float) -> list[float]:
     m = max(x)
     if m == math.inf:
         return [1.0 if v == math.inf else 0.0 for v in x]
     if m == -math.inf:
         _refuse_all_masked()
     exp = math.exp
-    return [exp(v - m) for v in x]
+    return [exp((v - m) / t) for v in x]
 
 
 def _total(w: list[float]) -> float:
@@ -216,7 +219,7 @@ def _nucleus_python(x: list[float], w: list[float], top_p: float) -> list[int]:
 
 
 def _sample_numpy(np: Any, logits: Any, p: SamplingParams, u: float) -> int:
-    x = logits.astype(np.float64) / p.temperature
+    x = logits.astype(np.float64)
     if np.isnan(x).any():
         _refuse_nan()
     n = x.size
@@ -233,7 +236,8 @@ def _sample_numpy(np: Any, logits: Any, p: SamplingParams, u: float) -> int:
     elif m == -np.inf:
         _refuse_all_masked()
     else:
-        w = np.exp(x - m)
+        with np.errstate(over="ignore"):  # (a tiny temperature: -inf, weight 0, as documented)
+            w = np.exp((x - m) / p.temperature)
     if p.top_p is not None and p.top_p < 1.0:
         cutoff = p.top_p * np.cumsum(w)[-1]
         order = np.argsort(-x, kind="stable")

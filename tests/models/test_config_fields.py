@@ -19,8 +19,8 @@ from gpt2_fixtures import make_checkpoint, make_tokenizer  # noqa: E402
 
 import webtensor as wt  # noqa: E402
 from webtensor.models.gpt2 import GPT2  # noqa: E402
-from webtensor.runtime.runner import RunRow  # noqa: E402
 from webtensor.models.gpt2.config import ACTIVATIONS, FIELDS, GPT2Config  # noqa: E402
+from webtensor.runtime.runner import RunRow  # noqa: E402
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

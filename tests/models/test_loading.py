@@ -14,8 +14,8 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 from gpt2_fixtures import make_checkpoint  # noqa: E402
 
 import webtensor as wt  # noqa: E402
-from webtensor.models.gpt2 import GPT2  # noqa: E402
 from webtensor.formats.safetensors_reader import SHIPPED, resolve  # noqa: E402
+from webtensor.models.gpt2 import GPT2  # noqa: E402
 
 
 def _fake_hf_cache(root: Path, repo: str, ckpt: Path) -> Path:

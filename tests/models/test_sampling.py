@@ -77,11 +77,11 @@ def test_with_seed_draws_one_fresh_seed_when_none():
 def _reference(logits: list[float], t: float, top_k: int | None, top_p: float | None):
     """(kept tokens in index order, their CDF boundaries, the top-p prefix masses) as documented,
     with exact sums."""
-    x = [float(v) / t for v in logits]
+    x = [float(v) for v in logits]
     order = sorted(range(len(x)), key=lambda i: (-x[i], i))
     kept = order[:top_k] if top_k and top_k < len(x) else order
     m = x[kept[0]]
-    w = {i: (1.0 if x[i] == INF else 0.0) if m == INF else math.exp(x[i] - m) for i in kept}
+    w = {i: (1.0 if x[i] == INF else 0.0) if m == INF else math.exp((x[i] - m) / t) for i in kept}
     total = sum(Fraction(v) for v in w.values())
     masses = [float(s / total) for s in itertools.accumulate(Fraction(w[i]) for i in kept)]  # exact sums
     if top_p is not None and top_p < 1:
@@ -123,7 +123,7 @@ def cases(draw):
         logits[draw(st.integers(0, n - 1))] = -INF
     if draw(st.integers(0, 9)) == 0:  # a +inf logit now and then: it takes all the mass
         logits[draw(st.integers(0, n - 1))] = INF
-    t = draw(st.one_of(st.floats(0.05, 4.0), st.sampled_from([1.0, 0.8, 1e-3, 50.0])))
+    t = draw(st.one_of(st.floats(0.05, 4.0), st.sampled_from([1.0, 0.8, 1e-3, 50.0, 1e-300, 5e-324])))
     top_k = draw(st.one_of(st.none(), st.integers(0, n + 2)))
     top_p = draw(st.one_of(st.none(), st.just(1.0), st.floats(1e-3, 1.0), st.sampled_from([0.5, 0.9])))
     seed = draw(st.one_of(st.integers(0, 2**64 - 1), st.integers(0, 2**80)))
@@ -224,6 +224,22 @@ def test_samples_follow_the_distribution():
     for i in kept:
         q = probs[i] / mass
         assert abs(counts[i] / n - q) <= 5 * math.sqrt(q * (1 - q) / n)
+
+
+def test_a_tiny_temperature_is_greedy_not_a_draw_among_overflows():
+    """x / t overflows to +inf for every positive logit at t = 5e-324 (a denormal) or 1e-300: the
+    sampler divides x - max instead, so the weights go to one-hot on the maximum, as t -> 0 should
+    (exact ties share it), on both paths and at every position."""
+    rng = np.random.default_rng(5)
+    logits = (rng.standard_normal(500) * 3).astype(np.float32)
+    best = int(np.argmax(logits))
+    for t in (5e-324, 1e-300, 1e-30):
+        for form in (lambda v: v, lambda v: array.array("f", v.tobytes())):
+            picks = {sample(form(logits), SamplingParams(t, seed=s), pos) for s in range(3) for pos in range(40)}
+            assert picks == {best}, (t, picks)
+    tied = np.array([1.0, 7.0, 2.0, 7.0, 6.999], np.float32)
+    picks = {sample(tied, SamplingParams(5e-324, seed=2), pos) for pos in range(200)}
+    assert picks == {1, 3}
 
 
 def test_seed_none_in_a_direct_call_is_fresh_randomness():

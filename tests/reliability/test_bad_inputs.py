@@ -297,7 +297,7 @@ def _to_int(name):
 CHECKPOINT_CASES = [
     # (id, break(dir), error, message pattern)
     ("config-missing", lambda d: (d / "config.json").unlink(), wt.CheckpointError,
-     r"config\.json is missing: a GPT-2 checkpoint directory needs config\.json"),
+     r"config\.json is missing: a checkpoint directory needs config\.json"),
     ("config-not-json", lambda d: (d / "config.json").write_text('{"n_embd": 32,'), wt.CheckpointError,
      r"config\.json is not valid JSON"),
     ("config-not-object", lambda d: (d / "config.json").write_text("[1, 2]"), wt.CheckpointError,
@@ -316,11 +316,11 @@ CHECKPOINT_CASES = [
     ("config-eos-type", lambda d: _set_config(d, eos_token_id="end"), wt.CheckpointError,
      r"eos_token_id must be an integer token id or null, got 'end'"),
     ("config-model-type", lambda d: _set_config(d, model_type="bert"), wt.CheckpointError,
-     r"model_type is 'bert', not 'gpt2'"),
+     r"model_type 'bert' is not supported"),
     ("config-activation", lambda d: _set_config(d, activation_function="prelu"), wt.CheckpointError,
      r"activation_function 'prelu' is not supported \(it has a learned slope\)"),
     ("config-huge-n_layer", lambda d: _set_config(d, n_layer=10**12), wt.CheckpointError,
-     r"config\.json says n_layer = 1000000000000 but the checkpoint has 2 layers \(h\.0 \.\. h\.1\)"),
+     r"the config says 1000000000000 layers, but the checkpoint holds only 28 tensors"),
     ("safetensors-truncated", lambda d: _truncate(d, 0.7), wt.CheckpointError,
      r"model\.safetensors is not a valid safetensors file: tensor '.*': data_offsets .* reach past the end "
      r"of the data section \(\d+ bytes\): the file is truncated"),
@@ -337,8 +337,7 @@ CHECKPOINT_CASES = [
     ("tensor-missing", lambda d: _rewrite_tensors(d, lambda ts: ts.pop("transformer.ln_f.bias")),
      wt.CheckpointError, r"tensor 'ln_f\.bias' is missing from the checkpoint"),
     ("tensor-int-dtype", lambda d: _rewrite_tensors(d, _to_int("transformer.wpe.weight")),
-     wt.CheckpointError, r"model\.safetensors: tensor 'transformer\.wpe\.weight' has dtype I32; webtensor reads "
-     r"weights stored as F32, F16, BF16 or F64"),
+     wt.CheckpointError, r"tensor 'wpe\.weight' is stored as I32; webtensor reads F32, F16, BF16, F64 there"),
     ("pickle-only", _pickle_only, wt.CheckpointError,
      r"holds only pickle checkpoints \(pytorch_model\.bin\); webtensor refuses them because "
      r"unpickling can run arbitrary code"),

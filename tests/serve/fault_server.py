@@ -1,6 +1,6 @@
 """A test server: the shipped model's reference engine behind a wrapper that slows every step down (so tests
 can catch requests mid-flight) and raises a GPUError in any step that feeds the FAULT token ids.
-Run as a script: python fault_server.py PORT DELAY_S MAX_BATCH MAX_QUEUE [API_KEY]."""
+Run as a script: python fault_server.py PORT DELAY_S MAX_BATCH MAX_QUEUE [API_KEY|-] [GRACE_S]."""
 
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ class SlowFaultyEngine:
 
 if __name__ == "__main__":
     port, delay, max_batch, max_queue = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    key = sys.argv[5] if len(sys.argv) > 5 else None
+    key = sys.argv[5] if len(sys.argv) > 5 and sys.argv[5] != "-" else None
+    grace = float(sys.argv[6]) if len(sys.argv) > 6 else 10.0
     model = GPT2.from_pretrained(None, device=Device.cpu())
     engine = SlowFaultyEngine(ModelEngine(model, max_batch, name="webtensor-shipped", engine="reference"), delay)
-    serve(engine, "127.0.0.1", port, max_queue, key, grace=10)
+    serve(engine, "127.0.0.1", port, max_queue, key, grace=grace)

@@ -38,10 +38,11 @@ class Server:
         return cls(["-m", "webtensor.cli", "serve", "--port", str(port), *extra], port).wait_ready()
 
     @classmethod
-    def faulty(cls, delay: float, max_batch: int, max_queue: int, api_key: str | None = None) -> Server:
+    def faulty(cls, delay: float, max_batch: int, max_queue: int, api_key: str | None = None,
+               grace: float = 10.0) -> Server:
         port = free_port()
         args = [str(Path(__file__).with_name("fault_server.py")), str(port), str(delay), str(max_batch),
-                str(max_queue), *([api_key] if api_key else [])]
+                str(max_queue), api_key or "-", str(grace)]
         return cls(args, port).wait_ready()
 
     def wait_ready(self, timeout: float = 60) -> Server:

@@ -18,10 +18,8 @@ openai = pytest.importorskip("openai")
 
 
 @pytest.fixture(scope="module")
-def server():
-    s = Server.cli("--device", "cpu", "--max-batch", "32")
-    yield s
-    s.stop()
+def server(api_server):
+    return api_server
 
 
 @pytest.fixture(scope="module")
@@ -88,13 +86,18 @@ def test_models_health_metrics(server, client):
     assert health["engine"] == "batched"
     status, text, hdrs = get(server.url + "/metrics")
     assert status == 200 and hdrs["content-type"].startswith("text/plain")
-    for name in ("webtensor_requests_total", "webtensor_prompt_tokens_total", "webtensor_generated_tokens_total",
-                 "webtensor_queue_depth", "webtensor_batch_size_bucket",
-                 "webtensor_time_to_first_token_seconds_bucket", "webtensor_inter_token_latency_seconds_bucket"):
+    for name in ("webtensor:http_requests_total", "webtensor:prompt_tokens_total",
+                 "webtensor:generation_tokens_total", "webtensor:num_requests_waiting",
+                 "webtensor:num_requests_running", "webtensor:step_rows_bucket",
+                 "webtensor:iteration_tokens_total_bucket", "webtensor:request_success_total",
+                 "webtensor:e2e_request_latency_seconds_bucket", "webtensor:request_queue_time_seconds_bucket",
+                 "webtensor:time_to_first_token_seconds_bucket", "webtensor:inter_token_latency_seconds_bucket"):
         assert name in text, name
-    generated = next(float(line.split()[-1]) for line in text.splitlines()
-                     if line.startswith("webtensor_generated_tokens_total"))
+    values = {line.split()[0]: float(line.split()[-1]) for line in text.splitlines() if not line.startswith("#")}
+    generated = values["webtensor:generation_tokens_total"]
     assert generated > 0
+    assert values["webtensor:request_generation_tokens_sum"] <= generated  # (those of finished requests)
+    assert sum(v for k, v in values.items() if k.startswith("webtensor:request_success_total")) >= 1
 
 
 def test_32_concurrent_streams_get_what_they_get_alone(server, reference_server):
@@ -135,18 +138,20 @@ BAD = [
     ({"model": MODEL, "prompt": 5}, "prompt"),
     ({"model": MODEL, "prompt": "x", "max_tokens": "ten"}, "max_tokens"),
     ({"model": MODEL, "prompt": "x", "max_tokens": -3}, "max_tokens"),
-    ({"model": MODEL, "prompt": "x", "max_tokens": 0}, "max_tokens"),
+    ({"model": MODEL, "prompt": "x", "max_tokens": 0.5}, "max_tokens"),
     ({"model": MODEL, "prompt": "x", "temperature": 2.5}, "temperature"),
     ({"model": MODEL, "prompt": "x", "temperature": -0.1}, "temperature"),
     ({"model": MODEL, "prompt": "x", "temperature": "hot"}, "temperature"),
-    ({"model": MODEL, "prompt": "x", "top_p": 0}, "top_p"),
+    ({"model": MODEL, "prompt": "x", "top_p": -0.1}, "top_p"),
     ({"model": MODEL, "prompt": "x", "top_p": 1.5}, "top_p"),
-    ({"model": MODEL, "prompt": "x", "top_k": 0}, "top_k"),
+    ({"model": MODEL, "prompt": "x", "top_k": -2}, "top_k"),
     ({"model": MODEL, "prompt": "x", "stream": "yes"}, "stream"),
     ({"model": MODEL, "prompt": "word " * 400}, "prompt"),
     ({"model": MODEL, "prompt": "hello", "max_tokens": 255}, "max_tokens"),
     ({"model": MODEL, "prompt": [1, 99999]}, "prompt"),
-    ({"model": MODEL, "prompt": ["a", "b"]}, "prompt"),
+    ({"model": MODEL, "prompt": ["a"] * 129}, "prompt"),
+    ({"model": MODEL, "prompt": ["a", "word " * 400]}, "prompt.1"),
+    ({"model": MODEL, "prompt": [[1], [2, 99999]]}, "prompt.1"),
     ({"model": MODEL, "prompt": "x", "n": 2}, "n"),
     ({"model": MODEL, "prompt": "x", "echo": True}, "echo"),
     ({"model": MODEL, "prompt": "x", "logprobs": 2}, "logprobs"),
@@ -189,21 +194,21 @@ def test_unknown_model_and_route_are_404(server, client):
     assert e.value.body["param"] == "max_tokens"
 
 
-def test_token_events_from_the_template_are_the_models_dump():
+def test_token_events_from_the_template_are_the_chunks_dump():
     """The per-token SSE event made from a template once per stream (app._framer) is byte for byte
-    what dumping the chunk's pydantic model gives, for completions and chat."""
+    what dumping the chunk gives, for completions and chat."""
     from webtensor.serve import app as A
-    from webtensor.serve.protocol import ChatChunkChoice, ChatCompletionChunk, Completion, CompletionChoice, Delta
 
-    def completion(text, finish):
-        return Completion(id="cmpl-1", model="m\"x", created=5, choices=[CompletionChoice(text=text,
-                                                                                        finish_reason=finish)])
+    def completion(text):
+        return {"id": "cmpl-1", "object": "text_completion", "created": 5, "model": 'm"x',
+                "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": None}]}
 
-    def chat_chunk(text, finish):
-        return ChatCompletionChunk(id="c-1", model="m", created=5,
-                                   choices=[ChatChunkChoice(delta=Delta(content=text), finish_reason=finish)])
+    def chat_chunk(text):
+        return {"id": "c-1", "object": "chat.completion.chunk", "created": 5, "model": "m",
+                "choices": [{"index": 3, "delta": {"content": text}, "logprobs": None, "finish_reason": None}],
+                "usage": None}
 
     for chunk in (completion, chat_chunk):
         frame = A._framer(chunk)
         for text in ["", "a", ' "quoted"\n\\', "é😀\u2028\x00", "\ue000", A._MARK]:
-            assert frame(text) == A._data(chunk(text, None).model_dump())
+            assert frame(text) == A._data(chunk(text))

@@ -1,6 +1,6 @@
 """`webtensor serve` / `bench-serve` refuse bad arguments before loading anything: one line on stderr,
-exit status 2. And `serve` on lavapipe (WebGPU) gives each of several concurrent streams what it gets
-alone."""
+exit status 2; a port in use or a checkpoint that cannot load: one line, exit status 1. And `serve`
+on lavapipe (WebGPU) gives each of several concurrent streams what it gets alone."""
 
 from __future__ import annotations
 
@@ -24,7 +24,11 @@ BAD_ARGS = [
     ["serve", "--engine", "fast"],
     ["serve", "--blas-threads", "-1"],
     ["serve", "--prefill-budget", "0"],
-    ["serve", "--model", str(ROOT / "pyproject.toml")],
+    ["serve", "--max-body", "0"],
+    ["serve", "--keep-alive", "-1"],
+    ["serve", "--idle-timeout", "0"],
+    ["serve", "--cors-origins", "example.com"],
+    ["serve", "--cors-origins", " , "],
     ["bench-serve", "--concurrency", "1,x"],
     ["bench-serve", "--concurrency", "0"],
     ["bench-serve", "--url", "ftp://host"],
@@ -41,6 +45,46 @@ def test_bad_arguments_exit_2_with_one_line(args):
     assert r.returncode == 2 and r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("webtensor: error: --"), r.stderr
+
+
+def _run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run([sys.executable, "-m", "webtensor.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def test_port_in_use_is_one_line_and_exit_1_before_the_model_loads():
+    import socket
+    import time
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        t0 = time.monotonic()
+        r = _run_cli("serve", "--device", "cpu", "--port", str(port), "--model", "/nonexistent/checkpoint")
+    assert r.returncode == 1 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert lines == [f"webtensor: error: cannot listen on 127.0.0.1:{port}: Address already in use"], r.stderr
+    assert time.monotonic() - t0 < 20  # (no model loaded: the checkpoint named does not even exist)
+
+
+def test_a_checkpoint_that_cannot_load_is_one_line_and_exit_1(tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    for extra in ([], ["--engine-process", "off"]):
+        r = _run_cli("serve", "--device", "cpu", "--port", "0", "--model", str(tmp_path), *extra)
+        assert r.returncode == 1 and r.stdout == "", (extra, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("webtensor: error: ") and "config.json" in lines[0], r.stderr
+    r = _run_cli("serve", "--device", "cpu", "--port", "0", "--model", str(ROOT / "pyproject.toml"))  # not a GGUF file
+    assert r.returncode == 1 and r.stderr.strip().endswith("GGUF magic invalid") and len(r.stderr.splitlines()) == 1
+
+
+def test_cli_defaults_are_the_servers():
+    from webtensor.serve import app, cli, server
+
+    assert (cli.MAX_BODY, cli.KEEP_ALIVE, cli.IDLE_TIMEOUT) == (app.MAX_BODY, server.KEEP_ALIVE, server.IDLE_TIMEOUT)
+    assert app.BODY_TIMEOUT == server.IDLE_TIMEOUT
 
 
 @pytest.mark.wgpu

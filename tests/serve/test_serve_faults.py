@@ -113,3 +113,57 @@ def test_sigterm_drains_running_streams_then_exits():
         assert s.proc.wait(15) == 0
     finally:
         s.stop()
+
+
+def test_streams_still_running_when_the_grace_ends_get_an_error_and_done():
+    s = Server.faulty(delay=0.03, max_batch=2, max_queue=4, grace=1.0)
+    try:
+        resps = [open_stream(s.url, 200) for _ in range(2)]  # 200 steps of >= 30 ms: 6 s if left alone
+        streams = [data_lines(r) for r in resps]
+        for lines in streams:
+            next(lines)
+        t0 = time.monotonic()
+        s.proc.send_signal(signal.SIGTERM)
+        for lines in streams:
+            rest = list(lines)
+            assert rest[-1] == b"[DONE]"
+            *tokens, last = [json.loads(x) for x in rest[:-1]]
+            assert all(c["choices"][0]["finish_reason"] is None for c in tokens) and len(tokens) < 150
+            err = assert_openai_error(last, "service_unavailable")
+            assert err["code"] == "shutdown" and "grace period" in err["message"]
+        assert time.monotonic() - t0 < 4  # cut at the grace's end (1 s), not run to their end (6 s)
+        assert s.proc.wait(15) == 0
+    finally:
+        s.stop()
+
+
+def test_a_burst_is_admitted_up_to_max_batch_plus_max_queue():
+    """20 requests at once on --max-batch 1 --max-queue 1: exactly 2 admitted (the one running,
+    the one queued), 18 refused at once with 429; the 2 run whole."""
+    import threading
+
+    s = Server.faulty(delay=0.02, max_batch=1, max_queue=1)
+    try:
+        body = {"model": MODEL, "prompt": "Hello", "max_tokens": 20, "temperature": 0, "ignore_eos": True}
+        results: list = [None] * 20
+        gate = threading.Barrier(20)
+
+        def one(i: int) -> None:
+            gate.wait()
+            results[i] = post(s.url + "/v1/completions", body)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(20)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        statuses = sorted(r[0] for r in results)
+        assert statuses == [200] * 2 + [429] * 18, statuses
+        ok = [r[1] for r in results if r[0] == 200]
+        assert all(o["usage"]["completion_tokens"] == 20 and o["choices"][0]["finish_reason"] == "length" for o in ok)
+        assert ok[0]["choices"][0]["text"] == ok[1]["choices"][0]["text"]
+        for r in results:
+            if r[0] == 429:
+                assert assert_openai_error(r[1], "rate_limit_error")["code"] == "queue_full"
+    finally:
+        s.stop()

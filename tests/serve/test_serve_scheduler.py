@@ -261,3 +261,34 @@ def test_many_rows_follow_several_steps_at_once(monkeypatch):
     fol = _follow_check([(1, 40), (2, 17), (3, 26), (4, 9), (1, 3)], extra)  # (EOS at next position 7)
     fol2 = _follow_check([(1, 40), (8, 30), (9, 23), (10, 31), (5, 12)], extra)  # (past 7: EOS at 14; a stop)
     assert fol.multi + fol2.multi >= 1
+
+
+def test_admission_counts_running_and_waiting_and_a_cancelled_waiter_leaves_the_queue():
+    from webtensor.serve.protocol import APIError
+
+    async def main() -> list[str]:
+        sched = Scheduler(RecordingEngine(max_batch=1, delay=0.005), max_queue=1)
+        sched.start()
+        got = []
+        try:
+            a, b, c = (Generation([1, 2], 40, Sampling()) for _ in range(3))
+            sched.submit_all([a, b])  # (a burst: counted at once, before either is admitted to a slot)
+            for g in (c,):
+                try:
+                    sched.submit(g)
+                except APIError as e:
+                    got.append(f"{e.status} {e.code}")
+            try:
+                sched.submit_all([Generation([1], 2, Sampling()) for _ in range(3)])
+            except APIError as e:
+                got.append(f"{e.status} {e.code}")
+            sched.cancel(b)  # waiting: it leaves the queue at once
+            sched.submit(c)
+            got.append("c admitted")
+            texts = ["".join([ev.text async for ev in g.stream()]) for g in (a, c)]
+            got.append(f"{len(texts[0])} {len(texts[1])} {b.done} {sched.queued}")
+        finally:
+            await sched.stop()
+        return got
+
+    assert asyncio.run(main()) == ["429 queue_full", "400 too_many_prompts", "c admitted", "40 40 True 0"]

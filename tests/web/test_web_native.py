@@ -17,13 +17,16 @@ import numpy as np
 import pytest
 
 import webtensor as wt
+from webtensor import quant
 from webtensor.tensor import _tensor_without_numpy, from_buffer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 KERNELS = Path(wt.__file__).parent / "backends" / "wgpu" / "kernels"
 
 
-INCLUDES = {"common.wgsl", "epilogue.wgsl", "argreduce.wgsl", "q8_dequant.wgsl"}  # shared pieces: no bindings
+# shared pieces: no entry point, or bindings declared for their includers
+INCLUDES = {"common.wgsl", "epilogue.wgsl", "argreduce.wgsl", "gemv_norm.wgsl", "quant_linear_io.wgsl",
+            "quant_dequant.wgsl", *(f"quant_{t.lower()}.wgsl" for t in quant.TYPES)}
 
 
 @pytest.mark.parametrize("flags", [{}, {"SG": "8u", "VEC4": "true"}])
@@ -88,9 +91,9 @@ def test_from_buffer(where, gpu):
 
 def test_web_gpt2_matches_native_greedy(gpu, tmp_path):
     from gpt2_fixtures import make_checkpoint
+    from webtensor.web.gpt2_web import WebGPT2
 
     from webtensor.models.gpt2 import GPT2
-    from webtensor.web.gpt2_web import WebGPT2
 
     d = make_checkpoint(tmp_path / "m", vocab_size=300, n_embd=32, n_layer=2, n_head=2, n_positions=64)
     ref = GPT2.from_pretrained(d, device=wt.Device.cpu())
@@ -109,10 +112,10 @@ def test_web_gpt2_int8_from_the_served_gguf(gpu, tmp_path):
     """The page's int8 loader (the served q8_0 GGUF, its blocks straight to the device, no numpy)
     gives the native int8 model's tokens, greedy and sampled; float16 where the device has it."""
     from gpt2_fixtures import make_checkpoint
+    from webtensor.web.gpt2_web import WebGPT2
 
     from webtensor.formats.gguf_writer import write_gguf
     from webtensor.models.gpt2 import GPT2
-    from webtensor.web.gpt2_web import WebGPT2
 
     d = make_checkpoint(tmp_path / "m", vocab_size=300, n_embd=96, n_layer=2, n_head=2, n_positions=64)
     page = tmp_path / "page"
@@ -123,7 +126,7 @@ def test_web_gpt2_int8_from_the_served_gguf(gpu, tmp_path):
     ref = GPT2.from_pretrained(d, device=gpu, dtype="int8")
     ids = ref.encode("Once upon a time, a model")
     model = WebGPT2.load(page, gpu, dtype="int8")
-    assert model.dtype == "int8" and type(model.wte).__name__ == "Q8Gpu"
+    assert model.dtype == "int8" and type(model.wte).__name__ == "QuantGpu" and model.wte.qtype == "Q8_0"
     assert model.weight_bytes < 0.4 * WebGPT2.load(d, gpu).weight_bytes  # matrices at 34/32 bytes, not 4
     want = ref.generate(ids, 12, temperature=0, stop_at_eos=False)
     assert model.generate(ids, 12, stop_at_eos=False) == want
@@ -272,7 +275,6 @@ GOOD_FIELDS = dict(max_new_tokens="5", temperature="0.8", top_k="40", top_p="0.9
 @pytest.fixture(scope="module")
 def page_model(tmp_path_factory, gpu):
     from gpt2_fixtures import make_checkpoint
-
     from webtensor.web.gpt2_web import WebGPT2
 
     d = make_checkpoint(tmp_path_factory.mktemp("page"), vocab_size=300, n_embd=32, n_layer=1, n_head=2,

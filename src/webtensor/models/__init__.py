@@ -15,7 +15,7 @@ def load_model(source: Any = None, device: Any = None, dtype: Any = None, n_ctx:
     id in the local Hugging Face cache ("HuggingFaceTB/SmolLM2-135M-Instruct"), or None for the small model that
     ships with webtensor — on `device` (a Device, "cpu", "wgpu", "lavapipe", or None: the best one). `dtype`: None
     (as stored), "float32", "float16" or "q8_0" (see `models.loader`). `n_ctx`: positions per sequence (default:
-    the model's trained context)."""
+    the model's trained context, at most 8,192: each sequence's KV cache holds that many)."""
     from .loader import load
 
     return load(source, device, dtype, n_ctx, progress, reader)

@@ -58,9 +58,9 @@ class LanguageModel:
         return self.weights.forward(batch, cache)
 
     def runner(self, n_slots: int, invariant: bool = True, use_graph: bool | None = None,
-               bucketed: bool = True) -> ModelRunner:
+               bucketed: bool = True, weak: bool = False) -> ModelRunner:
         """A new runner of `n_slots` sequences (the server's engines hold one; see `runtime.runner`)."""
-        return ModelRunner(self, n_slots, use_graph=use_graph, invariant=invariant, bucketed=bucketed)
+        return ModelRunner(self, n_slots, use_graph=use_graph, invariant=invariant, bucketed=bucketed, weak=weak)
 
     # -- forward -------------------------------------------------------------------------------------------
     def logits(self, ids: Sequence[int]) -> Any:
@@ -91,7 +91,7 @@ class LanguageModel:
         n_new = check_max_new_tokens(max_new_tokens)
         ids = fit_context(self._check_ids(ids), n_new, self.n_ctx, truncate_prompt)
         eos = self.eos_ids if stop_at_eos else frozenset()
-        runner = self._runners.acquire(1, lambda: self.runner(1, bucketed=False))
+        runner = self._runners.acquire(1, lambda: self.runner(1, bucketed=False, weak=True))
         try:
             yield from generate(runner, ids, n_new, params.greedy, lambda row, p: sample(row, params, p), eos,
                                 reuse_prefix=reuse_prefix)
@@ -113,7 +113,7 @@ class LanguageModel:
         out: list[list[int]] = [[] for _ in rows]
         eos = self.eos_ids if stop_at_eos else frozenset()
         runner = self._runners.acquire(("batch", len(rows)), lambda: self.runner(max(1, len(rows)), invariant=False,
-                                                                                bucketed=False))
+                                                                                bucketed=False, weak=True))
         try:
             for column in generate_batch(runner, rows, n_new):
                 for r, tok in zip(out, column, strict=True):
@@ -129,8 +129,10 @@ class LanguageModel:
         yield from tok.stream_decode(self.generate_ids(self.encode(prompt), max_new_tokens, **kw))
 
     # -- text ----------------------------------------------------------------------------------------------
-    def encode(self, text: str) -> list[int]:
-        return self._need_tokenizer().encode(check_text(text))
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """The ids of `text`, with the tokenizer's own special tokens (a BOS for Llama 3) as transformers'
+        `tokenizer(text)` adds them; `add_special_tokens=False` for text that writes its own (a rendered chat)."""
+        return self._need_tokenizer().encode(check_text(text), add_special_tokens=add_special_tokens)
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._need_tokenizer().decode(ids)

@@ -33,8 +33,8 @@ class ModelSpec:
 @dataclass(frozen=True)
 class TensorSpec:
     """One weight as a family expects it: `shape` in the Hugging Face layout; `kind`: "linear" (nn.Linear's
-    (N, K), K the input), "conv1d" (GPT-2's Conv1D, (K, N)), "embedding" (V, C) or "float32" (norms, biases, position tables:
-    kept float32, in the stored layout)."""
+    (N, K), K the input), "conv1d" (GPT-2's Conv1D, (K, N)), "embedding" (V, C) or "float32" (norms, biases,
+    position tables: kept float32, in the stored layout)."""
 
     shape: tuple[int, ...]
     kind: TensorKind
@@ -52,7 +52,8 @@ class Family:
     `to_gguf(cfg, name, float32 array)` a weight as llama.cpp stores it (`formats.gguf_writer`);
     `check(cfg, shapes, where)` the family's own checks of
     a checkpoint's tensors (by canonical name, HF layout) beyond "every expected tensor with its shape";
-    `build(cfg, params, device, n_ctx)` the weights object (for a runtime context of n_ctx positions) whose `forward(batch, cache) -> logits` runs the model."""
+    `build(cfg, params, device, n_ctx)` the weights object (for a runtime context of n_ctx positions) whose
+    `forward(batch, cache) -> logits` runs the model."""
 
     name: str
     hf_model_types: tuple[str, ...]

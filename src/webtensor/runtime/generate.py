@@ -69,7 +69,8 @@ def _generate(runner: ModelRunner, ids: Sequence[int], n_new: int, greedy: bool,
         row = RunRow(slot, (tok,), pos, read_logits=not greedy)
 
 
-def followed(runner: ModelRunner, rows: list[RunRow], steps: int, batch: int = RING_STEPS) -> Iterator[list[int | None]]:
+def followed(runner: ModelRunner, rows: list[RunRow], steps: int,
+             batch: int = RING_STEPS) -> Iterator[list[int | None]]:
     """`steps` greedy steps from one-token choosing `rows`: yield each step's tokens (per row). A launch, then
     follows of 2, 4 .. `batch` steps, each queued before the previous one is read (double buffering)."""
     pending: deque[Launched] = deque([runner.launch(rows)])

@@ -125,7 +125,8 @@ class _StepGraph:
         batch = StepBatch(self.ids, self.pos, self.slot, shared_slots=shared, head_rows=self.sel,
                           invariant=runner.invariant)
         # (the model by weak reference: a CPU graph keeps this function, and a model keeps its runners)
-        model, cache = weakref.ref(runner.model), runner.cache
+        model, cache = runner._model if isinstance(runner._model, weakref.ref) else weakref.ref(runner.model), \
+            runner.cache
 
         def step() -> tuple[Tensor, Tensor]:
             logits = model().forward(batch, cache)  # type: ignore[union-attr]
@@ -164,10 +165,13 @@ class Collected:
 
 class ModelRunner:
     def __init__(self, model: Runnable, n_slots: int, use_graph: bool | None = None, invariant: bool = True,
-                 bucketed: bool = True):
+                 bucketed: bool = True, weak: bool = False):
+        """`weak`: hold the model by weak reference (a runner the model itself keeps, in its pool: no cycle, so a
+        dropped model is freed at once)."""
         if n_slots < 1:
             raise ArgumentError(f"a runner needs at least one slot, got {n_slots}")
-        self.model, self.device, self.n_slots = model, model.device, n_slots
+        self._model: Any = weakref.ref(model) if weak else (lambda: model)
+        self.device, self.n_slots = model.device, n_slots
         self.n_ctx, self.vocab_size = model.n_ctx, model.vocab_size
         self.use_graph = model.use_graph if use_graph is None else use_graph
         self.invariant, self.bucketed = invariant, bucketed
@@ -235,6 +239,10 @@ class ModelRunner:
             logits = self.model.forward(batch, self.cache)
             return self._launched(rows, None, logits, ops.argmax(logits))
 
+    @property
+    def model(self) -> Runnable:
+        return self._model()  # type: ignore[no-any-return]
+
     def can_follow(self, rows: Sequence[RunRow], steps: int = 1) -> bool:
         """Whether `follow` can launch `steps` steps from these rows: one-token rows that all choose, each with room
         for `steps` more positions, on a runner that replays graphs."""
@@ -259,7 +267,8 @@ class ModelRunner:
         return h
 
     def check_follow(self, prev: Launched) -> None:
-        """ArgumentError unless `prev` is the last launched step, of one-token choosing rows (a graph that feeds back)."""
+        """ArgumentError unless `prev` is the last launched step, of one-token choosing rows (a graph that feeds
+        back)."""
         if prev is not self._last or prev.graph is None or not prev.graph.feeds_back:
             raise ArgumentError("follow continues the last launched step of one-token choosing rows only")
 

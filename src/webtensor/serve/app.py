@@ -1,17 +1,37 @@
-"""The HTTP routes (FastAPI): /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics.
+"""The HTTP routes (FastAPI): /v1/completions, /v1/chat/completions, /v1/models(/{id}), /tokenize,
+/detokenize, /health, /metrics, /openapi.json.
 
 Streams are server-sent events, `data: {json}` per token and `data: [DONE]` at the end; an error
-during a stream arrives as `data: {"error": {...}}`. Every error, malformed JSON and validation errors
-included, has OpenAI's body {"error": {"message", "type", "param", "code"}}. With an API key, /v1/*
-needs `Authorization: Bearer KEY` (401 otherwise); /health and /metrics stay open for load balancers.
+during a stream arrives as `data: {"error": {...}}`, then `data: [DONE]`. Every error, malformed JSON
+and validation errors included, has OpenAI's body {"error": {"message", "type", "param", "code"}}.
+
+Limits, so that no request can hurt another: a request body over `max_body` bytes is refused (413)
+before it is read (by its Content-Length) or as soon as it passes the limit (a chunked body), and
+nothing is buffered beyond it; prompts are tokenized in a worker thread (the tokenizer releases the
+GIL), never on the event loop, and a text prompt longer than the context could hold in any
+tokenization (its UTF-8 bytes over n_ctx times the longest token's bytes) is refused without
+being tokenized at all.
+
+With an API key, /v1/*, /tokenize and /detokenize need `Authorization: Bearer KEY` (401 otherwise);
+/health, /metrics and /openapi.json stay open for load balancers and tools. With `cors_origins`,
+browsers on those origins may call the API: CORS preflights (OPTIONS) are answered before the key
+is checked, as browsers send them without credentials. GET routes answer HEAD too.
+
+/tokenize and /detokenize follow vLLM's shapes: `{"prompt": text}` or `{"messages": [...]}` (the
+chat template's prompt) -> `{"count", "max_model_len", "tokens"}` (+ `token_strs`, each token's
+text, when `return_token_strs`), and `{"tokens": [...]}` -> `{"prompt": text}`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
+import logging
 import secrets
+import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -19,150 +39,247 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
 
 from .. import chat
+from ..errors import ChatTemplateError, SamplingError
 from .engine import Engine, Sampling
 from .metrics import CONTENT_TYPE, Metrics
 from .protocol import (
     APIError,
     ChatChoice,
-    ChatChunkChoice,
     ChatCompletion,
-    ChatCompletionChunk,
     ChatMessageOut,
     ChatRequest,
     Completion,
     CompletionChoice,
     CompletionRequest,
-    Delta,
+    DetokenizeRequest,
+    DetokenizeResponse,
     ModelCard,
     ModelList,
     SamplingRequest,
+    TokenizeRequest,
+    TokenizeResponse,
     Usage,
     validation_error,
 )
-from .scheduler import Generation, Scheduler
+from .scheduler import Event, Generation, Scheduler
+
+log = logging.getLogger("webtensor.serve")
+
+MAX_BODY = 8 * 1024 * 1024  # bytes: a request body larger is refused (413); `--max-body`
+BODY_TIMEOUT = 30.0  # seconds a request body may stall between its parts (408); `--idle-timeout`
 
 
 def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
-               scheduler: Scheduler | None = None, prefill_budget: int = 256) -> FastAPI:
+               scheduler: Scheduler | None = None, prefill_budget: int = 256, max_body: int = MAX_BODY,
+               cors_origins: Sequence[str] = (), body_timeout: float = BODY_TIMEOUT) -> FastAPI:
     metrics = scheduler.metrics if scheduler else Metrics()
     sched = scheduler or Scheduler(engine, max_queue, metrics, prefill_budget=prefill_budget)
+    prompts = _Prompts(engine)
+    started = int(time.time())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         sched.start()
+        await prompts.start()
         yield
         await sched.stop()
 
-    app = FastAPI(title="webtensor", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="webtensor", version="1", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url="/openapi.json")
     app.state.scheduler, app.state.metrics = sched, metrics
     _install_errors(app)
-    app.add_middleware(_Guard, api_key=api_key, metrics=metrics)
+    app.add_middleware(_Guard, api_key=api_key, metrics=metrics, max_body=max_body, body_timeout=body_timeout)
+    if cors_origins:  # (added last: outermost, so preflights are answered before the key is asked for)
+        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST", "HEAD"],
+                           allow_headers=["*"], expose_headers=["Retry-After"], max_age=600)
 
-    @app.get("/health")
+    def card() -> ModelCard:
+        return ModelCard(id=engine.name, created=started, max_model_len=engine.n_ctx)
+
+    @_get(app, "/health")
     async def health() -> dict[str, Any]:
         return {"status": "draining" if sched.draining else "ok", "model": engine.name,
                 "active": sched.active, "queued": sched.queued, "max_batch": engine.max_batch,
                 "engine": getattr(engine, "engine", None), "graphs": getattr(engine, "graph_stats", None)}
 
-    @app.get("/metrics")
+    @_get(app, "/metrics")
     async def metrics_text() -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
-    @app.get("/v1/models")
+    @_get(app, "/v1/models", responses={200: {"model": ModelList}})
     async def models() -> dict[str, Any]:
-        return ModelList(data=[ModelCard(id=engine.name)]).model_dump()
+        return ModelList(data=[card()]).model_dump()
 
-    @app.post("/v1/completions")
+    @_get(app, "/v1/models/{model_id:path}", responses={200: {"model": ModelCard}})
+    async def model(model_id: str) -> dict[str, Any]:
+        _check_model(engine, model_id, "model_id")
+        return card().model_dump()
+
+    @app.post("/v1/completions", responses={200: {"model": Completion}})
     async def completions(body: CompletionRequest) -> Any:
         _check_model(engine, body.model)
-        p = body.prompt_value()
-        ids = _prompt_ids(engine, p)
-        seq = _sequence(engine, ids, body, body.max_tokens,
-                        default_max=16, stops=body.stops())
-        sched.submit(seq)
-        rid, name = f"cmpl-{uuid.uuid4().hex}", engine.name
+        texts = body.prompts()
+        many = len(texts) > 1
+        seqs = []
+        for i, p in enumerate(texts):
+            ids = await prompts.ids(p, f"prompt.{i}" if many else "prompt")
+            seqs.append(_sequence(engine, ids, body, body.max_tokens, default_max=16, stops=body.stops()))
+        _start(sched, seqs)
+        rid, name, created = f"cmpl-{uuid.uuid4().hex}", engine.name, int(time.time())
 
-        def chunk(text: str, finish: Any) -> Completion:
-            return Completion(id=rid, model=name, choices=[CompletionChoice(text=text, finish_reason=finish)])
+        def chunk(index: int, text: str, finish: Any) -> dict[str, Any]:  # (usage: on the last chunk alone)
+            return {"id": rid, "object": "text_completion", "created": created, "model": name,
+                    "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": finish}]}
+
+        def usage_chunk(u: Usage) -> dict[str, Any]:
+            return {"id": rid, "object": "text_completion", "created": created, "model": name, "choices": [],
+                    "usage": u.model_dump()}
 
         if body.stream:
-            return _sse(sched, seq, body.include_usage(), lambda: [], chunk,
-                        lambda u: Completion(id=rid, model=name, choices=[], usage=u))
-        text, finish = await _collect(sched, seq)
-        return Completion(id=rid, model=name, choices=[CompletionChoice(text=text, finish_reason=finish)],
-                          usage=_usage(seq)).model_dump()
+            return _sse(sched, seqs, body.include_usage(), lambda i: [], chunk, usage_chunk)
+        outs = await _collect(sched, seqs)
+        return Completion(id=rid, model=name, created=created, usage=_usage(seqs), choices=[
+            CompletionChoice(index=i, text=t, finish_reason=f) for i, (t, f) in enumerate(outs)]).model_dump()
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", responses={200: {"model": ChatCompletion}})
     async def chat_completions(body: ChatRequest) -> Any:
         _check_model(engine, body.model)
-        ids = _prompt_ids(engine, _render_chat(engine, body.messages), special=False)
+        ids = await prompts.ids(_render_chat(engine, body.messages), "messages", special=False)
         stops = list(dict.fromkeys([*body.stops(), *([] if engine.chat_template else chat.PLAIN_STOPS)]))
-        seq = _sequence(engine, ids, body, body.max_new(), default_max=None, stops=stops)
-        sched.submit(seq)
-        rid, name = f"chatcmpl-{uuid.uuid4().hex}", engine.name
+        seqs = [_sequence(engine, ids, body, body.max_new(), default_max=None, stops=stops)]
+        _start(sched, seqs)
+        rid, name, created = f"chatcmpl-{uuid.uuid4().hex}", engine.name, int(time.time())
+        usage_null = {"usage": None} if body.include_usage() else {}
 
-        def chunk(text: str, finish: Any) -> ChatCompletionChunk:
-            delta = Delta(content=text) if finish is None or text else Delta()
-            return ChatCompletionChunk(id=rid, model=name,
-                                       choices=[ChatChunkChoice(delta=delta, finish_reason=finish)])
+        def message(index: int, delta: dict[str, Any], finish: Any) -> dict[str, Any]:
+            return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": name,
+                    "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}],
+                    **usage_null}
 
-        def first() -> list[ChatCompletionChunk]:
-            return [ChatCompletionChunk(id=rid, model=name,
-                                        choices=[ChatChunkChoice(delta=Delta(role="assistant", content=""))])]
+        def chunk(index: int, text: str, finish: Any) -> dict[str, Any]:
+            return message(index, {"content": text} if finish is None or text else {}, finish)
+
+        def first(index: int) -> list[dict[str, Any]]:  # the role, once, in the stream's first chunk
+            return [message(index, {"role": "assistant", "content": ""}, None)]
+
+        def usage_chunk(u: Usage) -> dict[str, Any]:
+            return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": name, "choices": [],
+                    "usage": u.model_dump()}
 
         if body.stream:
-            return _sse(sched, seq, body.include_usage(), first, chunk,
-                        lambda u: ChatCompletionChunk(id=rid, model=name, choices=[], usage=u))
-        text, finish = await _collect(sched, seq)
-        return ChatCompletion(id=rid, model=name, usage=_usage(seq), choices=[
-            ChatChoice(message=ChatMessageOut(content=text), finish_reason=finish)]).model_dump()
+            return _sse(sched, seqs, body.include_usage(), first, chunk, usage_chunk)
+        outs = await _collect(sched, seqs)
+        return ChatCompletion(id=rid, model=name, created=created, usage=_usage(seqs), choices=[
+            ChatChoice(index=i, message=ChatMessageOut(content=t), finish_reason=f)
+            for i, (t, f) in enumerate(outs)]).model_dump()
+
+    @app.post("/tokenize", responses={200: {"model": TokenizeResponse}})
+    async def tokenize(body: TokenizeRequest) -> dict[str, Any]:
+        if body.model is not None:
+            _check_model(engine, body.model)
+        if body.prompt is not None:
+            ids = await prompts.encode(body.prompt, body.add_special_tokens)
+        else:
+            ids = await prompts.encode(_render_chat(engine, body.messages or [], body.add_generation_prompt), False)
+        strs = None
+        if body.return_token_strs:
+            strs = [engine.tokenizer.token_bytes(i).decode("utf-8", "replace") for i in ids]
+        return TokenizeResponse(count=len(ids), max_model_len=engine.n_ctx, tokens=ids,
+                                token_strs=strs).model_dump(exclude_none=True)
+
+    @app.post("/detokenize", responses={200: {"model": DetokenizeResponse}})
+    async def detokenize(body: DetokenizeRequest) -> dict[str, Any]:
+        if body.model is not None:
+            _check_model(engine, body.model)
+        _check_ids(engine, body.tokens, "tokens")
+        raw = b"".join(engine.tokenizer.token_bytes(i) for i in body.tokens)
+        return DetokenizeResponse(prompt=raw.decode("utf-8", "replace")).model_dump()
 
     return app
 
 
+def _get(app: FastAPI, path: str, **kw: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A GET route that answers HEAD too (HEAD left out of /openapi.json: one operation a route)."""
+    def add(fn: Callable[..., Any]) -> Callable[..., Any]:
+        app.add_api_route(path, fn, methods=["GET"], **kw)
+        app.add_api_route(path, fn, methods=["HEAD"], include_in_schema=False)
+        return fn
+    return add
+
+
 # -- request -> sequence ----------------------------------------------------------------------------
-def _check_model(engine: Engine, model: str) -> None:
+def _check_model(engine: Engine, model: str, param: str = "model") -> None:
     if model != engine.name:
         raise APIError(404, f"the model {model!r} does not exist here; this server serves {engine.name!r}",
-                       param="model", code="model_not_found")
+                       param=param, code="model_not_found")
 
 
-def _render_chat(engine: Engine, messages: Any) -> str:
+def _render_chat(engine: Engine, messages: Any, add_generation_prompt: bool = True) -> str:
     """The conversation through the model's chat template (webtensor's plain one where it has none)."""
-    from ..errors import WebtensorError
-
-    tok = engine.tokenizer
-    template = chat.ChatTemplate(engine.chat_template or chat.PLAIN_TEMPLATE,
-                                 bos_token=getattr(tok, "bos_token", "") or "", eos_token=getattr(tok, "eos_token", "") or "")
     try:
-        return template.render([{"role": m.role, "content": m.text()} for m in messages], add_generation_prompt=True)
-    except WebtensorError as e:  # the template's raise_exception: the conversation is refused
+        return chat.template_for(engine).render([{"role": m.role, "content": m.text()} for m in messages],
+                                                add_generation_prompt=add_generation_prompt)
+    except ChatTemplateError as e:  # the template's raise_exception: the conversation is refused
         raise APIError(400, f"messages: {e}", param="messages") from None
 
 
-def _prompt_ids(engine: Engine, prompt: str | list[int], special: bool = True) -> list[int]:
-    """A prompt's ids: text encoded (`special`: with the tokenizer's own special tokens, e.g. a BOS, as HF's
-    tokenizer(text) adds them; a rendered chat carries its own), or ids checked."""
-    if isinstance(prompt, str):
-        ids = engine.tokenizer.encode(prompt, add_special_tokens=special)
-    else:
-        bad = [i for i in prompt if not 0 <= i < engine.vocab_size]
-        if bad:
-            raise APIError(400, f"prompt: token id {bad[0]} is out of range for a vocabulary of "
-                           f"{engine.vocab_size}", param="prompt", code="invalid_token")
-        ids = list(prompt)
-    if not ids:  # an empty prompt: start from the BOS token (GPT-2: <|endoftext|>, its EOS, as it was trained)
-        start = engine.bos_id if engine.bos_id is not None else min(engine.eos_ids, default=None)
-        if start is None:
-            raise APIError(400, "prompt: the prompt is empty", param="prompt")
-        ids = [start]
-    if len(ids) >= engine.n_ctx:
-        raise APIError(400, f"the prompt is {len(ids)} tokens; this model's context is {engine.n_ctx} tokens, "
-                       "which must also hold at least one new token", param="prompt",
-                       code="context_length_exceeded")
-    return ids
+def _check_ids(engine: Engine, ids: Sequence[int], param: str) -> None:
+    bad = next((i for i in ids if not 0 <= i < engine.vocab_size), None)
+    if bad is not None:
+        raise APIError(400, f"{param}: token id {bad} is out of range for a vocabulary of {engine.vocab_size}",
+                       param=param, code="invalid_token")
+
+
+class _Prompts:
+    """Prompts to token ids, checked against the context. Text is tokenized in a worker thread
+    (`tokenizers` releases the GIL: the event loop serves the other requests meanwhile), unless it
+    cannot fit: a text of more UTF-8 bytes than n_ctx tokens of the longest token's bytes makes more
+    than n_ctx tokens however it is cut, so it is refused before any tokenizing."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.max_bytes: int | None = None  # n_ctx * the longest token's bytes (found at start)
+
+    async def start(self) -> None:
+        e = self.engine
+
+        def longest() -> int:
+            return max(len(e.tokenizer.token_bytes(i)) for i in range(e.vocab_size))
+        try:
+            self.max_bytes = e.n_ctx * await asyncio.to_thread(longest)
+        except Exception:  # noqa: BLE001 - a tokenizer without every id: no early refusal, that is all
+            log.warning("the tokenizer does not give every token's bytes: long prompts are tokenized to be refused")
+
+    async def encode(self, text: str, special: bool = True) -> list[int]:
+        return await asyncio.to_thread(functools.partial(self.engine.tokenizer.encode, text,
+                                                         add_special_tokens=special))
+
+    async def ids(self, prompt: str | list[int], param: str, special: bool = True) -> list[int]:
+        """A prompt's ids: text encoded (`special`: with the tokenizer's own special tokens, e.g. a BOS, as HF's
+        tokenizer(text) adds them; a rendered chat writes its own), or ids checked."""
+        e = self.engine
+        if isinstance(prompt, str):
+            size = len(prompt.encode("utf-8"))
+            if self.max_bytes is not None and size > self.max_bytes:
+                raise APIError(400, f"{param}: the prompt is {size} bytes, more than this model's context of "
+                               f"{e.n_ctx} tokens can hold", param=param, code="context_length_exceeded")
+            ids = await self.encode(prompt, special)
+        else:
+            _check_ids(e, prompt, param)
+            ids = list(prompt)
+        if not ids:  # an empty prompt: start from the BOS token (GPT-2: <|endoftext|>, its EOS, as it was trained)
+            start = e.bos_id if e.bos_id is not None else min(e.eos_ids, default=None)
+            if start is None:
+                raise APIError(400, f"{param}: the prompt is empty", param=param)
+            ids = [start]
+        if len(ids) >= e.n_ctx:
+            raise APIError(400, f"{param}: the prompt is {len(ids)} tokens; this model's context is {e.n_ctx} "
+                           "tokens, which must also hold at least one new token", param=param,
+                           code="context_length_exceeded")
+        return ids
 
 
 def _sequence(engine: Engine, ids: list[int], body: SamplingRequest, max_tokens: int | None,
@@ -174,46 +291,99 @@ def _sequence(engine: Engine, ids: list[int], body: SamplingRequest, max_tokens:
         raise APIError(400, f"the prompt ({len(ids)} tokens) plus max_tokens ({max_tokens}) exceeds this model's "
                        f"context of {engine.n_ctx} tokens", param="max_tokens", code="context_length_exceeded")
     seed = body.seed if body.seed is not None else secrets.randbits(63)
-    temperature = 1.0 if body.temperature is None else body.temperature
-    sampling = Sampling(temperature, body.top_k, body.top_p, seed)
+    temperature, top_k, top_p = body.sampling_values()
+    sampling = Sampling(temperature, top_k, top_p, seed)
+    try:  # the sampler's own checks, here, so that nothing it refuses reaches an engine step
+        sampling.params()
+    except SamplingError as e:
+        raise APIError(400, str(e), code="invalid_sampling") from None
     return Generation(ids, max_tokens, sampling, stops, ignore_eos=body.ignore_eos)
 
 
-def _usage(seq: Generation) -> Usage:
-    return Usage.of(len(seq.prompt), len(seq.generated))
+def _start(sched: Scheduler, seqs: list[Generation]) -> None:
+    """Submit the sequences that generate (all admitted or none); max_tokens 0 ends at once."""
+    sched.submit_all([s for s in seqs if s.max_tokens > 0])
+    for s in seqs:
+        if s.max_tokens == 0:
+            sched.finished_empty(s)
 
 
-async def _collect(sched: Scheduler, seq: Generation) -> tuple[str, Any]:
-    parts: list[str] = []
-    try:
+def _usage(seqs: Sequence[Generation]) -> Usage:
+    return Usage.of(sum(len(s.prompt) for s in seqs), sum(s.streamed for s in seqs))
+
+
+async def _collect(sched: Scheduler, seqs: list[Generation]) -> list[tuple[str, Any]]:
+    """Each sequence's whole text and finish reason; the first error raised (the rest cancelled)."""
+
+    async def one(seq: Generation) -> tuple[str, Any]:
+        parts: list[str] = []
         async for ev in seq.stream():
             if ev.error is not None:
                 raise ev.error
             parts.append(ev.text)
             if ev.finish is not None:
                 return "".join(parts), ev.finish
+        raise APIError(500, "the sequence ended without a finish reason")
+
+    try:
+        if len(seqs) == 1:
+            return [await one(seqs[0])]
+        return list(await asyncio.gather(*(one(s) for s in seqs)))
     finally:
-        sched.cancel(seq)  # a no-op once done; frees the slot if the handler was cancelled
-    raise APIError(500, "the sequence ended without a finish reason")
+        for s in seqs:
+            sched.cancel(s)  # a no-op once done; frees the slot if the handler was cancelled or another failed
 
 
-def _sse(sched: Scheduler, seq: Generation, include_usage: bool, first: Callable[[], list[Any]],
-         chunk: Callable[[str, Any], Any], usage_chunk: Callable[[Usage], Any]) -> StreamingResponse:
+async def _events(seqs: list[Generation]) -> AsyncIterator[tuple[int, Event]]:
+    """(choice index, event) as they come, from every sequence (one: its stream as it is)."""
+    if len(seqs) == 1:
+        async for ev in seqs[0].stream():
+            yield 0, ev
+        return
+    queue: asyncio.Queue[tuple[int, Event | None]] = asyncio.Queue()
+
+    async def pump(i: int, seq: Generation) -> None:
+        async for ev in seq.stream():
+            queue.put_nowait((i, ev))
+        queue.put_nowait((i, None))
+
+    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(seqs)]
+    try:
+        left = len(seqs)
+        while left:
+            i, ev = await queue.get()
+            if ev is None:
+                left -= 1
+            else:
+                yield i, ev
+    finally:
+        for t in tasks:
+            t.cancel()
+
+
+def _sse(sched: Scheduler, seqs: list[Generation], include_usage: bool,
+         first: Callable[[int], list[dict[str, Any]]], chunk: Callable[[int, str, Any], dict[str, Any]],
+         usage_chunk: Callable[[Usage], dict[str, Any]]) -> StreamingResponse:
     async def events() -> AsyncIterator[str]:
         try:
-            for c in first():
-                yield _data(c.model_dump(exclude_none=False))
-            frame = _framer(chunk)
-            async for ev in seq.stream():
+            for i in range(len(seqs)):
+                for c in first(i):
+                    yield _data(c)
+            frames = [_framer(lambda text, i=i: chunk(i, text, None)) for i in range(len(seqs))]
+            left = len(seqs)
+            async for i, ev in _events(seqs):
                 if ev.error is not None:
                     yield _data(ev.error.body())
                     break
-                yield frame(ev.text) if ev.finish is None else _data(chunk(ev.text, ev.finish).model_dump())
-                if ev.finish is not None and include_usage:
-                    yield _data(usage_chunk(_usage(seq)).model_dump())
+                yield frames[i](ev.text) if ev.finish is None else _data(chunk(i, ev.text, ev.finish))
+                if ev.finish is not None:
+                    left -= 1
+                    if not left and include_usage:
+                        yield _data(usage_chunk(_usage(seqs)))
             yield "data: [DONE]\n\n"
         finally:
-            sched.cancel(seq)  # the client went away (or the stream ended): free the slot
+            for s in seqs:
+                sched.cancel(s)  # the client went away (or the stream ended): free the slots
 
     return StreamingResponse(events(), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -226,15 +396,15 @@ def _data(obj: dict[str, Any]) -> str:
 _MARK = "\ue000webtensor-text\ue000"  # a private-use string no JSON encoder leaves as is
 
 
-def _framer(chunk: Callable[[str, Any], Any]) -> Callable[[str], str]:
-    """text -> the event `_data(chunk(text, None).model_dump())`, from a template made once per
-    stream (the JSON of a chunk around a marker for its text): a token's event without building and
-    dumping a pydantic model each time (the same bytes, the stream's first `created` throughout)."""
-    head, tail = _data(chunk(_MARK, None).model_dump()).split(json.dumps(_MARK), 1)
+def _framer(chunk: Callable[[str], dict[str, Any]]) -> Callable[[str], str]:
+    """text -> the event `_data(chunk(text))`, from a template made once per stream (the JSON of a
+    chunk around a marker for its text): a token's event without building and dumping a dict each
+    time (the same bytes)."""
+    head, tail = _data(chunk(_MARK)).split(json.dumps(_MARK), 1)
     return lambda text: head + json.dumps(text) + tail
 
 
-# -- errors, auth, request counts -----------------------------------------------------------------------
+# -- errors, auth, limits, request counts -------------------------------------------------------------
 def _install_errors(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def api_error(request: Request, exc: APIError) -> JSONResponse:
@@ -247,43 +417,84 @@ def _install_errors(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        e = APIError(exc.status_code, str(exc.detail), code=None)
+        msg = str(exc.detail)
+        if exc.status_code in (404, 405):
+            msg = f"{request.method} {request.url.path}: {msg.lower()}"
+        e = APIError(exc.status_code, msg, code=None)
         return JSONResponse(e.body(), status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
-    @app.exception_handler(Exception)
-    async def crash(request: Request, exc: Exception) -> JSONResponse:
-        e = APIError(500, f"internal error: {type(exc).__name__}: {exc}", code="internal_error")
-        return JSONResponse(e.body(), status_code=500)
+
+def _error(e: APIError) -> JSONResponse:
+    return JSONResponse(e.body(), status_code=e.status, headers=e.headers or None)
 
 
 class _Guard:
-    """ASGI middleware: the API key on /v1/*, and a request count by route and status."""
+    """ASGI middleware: the API key, the body's limits (size, stalls), a 500 in OpenAI's shape for
+    anything that raised, and a request count by route and status."""
 
-    def __init__(self, app: Callable[..., Awaitable[None]], api_key: str | None, metrics: Metrics):
+    def __init__(self, app: Callable[..., Awaitable[None]], api_key: str | None, metrics: Metrics, max_body: int,
+                 body_timeout: float):
         self.app, self.api_key, self.metrics = app, api_key, metrics
+        self.max_body, self.body_timeout = max_body, body_timeout
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         path: str = scope.get("path", "")
-        route = path if path in _ROUTES else "other"
-        status = {"code": 500}
+        route = path if path in _ROUTES else "/v1/models/{id}" if path.startswith("/v1/models/") else "other"
+        status = {"code": 500, "started": False}
 
         async def counting_send(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
-                status["code"] = message["status"]
+                status["code"], status["started"] = message["status"], True
             await send(message)
 
         try:
-            if self.api_key is not None and path.startswith("/v1/") and not self._authorized(scope):
+            if self.api_key is not None and _needs_key(path) and not self._authorized(scope):
                 e = APIError(401, "a valid API key is needed: send the header 'Authorization: Bearer KEY'",
-                             code="invalid_api_key")
-                await JSONResponse(e.body(), status_code=401,
-                                   headers={"WWW-Authenticate": "Bearer"})(scope, receive, counting_send)
-                return
+                             code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+                return await _error(e)(scope, receive, counting_send)
+            if scope.get("method") in ("POST", "PUT", "PATCH"):
+                body = await self._body(scope, receive)
+                if isinstance(body, APIError):
+                    return await _error(body)(scope, receive, counting_send)
+                receive = _replay(body, receive)
             await self.app(scope, receive, counting_send)
+        except Exception as exc:  # noqa: BLE001 - a bug must not cost the connection its answer
+            log.exception("unhandled error in %s %s", scope.get("method"), path)
+            if status["started"]:
+                raise
+            e = APIError(500, f"internal error: {type(exc).__name__}: {exc}", code="internal_error")
+            await _error(e)(scope, receive, counting_send)
         finally:
             self.metrics.requests.labels(route, str(status["code"])).inc()
+
+    async def _body(self, scope: dict[str, Any], receive: Any) -> bytes | APIError:
+        """The whole body; or a 413 as soon as it is known to pass max_body (from its Content-Length,
+        before reading any; else while reading), or a 408 when it stalls for body_timeout seconds.
+        What is left unread, uvicorn discards."""
+        too_large = APIError(413, f"the request body is larger than this server takes ({self.max_body} bytes; "
+                             "--max-body)", code="request_too_large")
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body:
+            return too_large
+        parts, size = [], 0
+        while True:
+            try:
+                message = await asyncio.wait_for(receive(), self.body_timeout)
+            except TimeoutError:
+                return APIError(408, f"the request body stalled for {self.body_timeout:g} s", code="request_timeout")
+            if message["type"] != "http.request":  # (the client went away)
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                return too_large
+            parts.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(parts)
 
     def _authorized(self, scope: dict[str, Any]) -> bool:
         headers = dict(scope.get("headers") or [])
@@ -291,4 +502,22 @@ class _Guard:
         return secrets.compare_digest(got.encode("latin-1"), f"Bearer {self.api_key}".encode())
 
 
-_ROUTES = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"}
+def _needs_key(path: str) -> bool:
+    return path.startswith("/v1/") or path in ("/tokenize", "/detokenize")
+
+
+def _replay(body: bytes, receive: Any) -> Any:
+    """A `receive` that gives the body read already, then whatever comes next (a disconnect)."""
+    sent = False
+
+    async def replay() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+    return replay
+
+
+_ROUTES = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/tokenize", "/detokenize", "/health",
+           "/metrics", "/openapi.json"}

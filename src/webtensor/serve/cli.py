@@ -1,5 +1,9 @@
 """`webtensor serve` and `webtensor bench-serve`: arguments, checked before any model loads (a bad
-one is a single line on stderr and exit status 2), then the server or the load generator."""
+one is a single line on stderr and exit status 2), then the server or the load generator.
+
+`serve` binds its address before it loads the model: a port in use (or an address it cannot have)
+is one line on stderr and exit status 1, as is a checkpoint that cannot be loaded (runtime errors,
+as the README's table of exit codes has them)."""
 
 from __future__ import annotations
 
@@ -9,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import WebtensorError
+
+MAX_BODY = 8 * 1024 * 1024  # (app.MAX_BODY: not imported here, so --help loads no server code)
+KEEP_ALIVE, IDLE_TIMEOUT = 5.0, 30.0  # (server.KEEP_ALIVE, server.IDLE_TIMEOUT)
 
 DEVICES = ("auto", "cpu", "wgpu", "lavapipe")
 ENGINES = ("batched", "reference")
@@ -34,7 +41,17 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--prefill-budget", type=int, default=None,
                    help="prompt tokens read per step, over all arriving requests (default 256 on --device cpu, "
                         "1024 otherwise: a burst of requests starts in fewer steps)")
-    p.add_argument("--grace", type=float, default=30.0, help="seconds running streams get to finish on SIGTERM")
+    p.add_argument("--grace", type=float, default=30.0,
+                   help="seconds running streams get to finish on SIGTERM (then each ends with an error event)")
+    p.add_argument("--max-body", type=int, default=MAX_BODY,
+                   help=f"largest request body in bytes (default {MAX_BODY // 2**20} MiB; larger: 413)")
+    p.add_argument("--cors-origins", default=None,
+                   help="comma-separated origins browsers may call the API from ('*': any); default none")
+    p.add_argument("--keep-alive", type=float, default=KEEP_ALIVE,
+                   help=f"seconds an idle keep-alive connection stays open (default {KEEP_ALIVE:g})")
+    p.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT,
+                   help="seconds a connection may take to send a request's headers, or a stalled body its next "
+                        f"bytes (default {IDLE_TIMEOUT:g})")
     p.add_argument("--engine-process", default="auto", choices=("auto", "on", "off"),
                    help="run the engine in its own process, off the HTTP event loop's GIL (auto: on for --device cpu, "
                         "whose steps are mostly Python)")
@@ -61,9 +78,13 @@ def add_parsers(sub: Any) -> None:
     b.set_defaults(func=run_bench)
 
 
-def _fail(msg: str) -> int:
+def _fail(msg: str, status: int = 2) -> int:
     print(f"webtensor: error: {msg}", file=sys.stderr)
-    return 2
+    return status
+
+
+def _origins(value: str | None) -> list[str]:
+    return [o.strip() for o in (value or "").split(",") if o.strip()]
 
 
 def _check_serve(a: argparse.Namespace) -> str | None:
@@ -83,6 +104,16 @@ def _check_serve(a: argparse.Namespace) -> str | None:
         return f"--max-queue must be >= 0, got {a.max_queue}"
     if a.grace < 0:
         return f"--grace must be >= 0, got {a.grace}"
+    if a.max_body < 1:
+        return f"--max-body must be >= 1 (bytes), got {a.max_body}"
+    if a.keep_alive < 0:
+        return f"--keep-alive must be >= 0, got {a.keep_alive}"
+    if a.idle_timeout <= 0:
+        return f"--idle-timeout must be > 0, got {a.idle_timeout}"
+    if a.cors_origins is not None:
+        bad = [o for o in _origins(a.cors_origins) if o != "*" and not o.startswith(("http://", "https://"))]
+        if bad or not _origins(a.cors_origins):
+            return f"--cors-origins must be '*' or comma-separated http(s):// origins, got {a.cors_origins!r}"
     if a.prefill_budget is not None and a.prefill_budget < 1:
         return f"--prefill-budget must be >= 1, got {a.prefill_budget}"
     if a.blas_threads < 0:
@@ -97,6 +128,12 @@ def _check_serve(a: argparse.Namespace) -> str | None:
 def run_serve(a: argparse.Namespace) -> int:
     if (msg := _check_serve(a)) is not None:
         return _fail(msg)
+    from .server import bind, serve
+
+    try:  # before the model loads: a port in use is one line, at once
+        sock = bind(a.host, a.port)
+    except OSError as e:
+        return _fail(f"cannot listen on {a.host}:{a.port}: {e.strerror or e}", 1)
     if a.blas_threads:
         from ..backends import blas
 
@@ -114,15 +151,18 @@ def run_serve(a: argparse.Namespace) -> int:
         else:
             engine = build_engine(spec)
             where = engine.model.device.describe()
-    except WebtensorError as e:
-        return _fail(str(e))
-    print(f"[webtensor] serving {engine.name} ({a.dtype}) on {where} at http://{a.host}:{a.port} "
+    except WebtensorError:  # one line, exit status by its kind (a checkpoint's: 1), from cmdline.run_main
+        sock.close()
+        raise
+    host, port = sock.getsockname()[:2]
+    url_host = f"[{host}]" if ":" in host else host
+    print(f"[webtensor] serving {engine.name} ({a.dtype}) on {where} at http://{url_host}:{port} "
           f"({a.engine} engine, max batch {a.max_batch}, queue {a.max_queue})", file=sys.stderr)
-    from .server import serve
-
     try:
         budget = a.prefill_budget or (256 if a.device.lower() == "cpu" else 1024)
-        serve(engine, a.host, a.port, a.max_queue, a.api_key, a.grace, prefill_budget=budget)
+        serve(engine, a.host, a.port, a.max_queue, a.api_key, a.grace, prefill_budget=budget, sock=sock,
+              max_body=a.max_body, cors_origins=_origins(a.cors_origins), keep_alive=a.keep_alive,
+              idle_timeout=a.idle_timeout)
     finally:
         if in_process:
             engine.close()

@@ -3,8 +3,9 @@
 An engine owns `max_batch` sequence slots, each with its own KV cache. Each scheduler step hands it a list of
 `Row`s, at most one per slot: the tokens to feed that slot this step (a prefill chunk or one decoded token) at
 the positions `start`.., and whether to choose a next token after them. The engine returns, per row in order,
-the chosen token id (or None where `sample` is False). When a sequence is done the scheduler calls
-`release(slot)`; the slot's next row starts at position 0.
+the chosen token id (or None where `sample` is False), or a `RowError` where choosing that row's token raised
+(its sampling refused its logits or parameters): that row alone failed, the step and every other row in it are
+good. When a sequence is done the scheduler calls `release(slot)`; the slot's next row starts at position 0.
 
 All engine calls come from one worker thread, one at a time.
 
@@ -73,6 +74,17 @@ class Row:
         return RunRow(self.slot, self.ids, self.start, self.sample, self.sample and self.sampling.temperature != 0)
 
 
+@dataclass(frozen=True)
+class RowError:
+    """In place of a row's token: choosing it raised (`message`: the exception's type and text).
+    Only that row failed; the scheduler ends its request with an error and goes on with the rest."""
+
+    message: str
+
+
+Token = int | RowError | None  # what `step` / `collect` return per row
+
+
 class Engine(Protocol):
     name: str  # the model's name, as /v1/models lists it
     max_batch: int  # slots
@@ -84,8 +96,9 @@ class Engine(Protocol):
     chat_template: str | None  # the model's jinja2 chat template (None: webtensor's plain one)
     # optional: `engine`, the kind ("batched", "reference") that /health reports
 
-    def step(self, rows: Sequence[Row]) -> list[int | None]:
-        """Run `rows` (at most one per slot); per row in order, the chosen token or None."""
+    def step(self, rows: Sequence[Row]) -> list[Token]:
+        """Run `rows` (at most one per slot); per row in order, the chosen token, None (a row that
+        does not sample) or a RowError (that row's choice raised)."""
         ...
 
     def release(self, slot: int) -> None:
@@ -100,9 +113,14 @@ def followable(rows: Sequence[Row], n_ctx: int, steps: int = 1) -> bool:
                               and r.start + steps < n_ctx for r in rows)
 
 
-def choose(logits: Any, s: Sampling, position: int) -> int:
-    """The token for `position` from its logits (V,): argmax, or the draw for (seed, position)."""
-    return sample(logits, s.params(), position)
+def choose(logits: Any, s: Sampling, position: int) -> int | RowError:
+    """The token for `position` from its logits (V,): argmax, or the draw for (seed, position); a
+    RowError where that raises (NaN logits, every logit -inf, parameters the sampler refuses): the
+    failure is this row's alone, whatever else its step holds."""
+    try:
+        return sample(logits, s.params(), position)
+    except Exception as e:  # noqa: BLE001 - any failure here concerns this row only
+        return RowError(f"{type(e).__name__}: {e}")
 
 
 @dataclass
@@ -138,7 +156,7 @@ class ModelEngine:
         self.use_graph = self.runner.use_graph
 
     # -- the protocol ---------------------------------------------------------------------------------------
-    def step(self, rows: Sequence[Row]) -> list[int | None]:
+    def step(self, rows: Sequence[Row]) -> list[Token]:
         return self.collect(self.launch(rows))[0]
 
     def release(self, slot: int) -> None:
@@ -167,19 +185,19 @@ class ModelEngine:
             raise ArgumentError("follow's rows must be the previous step's, moved on by its steps")
         return _Handle(list(rows), [self.runner.follow(last, steps)])
 
-    def collect(self, h: _Handle) -> list[list[int | None]]:
+    def collect(self, h: _Handle) -> list[list[Token]]:
         """The tokens of launched steps: per step, per row in order (None where a row does not choose)."""
         if self.engine == "batched":
             return self._choose(h.rows, self.runner.collect(h.launched[0]))
-        out: list[int | None] = []
+        out: list[Token] = []
         for r, launched in zip(h.rows, h.launched, strict=True):
             out.extend(self._choose([r], self.runner.collect(launched))[0])
         return [out]
 
-    def _choose(self, rows: list[Row], got: Collected) -> list[list[int | None]]:
+    def _choose(self, rows: list[Row], got: Collected) -> list[list[Token]]:
         if len(got.tokens) > 1 or not got.logits:  # followed steps (greedy) or an empty step
             return got.tokens
-        out: list[int | None] = []
+        out: list[Token] = []
         for r, tok, logits in zip(rows, got.tokens[0], got.logits, strict=True):
             out.append(tok if logits is None else choose(logits, r.sampling, r.next_position))
         return [out]

@@ -8,8 +8,8 @@ the loop's work ~2 ms a step, so ~5 ms between tokens in one process (docs/perfo
 In its own process the engine steps on one core while the loop serves the tokens on the other.
 
 The parent keeps what the scheduler reads (name, max_batch, n_ctx, vocab_size, eos_ids, bos_id, the
-tokenizer and the chat template: sent once by the child) and forwards `launch` / `follow` / `collect` (and so `step`) and
-`release` over a pipe; the engine thread waiting on the pipe releases the GIL. Calls are messages
+tokenizer and the chat template: sent once by the child) and forwards `launch` / `follow` / `collect` (and so
+`step`) and `release` over a pipe; the engine thread waiting on the pipe releases the GIL. Calls are messages
 answered in order, so the scheduler can queue a `follow` (the next greedy step, its tokens fed back
 in the child: `ModelEngine.follow`) before it reads the step before it: the child then goes
 from one step to the next without waiting for the parent. The child builds the model and engine itself (from `spec`,
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ArgumentError, WebtensorError
-from .engine import Row, followable
+from .engine import Row, Token, followable
 
 SERVE_CTX = 4096  # positions per slot unless --ctx-size says (every slot holds a KV cache of this many)
 
@@ -36,8 +36,8 @@ class EngineProcessError(WebtensorError):
 
 def build_engine(spec: dict[str, Any]) -> Any:
     """The engine `spec` describes: model (a source for `load_model`; None: the shipped one), device, dtype,
-    n_ctx (None: the model's, at most SERVE_CTX), max_batch, engine ("batched" or "reference"), name, blas_threads (0: as the library
-    has it)."""
+    n_ctx (None: the model's, at most SERVE_CTX), max_batch, engine ("batched" or "reference"), name, blas_threads
+    (0: as the library has it)."""
     from ..device import Device
     from ..models import loader
     from .engine import ModelEngine
@@ -163,11 +163,11 @@ class ProcessEngine:
             raise ArgumentError("follow continues the last launched step only")
         return self._send("follow", list(rows), steps)
 
-    def collect(self, ticket: int) -> list[list[int | None]]:
+    def collect(self, ticket: int) -> list[list[Token]]:
         """The tokens of a launched step or followed steps: per step, per row."""
         return self._answer(ticket)
 
-    def step(self, rows: Sequence[Row]) -> list[int | None]:
+    def step(self, rows: Sequence[Row]) -> list[Token]:
         return self.collect(self.launch(rows))[0]
 
     def release(self, slot: int) -> None:

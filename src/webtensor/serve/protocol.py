@@ -1,48 +1,100 @@
-"""OpenAI's request and response shapes for /v1/completions, /v1/chat/completions and /v1/models,
-and OpenAI's error body. Requests are validated strictly: an unknown field, a wrong type or a value
-out of range is refused (HTTP 400, naming the field), and so are the OpenAI options this server does
-not implement (n > 1, echo, logprobs, penalties, logit_bias, best_of, suffix, tools). `top_k` and
-`ignore_eos` are extensions (as in vLLM)."""
+"""OpenAI's request and response shapes for /v1/completions, /v1/chat/completions and /v1/models
+(as its published OpenAPI document has them), vLLM's for /tokenize and /detokenize, and OpenAI's
+error body.
+
+Requests are validated strictly: an unknown field, a wrong type, a value out of range, NaN or
+Infinity, or text that is not valid Unicode (a lone surrogate such as "\\ud800") is refused with
+HTTP 400 naming the field. Whatever passes is something the sampler accepts, so no request can fail
+inside an engine step for its parameters. Values the OpenAI spec allows are accepted: null for any
+optional field, `prompt: null` (the model starts a new document), a list of prompts (one choice
+each), `max_tokens: 0` (nothing generated), `top_p: 0` (the most likely token: greedy),
+`response_format: {"type": "text"}`; fields that only concern OpenAI's own service are accepted and
+ignored (`store`, `metadata`, `service_tier`, `user`, `safety_identifier`, `prompt_cache_key`,
+`parallel_tool_calls`, `stream_options.include_obfuscation`). Options not implemented yet are
+refused by name (`n` > 1, `echo`, `logprobs`, penalties, `logit_bias`, `best_of`, `suffix`, tools,
+structured output). Extensions, as vLLM has them: `top_k` (0 or -1: off) and `ignore_eos`.
+
+Responses: chat messages carry `refusal: null`; a streamed chat's first chunk alone has
+`delta.role`; every chunk of a stream has the stream's one `created`; `usage` appears on streamed
+chunks only when `stream_options.include_usage` asks for it: in a last chunk of its own, and in
+chat as null on each chunk before it, as OpenAI sends it (the spec's completion chunk has no null
+usage: there it is left out).
+"""
 
 from __future__ import annotations
 
-import time
+import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from ..errors import WebtensorError
 
 MAX_STOP = 4  # OpenAI's limit on stop sequences
+MAX_PROMPTS = 128  # prompts in one completions request (OpenAI's limit on n, for want of one on batches)
+SEED_MAX = 2**64 - 1  # the sampler's seeds are 64-bit (larger ones would fold in; the spec's int64 fits)
 
 
 class APIError(WebtensorError):
     """An error the HTTP client gets back as OpenAI's body {"error": {message, type, param, code}}."""
 
-    TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-             429: "rate_limit_error", 500: "server_error", 503: "service_unavailable"}
+    TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+             429: "rate_limit_error", 503: "service_unavailable"}
 
     def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
                  headers: dict[str, str] | None = None):
         super().__init__(message)
-        self.status, self.message, self.param, self.code = status, message, param, code
+        self.status, self.message = status, _printable(message)
+        self.param, self.code = (None if param is None else _printable(param)), code
         self.headers = headers or {}
 
     @property
     def type(self) -> str:
-        return self.TYPES.get(self.status, "server_error")
+        """OpenAI's error type: by status, else any 4xx is the client's (invalid_request_error)."""
+        return self.TYPES.get(self.status, "invalid_request_error" if self.status < 500 else "server_error")
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
+def _printable(s: str) -> str:
+    """`s` as text that encodes to UTF-8: a lone surrogate (from a field name or value the client
+    sent) as its escape, \\ud800."""
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def validation_error(errors: list[dict[str, Any]]) -> APIError:
-    """An APIError (400) from pydantic / FastAPI validation errors: the first one, by field."""
-    e = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": "invalid"}
-    loc = [str(p) for p in e.get("loc", ()) if p != "body" and not _type_tag(str(p))]
+    """An APIError (400) from pydantic / FastAPI validation errors, naming the field: of the errors
+    (a union gives one per member), one of this module's own checks if any failed, else the one
+    that got deepest into the value (for ["a", 5]: prompt.1, not "prompt is not a string")."""
+    def loc_of(e: dict[str, Any]) -> list[str]:
+        return [str(p) for p in e.get("loc", ()) if p != "body" and not _type_tag(str(p))]
+
+    e = max(errors, key=lambda e: (e.get("type") == "value_error", len(loc_of(e))), default=None) \
+        or {"loc": (), "msg": "invalid request", "type": "invalid"}
+    loc = loc_of(e)
     if e.get("type") == "json_invalid":
         return APIError(400, f"malformed JSON in the request body: {e.get('ctx', {}).get('error', e['msg'])}",
                         code="invalid_json")
+    if e.get("type") == "model_attributes_type" and not loc:
+        return APIError(400, "the request body must be a JSON object (and sent as Content-Type: application/json)",
+                        code="invalid_body")
     param = ".".join(loc) or None
     msg = str(e.get("msg", "invalid value"))
     if msg.startswith("Value error, "):
@@ -51,19 +103,45 @@ def validation_error(errors: list[dict[str, Any]]) -> APIError:
 
 
 def _type_tag(part: str) -> bool:
-    """pydantic names the union member that failed in an error's location ("str", "list[int]"): skip it."""
+    """pydantic names the union member that failed in an error's location ("str", "list[int]",
+    "function-after[...]"): skip it."""
     return part in ("str", "int", "float", "bool", "list", "dict", "none") or "[" in part or "-" in part
 
 
-# -- requests -----------------------------------------------------------------------------------------
-Temperature = Annotated[float, Field(ge=0.0, le=2.0, strict=True)]
-TopP = Annotated[float, Field(gt=0.0, le=1.0, strict=True)]
-Stop = StrictStr | list[StrictStr] | None
+# -- field types --------------------------------------------------------------------------------------
+def _unicode(s: str) -> str:
+    """Text must be valid Unicode: JSON's "\\ud800" escapes make lone surrogates, which no tokenizer
+    (and no UTF-8 encoder) takes."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"the text holds a lone surrogate (U+{ord(s[e.start]):04X} at character {e.start}), "
+                         "which is not valid Unicode") from None
+    return s
+
+
+def _finite(v: Any) -> Any:
+    """NaN and ±Infinity (which Python's JSON reader takes) refused by name, before the range check."""
+    if isinstance(v, float) and not math.isfinite(v):
+        raise ValueError(f"{'NaN' if math.isnan(v) else 'Infinity' if v > 0 else '-Infinity'} is not a "
+                         "finite number")
+    return v
+
+
+Text = Annotated[StrictStr, AfterValidator(_unicode)]
+Temperature = Annotated[float, BeforeValidator(_finite), Field(ge=0.0, le=2.0, strict=True)]
+TopP = Annotated[float, BeforeValidator(_finite), Field(ge=0.0, le=1.0, strict=True)]
+Penalty = Annotated[float, BeforeValidator(_finite), Field(ge=-2.0, le=2.0, strict=True)]
+TopK = Annotated[int, Field(ge=-1, strict=True)]
+Seed = Annotated[int, Field(ge=0, le=SEED_MAX, strict=True)]
+MaxTokens = Annotated[int, Field(ge=0, strict=True)]
+Stop = Text | list[Text] | None
 
 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    include_usage: StrictBool = False
+    include_usage: StrictBool | None = None
+    include_obfuscation: StrictBool | None = None  # accepted; no obfuscation field is ever added
 
 
 class SamplingRequest(BaseModel):
@@ -71,20 +149,20 @@ class SamplingRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: StrictStr
+    model: Text
     temperature: Temperature | None = None  # None: 1.0, as OpenAI
-    top_p: TopP | None = None
-    top_k: Annotated[int, Field(ge=1, strict=True)] | None = None  # extension
-    seed: StrictInt | None = None
+    top_p: TopP | None = None  # 0: only the most likely token (greedy)
+    top_k: TopK | None = None  # extension; 0 or -1: off (as vLLM)
+    seed: Seed | None = None
     stop: Stop = None
-    stream: StrictBool = False
+    stream: StrictBool | None = None
     stream_options: StreamOptions | None = None
     n: StrictInt | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    logit_bias: dict[str, float] | None = None
-    user: StrictStr | None = None
-    ignore_eos: StrictBool = False  # extension: generate max_tokens even past <|endoftext|>
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    logit_bias: dict[Text, Annotated[float, BeforeValidator(_finite)]] | None = None
+    user: Text | None = None  # ignored
+    ignore_eos: StrictBool = False  # extension: generate max_tokens even past the end-of-text token
 
     @field_validator("stop")
     @classmethod
@@ -117,30 +195,48 @@ class SamplingRequest(BaseModel):
             raise ValueError("logit_bias is not supported")
         return v
 
+    @field_validator("stream_options")
+    @classmethod
+    def _stream_options(cls, v: StreamOptions | None, info: ValidationInfo) -> StreamOptions | None:
+        if v is not None and not info.data.get("stream"):
+            raise ValueError("only allowed when stream is true")
+        return v
+
     def stops(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
 
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
 
+    def sampling_values(self) -> tuple[float, int | None, float | None]:
+        """(temperature, top_k, top_p) as the sampler takes them: temperature 1 by default, top_k
+        0 / -1 as None (off), top_p 0 as greedy (the nucleus of mass 0 is the one most likely token,
+        the token argmax picks: the first of the largest)."""
+        temperature = 1.0 if self.temperature is None else self.temperature
+        top_k = self.top_k if self.top_k is not None and self.top_k > 0 else None
+        top_p = self.top_p
+        if top_p == 0:
+            temperature, top_p = 0.0, None
+        return temperature, top_k, top_p
 
-Prompt = StrictStr | list[StrictInt] | list[StrictStr] | list[list[StrictInt]]
+
+IdList = list[StrictInt]
+Prompt = Text | IdList | list[Text] | list[IdList]
 
 
 class CompletionRequest(SamplingRequest):
-    prompt: Prompt
-    max_tokens: Annotated[int, Field(ge=1, strict=True)] | None = None  # None: 16 (fewer where the context ends first)
+    prompt: Prompt | None  # required; null: an empty prompt (the model starts a new document)
+    max_tokens: MaxTokens | None = None  # None: 16 (fewer where the context ends first)
     echo: StrictBool | None = None
     logprobs: StrictInt | None = None
     best_of: StrictInt | None = None
-    suffix: StrictStr | None = None
+    suffix: Text | None = None
 
     @field_validator("prompt")
     @classmethod
-    def _prompt(cls, v: Prompt) -> Prompt:
-        if isinstance(v, list) and v and isinstance(v[0], str | list):
-            if len(v) != 1:
-                raise ValueError(f"one prompt per request is supported, got a batch of {len(v)}")
+    def _prompt(cls, v: Prompt | None) -> Prompt | None:
+        if isinstance(v, list) and v and isinstance(v[0], str | list) and len(v) > MAX_PROMPTS:
+            raise ValueError(f"at most {MAX_PROMPTS} prompts in one request, got {len(v)}")
         return v
 
     @field_validator("echo")
@@ -171,35 +267,65 @@ class CompletionRequest(SamplingRequest):
             raise ValueError("suffix is not supported")
         return v
 
-    def prompt_value(self) -> str | list[int]:
-        """The one prompt: text or token ids."""
+    def prompts(self) -> list[str | list[int]]:
+        """The prompts, one choice each: text or token ids (null: one empty prompt)."""
         p = self.prompt
+        if p is None:
+            return [""]
         if isinstance(p, list) and p and isinstance(p[0], str | list):
-            return p[0]  # type: ignore[return-value]
-        return p  # type: ignore[return-value]
+            return list(p)  # type: ignore[arg-type]
+        return [p]  # type: ignore[list-item]
 
 
 class TextPart(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: Literal["text"]
-    text: StrictStr
+    text: Text
 
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
     role: Literal["system", "developer", "user", "assistant"]
-    content: StrictStr | list[TextPart]
-    name: StrictStr | None = None
+    content: Text | list[TextPart] | None = Field(default=None, validate_default=True)  # null: an assistant only
+    name: Text | None = None
+    refusal: Text | None = None  # (an assistant's turn sent back as it came)
+
+    @field_validator("content")
+    @classmethod
+    def _content(cls, v: str | list[TextPart] | None, info: ValidationInfo) -> str | list[TextPart] | None:
+        role = info.data.get("role")
+        if v is None and role != "assistant":
+            raise ValueError(f"a {role} message needs content")
+        return v
 
     def text(self) -> str:
+        if self.content is None:
+            return ""
         return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text"]  # json_object / json_schema: structured output is not implemented yet
 
 
 class ChatRequest(SamplingRequest):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
-    max_tokens: Annotated[int, Field(ge=1, strict=True)] | None = None  # None: up to the context's end
-    max_completion_tokens: Annotated[int, Field(ge=1, strict=True)] | None = None
+    max_tokens: MaxTokens | None = None  # None: up to the context's end
+    max_completion_tokens: MaxTokens | None = None
     logprobs: StrictBool | None = None
+    top_logprobs: StrictInt | None = None
+    response_format: ResponseFormat | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Literal["none", "auto"] | None = None  # (no tools: nothing to call either way)
+    parallel_tool_calls: StrictBool | None = None  # ignored
+    modalities: list[Literal["text"]] | None = None
+    # only OpenAI's service uses these: accepted and ignored
+    store: StrictBool | None = None
+    metadata: dict[Text, Text] | None = None
+    service_tier: Text | None = None
+    safety_identifier: Text | None = None
+    prompt_cache_key: Text | None = None
 
     @field_validator("logprobs")
     @classmethod
@@ -208,8 +334,46 @@ class ChatRequest(SamplingRequest):
             raise ValueError("logprobs is not supported")
         return v
 
+    @field_validator("top_logprobs")
+    @classmethod
+    def _top_logprobs(cls, v: int | None) -> int | None:
+        if v:
+            raise ValueError("top_logprobs is not supported")
+        return v
+
+    @field_validator("tools")
+    @classmethod
+    def _tools(cls, v: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        if v:
+            raise ValueError("tools are not supported")
+        return v
+
     def max_new(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+class TokenizeRequest(BaseModel):
+    """vLLM's /tokenize: `prompt` (text), or `messages` (the chat template's prompt)."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: Text | None = None
+    prompt: Text | None = None
+    messages: list[ChatMessage] | None = None
+    add_special_tokens: StrictBool = True  # the tokenizer's own (a BOS for Llama 3; GPT-2 adds none)
+    add_generation_prompt: StrictBool = True  # end the rendered chat with the assistant's turn
+    return_token_strs: StrictBool = False
+
+    @model_validator(mode="after")
+    def _one(self) -> TokenizeRequest:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("give either prompt (text) or messages (a chat)")
+        return self
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: Text | None = None
+    tokens: IdList
 
 
 # -- responses ----------------------------------------------------------------------------------------
@@ -236,7 +400,7 @@ class CompletionChoice(BaseModel):
 class Completion(BaseModel):
     id: str
     object: Literal["text_completion"] = "text_completion"
-    created: int = Field(default_factory=lambda: int(time.time()))
+    created: int
     model: str
     choices: list[CompletionChoice]
     usage: Usage | None = None
@@ -245,6 +409,7 @@ class Completion(BaseModel):
 class ChatMessageOut(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str
+    refusal: None = None
 
 
 class ChatChoice(BaseModel):
@@ -257,40 +422,31 @@ class ChatChoice(BaseModel):
 class ChatCompletion(BaseModel):
     id: str
     object: Literal["chat.completion"] = "chat.completion"
-    created: int = Field(default_factory=lambda: int(time.time()))
+    created: int
     model: str
     choices: list[ChatChoice]
     usage: Usage
 
 
-class Delta(BaseModel):
-    role: Literal["assistant"] | None = None
-    content: str | None = None
-
-
-class ChatChunkChoice(BaseModel):
-    index: int = 0
-    delta: Delta
-    logprobs: None = None
-    finish_reason: FinishReason | None = None
-
-
-class ChatCompletionChunk(BaseModel):
-    id: str
-    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
-    created: int = Field(default_factory=lambda: int(time.time()))
-    model: str
-    choices: list[ChatChunkChoice]
-    usage: Usage | None = None
-
-
 class ModelCard(BaseModel):
     id: str
     object: Literal["model"] = "model"
-    created: int = 0
+    created: int
     owned_by: str = "webtensor"
+    max_model_len: int  # (vLLM's extension: the context, in tokens)
 
 
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelCard]
+
+
+class TokenizeResponse(BaseModel):
+    count: int
+    max_model_len: int
+    tokens: list[int]
+    token_strs: list[str] | None = None
+
+
+class DetokenizeResponse(BaseModel):
+    prompt: str

@@ -15,7 +15,13 @@ Chunk boundaries depend only on the request (its prompt is cut every `prefill_ch
 start), never on the load, so a request computes the same thing alone or in company.
 
 A step that raises fails the requests that were in it (each gets an error event) and the scheduler
-goes on with the rest. `begin_drain()` stops admission of new requests (503); running ones finish.
+goes on with the rest; a row whose token could not be chosen (the engine's `RowError`) fails its
+own request alone, every other row of that step streams on as if it had been alone.
+
+Admission is counted when a request is submitted: at most `max_batch` running plus `max_queue`
+waiting, the rest refused at once (429), however many arrive together. `begin_drain()` stops
+admission of new requests (503); running ones finish, and `abort()` ends whatever is still running
+(the drain's grace period is over) with an error event.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from .engine import Engine, Row, Sampling
+from .engine import Engine, Row, RowError, Sampling, Token
 from .metrics import Metrics
 from .protocol import APIError, FinishReason
 from .textstream import TextStream
@@ -63,11 +69,17 @@ class Generation:
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.slot: int | None = None
         self.fed = 0  # prompt tokens already in the slot's cache
-        self.generated: list[int] = []
+        self.generated: list[int] = []  # (tokens past a stop string, in flight when it was found, too)
+        self.streamed = 0  # tokens streamed: the completion's tokens (usage counts these)
         self.cancelled = self.done = False
         self.ending: str | None = None  # "eos" or "length": its last token is generated (not yet streamed)
         self.arrived = time.perf_counter()
         self.last_token_at: float | None = None
+
+    def finish_now(self, finish: FinishReason = "length") -> None:
+        """End before any token (max_tokens 0): the one event, nothing to run."""
+        self.done = True
+        self.events.put_nowait(Event(finish=finish))
 
     async def stream(self) -> AsyncIterator[Event]:
         """The events, until the last one. Events already waiting when one is taken (the consumer fell
@@ -97,7 +109,7 @@ class _Step:
     t0: float
     steps: int = 1  # followed steps launched as one
     handle: Any = None
-    tokens: list[int | None] | None = None
+    tokens: list[Token] | None = None
     error: Exception | None = None
 
 
@@ -146,24 +158,61 @@ class Scheduler:
         """Refuse new requests from now on; those admitted or waiting run to the end."""
         self.draining = True
 
+    def abort(self, message: str) -> int:
+        """End every running and waiting request now with an error event (503, `message`): the
+        drain's grace period is over. Their streams then close with the error and [DONE]. How many."""
+        reqs = [r for r in [*self._waiting, *self._active.values()] if not r.done]
+        self._waiting.clear()
+        err = APIError(503, message, code="shutdown")
+        for r in reqs:
+            self._retire(r, Event(error=err), "error")
+        self.metrics.queue_depth.set(0)
+        self._poke()
+        return len(reqs)
+
     # -- requests ---------------------------------------------------------------------------------
     def submit(self, req: Generation) -> None:
+        self.submit_all([req])
+
+    def submit_all(self, reqs: Sequence[Generation]) -> None:
+        """Admit `reqs` together (one request's prompts) or refuse them all: 503 while draining, 429
+        when the running and waiting sequences already fill `max_batch` + `max_queue`."""
         if self.draining:
             raise APIError(503, "the server is shutting down and takes no new requests", code="shutdown")
-        if len(self._waiting) >= self.max_queue and not self._free:
+        room = self.engine.max_batch + self.max_queue
+        if len(reqs) > room:
+            raise APIError(400, f"{len(reqs)} prompts in one request is more than this server holds at once "
+                           f"({self.engine.max_batch} running + {self.max_queue} queued)", param="prompt",
+                           code="too_many_prompts")
+        if len(self._active) + len(self._waiting) + len(reqs) > room:
             raise APIError(429, f"the server is busy: {len(self._active)} running, {len(self._waiting)} queued "
                            f"(--max-queue {self.max_queue}); retry later", code="queue_full",
                            headers={"Retry-After": "1"})
-        self._waiting.append(req)
-        self.metrics.prompt_tokens.inc(len(req.prompt))
+        for req in reqs:
+            self._waiting.append(req)
+            self.metrics.prompt_tokens.inc(len(req.prompt))
+            self.metrics.request_prompt.observe(len(req.prompt))
         self.metrics.queue_depth.set(len(self._waiting))
         self._poke()
 
     def cancel(self, req: Generation) -> None:
-        """The client went away: free its slot at the next step boundary."""
-        if not req.done:
-            req.cancelled = True
-            self._poke()
+        """The client went away: free its slot at the next step boundary (a waiting request leaves
+        the queue at once, so it no longer counts against --max-queue)."""
+        if req.done:
+            return
+        req.cancelled = True
+        if req.slot is None and req in self._waiting:
+            self._waiting.remove(req)
+            self._retire(req, None, "abort")
+            self.metrics.queue_depth.set(len(self._waiting))
+        self._poke()
+
+    def finished_empty(self, req: Generation) -> None:
+        """`req` asked for no tokens (max_tokens 0): it ends at once, without a slot; counted as such."""
+        req.finish_now("length")
+        self.metrics.finished.labels("length").inc()
+        self.metrics.request_prompt.observe(len(req.prompt))
+        self.metrics.request_generation.observe(0)
 
     @property
     def active(self) -> int:
@@ -212,7 +261,7 @@ class Scheduler:
                 err = APIError(500, f"the engine failed during a step: {type(e).__name__}: {e}",
                                code="engine_error")
                 for req, _ in cur.work:
-                    self._retire(req, Event(error=err))
+                    self._retire(req, Event(error=err), "error")
                 if nxt is not None:  # (it followed the failed step: its tokens mean nothing)
                     await asyncio.gather(loop.run_in_executor(self._executor, self._finish, nxt),
                                          return_exceptions=True)
@@ -224,6 +273,7 @@ class Scheduler:
                     self.steps += 1
                     self.metrics.step_seconds.observe((time.perf_counter() - cur.t0) / len(results))
                     self.metrics.batch_size.observe(len(cur.work))
+                    self.metrics.step_tokens.observe(sum(len(row.ids) for _, row in cur.work))
                 for (req, row), tok in zip(_moved_on(cur.work, i), tokens, strict=True):
                     if self._commit(req, row, tok):
                         done.append((req, tok, req.ending))  # (the ending this token brought, if any)
@@ -261,7 +311,7 @@ class Scheduler:
         except Exception as e:  # raised by _finish, on the scheduler's side
             step.error = e
 
-    def _finish(self, step: _Step) -> list[list[int | None]]:
+    def _finish(self, step: _Step) -> list[list[Token]]:
         """On the engine thread, after `_start`: the tokens, per step (one, unless followed steps)."""
         if step.error is not None:
             raise step.error
@@ -297,6 +347,7 @@ class Scheduler:
                 continue
             req.slot = self._free.pop()
             self._active[req.slot] = req
+            self.metrics.queue_time.observe(time.perf_counter() - req.arrived)
         self.metrics.queue_depth.set(len(self._waiting))
         self.metrics.active.set(len(self._active))
 
@@ -305,7 +356,7 @@ class Scheduler:
         budget = self.prefill_budget
         for req in list(self._active.values()):
             if req.cancelled:
-                self._retire(req, None)
+                self._retire(req, None, "abort")
                 continue
             if req.ending is not None:  # its last token is in, not yet streamed: no more rows
                 continue
@@ -323,15 +374,23 @@ class Scheduler:
         self.metrics.active.set(len(self._active))
         return work
 
-    def _commit(self, req: Generation, row: Row, tok: int | None) -> bool:
+    def _commit(self, req: Generation, row: Row, tok: Token) -> bool:
         """Step results into the sequence, as far as the next step's plan needs them: the prompt
         read so far, the new token, and an end by EOS or length (`req.ending`). False where there
-        is nothing to stream: no token, or the sequence ended (or went away) while the step ran."""
+        is nothing to stream: no token, the sequence ended (or went away) while the step ran, or its
+        token could not be chosen (a RowError: the sequence fails, alone)."""
         if req.done or req.ending is not None:
             return False
         if req.fed < len(req.prompt):
             req.fed += len(row.ids)
         if tok is None:
+            return False
+        if isinstance(tok, RowError):
+            log.warning("sequence %d failed choosing its token at position %d: %s", req.id, row.next_position,
+                        tok.message)
+            self.metrics.row_failures.inc()
+            err = APIError(500, f"choosing this request's next token failed: {tok.message}", code="sampling_error")
+            self._retire(req, Event(error=err), "error")
             return False
         req.generated.append(tok)
         if tok in self.engine.eos_ids and not req.ignore_eos:
@@ -351,6 +410,7 @@ class Scheduler:
         else:
             self.metrics.inter_token.observe(now - req.last_token_at)
         req.last_token_at = now
+        req.streamed += 1
         self.metrics.generated_tokens.inc()
         finish: FinishReason | None = None
         if ending == "eos":
@@ -366,10 +426,14 @@ class Scheduler:
         if finish is None:
             req.events.put_nowait(ev)
         else:
-            self._retire(req, ev)
+            self.metrics.e2e.observe(now - req.arrived)
+            self.metrics.request_generation.observe(req.streamed)
+            self._retire(req, ev, finish)
 
-    def _retire(self, req: Generation, last: Event | None) -> None:
+    def _retire(self, req: Generation, last: Event | None, reason: str) -> None:
+        """`req` is done (`reason`: its finish, "abort" or "error"): its last event, its slot freed."""
         req.done = True
+        self.metrics.finished.labels(reason).inc()
         if last is not None:
             req.events.put_nowait(last)
         if req.slot is not None and self._active.get(req.slot) is req:

@@ -1,3 +1,4 @@
-"""Text: byte-level BPE in pure Python (`bpe`), the tokenizer file formats it and `tokenizers` read
-(`tokenizer_files`: tokenizer.json, vocab.json + merges.txt, checked once for every path) and the
-Unicode normalizers they may name (`unicode_norm`). Model-agnostic; GPT-2's tokenizer is built on it."""
+"""Text: the tokenizer of every byte-level BPE family (`tokenizer.Tokenizer`: GPT-2, Llama 3.x, Qwen2/2.5/3,
+SmolLM2, from a checkpoint directory or GGUF metadata), the files and metadata it reads, checked once for
+every path (`tokenizer_files`), and its pure-Python twin for the page: BPE (`bpe`), pre-tokenizer steps
+with Unicode classes (`pretok`) and normalizers (`unicode_norm`). Model-agnostic."""

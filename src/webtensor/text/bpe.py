@@ -1,8 +1,9 @@
-"""Pure-Python GPT-2 byte-level BPE tokenizer (standard library only).
+"""Pure-Python byte-level BPE tokenizer (standard library only).
 
 This module reproduces, id for id, what the Hugging Face ``tokenizers`` library does for a
-GPT-2 style ``tokenizer.json`` (``BPE`` model + ``ByteLevel`` pre-tokenizer/decoder), without
-``tokenizers``, ``regex`` or ``numpy``, so that it also runs inside Pyodide.
+byte-level BPE ``tokenizer.json`` (GPT-2, Llama 3, Qwen2/2.5/3, SmolLM2: a ``BPE`` model, a
+``ByteLevel`` decoder), without ``tokenizers``, ``regex`` or ``numpy``, so that it also runs inside
+Pyodide.
 
 Pipeline of :meth:`ByteLevelBPE.encode`:
 
@@ -11,26 +12,11 @@ Pipeline of :meth:`ByteLevelBPE.encode`:
    ``normalized=false`` in the raw text, then the rest of the text is normalized (``unicode_norm``)
    and the ``normalized=true`` ones are found in it.  ``lstrip``/``rstrip``/``single_word`` are
    honoured.
-2. Every remaining piece goes through the pre-tokenizer steps (a ``Split`` with GPT-2's regex,
-   then ``ByteLevel``: an optional prefix space and, with ``use_regex``, the same regex)::
-
-       's|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+
-
-   Python's :mod:`re` has no ``\\p{L}``.  Instead, the text is first translated character by
-   character onto an ASCII "shadow" string of the same length (letters -> ``a``, numbers ->
-   ``0``, whitespace -> ``\\t``, anything else -> ``!``; ASCII is kept as is, so ``'``,
-   the space and the contraction letters stay literal) and an ASCII-only version of the same
-   regex is run on the shadow; the match spans are then cut out of the original text.  Because
-   the regex only ever looks at those literals and at the four character classes, the spans are
-   identical to those of the original regex.  Character classes: ``\\p{L}``/``\\p{N}`` are the
-   Unicode general categories ``L*``/``N*`` (from :mod:`unicodedata`); ``\\s`` is Oniguruma's
-   Unicode whitespace, i.e. U+0009..U+000D, U+0085 and categories ``Zs``/``Zl``/``Zp`` (note:
-   *not* ``str.isspace()``, which also accepts U+001C..U+001F).  Code points that the running
-   Python's Unicode database leaves unassigned but that ``tokenizers`` (Unicode 16) knows as
-   letters/numbers are patched in from a small table, so the split matches ``tokenizers`` even on
-   Python 3.11 (Unicode 14).
+2. Every remaining piece goes through the pre-tokenizer steps (``pretok``: regex splits such as
+   GPT-2's, Llama 3's or Qwen2's, SmolLM's digit split, then ``ByteLevel``).
 3. Every word is UTF-8 encoded and mapped through GPT-2's bytes-to-unicode table, then BPE
-   merged by merge rank (same priority-queue algorithm as ``tokenizers``, results cached).
+   merged by merge rank (same priority-queue algorithm as ``tokenizers``, results cached);
+   with ``ignore_merges`` (Llama 3) a word that is itself in the vocabulary is one token.
 
 :meth:`ByteLevelBPE.decode_bytes` returns the raw bytes of a sequence of ids (useful for a
 streamer that must wait for complete UTF-8 characters); :meth:`ByteLevelBPE.decode` decodes
@@ -42,15 +28,14 @@ from __future__ import annotations
 import heapq
 import re
 import unicodedata
-from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from os import PathLike
 from pathlib import Path
 
+from .pretok import ByteLevelStep, is_whitespace, pretokenize, run_steps
 from .tokenizer_files import (
     ENDOFTEXT,
     AddedToken,
-    ByteLevelStep,
     TokenizerFormatError,
     TokenizerSpec,
     parse_tokenizer_json,
@@ -124,100 +109,6 @@ def _to_byte_level(text: str) -> str:
     return text.encode("utf-8").decode("latin-1").translate(_LATIN1_TO_BYTELEVEL)
 
 
-# ---------------------------------------------------------------------------------------------
-# Pre-tokenization (GPT-2 regex without the `regex` module)
-# ---------------------------------------------------------------------------------------------
-
-# ASCII-only twin of GPT-2's pattern, run on the shadow string.  Classes:
-#   L = [A-Za-z]   N = [0-9]   S = [\t\n\v\f\r ]   O = everything else.
-_S = r"\t\n\x0b\x0c\r "
-_SHADOW_PATTERN = re.compile(
-    rf"'s|'t|'re|'ve|'m|'ll|'d"
-    rf"| ?[A-Za-z]+"
-    rf"| ?[0-9]+"
-    rf"| ?[^{_S}A-Za-z0-9]+"
-    rf"|[{_S}]+(?![^{_S}])"
-    rf"|[{_S}]+"
-)
-
-_SHADOW_LETTER = ord("a")
-_SHADOW_NUMBER = ord("0")
-_SHADOW_SPACE = ord("\t")
-_SHADOW_OTHER = ord("!")
-
-# Letters (L) and numbers (N) known to tokenizers' Oniguruma (Unicode 16.0) that are still
-# unassigned (Cn) in Python 3.11's unicodedata (Unicode 14.0).  Only consulted for code points
-# that the running Python reports as Cn, so newer Pythons simply never need it.
-_PATCH_L = (
-    "1C89-1C8A A7CB-A7CD A7DA-A7DC 105C0-105F3 10D4A-10D65 10D6F-10D85 10EC2-10EC4 1123F-11240 "
-    "11380-11389 1138B 1138E 11390-113B5 113B7 113D1 113D3 11BC0-11BE0 11F02 11F04-11F10 "
-    "11F12-11F33 1342F 13441-13446 13460-143FA 16100-1611D 16D40-16D6C 18CFF 1B132 1B155 "
-    "1DF25-1DF2A 1E030-1E06D 1E4D0-1E4EB 1E5D0-1E5ED 1E5F0 2B739 2EBF0-2EE5D 31350-323AF"
-)
-_PATCH_N = (
-    "10D40-10D49 116D0-116E3 11BF0-11BF9 11F50-11F59 16130-16139 16D70-16D79 1CCF0-1CCF9 "
-    "1D2C0-1D2D3 1E4F0-1E4F9 1E5F1-1E5FA"
-)
-
-
-def _parse_ranges(spec: str, shadow: int) -> list[tuple[int, int, int]]:
-    out = []
-    for item in spec.split():
-        lo, _, hi = item.partition("-")
-        out.append((int(lo, 16), int(hi or lo, 16), shadow))
-    return out
-
-
-_PATCH = sorted(_parse_ranges(_PATCH_L, _SHADOW_LETTER) + _parse_ranges(_PATCH_N, _SHADOW_NUMBER))
-_PATCH_STARTS = [lo for lo, _, _ in _PATCH]
-
-_EXTRA_SPACES = frozenset({0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x85})
-
-
-def _char_class(cp: int) -> int:
-    """Shadow character (as an ordinal) for a code point: letter, number, space or other."""
-    cat = unicodedata.category(chr(cp))
-    major = cat[0]
-    if major == "L":
-        return _SHADOW_LETTER
-    if major == "N":
-        return _SHADOW_NUMBER
-    if cat in ("Zs", "Zl", "Zp") or cp in _EXTRA_SPACES:
-        return _SHADOW_SPACE
-    if cat == "Cn":
-        i = bisect_right(_PATCH_STARTS, cp) - 1
-        if i >= 0 and _PATCH[i][0] <= cp <= _PATCH[i][1]:
-            return _PATCH[i][2]
-    return _SHADOW_OTHER
-
-
-class _ShadowTable(dict[int, int]):
-    """``str.translate`` table that classifies (and memoizes) code points on first use."""
-
-    def __missing__(self, cp: int) -> int:
-        shadow = _char_class(cp)
-        self[cp] = shadow
-        return shadow
-
-
-# ASCII maps to itself (controls such as U+001C..U+001F are "other" in the ASCII pattern too).
-_SHADOW_TABLE = _ShadowTable({cp: cp for cp in range(128)})
-
-
-def _is_ws(ch: str) -> bool:
-    """Unicode ``\\s`` as Rust regex / Oniguruma see it (White_Space); used for lstrip/rstrip."""
-    cp = ord(ch)
-    if cp < 128:
-        return ch in "\t\n\x0b\x0c\r "
-    return _SHADOW_TABLE[cp] == _SHADOW_SPACE
-
-
-def pretokenize(text: str) -> list[str]:
-    """Split ``text`` exactly like GPT-2's pre-tokenization regex (see the module docstring)."""
-    shadow = text.translate(_SHADOW_TABLE)
-    return [text[m.start() : m.end()] for m in _SHADOW_PATTERN.finditer(shadow)]
-
-
 def _is_word_char(ch: str) -> bool:
     """Approximation of Rust regex's Unicode ``\\w`` (used only for ``single_word`` tokens).
 
@@ -269,11 +160,11 @@ class _AddedTokenMatcher:
                     continue
             if tok.lstrip:
                 new_start = start
-                while new_start > 0 and _is_ws(text[new_start - 1]):
+                while new_start > 0 and is_whitespace(text[new_start - 1]):
                     new_start -= 1
                 start = max(new_start, start_offset)
             if tok.rstrip:
-                while stop < n and _is_ws(text[stop]):
+                while stop < n and is_whitespace(text[stop]):
                     stop += 1
             if start_offset < start:
                 splits.append((text[start_offset:start], None))
@@ -473,24 +364,11 @@ class ByteLevelBPE:
                 out.append((piece, tid))
         return out
 
-    def _pretokenize(self, text: str) -> list[str]:
-        """Run the pre-tokenizer steps (GPT-2 regex splits, then ByteLevel) over one piece."""
-        pieces = [text]
-        for step in self._pre_steps:
-            if isinstance(step, ByteLevelStep):
-                if step.add_prefix_space:
-                    pieces = [p if p.startswith(" ") else " " + p for p in pieces]
-                if step.use_regex:
-                    pieces = [w for p in pieces for w in pretokenize(p)]
-            else:  # a Split with GPT-2's regex, Isolated
-                pieces = [w for p in pieces for w in pretokenize(p)]
-        return pieces
-
     def _encode_ordinary(self, text: str, out: list[int]) -> None:
         if not text:
             return
         cache = self._cache
-        for word in self._pretokenize(text):
+        for word in run_steps(text, self._pre_steps):
             bl = _to_byte_level(word)
             hit = cache.get(bl)
             if hit is None:

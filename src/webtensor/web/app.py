@@ -137,7 +137,7 @@ def check_request(model: Any, prompt: Any, max_new_tokens: Any, temperature: Any
     t, k, p, s = validate.check_sampling(_field(temperature, float), _field(top_k, int, None),
                                          _field(top_p, float, None), _field(seed, int, None))
     text = validate.check_text(_opt(prompt))
-    ids = validate.check_ids(model.tokenizer.encode(text), model.vocab_size)
+    ids = validate.check_ids(model.encode(text), model.vocab_size)
     run_ids = validate.fit_context(ids, n_new, model.n_ctx, bool(_opt(truncate_prompt)))
     return dict(ids=ids, run_ids=run_ids, max_new_tokens=n_new, temperature=t, top_k=k, top_p=p, seed=s)
 
@@ -184,7 +184,7 @@ async def bench(options_json: str = "{}") -> str:
     model = _state["model"]
     if model is not None and opts.get("generate", True):
         g = opts.get("gen", {})
-        ids = model.tokenizer.encode(g.get("prompt", "It is a truth universally acknowledged"))
+        ids = model.encode(g.get("prompt", "It is a truth universally acknowledged"))
         n = min(int(g.get("max_new_tokens", 32)), model.n_ctx - len(ids))
         model.generate(ids, 2, stop_at_eos=False)  # warm-up: every pipeline compiled
         st = GenerationStats(prompt_tokens=len(ids))

@@ -145,7 +145,7 @@ class WgpuBackend:
             return plan.argmax(x)
         per_row = x.size // max(x.shape[0], 1) // max(x.shape[-1], 1)  # argmax rows in one row of x
         return by_rows("argmax", x.device, x.shape[:-1], dt.int32, lambda r0, r1: plan.argmax(x[r0:r1]), [x],
-                       scratch_row_bytes=per_row * plan.argmax_scratch_bytes(x.shape[-1]))
+                       scratch_row_bytes=per_row * plan.argmax_scratch_bytes(self.ctx, x.shape[-1]))
 
     def matmul(self, a: Tensor, b: Tensor, out_dtype: DType) -> Tensor:
         # a (..., M, K) @ b (K, N) or (..., K, N): rows of the result are a's first axis (M when 2-d)
@@ -172,23 +172,24 @@ class WgpuBackend:
         return by_rows("linear", x.device, (*x.shape[:-1], N), out_dtype,
                        lambda r0, r1: run(x[r0:r1], _rows_of(residual, r0, r1)), [x, residual])
 
-    def q8_linear(self, x: Tensor, w: Any, bias: Tensor | None, act: str | None, residual: Tensor | None,
-                  ln: tuple[Tensor, Tensor, float] | None, rms: tuple[Tensor, float] | None = None) -> Tensor:
-        from . import q8_ops
+    def quant_linear(self, x: Tensor, w: Any, bias: Tensor | None, act: str | None, residual: Tensor | None,
+                     ln: tuple[Tensor, Tensor, float] | None, rms: tuple[Tensor, float] | None = None) -> Tensor:
+        from . import quant_ops
 
         if x.ndim == 1:
-            return q8_ops.q8_linear(x, w, bias, act, residual, ln, rms)
+            return quant_ops.quant_linear(x, w, bias, act, residual, ln, rms)
         return by_rows("linear", x.device, (*x.shape[:-1], w.shape[0]), dt.float32,
-                       lambda r0, r1: q8_ops.q8_linear(x[r0:r1], w, bias, act, _rows_of(residual, r0, r1), ln, rms),
+                       lambda r0, r1: quant_ops.quant_linear(x[r0:r1], w, bias, act, _rows_of(residual, r0, r1),
+                                                             ln, rms),
                        [x, residual])
 
-    def q8_embedding(self, table: Any, ids: Tensor) -> Tensor:
-        from . import q8_ops
+    def quant_embedding(self, table: Any, ids: Tensor) -> Tensor:
+        from . import quant_ops
 
         if ids.ndim == 0:
-            return q8_ops.q8_embedding(table, ids)
+            return quant_ops.quant_embedding(table, ids)
         return by_rows("embedding", ids.device, (*ids.shape, table.shape[1]), dt.float32,
-                       lambda r0, r1: q8_ops.q8_embedding(table, ids[r0:r1]), [ids])
+                       lambda r0, r1: quant_ops.quant_embedding(table, ids[r0:r1]), [ids])
 
     def attention(self, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Tensor:
         T, S = q.shape[0], k.shape[0]
@@ -237,7 +238,7 @@ class WgpuBackend:
 
     def describe(self) -> str:
         i = self.ctx.info
-        return f"WebGPU: {i.name} ({i.backend})"
+        return f"WebGPU: {i.name} ({i.backend}; shader runtime checks {'on' if self.ctx.shader_checks else 'off'})"
 
     def max_binding_bytes(self) -> int:
         return self.ctx.max_binding_bytes

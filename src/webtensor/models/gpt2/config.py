@@ -264,7 +264,8 @@ class GPT2Config:
                 raise CheckpointError(f"{where}: neither gpt2.vocab_size nor tokenizer.ggml.tokens gives the "
                                       "vocabulary size")
             vocab = len(tokens)
-        cfg = cls(vocab_size=vocab, n_positions=get("gpt2.context_length", int), n_embd=get("gpt2.embedding_length", int),
+        cfg = cls(vocab_size=vocab, n_positions=get("gpt2.context_length", int),
+                  n_embd=get("gpt2.embedding_length", int),
                   n_layer=get("gpt2.block_count", int), n_head=get("gpt2.attention.head_count", int),
                   layer_norm_epsilon=get("gpt2.attention.layer_norm_epsilon", float),
                   eos_token_id=get("tokenizer.ggml.eos_token_id", int, required=False),

@@ -86,7 +86,8 @@ class LlamaConfig:
         D = req.int("head_dim", None) or (128 if arch == "qwen3" else C // H if H else 0)  # (transformers' defaults)
         act = raw.get("hidden_act", "silu")
         if act not in ("silu", "swish"):
-            raise CheckpointError(f"{where}: hidden_act {act!r} is not supported (the Llama family's MLP is SwiGLU: silu)")
+            raise CheckpointError(f"{where}: hidden_act {act!r} is not supported (the Llama family's MLP is SwiGLU: "
+                                  "silu)")
         if arch in ("qwen2", "qwen3") and (raw.get("use_sliding_window") or "sliding_attention" in
                                            (raw.get("layer_types") or [])):
             raise CheckpointError(f"{where}: use_sliding_window = true: sliding-window attention is not supported")
@@ -96,8 +97,8 @@ class LlamaConfig:
             raise CheckpointError(f"{where}: sliding_window = {window}: sliding-window attention is not supported "
                                   f"(max_position_embeddings is {max_pos})")
         if raw.get("quantization_config") is not None:
-            raise CheckpointError(f"{where}: quantization_config is set: pre-quantized HF checkpoints are not supported "
-                                  "(use a GGUF file, or dtype='q8_0' on a float checkpoint)")
+            raise CheckpointError(f"{where}: quantization_config is set: pre-quantized HF checkpoints are not "
+                                  "supported (use a GGUF file, or dtype='q8_0' on a float checkpoint)")
         theta, scaling, partial = _rope_from_hf(raw, where)
         attention_bias = req.bool("attention_bias", False)
         cfg = cls(

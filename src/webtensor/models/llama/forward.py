@@ -75,7 +75,8 @@ class LlamaWeights:
             p.get(a + "q_proj.weight"), p.get(a + "k_proj.weight"), p.get(a + "v_proj.weight"),
             p.get(a + "q_proj.bias"), p.get(a + "k_proj.bias"), p.get(a + "v_proj.bias"),
             p.get(a + "q_norm.weight"), p.get(a + "k_norm.weight"), p[a + "o_proj.weight"], p.get(a + "o_proj.bias"),
-            p[pre + "post_attention_layernorm.weight"], p.get(m + "gate_up_proj.weight"), p.get(m + "gate_up_proj.bias"),
+            p[pre + "post_attention_layernorm.weight"], p.get(m + "gate_up_proj.weight"),
+            p.get(m + "gate_up_proj.bias"),
             p.get(m + "gate_proj.weight"), p.get(m + "up_proj.weight"), p.get(m + "gate_proj.bias"),
             p.get(m + "up_proj.bias"), p[m + "down_proj.weight"], p.get(m + "down_proj.bias"))
 
