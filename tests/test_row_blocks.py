@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import webtensor as wt
 from webtensor.backends.wgpu import ops as gops
-from webtensor.formats import q8_0
+from webtensor.quant import quantize
 
 LIMITS = [1_003, 5_003, 30_001]
 SETTINGS = settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
@@ -162,16 +162,17 @@ def test_matmul_and_linear(dev, seed, K, N, act):
         close(got, f(CPU))
 
 
-def test_q8_linear_and_embedding(dev):
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_1"])
+def test_quantized_linear_and_embedding(dev, qtype):
     rng = np.random.default_rng(3)
     K, N = 64, 23
     M = rows_over(dev, N * 4)
-    w = q8_0.quantize(rng.standard_normal((N, K)).astype(np.float32))
+    w = quantize(rng.standard_normal((N, K)).astype(np.float32), qtype)
     x, res = rng.standard_normal((M, K), np.float32), rng.standard_normal((M, N), np.float32)
     got = wt.linear(wt.tensor(x, device=dev), w, residual=wt.tensor(res, device=dev))
     assert chunks(got) > 1
     close(got, wt.linear(wt.tensor(x), w, residual=wt.tensor(res)))
-    table = q8_0.quantize(rng.standard_normal((40, K)).astype(np.float32))
+    table = quantize(rng.standard_normal((40, K)).astype(np.float32), qtype)
     ids = rng.integers(0, 40, rows_over(dev, K * 4)).astype(np.int32)
     emb = wt.embedding(table, wt.tensor(ids, device=dev))
     assert chunks(emb) > 1 and np.array_equal(emb.numpy(), table.dequantize()[ids])
@@ -283,7 +284,7 @@ def test_split_k_scratch_in_row_blocks(monkeypatch):
     limit below the scratch's size it goes a block of rows at a time (here on lavapipe with the GPU
     kernels)."""
     dev = _wgpu(max_binding_bytes=1_000_001)
-    set_policy(monkeypatch, dev, gpu_style=True)
+    set_policy(monkeypatch, dev, gpu_style=True, compute_units=64)  # (a GPU's: K is cut here)
     M, K, N = 200, 1024, 200
     policy = dev.ctx.policy
     S, _ = gops.engine_split(M, N, K, gops.engine_tile(M, N, policy), policy)
