@@ -179,6 +179,20 @@ def set_policy(monkeypatch: pytest.MonkeyPatch, *devices: wt.Device, **changes: 
             monkeypatch.setattr(dev.ctx, "policy", dev.ctx.policy.replace(**changes))
 
 
+@pytest.fixture(scope="session")
+def api_server() -> Any:
+    """The serving tests' shared server: `webtensor serve` on the CPU device with the shipped model
+    and the default (batched) engine, 32 slots, one process for the whole session (a module that
+    needs a differently configured server starts its own). (Here, not in tests/serve/conftest.py:
+    a second conftest module would shadow this one for the tests' `from conftest import ...`.)"""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "serve"))
+    from serve_helpers import Server
+
+    s = Server.cli("--device", "cpu", "--max-batch", "32")
+    yield s
+    s.stop()
+
+
 def rel_err(got, want) -> float:
     """Norm-wise relative error ||got - want|| / ||want|| (0 when both are 0)."""
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
