@@ -35,14 +35,16 @@ def hf():
 
 
 def hf_greedy(model, ids: list[int], n: int, stop_at_eos: bool = True) -> list[int]:
-    """transformers' greedy tokens: the argmax of its forward over the sequence so far, step by step (so that it
-    goes on past <|im_end|> where asked, as `generate(stop_at_eos=False)` does)."""
+    """transformers' greedy tokens: the argmax of its forward, step by step over its own KV cache (so that it goes
+    on past <|im_end|> where asked, as `generate(stop_at_eos=False)` does)."""
     out: list[int] = []
     with torch.no_grad():
+        step = model(torch.tensor([ids]), use_cache=True)
         for _ in range(n):
-            out.append(int(model(torch.tensor([ids + out])).logits[0, -1].argmax()))
+            out.append(int(step.logits[0, -1].argmax()))
             if stop_at_eos and out[-1] == 2:
                 break
+            step = model(torch.tensor([[out[-1]]]), cache=step.cache, use_cache=True)
     return out
 
 
@@ -54,15 +56,21 @@ def prompt(hf) -> list[int]:
     return ids
 
 
+@pytest.fixture(scope="module")
+def want(hf, prompt) -> tuple[object, list[int]]:
+    """transformers' logits over the prompt and its 32 greedy tokens (on past <|im_end|>: the next turns)."""
+    with torch.no_grad():
+        logits = hf[0](torch.tensor([prompt])).logits[0].numpy()
+    return logits, hf_greedy(hf[0], prompt, 32, stop_at_eos=False)
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("lavapipe", marks=pytest.mark.wgpu)])
-def test_32_greedy_tokens_equal_transformers(hf, prompt, device):
+def test_32_greedy_tokens_equal_transformers(want, prompt, device):
     m = wt.load_model(smollm2_gguf(), device)
     assert (m.spec.architecture, m.spec.n_layer, m.spec.n_head, m.spec.n_kv_head) == ("llama", 30, 9, 3)
-    with torch.no_grad():
-        want = hf[0](torch.tensor([prompt])).logits[0].numpy()
-    assert rel_err(m.logits(prompt), want) <= 2e-3  # Q4_1 blocks kept as stored; transformers dequantizes them
-    got = m.generate(prompt, 32, stop_at_eos=False)  # (on past <|im_end|>: the next turns, as transformers goes)
-    assert got == hf_greedy(hf[0], prompt, 32, stop_at_eos=False)
+    assert rel_err(m.logits(prompt), want[0]) <= 2e-3  # Q4_1 blocks kept as stored; transformers dequantizes them
+    got = m.generate(prompt, 32, stop_at_eos=False)
+    assert got == want[1]
     assert m.decode(got).startswith("The capital of France is Paris.")
 
 
