@@ -44,7 +44,8 @@ def hf_greedy(model, ids: list[int], n: int, stop_at_eos: bool = True) -> list[i
             out.append(int(step.logits[0, -1].argmax()))
             if stop_at_eos and out[-1] == 2:
                 break
-            step = model(torch.tensor([[out[-1]]]), cache=step.cache, use_cache=True)
+            past = {"cache": step["cache"]} if "cache" in step else {"past_key_values": step["past_key_values"]}
+            step = model(torch.tensor([[out[-1]]]), use_cache=True, **past)  # (transformers 5.x renamed it)
     return out
 
 
