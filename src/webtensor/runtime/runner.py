@@ -57,17 +57,30 @@ class Runnable(Protocol):
 class RunRow:
     """One sequence's work in one step: tokens `ids` at positions start.. of `slot` (the slot holds exactly
     `start` tokens before the step); `pick`: choose the token after ids (False: a prompt chunk that is not the
-    last); `read_logits`: also read that row's logits back (the caller samples on the host)."""
+    last); `read_logits`: also read that row's logits back (the caller samples on the host); `every_logits`:
+    the LM head runs on every one of the row's tokens and their logits are read back (a prompt whose own
+    log-probabilities are asked for: OpenAI's `echo`), the last one's being the choosing row's when `pick`."""
 
     slot: int
     ids: tuple[int, ...]
     start: int
     pick: bool = True
     read_logits: bool = False
+    every_logits: bool = False
 
     @property
     def next_position(self) -> int:
         return self.start + len(self.ids)
+
+    @property
+    def head_rows(self) -> int:
+        """How many of the row's tokens the LM head runs on."""
+        return len(self.ids) if self.every_logits else int(self.pick)
+
+    @property
+    def reads(self) -> bool:
+        """Whether the step's logits are read back for this row."""
+        return self.every_logits or (self.pick and self.read_logits)
 
 
 def int_tensor(values: Sequence[int], device: Any) -> Tensor:
@@ -97,6 +110,15 @@ def logits_rows(raw: bytes, dtype: str, width: int) -> list[Any]:
         return [vals[i:i + width] for i in range(0, len(vals), width)]
     arr = np.frombuffer(raw, dtype).astype(np.float32, copy=False).reshape(-1, width)
     return list(arr)
+
+
+def _stack(rows: list[Any]) -> Any:
+    """Logits rows as one (n, V) array (numpy), or the list itself without numpy."""
+    try:
+        import numpy as np
+    except ImportError:
+        return rows
+    return np.stack(rows) if rows else np.zeros((0, 0), np.float32)
 
 
 def bucket(n: int) -> int:
@@ -157,10 +179,12 @@ class Launched:
 @dataclass
 class Collected:
     """A launch's results: `tokens[step][row]` (the argmax of each choosing row, None elsewhere) and, for the
-    first step, `logits[row]` (a float32 row for rows that asked, else None)."""
+    first step, `logits[row]` (a float32 (V,) row for choosing rows that asked, else None) and
+    `every_logits[row]` (a float32 (len(ids), V) array for rows with `every_logits`, else None)."""
 
     tokens: list[list[int | None]]
     logits: list[Any]
+    every_logits: list[Any] | None = None
 
 
 class ModelRunner:
@@ -207,14 +231,13 @@ class ModelRunner:
         ids: list[int] = []
         pos: list[int] = []
         slot: list[int] = []
-        picks: list[int] = []  # the flat row of each row that chooses a token
+        picks: list[int] = []  # the flat rows the LM head runs on (each choosing row's last, every_logits rows')
         for r in rows:
             n = len(r.ids)
+            picks.extend(range(len(ids) + n - r.head_rows, len(ids) + n))
             ids.extend(r.ids)
             pos.extend(range(r.start, r.start + n))
             slot.extend([r.slot] * n)
-            if r.pick:
-                picks.append(len(ids) - 1)
         shared = len(ids) > len(rows)  # a row of several tokens (a prompt chunk)
         every = len(picks) == len(ids)  # every flat row chooses (a step of decode rows): no gather
         if not rows:
@@ -290,16 +313,18 @@ class ModelRunner:
             rows_logits = logits_rows(bytes(ticket.wait()), dtype, V)
         tokens: list[int | None] = []
         logits: list[Any] = []
-        j = 0  # the row's place among the choosing rows (the LM head's rows)
+        every: list[Any] = []
+        j = 0  # the row's first place among the LM head's rows
         for r in h.rows:
+            n, j = r.head_rows, j + r.head_rows
+            every.append(_stack(rows_logits[j - n:j]) if r.every_logits else None)
             if not r.pick:
                 tokens.append(None)
                 logits.append(None)
                 continue
-            tokens.append(int(chosen[j]))
-            logits.append(rows_logits[j] if r.read_logits else None)
-            j += 1
-        return Collected([tokens], logits)
+            tokens.append(int(chosen[j - 1]))
+            logits.append(rows_logits[j - 1] if r.read_logits or r.every_logits else None)
+        return Collected([tokens], logits, every if any(r.every_logits for r in h.rows) else None)
 
     def release(self, slot: int) -> None:
         """The slot's sequence is done; its next row starts at position 0."""
@@ -355,7 +380,7 @@ class ModelRunner:
         """Readbacks of steps just queued (the argmax; the logits where a row reads them), the slots' lengths
         moved on; the steps become the ones `follow` may continue."""
         read = self.device.backend.read_async
-        want = logits is not None and any(r.pick and r.read_logits for r in rows)
+        want = logits is not None and any(r.reads for r in rows)
         h = Launched(list(rows), g, None if best is None else read(best),
                      (read(logits), logits.dtype.name, logits.shape[-1]) if want else None,  # type: ignore[union-attr]
                      steps)

@@ -58,6 +58,9 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--blas-threads", type=int, default=1,
                    help="threads of numpy's BLAS (the CPU device's products; default 1: the other cores stay free "
                         "for HTTP); 0 keeps the library's own count")
+    p.add_argument("--no-prefix-reuse", dest="prefix_reuse", action="store_false",
+                   help="compute every prompt whole (default: a prompt starting with tokens a free slot's cache "
+                        "holds reads on from there)")
     p.set_defaults(func=run_serve)
 
     b = sub.add_parser("bench-serve", help="load-test a running server: tokens/s, TTFT, inter-token latency")
@@ -142,7 +145,8 @@ def run_serve(a: argparse.Namespace) -> int:
 
     name = "webtensor-shipped" if a.model is None else Path(a.model).name or str(a.model)
     spec = dict(model=a.model, device=a.device, dtype=None if a.dtype == "auto" else a.dtype, n_ctx=a.ctx_size,
-                max_batch=a.max_batch, engine=a.engine, name=name, blas_threads=a.blas_threads)
+                max_batch=a.max_batch, engine=a.engine, name=name, blas_threads=a.blas_threads,
+                prefix_reuse=a.prefix_reuse)
     in_process = a.engine_process == "on" or (a.engine_process == "auto" and a.device.lower() == "cpu")
     try:
         if in_process:
