@@ -74,8 +74,11 @@ class Sampling:
 
     @property
     def stateful(self) -> bool:
-        """Whether choosing reads the sequence's state (penalties, logit_bias, min_tokens: `SequenceState`)."""
-        return self.params().moves_logits
+        """Whether choosing reads the sequence's state (penalties, logit_bias, min_tokens: `SequenceState`); as
+        `SamplingParams.moves_logits`, from the fields alone (parameters the sampler refuses fail their row
+        when it chooses, not the step that reads this)."""
+        return bool(self.min_tokens or self.logit_bias or self.presence_penalty or self.frequency_penalty
+                    or self.repetition_penalty != 1.0)
 
     @property
     def on_host(self) -> bool:
