@@ -74,7 +74,7 @@ def test_common_prefix():
     for _ in range(200):
         x = tuple(int(i) for i in rng.integers(0, 3, rng.integers(0, 30)))
         y = tuple(int(i) for i in rng.integers(0, 3, rng.integers(0, 30)))
-        want = next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+        want = next((i for i, (p, q) in enumerate(zip(x, y, strict=False)) if p != q), min(len(x), len(y)))
         assert common_prefix(x, y) == want
 
 
@@ -88,6 +88,7 @@ def test_server_counts_reused_tokens_and_can_turn_it_off(api_server):
     same text as without reuse), counted in vLLM's names; `--no-prefix-reuse` computes every prompt whole."""
     system = "You are a careful assistant. " * 20
     off = Server.cli("--device", "cpu", "--max-batch", "2", "--no-prefix-reuse")
+    want: list[str] = []
     try:
         for url in (api_server.url, off.url):
             hits0 = _metric(url, "webtensor:prefix_cache_hits_total")
@@ -102,6 +103,6 @@ def test_server_counts_reused_tokens_and_can_turn_it_off(api_server):
                 assert gained == 0 and texts == want
             else:
                 assert gained >= 100
-                want = texts
+                want[:] = texts
     finally:
         off.stop()

@@ -75,7 +75,8 @@ def test_echo_logprobs_are_hfs(api_server, hf):
             best = np.sort(ref[i - 1])[::-1][:3]
             assert np.abs(np.sort(list(top.values()))[::-1][:3] - best).max() <= 1e-4
         offsets = lp["text_offset"]
-        assert offsets[0] == 0 and all(b - a == len(t) for a, b, t in zip(offsets, offsets[1:], lp["tokens"]))
+        assert offsets[0] == 0
+        assert all(b - a == len(t) for a, b, t in zip(offsets, offsets[1:], lp["tokens"], strict=False))
         assert body["usage"]["completion_tokens"] == max_tokens
         if max_tokens:  # the generated (greedy) token: the most likely, and its log-probability HF's
             assert lp["token_logprobs"][-1] == pytest.approx(ref[-1].max(), abs=1e-4)
