@@ -62,6 +62,7 @@ from .protocol import (
     DetokenizeResponse,
     ModelCard,
     ModelList,
+    ResponseFormat,
     SamplingRequest,
     TokenizeRequest,
     TokenizeResponse,
@@ -175,8 +176,9 @@ def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
         stops = list(dict.fromkeys([*body.stops(), *([] if engine.chat_template else chat.PLAIN_STOPS)]))
         k = (body.top_logprobs or 0) if body.logprobs else None
         n = body.choices()
-        seqs = [_sequence(engine, ids, body, body.max_new(), default_max=None, stops=stops, choice=j, logprobs=k)
-                for j in range(n)]
+        grammar = await _grammar(engine, body.response_format)
+        seqs = [_sequence(engine, ids, body, body.max_new(), default_max=None, stops=stops, choice=j, logprobs=k,
+                          grammar=grammar) for j in range(n)]
         _start(sched, seqs)
         rid, name, created = f"chatcmpl-{uuid.uuid4().hex}", engine.name, int(time.time())
         usage_null = {"usage": None} if body.include_usage() else {}
@@ -327,7 +329,7 @@ class _Prompts:
 
 def _sequence(engine: Engine, ids: list[int], body: SamplingRequest, max_tokens: int | None,
               default_max: int | None, stops: list[str], choice: int = 0, logprobs: int | None = None,
-              echo: bool = False) -> Generation:
+              echo: bool = False, grammar: str | None = None) -> Generation:
     """Choice `choice` of a request for prompt `ids`. Its seed: the request's (a fresh one where none is given),
     moved on for choices after the first by `sampling.choice_seed` (seed + choice * 2**64: each choice its own
     stream of draws, the first one's that of the same request with n = 1). `logprobs`: report each token's
@@ -347,12 +349,32 @@ def _sequence(engine: Engine, ids: list[int], body: SamplingRequest, max_tokens:
                         presence_penalty=body.presence_penalty or 0.0, frequency_penalty=body.frequency_penalty or 0.0,
                         repetition_penalty=1.0 if body.repetition_penalty is None else body.repetition_penalty,
                         logit_bias=tuple(sorted(bias.items())), min_tokens=body.min_tokens or 0,
-                        stop_token_ids=tuple(sorted(set(body.stop_token_ids or ()))), logprobs=logprobs)
+                        stop_token_ids=tuple(sorted(set(body.stop_token_ids or ()))), logprobs=logprobs,
+                        constrained=grammar is not None)
     try:  # the sampler's own checks, here, so that nothing it refuses reaches an engine step
         sampling.params()
     except SamplingError as e:
         raise APIError(400, str(e), code="invalid_sampling") from None
-    return Generation(ids, max_tokens, sampling, stops, ignore_eos=body.ignore_eos, echo=echo)
+    return Generation(ids, max_tokens, sampling, stops, ignore_eos=body.ignore_eos, echo=echo, grammar=grammar)
+
+
+async def _grammar(engine: Engine, fmt: ResponseFormat | None) -> str | None:
+    """The llguidance grammar of a chat request's response_format (None: free text), compiled and checked off the
+    event loop; a schema it cannot compile is a 400."""
+    if fmt is None or fmt.type == "text":
+        return None
+    from . import grammar as g
+
+    schema = fmt.json_schema.schema_ if fmt.json_schema is not None else None
+
+    def build() -> str:
+        grammar = g.compile_format(fmt.type, schema)
+        g.check(grammar, g.grammar_tokenizer(engine.tokenizer, engine.vocab_size, engine.eos_ids))
+        return grammar
+    try:
+        return await asyncio.to_thread(build)
+    except g.GrammarError as e:
+        raise APIError(400, f"response_format: {e}", param="response_format", code="invalid_schema") from None
 
 
 def _start(sched: Scheduler, seqs: list[Generation]) -> None:

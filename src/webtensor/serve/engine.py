@@ -61,6 +61,7 @@ class Sampling:
     min_tokens: int = 0
     stop_token_ids: tuple[int, ...] = ()
     logprobs: int | None = None
+    constrained: bool = False  # the tokens follow a grammar (given with the sequence's first row: `Row.grammar`)
 
     @functools.cached_property
     def _params(self) -> SamplingParams:
@@ -84,7 +85,7 @@ class Sampling:
     def on_host(self) -> bool:
         """Whether the token is chosen on the host from the logits read back (else: the device's argmax, and
         the step may be followed on the device)."""
-        return self.temperature != 0 or self.logprobs is not None or self.stateful
+        return self.temperature != 0 or self.logprobs is not None or self.stateful or self.constrained
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ class Row:
     new: bool = False  # the sequence's first row: its sampling state starts here
     prompt: tuple[int, ...] = ()  # with `new`: the whole prompt, where the state reads it (repetition_penalty)
     targets: tuple[int, ...] | None = None  # echo: the prompt tokens after each of ids (their log-probabilities)
+    grammar: str | None = None  # with `new`: the llguidance grammar the sequence's tokens follow (serve.grammar)
 
     @property
     def next_position(self) -> int:
@@ -209,6 +211,7 @@ class ModelEngine:
         self.use_graph = self.runner.use_graph
         self.prefix_reuse = prefix_reuse
         self._states: dict[int, SequenceState] = {}  # slot -> its sequence's sampling state (where it reads one)
+        self._constraints: dict[int, Any] = {}  # slot -> its sequence's grammar.Constraint (or the error making it)
 
     # -- the protocol ---------------------------------------------------------------------------------------
     def step(self, rows: Sequence[Row]) -> list[Token]:
@@ -218,6 +221,7 @@ class ModelEngine:
         """The slot's sequence is done; its first `keep` positions stay valid (a later prompt that starts
         with the same tokens reuses them: the scheduler knows which they are), its next row starts there."""
         self._states.pop(slot, None)
+        self._constraints.pop(slot, None)
         self.runner.truncate(slot, keep)
 
     def launch(self, rows: Sequence[Row]) -> _Handle:
@@ -225,8 +229,11 @@ class ModelEngine:
         for r in rows:
             if r.new:
                 self._states.pop(r.slot, None)
+                self._constraints.pop(r.slot, None)
                 if r.sampling.stateful:
                     self._states[r.slot] = SequenceState(r.prompt, self.eos_ids)
+                if r.grammar is not None:
+                    self._constraints[r.slot] = self._constraint(r.grammar)
         run = [r.run_row() for r in rows]
         if self.engine == "batched":
             return _Handle(list(rows), [self.runner.launch(run)])
@@ -275,14 +282,30 @@ class ModelEngine:
             if tok is None or logits is None:
                 return Picked(tok, None, prompt) if prompt else tok
             state = self._states.get(r.slot)
+            constraint = self._constraints.get(r.slot)
+            if isinstance(constraint, Exception):  # (its grammar could not be followed: this row fails)
+                raise constraint
             if s.on_host:
-                tok = sample(logits, s.params(), r.next_position, state)
+                allowed = logits if constraint is None else constraint.apply(logits)
+                tok = sample(allowed, s.params(), r.next_position, state)
             if state is not None:
                 state.add(tok)
+            if constraint is not None:
+                constraint.consume(tok)
             lp = None if s.logprobs is None else report(logits, tok, s.logprobs)
             return Picked(tok, lp, prompt) if lp is not None or prompt else tok
         except Exception as e:  # noqa: BLE001 - any failure here concerns this row only
             return RowError(f"{type(e).__name__}: {e}")
+
+    def _constraint(self, grammar: str) -> Any:
+        """A sequence's grammar.Constraint, or the exception making it raised (its rows then fail alone)."""
+        from . import grammar as g
+
+        try:
+            return g.Constraint(g.grammar_tokenizer(self.tokenizer, self.vocab_size, self.eos_ids), grammar,
+                                self.vocab_size)
+        except Exception as e:  # noqa: BLE001 - the sequence's own failure
+            return e
 
     @property
     def graph_stats(self) -> dict[str, float]:

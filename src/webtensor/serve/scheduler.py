@@ -63,11 +63,12 @@ class Generation:
     _ids = itertools.count()
 
     def __init__(self, prompt: Sequence[int], max_tokens: int, sampling: Sampling, stops: Sequence[str] = (),
-                 ignore_eos: bool = False, echo: bool = False):
-        """`echo`: report the prompt's own log-probabilities (`prompt_logprobs`, None for the first token)."""
+                 ignore_eos: bool = False, echo: bool = False, grammar: str | None = None):
+        """`echo`: report the prompt's own log-probabilities (`prompt_logprobs`, None for the first token);
+        `grammar`: the llguidance grammar its tokens follow (`sampling.constrained`)."""
         self.id = next(self._ids)
         self.prompt, self.max_tokens, self.sampling = tuple(prompt), max_tokens, sampling
-        self.ignore_eos, self.echo = ignore_eos, echo
+        self.ignore_eos, self.echo, self.grammar = ignore_eos, echo, grammar
         self.prompt_logprobs: list[TokenLogprob | None] = [None] if echo else []
         self.stop_ids = frozenset(sampling.stop_token_ids)
         self.reused = 0  # prompt tokens found in the slot's cache (not computed again)
@@ -430,7 +431,8 @@ class Scheduler:
                 first = req.fed == req.reused
                 row = Row(req.slot, chunk, req.fed, req.sampling, sample=end == n_prompt and req.max_tokens > 0,
                           new=first, prompt=req.prompt if first and req.sampling.repetition_penalty != 1 else (),
-                          targets=req.prompt[req.fed + 1:end + 1] if req.echo else None)
+                          targets=req.prompt[req.fed + 1:end + 1] if req.echo else None,
+                          grammar=req.grammar if first else None)
             else:
                 pos = n_prompt + len(req.generated) - 1
                 row = Row(req.slot, (req.generated[-1],), pos, req.sampling)
