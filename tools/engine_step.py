@@ -106,7 +106,7 @@ def print_profile(e: ModelEngine) -> None:
     """GPU µs of one replay of each captured step graph of `e`, by kernel kind (median of 5)."""
     from webtensor.backends.wgpu.profiler import _by_kind, time_commands
 
-    for (rows, picks, shared), g in e.runner._graphs.items():
+    for (rows, picks, shared, _masked), g in e.runner._graphs.items():
         graph = g.graph.graph
         cmds = [c for c in graph.commands if c[0] == "dispatch"]
         names = [n for c, n in zip(graph.commands, graph.names, strict=True) if c[0] == "dispatch"]

@@ -58,10 +58,12 @@ def _run(engine: ModelEngine, jobs: list[tuple[list[int], Sampling, int, str | N
     return asyncio.run(go())
 
 
-@pytest.mark.parametrize("variant", ["llama-gqa", "qwen3"])
-def test_random_models_always_give_valid_json(tmp_path, variant):
+@pytest.mark.parametrize(("variant", "dev_name"), [("llama-gqa", "cpu"), ("llama-gqa", "wgpu"), ("qwen3", "cpu")])
+def test_random_models_always_give_valid_json(tmp_path, variant, dev_name, gpu):
+    """Greedy rows take the device's argmax of the masked logits (`ops.token_mask` in the step graph), sampled
+    ones sample the masked logits read back; on the CPU device and on WebGPU (lavapipe)."""
     d = make_llama(tmp_path / variant, variant, seed=3)
-    model = wt.load_model(d, device=wt.Device.cpu())
+    model = wt.load_model(d, device=wt.Device.cpu() if dev_name == "cpu" else gpu)
     engine = ModelEngine(model, 8)
     try:
         jobs, schemas = [], []
@@ -157,3 +159,31 @@ def test_smollm2_instruct_answers_in_the_schema():
     answer = json.loads(text)
     jsonschema.validate(answer, schema)
     assert "paris" in answer["city"].lower()
+
+
+@pytest.mark.parametrize("dev_name", ["cpu", "wgpu"])
+def test_masked_rows_take_the_argmax_of_the_allowed_tokens_on_the_device(dev_name, gpu):
+    """The runner applies each choosing row's mask before the argmax (graph and eager steps, prompt chunks
+    and decode rows together); only the tokens come back (4 bytes a row on WebGPU), no logits."""
+    import numpy as np
+
+    from webtensor.runtime.runner import RunRow
+
+    dev = wt.Device.cpu() if dev_name == "cpu" else gpu
+    model = wt.load_model(None, device=dev)
+    V = model.vocab_size
+    rng = np.random.default_rng(0)
+    prompts = [[int(i) for i in rng.integers(1, V, n)] for n in (7, 70)]
+    allowed = [rng.random(V) < 0.01 for _ in prompts]
+    masks = [np.packbits(a, bitorder="little").tobytes().ljust(4 * ((V + 31) // 32), b"\0") for a in allowed]
+    want = [int(np.flatnonzero(a)[np.argmax(model.logits(p)[-1][a])]) for p, a in zip(prompts, allowed, strict=True)]
+    for use_graph in (True, False):
+        runner = model.runner(2, use_graph=use_graph)
+        before = dev.stats()["bytes_read"] if dev_name == "wgpu" else 0
+        got = runner.collect(runner.launch([RunRow(0, tuple(prompts[0]), 0, mask=masks[0]),
+                                            RunRow(1, tuple(prompts[1][:64]), 0, pick=False)]))
+        got2 = runner.collect(runner.launch([RunRow(1, tuple(prompts[1][64:]), 64, mask=masks[1])]))
+        assert [got.tokens[0][0], got2.tokens[0][0]] == want
+        if dev_name == "wgpu":
+            assert dev.stats()["bytes_read"] - before < 4 * V  # (token ids only)
+        runner.close()

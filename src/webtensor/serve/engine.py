@@ -107,11 +107,14 @@ class Row:
         """The position the chosen token will take."""
         return self.start + len(self.ids)
 
-    def run_row(self) -> RunRow:
-        """The runner's row: read the logits back where the token is chosen on the host, and every position's
-        where the prompt's own log-probabilities are asked for."""
-        return RunRow(self.slot, self.ids, self.start, self.sample, self.sample and self.sampling.on_host,
-                      self.targets is not None)
+    def run_row(self, mask: bytes | None = None) -> RunRow:
+        """The runner's row: read the logits back where the token is chosen on the host (a greedy row with only a
+        grammar's `mask`: the device's argmax of the masked logits), and every position's where the prompt's own
+        log-probabilities are asked for."""
+        s = self.sampling
+        host = s.on_host and not (mask is not None and s.temperature == 0 and s.logprobs is None and not s.stateful)
+        return RunRow(self.slot, self.ids, self.start, self.sample, self.sample and host, self.targets is not None,
+                      mask if self.sample else None)
 
 
 @dataclass(frozen=True)
@@ -234,7 +237,7 @@ class ModelEngine:
                     self._states[r.slot] = SequenceState(r.prompt, self.eos_ids)
                 if r.grammar is not None:
                     self._constraints[r.slot] = self._constraint(r.grammar)
-        run = [r.run_row() for r in rows]
+        run = [r.run_row(self._mask(r)) for r in rows]
         if self.engine == "batched":
             return _Handle(list(rows), [self.runner.launch(run)])
         self.runner._check(run)  # (every row checked before any runs)
@@ -279,15 +282,14 @@ class ModelEngine:
             prompt: tuple[TokenLogprob, ...] = ()
             if r.targets is not None:  # (position i's logits give the log-probability of targets[i])
                 prompt = tuple(report_rows(every[:len(r.targets)], r.targets, s.logprobs or 0))
-            if tok is None or logits is None:
+            constraint = self._constraints.get(r.slot)
+            if isinstance(constraint, Exception) and tok is not None:  # (its grammar failed: this row fails)
+                raise constraint
+            if tok is None or (logits is None and constraint is None):
                 return Picked(tok, None, prompt) if prompt else tok
             state = self._states.get(r.slot)
-            constraint = self._constraints.get(r.slot)
-            if isinstance(constraint, Exception):  # (its grammar could not be followed: this row fails)
-                raise constraint
-            if s.on_host:
-                allowed = logits if constraint is None else constraint.apply(logits)
-                tok = sample(allowed, s.params(), r.next_position, state)
+            if logits is not None and s.on_host:  # (a grammar's mask is on them already: the device applied it)
+                tok = sample(logits, s.params(), r.next_position, state)
             if state is not None:
                 state.add(tok)
             if constraint is not None:
@@ -296,6 +298,18 @@ class ModelEngine:
             return Picked(tok, lp, prompt) if lp is not None or prompt else tok
         except Exception as e:  # noqa: BLE001 - any failure here concerns this row only
             return RowError(f"{type(e).__name__}: {e}")
+
+    def _mask(self, r: Row) -> bytes | None:
+        """The grammar's mask for the token `r` chooses (None: no grammar, or a failed one: its row fails when
+        collected); applied on the device (`RunRow.mask`)."""
+        c = self._constraints.get(r.slot)
+        if c is None or isinstance(c, Exception) or not r.sample:
+            return None
+        try:
+            return bytes(c.mask().tobytes())
+        except Exception as e:  # noqa: BLE001 - the sequence's own failure
+            self._constraints[r.slot] = e
+            return None
 
     def _constraint(self, grammar: str) -> Any:
         """A sequence's grammar.Constraint, or the exception making it raised (its rows then fail alone)."""

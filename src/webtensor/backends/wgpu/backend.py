@@ -109,6 +109,9 @@ class WgpuBackend:
     def argmax(self, x: Tensor) -> Tensor:
         return plan.argmax(x)
 
+    def token_mask(self, x: Tensor, bits: Tensor) -> Tensor:
+        return plan.token_mask(x, bits)
+
     def matmul(self, a: Tensor, b: Tensor, out_dtype: DType) -> Tensor:
         return plan.matmul(a, b, out_dtype)
 
