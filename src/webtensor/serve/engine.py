@@ -3,16 +3,24 @@
 An engine owns `max_batch` sequence slots, each with its own KV cache. Each scheduler step hands it a list of
 `Row`s, at most one per slot: the tokens to feed that slot this step (a prefill chunk or one decoded token) at
 the positions `start`.., and whether to choose a next token after them. The engine returns, per row in order,
-the chosen token id (or None where `sample` is False), or a `RowError` where choosing that row's token raised
-(its sampling refused its logits or parameters): that row alone failed, the step and every other row in it are
-good. When a sequence is done the scheduler calls `release(slot)`; the slot's next row starts at position 0.
+the chosen token id (or None where `sample` is False), a `Picked` where log-probabilities are reported with it
+(the chosen token's, and with `Row.targets` the prompt's: OpenAI's echo), or a `RowError` where choosing that
+row's token raised (its sampling refused its logits or parameters, its grammar failed): that row alone failed,
+the step and every other row in it are good. When a sequence is done the scheduler calls `release(slot, keep)`;
+the slot's next row starts at position `keep` (its first `keep` positions are a prefix the scheduler may reuse).
 
 All engine calls come from one worker thread, one at a time.
 
 Sampling is per row, through the one sampler `webtensor.sampling.sample`: greedy (temperature 0: the argmax the
 device computed) or seeded, the random draw for the token at position p a function of (seed, p) alone, so a
 request yields the same tokens whether it runs alone or among others and whatever steps its prefill was cut into,
-and the same tokens as `LanguageModel.generate` and the web page with that seed.
+and the same tokens as `LanguageModel.generate` and the web page with that seed. A sequence whose sampling moves
+its logits (penalties, logit_bias, min_tokens) has a `sampling.SequenceState` here, per slot, started by its first
+row (`Row.new`, with the prompt where the repetition penalty reads it) and moved on by each token chosen; one with
+a `response_format` has a `grammar.Constraint`, whose mask for the next token goes with the row to the device
+(`RunRow.mask`: applied to the logits before the argmax and the readback). Rows read their logits back only
+where the token is chosen or reported on the host (`Sampling.on_host`); greedy rows that ask for none of that
+keep the device's argmax and can be followed.
 
 `ModelEngine` runs the steps on the model's `runtime.ModelRunner`. "batched" (the server's default): a whole step,
 decode tokens and prompt chunks alike, as one forward (the weights read once a step for all rows), captured step

@@ -14,6 +14,14 @@ before the next step runs.
 Chunk boundaries depend only on the request (its prompt is cut every `prefill_chunk` tokens from the
 start), never on the load, so a request computes the same thing alone or in company.
 
+Prefix reuse (an engine with `prefix_reuse`): the scheduler records what each slot's KV cache holds
+when its sequence retires (the prompt read and every fed token: all but the last generated one), and
+the engine keeps those positions (`release(slot, keep)`). A new request takes the free slot holding
+the longest start of its prompt (all but its last token at most: that one runs for its logits) and
+reads on from there, its chunks still ending at multiples of `prefill_chunk` from the prompt's start,
+so its numbers are a cold run's bit for bit; `/metrics` counts the tokens looked up and reused. A
+request asking for its prompt's log-probabilities (echo) reads its whole prompt.
+
 A step that raises fails the requests that were in it (each gets an error event) and the scheduler
 goes on with the rest; a row whose token could not be chosen (the engine's `RowError`) fails its
 own request alone, every other row of that step streams on as if it had been alone.
