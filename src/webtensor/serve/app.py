@@ -141,7 +141,7 @@ def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
                 prompt_texts.append(text if body.echo else "")
         _start(sched, seqs)
         rid, name, created = f"cmpl-{uuid.uuid4().hex}", engine.name, int(time.time())
-        lps = [_CompletionLogprobs(engine, t) if k is not None else None for t in prompt_texts]
+        lps = [_CompletionLogprobs(engine) if k is not None else None for _ in seqs]
 
         def chunk(index: int, ev: Event) -> dict[str, Any]:  # (usage: on the last chunk alone)
             text, lp = ev.text, None
@@ -410,7 +410,7 @@ class _CompletionLogprobs:
     log-probabilities (the prompt's first: None), the k most likely {text: logprob}, and each token's offset in
     the choice's text (echo: the prompt's tokens first, offsets from the prompt's start)."""
 
-    def __init__(self, engine: Engine, prompt_text: str):
+    def __init__(self, engine: Engine):
         self.engine, self.offset = engine, 0
 
     def _entries(self, lps: Sequence[TokenLogprob | None], tokens: Sequence[int]) -> dict[str, Any]:
