@@ -39,7 +39,7 @@ def hf_tensors(d: Path) -> dict[str, np.ndarray]:
 
 def write_gguf(d: Path, out: Path, outtype: str = "f32", *, metadata: dict[str, Any] | None = None,
                skip: tuple[str, ...] = (), extra: dict[str, np.ndarray] | None = None) -> Path:
-    """Convert HF checkpoint `d` to `out` (outtype "f32", "f16", "q8_0", "q4_0", or "q5_0" that webtensor
+    """Convert HF checkpoint `d` to `out` (outtype "f32", "f16", "q8_0", "q4_0", "q5_0", or "i8" that webtensor
     refuses). `metadata` overrides or adds keys (a value None drops the key); tensors named in
     `skip` are left out, those in `extra` (GGUF name -> float32 array) added in F32."""
     import gguf
@@ -53,7 +53,7 @@ def write_gguf(d: Path, out: Path, outtype: str = "f32", *, metadata: dict[str, 
         "gpt2.block_count": cfg["n_layer"], "gpt2.context_length": cfg["n_positions"],
         "gpt2.embedding_length": C, "gpt2.feed_forward_length": 4 * C,
         "gpt2.attention.head_count": cfg["n_head"], "gpt2.attention.layer_norm_epsilon": cfg["layer_norm_epsilon"],
-        "general.file_type": {"f32": 0, "f16": 1, "q8_0": 7, "q4_0": 2, "q5_0": 8}[outtype],
+        "general.file_type": {"f32": 0, "f16": 1, "q8_0": 7, "q4_0": 2, "q5_0": 8, "i8": 0}[outtype],
     }
     by_id = {i: t for t, i in tj["model"]["vocab"].items()}
     special = {a["id"]: a["content"] for a in tj.get("added_tokens", []) if a.get("special")}
@@ -89,6 +89,8 @@ def write_gguf(d: Path, out: Path, outtype: str = "f32", *, metadata: dict[str, 
             w.add_tensor(name, arr.astype(np.float32))
         elif outtype == "f16":
             w.add_tensor(name, arr.astype(np.float16))
+        elif outtype == "i8":
+            w.add_tensor(name, np.clip(arr * 100, -127, 127).astype(np.int8))
         else:
             qtype = {"q8_0": Q.Q8_0, "q4_0": Q.Q4_0, "q5_0": Q.Q5_0}[outtype]
             data = gguf.quants.quantize(arr, qtype)

@@ -1,9 +1,10 @@
 """Devices as adapters come: without optional features, with any binding limit, one per adapter.
 
 - Every kernel builds and runs with `subgroup` and `shader-f16` withheld (`Device.wgpu(features=)`),
-  in the CPU-adapter variants and (GPU_STYLE_ON_SOFTWARE) in the GPU variants: GPT-2 gives the
+  in the CPU-adapter variants and (the kernel policy's gpu_style) in the GPU variants: GPT-2 gives the
   CPU reference's tokens.
-- Any `max_binding_bytes` works: every op gives the reference's result or a clear BufferLimitError.
+- Any `max_binding_bytes` works: every op gives the reference's result (operands and results over
+  it a block of rows at a time), or a clear BufferLimitError where one row is over it by itself.
 - However it is asked for, one adapter is one Device, so tensors mix.
 """
 
@@ -11,11 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import set_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import webtensor as wt
-from webtensor.backends.wgpu import ops as gops
 from webtensor.models.gpt2 import GPT2
 
 SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
@@ -34,8 +35,8 @@ def cpu_tokens(prompt: list[int]) -> list[int]:
 @pytest.mark.parametrize("features", [(), ("subgroup",), ("shader-f16",)], ids=["none", "subgroup", "f16"])
 @pytest.mark.parametrize("gpu_style", [False, True], ids=["cpu-kernels", "gpu-kernels"])
 def test_gpt2_on_a_device_without_optional_features(features, gpu_style, prompt, cpu_tokens, monkeypatch):
-    monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", gpu_style)
     dev = wt.Device.wgpu(software=True, features=features)
+    set_policy(monkeypatch, dev, gpu_style=gpu_style)
     assert dev.has_subgroups == ("subgroup" in features and "subgroup" in dev.ctx.api.info.features)
     assert dev.has_f16 == ("shader-f16" in features and "shader-f16" in dev.ctx.api.info.features)
     assert not set(dev.ctx.api.features) - set(features)
@@ -65,11 +66,13 @@ def test_one_device_per_adapter():
         wt.Device.wgpu(max_binding_bytes=8)
 
 
-def _expect(run, want) -> None:
-    """`run()` equals `want()` (the CPU reference), or refuses with a BufferLimitError."""
+def _expect(run, want, refusable: bool) -> None:
+    """`run()` equals `want()` (the CPU reference); it may refuse with a BufferLimitError only when
+    `refusable` (a row of an operand or of the result is over the binding limit by itself)."""
     try:
         got = run()
     except wt.BufferLimitError as e:
+        assert refusable, e
         assert "binding limit" in str(e) or "over this device's limit" in str(e)
         return
     np.testing.assert_allclose(got, want(), rtol=2e-5, atol=2e-5)
@@ -101,6 +104,28 @@ def test_any_binding_limit(limit, m, k, n, seed):
               lambda d: t(a, d) + t(bias[:1], d),
               lambda d: t(a, d).T.contiguous()):
         run, want = both(f)
-        _expect(run, want)
-    _expect(lambda: wt.argmax(t(a, dev)).numpy(), lambda: np.argmax(a, -1))
-    _expect(lambda: t(a, dev).numpy(), lambda: a)  # an upload and a readback work at any size
+        _expect(run, want, 4 * max(k, n) > dev.max_binding_bytes())
+    _expect(lambda: wt.argmax(t(a, dev)).numpy(), lambda: np.argmax(a, -1), 4 * k > dev.max_binding_bytes())
+    _expect(lambda: t(a, dev).numpy(), lambda: a, 4 * k > dev.max_binding_bytes())  # uploads, readbacks
+
+
+def test_shader_runtime_checks_switch(gpu, monkeypatch):
+    """Native devices compile webtensor's kernels without the shader compiler's runtime checks by
+    default; WEBTENSOR_SHADER_CHECKS=1 or shader_checks=True gives a device with them (another
+    Device: the two keep their own pipelines), and describe() / stats() say which."""
+    monkeypatch.delenv("WEBTENSOR_SHADER_CHECKS", raising=False)
+    sw = gpu.ctx.info.is_software or None  # (the test device's adapter)
+    plain = wt.Device.wgpu(software=sw)
+    assert not plain.ctx.shader_checks and "shader runtime checks off" in plain.describe()
+    assert plain.stats()["shader_checks"] == 0
+    monkeypatch.setenv("WEBTENSOR_SHADER_CHECKS", "1")
+    checked = wt.Device.wgpu(software=sw)
+    assert checked is not plain and checked is wt.Device.wgpu(software=sw, shader_checks=True)
+    assert checked.ctx.shader_checks and "shader runtime checks on" in checked.describe()
+    assert checked.stats()["shader_checks"] == 1
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for dev in (plain, checked):  # the same kernels, both ways
+        assert np.array_equal((wt.tensor(x, device=dev) * 2).numpy(), x * 2)
+    monkeypatch.setenv("WEBTENSOR_SHADER_CHECKS", "yes")
+    with pytest.raises(wt.UsageError, match="WEBTENSOR_SHADER_CHECKS='yes': expected 0 or 1"):
+        wt.Device.wgpu()

@@ -13,13 +13,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import rel_err
+from conftest import rel_err, set_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import webtensor as wt
-from webtensor.backends.wgpu import ops as gops
-from webtensor.formats import q8_0
+from webtensor import quant
+from webtensor.backends.wgpu.policy import KernelPolicy
 
 SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 seeds = st.integers(0, 2**32 - 1)
@@ -27,9 +27,10 @@ rows = st.one_of(st.just(40), st.integers(1, 40))
 
 
 @pytest.fixture(params=[False, True], ids=["cpu-kernels", "gpu-kernels"])
-def style(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
-    monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", request.param)
-    monkeypatch.setattr(gops, "GEMV_STACK_F16_MAX_ROWS", None)  # every stack to the GEMV (the test after: the limit)
+def style(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, gpu: wt.Device,
+          gpu_small: wt.Device) -> bool:
+    # every stack to the GEMV (the test after: the limit)
+    set_policy(monkeypatch, gpu, gpu_small, gpu_style=request.param, gemv_stack_f16_max_rows=None)
     return request.param
 
 
@@ -57,7 +58,8 @@ def _check_rows(run: Any, arrays: list[np.ndarray], B: int, launches: list, want
     together = run(*arrays)
     names = [n for n, _ in launches]
     assert names and all(n.startswith(kernel) for n in names if n.startswith(("gemv", "matmul"))), names
-    assert any(g[2] == -(-B // gops.GEMV_GROUP) for n, g in launches if n.startswith(kernel)), launches
+    group = KernelPolicy().gemv_group  # (no test here overrides it)
+    assert any(g[2] == -(-B // group) for n, g in launches if n.startswith(kernel)), launches
     for i in range(B):
         alone = run(*(a[i:i + 1] for a in arrays))
         assert np.array_equal(together[i:i + 1], alone, equal_nan=True), (i, B)
@@ -102,8 +104,8 @@ def test_float16_stack_over_the_limit_is_the_tiled_product(gpu, launches, monkey
     product, bit for bit, each within float16's tolerance of the numpy reference."""
     if not gpu.has_f16:
         pytest.skip("this adapter has no shader-f16")
-    monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", True)
-    lim = gops.GEMV_STACK_F16_MAX_ROWS
+    set_policy(monkeypatch, gpu, gpu_style=True)
+    lim = gpu.kernel_policy.gemv_stack_f16_max_rows
     assert lim is not None
     K = 4 * k4
     rng = np.random.default_rng(seed)
@@ -137,10 +139,10 @@ def test_float16_stack_over_the_limit_is_the_tiled_product(gpu, launches, monkey
 @given(seed=seeds, B=rows, blocks=st.sampled_from([1, 3, 5]), n=st.integers(1, 41).map(lambda v: 2 * v - 1),
        ln=st.booleans(), bias=st.booleans(), act=st.sampled_from([None, "gelu"]), res=st.booleans())
 def test_q8_stack_rows_are_the_one_row_product(gpu, style, launches, seed, B, blocks, n, ln, bias, act, res):
-    """gemv_q8.wgsl over B rows (K = 32 blocks, N odd)."""
+    """gemv_quant.wgsl (Q8_0) over B rows (K = 32 blocks, N odd)."""
     K = 32 * blocks
     rng = np.random.default_rng(seed)
-    qw = q8_0.quantize(rng.standard_normal((n, K)).astype(np.float32))
+    qw = quant.quantize(rng.standard_normal((n, K)).astype(np.float32), "Q8_0")
     x, r = rng.standard_normal((B, 1, K)).astype(np.float32), rng.standard_normal((B, 1, n)).astype(np.float32)
     b, g, beta = (rng.standard_normal(s).astype(np.float32) for s in (n, K, K))
 
@@ -150,7 +152,7 @@ def test_q8_stack_rows_are_the_one_row_product(gpu, style, launches, seed, B, bl
             wt.tensor(rs, device=dev) if res else None,
             ln=(wt.tensor(g, device=dev), wt.tensor(beta, device=dev), 1e-5) if ln else None).numpy()
 
-    _check_rows(on(gpu), [x, r], B, launches, on(wt.Device.cpu())(x, r), 5e-5, "gemv_q8")
+    _check_rows(on(gpu), [x, r], B, launches, on(wt.Device.cpu())(x, r), 5e-5, "gemv_quant")
 
 
 @SETTINGS

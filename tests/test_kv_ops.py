@@ -7,20 +7,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import rel_err
+from conftest import rel_err, set_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import webtensor as wt
-from webtensor.backends.wgpu import ops as gops
 
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 seeds = st.integers(0, 2**32 - 1)
 
 
 @pytest.fixture(params=[False, True], ids=["cpu-kernels", "gpu-kernels"])
-def style(request, monkeypatch):
-    monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", request.param)
+def style(request, monkeypatch, gpu):
+    set_policy(monkeypatch, gpu, gpu_style=request.param)
     return request.param
 
 
@@ -76,6 +75,43 @@ def test_cached_ops_refuse_bad_arguments(device):
         wt.cache_write(wt.zeros((2, 8, 2, 5), device=device), q, pos, pos)
     with pytest.raises(wt.ArgumentError, match="both k_new and v_new"):
         wt.cached_attention(q, kc, kc, pos, pos, k_new=q)
+
+
+@SETTINGS
+@given(seed=seeds, slots=st.integers(1, 3), n_ctx=st.integers(1, 9), bad=st.sampled_from([-1, 0, 1, 1000]),
+       bad_pos=st.booleans(), fused=st.booleans())
+def test_bad_slots_and_positions_touch_nothing(gpu, style, seed, slots, n_ctx, bad, bad_pos, fused):
+    """A row whose slot is out of range (or whose position is negative) writes nothing and reads
+    nothing on WebGPU (GPU data is never trusted as an index: the kernels run without the shader
+    compiler's bounds checks); the good rows are exactly the reference's."""
+    rng = np.random.default_rng(seed)
+    good = rng.permutation(slots)[:2].astype(np.int32)
+    slot = np.concatenate([good, [slots + bad if bad >= 0 else -1]]).astype(np.int32)
+    pos = rng.integers(0, n_ctx, len(slot)).astype(np.int32)
+    if bad_pos:  # a negative position in a valid slot instead
+        slot[-1], pos[-1] = good[0], -1 - abs(bad)
+        if fused:
+            slot[-1] = slots  # (the fused append needs distinct slots: keep the bad row's out of range)
+    k, v = rnd(seed, len(slot), 2, 4), rnd(seed + 1, len(slot), 2, 4)
+    cache = rnd(seed + 2, slots, n_ctx, 2, 4)
+    kc, vc, kt, vt, pt, st_ = on(gpu, cache, cache * 0.5, k, v, pos, slot)
+    if fused:
+        a = wt.cached_attention(kt, kc, vc, pt, st_, scale=0.5, k_new=kt, v_new=vt).numpy()
+    else:
+        wt.cache_write(kc, kt, pt, st_)
+        wt.cache_write(vc, vt, pt, st_)
+        a = wt.cached_attention(kt, kc, vc, pt, st_, scale=0.5).numpy()
+    n = len(good)  # the reference on the good rows alone
+    kc0, vc0, kt0, vt0, pt0, st0 = on(wt.Device.cpu(), cache, cache * 0.5, k[:n], v[:n], pos[:n], slot[:n])
+    if fused:
+        want = wt.cached_attention(kt0, kc0, vc0, pt0, st0, scale=0.5, k_new=kt0, v_new=vt0).numpy()
+    else:
+        wt.cache_write(kc0, kt0, pt0, st0)
+        wt.cache_write(vc0, vt0, pt0, st0)
+        want = wt.cached_attention(kt0, kc0, vc0, pt0, st0, scale=0.5).numpy()
+    assert np.array_equal(kc.numpy(), kc0.numpy()) and np.array_equal(vc.numpy(), vc0.numpy())
+    assert rel_err(a[:n], want) <= 1e-5
+    assert np.isnan(a[n]).all()  # attended to nothing
 
 
 @SETTINGS
@@ -172,7 +208,7 @@ def test_gemv_float16_weights(gpu, style, monkeypatch, packed, seed, m, k, n, ln
     """Decode rows against k-major float16 weights, read as vec4<f16> or as u32 pairs."""
     if not gpu.has_f16:
         pytest.skip("this adapter has no shader-f16")
-    monkeypatch.setattr(gops, "GEMV_PACKED_F16", packed)
+    set_policy(monkeypatch, gpu, gemv_packed_f16=packed)
     x, w, b, g, beta = rnd(seed, m, k), rnd(seed + 1, k, n), rnd(seed + 2, n), rnd(seed + 3, k), rnd(seed + 4, k)
     outs = []
     for dev in (wt.Device.cpu(), gpu):

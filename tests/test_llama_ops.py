@@ -12,13 +12,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import rel_err
+from conftest import rel_err, set_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import webtensor as wt
-from webtensor.backends.wgpu import ops as gops
-from webtensor.formats import q8_0
+from webtensor.quant import quantize
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 TOL = 1e-5
@@ -27,8 +26,8 @@ HEAD_DIMS = [32, 64, 80, 96, 128]  # the Llama family's (64: SmolLM2, Llama 3.2 
 
 
 @pytest.fixture(params=[False, True], ids=["cpu-kernels", "gpu-kernels"])
-def style(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
-    monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", request.param)
+def style(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, gpu: wt.Device) -> bool:
+    set_policy(monkeypatch, gpu, gpu_style=request.param)
     return request.param
 
 
@@ -187,7 +186,7 @@ def test_linear_with_rms_norm(gpu: wt.Device, style: bool, monkeypatch: pytest.M
         xt = xt.reshape(m, 1, k) if stack else xt
         got = wt.linear(xt, wk.T, bt if bias else None, act=act, rms=(gt, 1e-5)).numpy().reshape(m, n)
         assert rel_err(got, want) <= TOL, (dev.describe(), rel_err(got, want))
-    if style and (m <= gops.GEMV_MAX_ROWS or stack):
+    if style and (m <= gpu.kernel_policy.gemv_max_rows or stack):
         assert spy.names == ["gemv"]  # fused
     elif not style:
         assert spy.names[0] == "rms_norm"  # CPU adapters: one lane an output, the norm its own launch
@@ -196,17 +195,17 @@ def test_linear_with_rms_norm(gpu: wt.Device, style: bool, monkeypatch: pytest.M
 @pytest.mark.parametrize("m", [1, 3, 12])
 def test_linear_with_rms_norm_and_q8_weights(gpu: wt.Device, style: bool, monkeypatch: pytest.MonkeyPatch,
                                              m: int) -> None:
-    """A q8_0 weight (N, K) with the RMS prologue: fused into gemv_q8 on GPUs for decode rows."""
+    """A q8_0 weight (N, K) with the RMS prologue: fused into gemv_quant on GPUs for decode rows."""
     k, n = 96, 40
     x, g, r = rnd(0, m, k), rnd(1, k), rnd(2, m, n)
-    w = q8_0.quantize(rnd(3, n, k))
-    want = ref_rms_norm(x, g, 1e-6) @ q8_0.dequantize(w).T.astype(np.float64) + r
+    w = quantize(rnd(3, n, k), "Q8_0")
+    want = ref_rms_norm(x, g, 1e-6) @ w.dequantize().T.astype(np.float64) + r
     spy = Launches(gpu, monkeypatch)
     for dev in devices(gpu):
         xt, gt, rt = on(dev, x, g, r)
         got = wt.linear(xt, w, residual=rt, rms=(gt, 1e-6)).numpy()
         assert rel_err(got, want) <= TOL, (dev.describe(), rel_err(got, want))
-    assert ("rms_norm" not in spy.names) == (style and m <= gops.GEMV_MAX_ROWS)
+    assert ("rms_norm" not in spy.names) == (style and m <= gpu.kernel_policy.gemv_max_rows)
 
 
 def test_linear_refuses_bad_norms(device: wt.Device) -> None:
@@ -258,6 +257,7 @@ def test_rope_float16(gpu: wt.Device) -> None:
     assert rel_err(outs[1], ref_rope(x, pos, cos, sin, False)) <= 1e-3 and rel_err(outs[1], outs[0]) <= 1e-3
 
 
+@pytest.mark.hf
 @pytest.mark.parametrize("scaling", ["default", "llama3"])
 def test_rope_matches_transformers(gpu: wt.Device, scaling: str) -> None:
     """Against transformers' apply_rotary_pos_emb with LlamaRotaryEmbedding's cos / sin (the table
@@ -402,10 +402,10 @@ def test_swiglu_refuses_bad_arguments(device: wt.Device) -> None:
 
 
 # -- grouped-query attention ----------------------------------------------------------------------
-KERNELS = {  # the kernel to force: (module flags, head dims it takes)
-    "attention": (dict(FLASH_MIN_QUERIES=1 << 30, PREFILL=False), [1, 7, 33, *HEAD_DIMS]),
-    "attention_flash": (dict(FLASH_MIN_QUERIES=1, PREFILL=False), [4, 20, 32, 64]),
-    "attention_prefill": (dict(PREFILL_MIN_QUERIES=1, GPU_STYLE_ON_SOFTWARE=True), [16, 48, *HEAD_DIMS]),
+KERNELS = {  # the kernel to force: (kernel-policy fields, head dims it takes)
+    "attention": (dict(flash_min_queries=1 << 30, prefill=False, tiled=False), [1, 7, 33, *HEAD_DIMS]),
+    "attention_flash": (dict(flash_min_queries=1, prefill=False, tiled=False), [4, 20, 32, 64]),
+    "attention_prefill": (dict(prefill_min_queries=1, gpu_style=True, tiled=False), [16, 48, *HEAD_DIMS]),
 }
 
 
@@ -418,8 +418,7 @@ def test_gqa_attention(gpu: wt.Device, monkeypatch: pytest.MonkeyPatch, kernel: 
     """attention with KVH key / value heads for H = group * KVH query heads, in each kernel: q, k, v
     the heads of a fused qkv (S = T) or k, v the first S rows of a cache-like (S, KVH, D)."""
     flags, dims = KERNELS[kernel]
-    for name, value in flags.items():
-        monkeypatch.setattr(gops, name, value)
+    set_policy(monkeypatch, gpu, **flags)
     d = data.draw(st.sampled_from(dims))
     h = kvh * group
     s = t if fused else t + extra
@@ -442,8 +441,7 @@ def test_gqa_attention(gpu: wt.Device, monkeypatch: pytest.MonkeyPatch, kernel: 
 def test_gqa_prefill_float16(gpu: wt.Device, monkeypatch: pytest.MonkeyPatch) -> None:
     if not gpu.has_f16:
         pytest.skip("this adapter has no shader-f16")
-    monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", True)
-    monkeypatch.setattr(gops, "PREFILL_MIN_QUERIES", 1)
+    set_policy(monkeypatch, gpu, gpu_style=True, prefill_min_queries=1)
     q, k, v = (rnd(i, n, h, 128).astype(np.float16) for i, (n, h) in enumerate([(40, 8), (70, 2), (70, 2)]))
     outs = [wt.attention(*on(dev, q, k, v)).numpy() for dev in devices(gpu)]
     assert rel_err(outs[1], ref_attention(q, k, v, True, 128 ** -0.5)) <= 2e-3 and rel_err(outs[1], outs[0]) <= 2e-3
@@ -600,9 +598,8 @@ def test_cpu_replay_is_eager_bit_for_bit(seed: int, t: int, kvh: int, group: int
 @pytest.mark.parametrize("gpu_style", [False, True], ids=["cpu-kernels", "gpu-kernels"])
 def test_llama_ops_without_optional_features(gpu_style: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every new kernel and variant builds and runs with `subgroup` and `shader-f16` withheld."""
-    monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", gpu_style)
-    monkeypatch.setattr(gops, "PREFILL_MIN_QUERIES", 1)
     bare = wt.Device.wgpu(software=True, features=())
+    set_policy(monkeypatch, bare, gpu_style=gpu_style, prefill_min_queries=1)
     assert not bare.has_subgroups and not bare.has_f16
     H, KVH, D, T = 6, 2, 64, 5
     cos, sin = rope_tables(16, D // 2)

@@ -22,33 +22,37 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import rel_err
+from conftest import rel_err, set_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import webtensor as wt
 from webtensor.backends.wgpu import ops as gops
+from webtensor.backends.wgpu.policy import KernelPolicy
 
 # the fixtures are set once per test (counters are read as differences), not per example
 SETTINGS = settings(max_examples=6, deadline=None, derandomize=False,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 U16 = 2.0 ** -11
+H200 = KernelPolicy(gpu_style=True, compute_units=132)  # the rule's numbers as measured there
 BK16 = 16  # matmul_engine's K step for float16 operands: the span of one f16 accumulation
 TILES = [(1, 1), (1, 2), (2, 1), (2, 2)]
 
 
 @pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+def calls(monkeypatch: pytest.MonkeyPatch, gpu: wt.Device, gpu_small: wt.Device) -> dict[str, int]:
     """Run the GPU kernel variants on any adapter and count the engine / prefill launches."""
     from webtensor.backends.wgpu.context import WgpuContext
 
-    monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", True)
-    seen = {"engine": 0, "prefill": 0, "splitk": 0}
+    # (the H200's numbers: H200 below)
+    set_policy(monkeypatch, gpu, gpu_small, gpu_style=True, compute_units=132)
+    seen = {"engine": 0, "prefill": 0, "splitk": 0, "tiled": 0}
     launch = WgpuContext.launch
 
     def counted(self: WgpuContext, kernel: Any, *args: Any) -> None:
         stem = kernel.name.split("-")[0]
-        key = {"matmul_engine": "engine", "attention_prefill": "prefill", "matmul_splitk_sum": "splitk"}.get(stem)
+        key = {"matmul_engine": "engine", "attention_prefill": "prefill", "matmul_splitk_sum": "splitk",
+               "attention_tiled": "tiled"}.get(stem)
         if key is not None:
             seen[key] += 1
         launch(self, kernel, *args)
@@ -120,8 +124,8 @@ dims = st.integers(2, 150)
 @SETTINGS
 @given(seed=st.integers(0, 2**31), M=dims, K=st.integers(1, 70), N=dims, epi=st.integers(0, 7))
 def test_engine_float32(gpu, calls, monkeypatch, tile, kmajor, seed, M, K, N, epi):
-    monkeypatch.setattr(gops, "engine_tile", lambda m, n: tile)
-    M = max(M, gops.GEMV_MAX_ROWS + 1)  # fewer rows go to the GEMV
+    monkeypatch.setattr(gops, "engine_tile", lambda m, n, p: tile)
+    M = max(M, gpu.kernel_policy.gemv_max_rows + 1)  # fewer rows go to the GEMV
     before = calls["engine"]
     got, want, _, _ = run_linear(gpu, seed, M, K, N, kmajor, "float32", epi)
     assert calls["engine"] == before + 1
@@ -143,10 +147,10 @@ F16_CASES = [  # (tile, k-major B, u32-word loads, float16 arithmetic); the larg
 def test_engine_float16(gpu, calls, monkeypatch, tile, kmajor, words, math, seed, M, K, N, epi):
     if not gpu.ctx.has_f16:
         pytest.skip("this adapter has no shader-f16")
-    monkeypatch.setattr(gops, "engine_tile", lambda m, n: tile)
-    monkeypatch.setattr(gops, "ENGINE_F16_WORDS", words)
-    monkeypatch.setattr(gops, "ENGINE_F16_MATH", math)
-    M = max(M, gops.GEMV_MAX_ROWS + 1)
+    monkeypatch.setattr(gops, "engine_tile", lambda m, n, p: tile)
+    set_policy(monkeypatch, gpu, engine_f16_words=words)
+    set_policy(monkeypatch, gpu, engine_f16_math=math)
+    M = max(M, gpu.kernel_policy.gemv_max_rows + 1)
     before = calls["engine"]
     got, want, mag, _ = run_linear(gpu, seed, M, K, N, kmajor, "float16", epi & 1)  # bias only: bound stays linear
     assert calls["engine"] == before + 1 and got.dtype == np.float16
@@ -166,10 +170,10 @@ def test_engine_float16(gpu, calls, monkeypatch, tile, kmajor, words, math, seed
 def test_engine_mixed(gpu, calls, monkeypatch, dtypes, kmajor, words, seed, M, K, N, epi):
     if not gpu.ctx.has_f16:
         pytest.skip("this adapter has no shader-f16")
-    monkeypatch.setattr(gops, "engine_tile", lambda m, n: (1, 1))
-    monkeypatch.setattr(gops, "ENGINE_F16_WORDS", words)
-    monkeypatch.setattr(gops, "ENGINE_F16_MATH", "chunked")  # (applies to float16 x float16 only)
-    M = max(M, gops.GEMV_MAX_ROWS + 1)
+    monkeypatch.setattr(gops, "engine_tile", lambda m, n, p: (1, 1))
+    set_policy(monkeypatch, gpu, engine_f16_words=words)
+    set_policy(monkeypatch, gpu, engine_f16_math="chunked")  # (applies to float16 x float16 only)
+    M = max(M, gpu.kernel_policy.gemv_max_rows + 1)
     before = calls["engine"]
     got, want, _, _ = run_linear(gpu, seed, M, K, N, kmajor, dtypes[0], epi, b_dtype=dtypes[1])
     assert calls["engine"] == before + 1
@@ -177,12 +181,13 @@ def test_engine_mixed(gpu, calls, monkeypatch, dtypes, kmajor, words, seed, M, K
     assert rel_err(got, want) <= 1e-5
 
 
-def test_engine_f16_math_checked(gpu, calls, monkeypatch):
-    if not gpu.ctx.has_f16:
-        pytest.skip("this adapter has no shader-f16")
-    monkeypatch.setattr(gops, "ENGINE_F16_MATH", "bf16")
-    with pytest.raises(ValueError, match="ENGINE_F16_MATH"):
-        run_linear(gpu, 0, 16, 8, 8, True, "float16", 0)
+def test_engine_f16_math_checked(gpu):
+    """A kernel policy names one of the engine's float16 arithmetics, or is refused when made."""
+    with pytest.raises(ValueError, match="engine_f16_math must be one of"):
+        gpu.kernel_policy.replace(engine_f16_math="bf16")
+    with pytest.raises(ValueError, match="no field"):
+        gpu.kernel_policy.replace(engine_f16_maths="f32")
+    assert gpu.kernel_policy.replace(engine_f16_math="chunked").engine_f16_math == "chunked"
 
 
 @pytest.mark.parametrize(("dtype", "kmajor", "K"), [("float32", True, 72), ("float32", False, 600),
@@ -231,14 +236,17 @@ def test_engine_float16_words_keep_the_other_half(gpu, calls):
 
 
 def test_engine_tile_choice():
-    assert gops.engine_tile(4096, 3072) == (2, 2)
-    assert gops.engine_tile(1023, 2304) == (1, 2)
-    assert gops.engine_tile(16, 768) == (1, 1)
-    assert gops.engine_tile(64, 50257) == (1, 2)  # not 128-row tiles, half padding
-    assert gops.engine_tile(128, 50257) == (2, 2)
-    assert gops.engine_tile(192, 50257) == (1, 2) and gops.engine_tile(4160, 3072) == (2, 2)
+    """The tile rule (ops.engine_tile; measured by tools/h200/engine_sweep.py): 128 x 64 from 256 rows,
+    64-row tiles below (64 x 128 where that grid has 2 workgroups an SM)."""
+    assert gops.engine_tile(4096, 3072, H200) == (2, 1)
+    assert gops.engine_tile(1023, 2304, H200) == (2, 1)
+    assert gops.engine_tile(16, 768, H200) == (1, 1)
+    assert gops.engine_tile(64, 50257, H200) == (1, 2)  # a 64-row step's LM head: 393 workgroups of 64 x 128
+    assert gops.engine_tile(128, 50257, H200) == (1, 1) and gops.engine_tile(192, 50257, H200) == (1, 1)
+    assert gops.engine_tile(300, 768, H200) == (1, 1)  # 128-row tiles would pad 84 rows (> 300 / 8)
+    assert gops.engine_tile(4160, 3072, H200) == (2, 1)
     for m, n in [(2, 5), (300, 300), (4096, 50257)]:
-        mt, nt = gops.engine_tile(m, n)
+        mt, nt = gops.engine_tile(m, n, H200)
         assert mt in (1, 2) and nt in (1, 2)
 
 
@@ -254,16 +262,15 @@ SPLIT_CASES = [  # (A dtype, B dtype, k-major B, tile, float16 arithmetic)
 @given(seed=st.integers(0, 2**31), M=dims, K=st.integers(64, 200), N=dims, epi=st.integers(0, 7),
        min_k=st.sampled_from([16, 32]))
 def test_engine_split_k(gpu, calls, monkeypatch, a_dtype, b_dtype, kmajor, tile, math, seed, M, K, N, epi, min_k):
-    """Split-K at every grid size (ENGINE_SPLIT_GRID raised), K in slices of min_k or more: the
+    """Split-K at every grid size (ENGINE_SMS raised), K in slices of min_k or more: the
     engine's slices into scratch, then the sum and the epilogue."""
     if "float16" in (a_dtype, b_dtype) and not gpu.ctx.has_f16:
         pytest.skip("this adapter has no shader-f16")
-    monkeypatch.setattr(gops, "engine_tile", lambda m, n: tile)
-    monkeypatch.setattr(gops, "ENGINE_F16_MATH", math)
-    monkeypatch.setattr(gops, "ENGINE_SPLIT_GRID", 1 << 30)
-    monkeypatch.setattr(gops, "ENGINE_SPLIT_MIN_K", min_k)
-    M = max(M, gops.GEMV_MAX_ROWS + 1)
-    S, ks = gops.engine_split(M, N, K, tile)
+    monkeypatch.setattr(gops, "engine_tile", lambda m, n, p: tile)
+    set_policy(monkeypatch, gpu, engine_f16_math=math)
+    set_policy(monkeypatch, gpu, compute_units=1 << 20, engine_split_min_k=min_k)
+    M = max(M, gpu.kernel_policy.gemv_max_rows + 1)
+    S, ks = gops.engine_split(M, N, K, tile, gpu.kernel_policy)
     assert S >= 2 and ks % 16 == 0 and (S - 1) * ks < K <= S * ks
     before = dict(calls)
     f16 = a_dtype == b_dtype == "float16"
@@ -281,18 +288,22 @@ def test_engine_split_k(gpu, calls, monkeypatch, a_dtype, b_dtype, kmajor, tile,
 def test_engine_split_k_by_default(gpu, calls):
     """With the default switches a small grid with a long K is split (here 1 x 2 workgroups, K = 256:
     two slices); a full grid is not."""
-    assert gops.engine_split(20, 100, 256, (1, 1)) == (2, 128)
+    assert gops.engine_split(20, 100, 256, (1, 1), H200) == (2, 128)
     got, want, _, _ = run_linear(gpu, 5, 20, 256, 100, True, "float32", 7)
     assert calls["engine"] == calls["splitk"] == 1 and rel_err(got, want) <= 1e-5
 
 
-def test_engine_split_choice(monkeypatch):
-    assert gops.engine_split(128, 768, 768, (1, 1)) == (6, 128)  # GPT-2 at 128 tokens: 24 workgroups x 6
-    assert gops.engine_split(128, 768, 3072, (1, 1)) == (11, 288)
-    assert gops.engine_split(1023, 768, 768, (1, 1)) == (1, 0)  # 192 workgroups: full enough
-    assert gops.engine_split(128, 768, 200, (1, 1)) == (1, 0)  # K too short for two slices
-    monkeypatch.setattr(gops, "ENGINE_SPLIT_K", False)
-    assert gops.engine_split(128, 768, 768, (1, 1)) == (1, 0)
+def test_engine_split_choice():
+    # from 128 rows: slices double while the grid is under 2 workgroups an SM and grid x S under 8 an SM
+    assert gops.engine_split(128, 768, 768, (1, 1), H200) == (4, 192)  # 24 workgroups; 8 slices would be under 128
+    assert gops.engine_split(128, 768, 3072, (1, 1), H200) == (8, 384)
+    assert gops.engine_split(1023, 768, 3072, (2, 1), H200) == (8, 384)  # GPT-2's MLP down at 1,023 tokens: 96 x 8
+    assert gops.engine_split(1023, 2304, 768, (2, 1), H200) == (1, 0)  # 288 workgroups: full enough
+    assert gops.engine_split(128, 768, 200, (1, 1), H200) == (1, 0)  # K too short for two slices
+    # below 128 rows (a batched decode step): under 1 workgroup an SM, enough slices for 2 an SM
+    assert gops.engine_split(64, 768, 768, (1, 1), H200) == (6, 128)
+    assert gops.engine_split(64, 50257, 768, (1, 2), H200) == (1, 0)
+    assert gops.engine_split(128, 768, 768, (1, 1), H200.replace(engine_split_k=False)) == (1, 0)
 
 
 def attention_ref(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:
@@ -317,8 +328,9 @@ def test_attention_prefill(gpu, calls, monkeypatch, subgroups, dtype, seed, T, e
         pytest.skip("this adapter has no shader-f16")
     if subgroups and not gpu.ctx.has_subgroups:
         pytest.skip("this adapter has no subgroups")
-    monkeypatch.setattr(gops, "PREFILL_SUBGROUPS", subgroups)
-    monkeypatch.setattr(gops, "PREFILL_MIN_QUERIES", gops.FLASH_MIN_QUERIES)  # the kernel at every T here
+    flash_min = gpu.kernel_policy.flash_min_queries
+    # the kernel at every T here (attention_tiled's own test is below)
+    set_policy(monkeypatch, gpu, prefill_subgroups=subgroups, prefill_min_queries=flash_min, tiled=False)
     S = T + extra
     rng = np.random.default_rng(seed)
     qkv = rng.standard_normal((T, 3, H, D)).astype(dtype)
@@ -327,6 +339,55 @@ def test_attention_prefill(gpu, calls, monkeypatch, subgroups, dtype, seed, T, e
     before = calls["prefill"]
     got = wt.attention(wt.tensor(qkv, device=gpu)[:, 0], wt.tensor(kc, device=gpu)[:S],
                        wt.tensor(vc, device=gpu)[:S], causal=causal).numpy()
-    assert calls["prefill"] == before + (1 if T >= gops.FLASH_MIN_QUERIES else 0)
+    assert calls["prefill"] == before + (1 if T >= flash_min else 0)
     assert got.dtype == np.dtype(dtype) and got.shape == (T, H, D)
     assert rel_err(got, attention_ref(qkv[:, 0], kc[:S], vc[:S], causal)) <= (1e-5 if dtype == "float32" else 1e-3)
+
+
+def gqa_attention_ref(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float) -> np.ndarray:
+    """float64 attention where query head h reads KV head h // (H // KVH)."""
+    G = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k.astype(np.float64), G, axis=1), np.repeat(v.astype(np.float64), G, axis=1)
+    T, S = q.shape[0], k.shape[0]
+    s = np.einsum("thd,shd->hts", q.astype(np.float64), k) * scale
+    if causal:
+        s[:, np.arange(S)[None, :] > np.arange(T)[:, None] + (S - T)] = -np.inf
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return np.einsum("hts,shd->thd", e / e.sum(-1, keepdims=True), v)
+
+
+@pytest.mark.parametrize("subgroups", [True, False])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@settings(SETTINGS, max_examples=5)
+@given(seed=st.integers(0, 2**31), T=st.integers(1, 200), extra=st.integers(0, 70), kvh=st.integers(1, 2),
+       G=st.sampled_from([1, 3]), D=st.sampled_from([16, 32, 64, 128]), keys=st.sampled_from([16, 32, 64]),
+       causal=st.booleans())
+def test_attention_tiled(gpu, calls, monkeypatch, subgroups, dtype, seed, T, extra, kvh, G, D, keys, causal):
+    """attention_tiled.wgsl against float64 numpy: q a column slice of the fused qkv (T, 3, H, D), k
+    and v the first S rows of (S + 3, KVH, D) caches, H = G KVH query heads (grouped-query: head h
+    reads KV head h // G); tiles of 16, 32 or 64 keys where the device's workgroup memory holds
+    them (else the planner refuses, the test checks that it did and the result is the other
+    kernels'); the row maxima and sums by subgroup shuffles (the subgroup size taken as 8,
+    lavapipe's) or through workgroup memory."""
+    if dtype == "float16" and not gpu.ctx.has_f16:
+        pytest.skip("this adapter has no shader-f16")
+    if subgroups and not gpu.ctx.has_subgroups:
+        pytest.skip("this adapter has no subgroups")
+    set_policy(monkeypatch, gpu, tiled_min_queries=1, tiled_keys=(keys,))  # the kernel at every T here
+    monkeypatch.setattr(gpu.ctx, "subgroup_size", 8 if subgroups else 0)  # SG where KG = keys / 4 <= 8
+    H, S = G * kvh, T + extra
+    rng = np.random.default_rng(seed)
+    qkv = rng.standard_normal((T, 3, H, D)).astype(dtype)
+    kc = rng.standard_normal((S + 3, kvh, D)).astype(dtype)
+    vc = rng.standard_normal((S + 3, kvh, D)).astype(dtype)
+    q, k, v = wt.tensor(qkv, device=gpu)[:, 0], wt.tensor(kc, device=gpu)[:S], wt.tensor(vc, device=gpu)[:S]
+    bk = gops.tiled_keys_per_tile(gpu.ctx, q, k, v, [q._offset, k._offset, v._offset, *q._strides[:2]])
+    assert bk in (0, keys) and (bk == keys) == (D % keys == 0 and keys * (2 * D * q.dtype.itemsize + 256)
+                                                 <= gpu.ctx.api.limits["max-compute-workgroup-storage-size"])
+    scale = float(D) ** -0.5
+    before = calls["tiled"]
+    got = wt.attention(q, k, v, causal=causal, scale=scale).numpy()
+    assert calls["tiled"] == before + (1 if bk else 0)
+    want = gqa_attention_ref(qkv[:, 0], kc[:S], vc[:S], causal, scale)
+    assert got.dtype == np.dtype(dtype) and got.shape == (T, H, D)
+    assert rel_err(got, want) <= (1e-5 if dtype == "float32" else 1e-3)

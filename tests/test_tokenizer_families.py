@@ -17,6 +17,7 @@ import pytest
 pytest.importorskip("tokenizers")
 pytest.importorskip("transformers")
 pytest.importorskip("gguf")
+pytestmark = pytest.mark.hf  # against transformers (the parity tier)
 
 from text_fixtures import (  # noqa: E402
     Family,
@@ -214,3 +215,42 @@ def test_page_python_gives_native_ids(tmp_path: Path, cases: dict[str, Case]) ->
             want = [native.encode(t, add_special_tokens=True) for t in texts]
             for text, w, got in zip(texts, want, out[kind][name], strict=True):
                 assert got == w, (name, kind, out["unicode"], text)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_gguf_metadata_written_as_llama_cpp_converts(cases: dict[str, Case], family: str) -> None:
+    """`gguf_tokenizer_metadata` (what a GGUF writer stores) is the metadata llama.cpp's converter writes
+    for the directory, and reads back as the same tokenizer."""
+    from webtensor.text.tokenizer_files import gguf_tokenizer_metadata
+
+    c = cases[family]
+    meta = gguf_tokenizer_metadata(c.ours[True].spec)
+    assert {k: v for k, v in meta.items() if k in c.meta} == c.meta
+    assert meta["tokenizer.ggml.add_eos_token"] is False
+    back = Tokenizer.from_gguf_metadata(meta)
+    assert [back.encode(t, add_special_tokens=True) for t in TEXTS] == [
+        c.ours_gguf[True].encode(t, add_special_tokens=True) for t in TEXTS]
+    padded = gguf_tokenizer_metadata(c.ours[True].spec, vocab_size=len(c.hf) + 3)
+    assert padded["tokenizer.ggml.tokens"][-1] == f"[PAD{len(c.hf) + 2}]"
+    assert padded["tokenizer.ggml.token_type"][-1] == 5  # unused
+    assert Tokenizer.from_gguf_metadata(padded).vocab_size == len(c.hf) + 3
+
+
+@pytest.mark.parametrize(("add_bos", "add_eos"), [(False, False), (True, False), (True, True)])
+def test_vocab_merges_with_config_flags(tmp_path: Path, cases: dict[str, Case], add_bos: bool, add_eos: bool) -> None:
+    """GPT-2's vocab.json + merges.txt: tokenizer_config.json's add_bos_token / add_eos_token wrap the
+    text as transformers wraps it (there is no tokenizer.json post-processor to say otherwise)."""
+    from tokenizers import Tokenizer as HFTokenizer
+    from transformers import AutoTokenizer
+
+    HFTokenizer.from_file(str(cases["gpt2"].dir / "tokenizer.json")).model.save(str(tmp_path))
+    config = {"tokenizer_class": "GPT2Tokenizer", "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>",
+              "add_bos_token": add_bos, "add_eos_token": add_eos}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    hf = AutoTokenizer.from_pretrained(str(tmp_path))
+    for native in (False, True):
+        tok = Tokenizer.from_dir(tmp_path, native=native)
+        assert tok.add_bos_token == add_bos
+        for text in TEXTS[:12]:
+            assert tok.encode(text, add_special_tokens=True) == hf(text)["input_ids"], (native, text)
+            assert tok.encode(text) == hf(text, add_special_tokens=False)["input_ids"]

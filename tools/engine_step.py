@@ -1,4 +1,4 @@
-"""Time `BatchedGPT2Engine.step` alone (no server): B greedy decode rows a step, steady state.
+"""Time `ModelEngine.step` alone (no server): B greedy decode rows a step, steady state.
 
     PYTHONPATH=src python tools/engine_step.py --device lavapipe --rows 1,8,32 [--model DIR]
         [--modes graph,eager] [--follow] [--profile] [--set NAME=VALUE ...]
@@ -36,18 +36,17 @@ def main() -> None:
     ap.add_argument("--follow", action="store_true", help="also time a chain of follows (greedy steps fed back)")
     ap.add_argument("--profile", action="store_true", help="GPU time per kernel kind of one step (WebGPU)")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                    help="a backends.wgpu.ops constant for this run (repeatable)")
+                    help="a field of the device's kernel policy (backends/wgpu/policy.py) for this run (repeatable)")
     a = ap.parse_args()
+    model = wt.load_model(a.model, device=a.device, dtype=a.dtype)
     for item in a.set:
         import ast
 
-        from webtensor.backends.wgpu import ops as gops
-
         name, _, value = item.partition("=")
-        if not hasattr(gops, name):
-            ap.error(f"--set: backends.wgpu.ops has no {name!r}")
-        setattr(gops, name, ast.literal_eval(value))
-    model = wt.load_model(a.model, device=a.device, dtype=a.dtype)
+        try:
+            model.device.kernel_policy = model.device.kernel_policy.replace(**{name: ast.literal_eval(value)})
+        except (ValueError, AttributeError) as e:
+            ap.error(f"--set {item}: {e}")
     greedy = Sampling()
     modes = a.modes.split(",")
     for B in (int(v) for v in a.rows.split(",")):

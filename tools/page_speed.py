@@ -6,7 +6,7 @@ to the first.
 
     python tools/page_speed.py [--dtype float32,int8] [--q8-nr 1,2] [--runs 3] [--tokens 64]
 
---q8-nr runs int8 once per value of gemv_q8's outputs a thread (q8_ops.GEMV_Q8_NR, set in the
+--q8-nr runs int8 once per value of gemv_quant's outputs a thread (the kernel policy's gemv_quant_nr, set in the
 page's Python before each int8 load; default: the page's own value).
 
 (PYTHONPATH selects the tree; WEBTENSOR_PYODIDE_DIR the Pyodide folder.)"""
@@ -22,7 +22,9 @@ PROMPT = "It is a truth universally acknowledged"
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--dtype", default="float32", help="comma-separated dtypes (float32, float16, int8)")
 p.add_argument("--runs", type=int, default=3, help="runs per dtype")
-p.add_argument("--q8-nr", default="", help="comma-separated GEMV_Q8_NR values for int8 (default: as shipped)")
+p.add_argument("--q8-nr", default="",
+               help="comma-separated gemv_quant_nr values for int8 (the page's devices' kernel policy; "
+                    "default: as shipped)")
 p.add_argument("--tokens", type=int, default=64)
 a = p.parse_args()
 dtypes = [d.strip() for d in a.dtype.split(",") if d.strip()]
@@ -34,7 +36,9 @@ def label(d: str, nr: int | None) -> str:
     return d if nr is None else f"{d} NR={nr}"
 
 
-SET_NR = "from webtensor.backends.wgpu import q8_ops\nq8_ops.GEMV_Q8_NR = {}\n'ok'"
+SET_NR = ("import webtensor as wt\n"
+          "for d in list(wt.Device._wgpu_cache.values()):\n"
+          "    d.kernel_policy = d.kernel_policy.replace(gemv_quant_nr={})\n'ok'")
 tasks = []
 for i in range(a.runs):
     for j, (d, nr) in enumerate(variants):

@@ -9,9 +9,12 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import NoAdapterError, UsageError
+
+if TYPE_CHECKING:
+    from .backends.base import Backend
 
 _NO_ADAPTER_HELP = (
     "no WebGPU adapter was found. Install a Vulkan driver (on Debian/Ubuntu: "
@@ -44,6 +47,15 @@ def env_device() -> str | None:
     return kind
 
 
+def env_shader_checks() -> bool:
+    """WEBTENSOR_SHADER_CHECKS: '1' keeps the shader compiler's runtime checks in native kernels;
+    '0' or unset leaves them out; UsageError otherwise."""
+    raw = os.environ.get("WEBTENSOR_SHADER_CHECKS", "").strip()
+    if raw not in ("", "0", "1"):
+        raise UsageError(f"WEBTENSOR_SHADER_CHECKS={raw!r}: expected 0 or 1")
+    return raw == "1"
+
+
 class Device:
     """A compute device: `kind` is "cpu" or "wgpu"; its ops run on `backend` (a
     `backends.base.Backend`); a wgpu device also has `ctx`, its WgpuContext.
@@ -54,11 +66,14 @@ class Device:
 
     __slots__ = ("kind", "backend", "ctx")
     _cpu: Device | None = None
-    _wgpu_cache: dict[tuple, Device] = {}
-    _picked: dict[bool | None, tuple] = {}  # software choice -> the adapter it picked
+    _wgpu_cache: dict[tuple[Any, ...], Device] = {}
+    _picked: dict[bool | None, tuple[Any, ...]] = {}  # software choice -> the adapter it picked
     _warned_fallback = False
+    kind: str
+    backend: Backend
+    ctx: Any  # the WgpuContext of a wgpu device, else None
 
-    def __init__(self, kind: str, backend: Any, ctx: Any = None):
+    def __init__(self, kind: str, backend: Backend, ctx: Any = None):
         self.kind, self.backend, self.ctx = kind, backend, ctx
 
     # -- creation -------------------------------------------------------------------------------
@@ -72,41 +87,47 @@ class Device:
 
     @classmethod
     def wgpu(cls, max_binding_bytes: int | None = None, software: bool | None = None,
-             features: Iterable[str] | None = None) -> Device:
+             features: Iterable[str] | None = None, shader_checks: bool | None = None) -> Device:
         """The WebGPU device (sync facade, native only). Picks the highest-performance adapter;
         `software=True` asks for a software adapter (lavapipe), `False` refuses one.
         `max_binding_bytes` caps the binding size (any value: tensors over it are row-chunked);
         `features` (a subset of "shader-f16", "subgroup", "timestamp-query") withholds the others,
-        as an adapter without them would (default: every one the adapter has)."""
+        as an adapter without them would (default: every one the adapter has).
+        `shader_checks=True` compiles webtensor's kernels with the shader compiler's runtime
+        checks (bounds clamps, loop bounding); by default (None: `WEBTENSOR_SHADER_CHECKS`, else
+        off) they are left out natively: every kernel keeps its indices in bounds by construction
+        (`describe()` says which)."""
         from .backends.wgpu.gpu_api import NativeGpu
 
         feats = _check_features(features)
         binding = _check_binding(max_binding_bytes)
+        checks = env_shader_checks() if shader_checks is None else bool(shader_checks)
         known = cls._picked.get(software)  # (enumerating adapters costs ~2 ms: once per choice)
-        dev = cls._wgpu_cache.get((known, binding, feats)) if known is not None else None
+        dev = cls._wgpu_cache.get((known, binding, feats, checks)) if known is not None else None
         if dev is not None and not dev.ctx.released:
             return dev
         adapter = NativeGpu.pick(software)
         if adapter is None:
             raise _no_adapter(software)
         cls._picked[software] = NativeGpu.adapter_key(adapter)
-        key = (cls._picked[software], binding, feats)
+        key = (cls._picked[software], binding, feats, checks)
         dev = cls._wgpu_cache.get(key)
         if dev is None or dev.ctx.released:
-            dev = cls._wgpu_cache[key] = cls._from_api(NativeGpu.open(adapter, max_binding_bytes, feats),
+            dev = cls._wgpu_cache[key] = cls._from_api(NativeGpu.open(adapter, max_binding_bytes, feats, checks),
                                                        max_binding_bytes)
         return dev
 
     @classmethod
     async def wgpu_async(cls, max_binding_bytes: int | None = None, software: bool | None = None,
-                         features: Iterable[str] | None = None) -> Device:
-        """The primary form: works under any running event loop, natively and in the browser."""
+                         features: Iterable[str] | None = None, shader_checks: bool | None = None) -> Device:
+        """The primary form: works under any running event loop, natively and in the browser (which
+        keeps its own shader checks whatever `shader_checks` says)."""
         feats = _check_features(features)
         binding = _check_binding(max_binding_bytes)
         if _in_browser():
             from .backends.wgpu.browser_gpu import BrowserGpu
 
-            key: tuple = ("browser", binding, feats)
+            key: tuple[Any, ...] = ("browser", binding, feats)
             dev = cls._wgpu_cache.get(key)
             if dev is None or dev.ctx.released:
                 api = await BrowserGpu.create_async(max_binding_bytes, feats)
@@ -116,14 +137,15 @@ class Device:
             return dev
         from .backends.wgpu.gpu_api import NativeGpu
 
+        checks = env_shader_checks() if shader_checks is None else bool(shader_checks)
         adapter = await NativeGpu.pick_async(software)
         if adapter is None:
             raise _no_adapter(software)
-        key = (NativeGpu.adapter_key(adapter), binding, feats)
+        key = (NativeGpu.adapter_key(adapter), binding, feats, checks)
         dev = cls._wgpu_cache.get(key)
         if dev is None or dev.ctx.released:
-            api = await NativeGpu.open_async(adapter, max_binding_bytes, feats)
-            dev = cls._wgpu_cache[key] = cls._from_api(api, max_binding_bytes)
+            native = await NativeGpu.open_async(adapter, max_binding_bytes, feats, checks)
+            dev = cls._wgpu_cache[key] = cls._from_api(native, max_binding_bytes)
         return dev
 
     @classmethod
@@ -183,6 +205,24 @@ class Device:
     @property
     def has_subgroups(self) -> bool:
         return self.backend.has_subgroups()
+
+    @property
+    def kernel_policy(self) -> Any:
+        """Which kernel variants a WebGPU device's ops pick, and their tile / split numbers
+        (`backends.wgpu.policy.KernelPolicy`, derived from the adapter); None on the CPU. Assign
+        `dev.kernel_policy = dev.kernel_policy.replace(field=value)` to override fields for this
+        device: later launches follow it (graphs captured before keep their launches)."""
+        return self.ctx.policy if self.kind == "wgpu" else None
+
+    @kernel_policy.setter
+    def kernel_policy(self, policy: Any) -> None:
+        from .backends.wgpu.policy import KernelPolicy
+
+        if self.kind != "wgpu":
+            raise UsageError(f"{self.describe()} has no kernel policy (WebGPU devices do)")
+        if not isinstance(policy, KernelPolicy):
+            raise UsageError(f"kernel_policy must be a KernelPolicy, got {type(policy).__name__}")
+        self.ctx.policy = policy
 
     # -- batching, graphs and counters ----------------------------------------------------------
     def dispatch_scope(self) -> Any:

@@ -12,6 +12,7 @@ from typing import Any
 from . import activations
 from . import dtypes as dt
 from .errors import ArgumentError, DTypeError, ShapeError
+from .quant.types import Quantized
 from .tensor import Tensor, check_same_device, tensor
 
 
@@ -259,10 +260,10 @@ def linear(x: Tensor, weight: Any, bias: Tensor | None = None, act: str | None =
     (at most one of ln and rms). act: None or a name in `webtensor.activations.CODES` ("gelu" is
     "gelu_tanh").
 
-    weight may also be a q8_0 (int8) weight of shape (N, K), nn.Linear's layout
-    (`formats.q8_0.Q8Weight`, or its upload `backends.wgpu.q8_ops.Q8Gpu`): dequantized in
-    registers on WebGPU, by the numpy reference on the CPU; the result is float32."""
-    quantized = _is_q8("linear", "weight", weight)
+    weight may also be a quantized weight of shape (N, K), nn.Linear's layout, in any of
+    `quant.TYPES` (`quant.QuantWeight`, or its upload `backends.wgpu.quant_ops.QuantGpu`):
+    dequantized in registers on WebGPU, by the numpy reference on the CPU; the result is float32."""
+    quantized = _is_quant("linear", "weight", weight)
     if not isinstance(x, Tensor):
         raise DTypeError(f"linear: x must be a Tensor, got {type(x).__name__}")
     ts = [t for t in (x, None if quantized else weight, bias, residual) if t is not None]
@@ -281,7 +282,7 @@ def linear(x: Tensor, weight: Any, bias: Tensor | None = None, act: str | None =
     if quantized:
         N, K = weight.shape
         if x.ndim < 1 or x.shape[-1] != K:
-            raise ShapeError(f"linear: x {x.shape} @ a q8_0 weight of shape {weight.shape} (N, K): "
+            raise ShapeError(f"linear: x {x.shape} @ a {weight.qtype} weight of shape {weight.shape} (N, K): "
                              "needs K = x.shape[-1]")
     else:
         if x.ndim < 1 or weight.ndim != 2 or x.shape[-1] != weight.shape[0]:
@@ -301,7 +302,7 @@ def linear(x: Tensor, weight: Any, bias: Tensor | None = None, act: str | None =
             raise ShapeError(f"linear: rms weight must have shape ({K},), got {rms[0].shape}")
         rms = (rms[0], _check_eps("linear", rms[1]))
     if quantized:
-        return dev.backend.q8_linear(x, weight, bias, activations.canonical(act), residual, ln, rms)
+        return dev.backend.quant_linear(x, weight, bias, activations.canonical(act), residual, ln, rms)
     act = activations.canonical(act)
     return dev.backend.linear(x, weight, bias, act, residual, ln, _result_dtype(x, weight), rms)
 
@@ -330,38 +331,42 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, scale: float
     return q.device.backend.attention(q, k, v, bool(causal), _scale(scale, D))
 
 
-def embedding(table: Tensor, ids: Any) -> Tensor:
+def embedding(table: Tensor | Quantized, ids: Any) -> Tensor:
     """Rows of `table` (V, C) at `ids` (int32, any shape) -> (*ids.shape, C). The table may be a
-    q8_0 weight (`formats.q8_0.Q8Weight`): its rows come back dequantized, float32.
+    quantized weight (`quant.QuantWeight` or its upload `QuantGpu`): its rows come back
+    dequantized, float32.
 
     Ids given as host data (lists, numpy) are range-checked here, a CPU tensor's by the CPU backend
     (on every call and graph replay); ids already on a WebGPU device are not (that would need a
     readback), and an out-of-range one there gives an unspecified row."""
-    quantized = _is_q8("embedding", "table", table)
+    _is_quant("embedding", "table", table)
     if len(table.shape) != 2:
         raise ShapeError(f"embedding: table must be 2-d (V, C), got {table.shape}")
     V = table.shape[0]
-    if not isinstance(ids, Tensor):
+    if isinstance(ids, Tensor):
+        idx = ids
+    else:
         _check_host_ids(ids, V)
-        if quantized:
-            raise DTypeError("embedding: with a q8_0 table, give the ids as an int32 Tensor on the device")
-        ids = tensor(ids, device=table.device, dtype=dt.int32)
-    if not quantized:
-        check_same_device("embedding", table, ids)
-    if ids.dtype is not dt.int32:
-        raise DTypeError(f"embedding: ids must be int32, got {ids.dtype.name}")
-    if quantized:
-        return ids.device.backend.q8_embedding(table, ids)
-    return table.device.backend.embedding(table, ids)
+        if not isinstance(table, Tensor):
+            raise DTypeError(f"embedding: with a {table.qtype} table, give the ids as an int32 Tensor on the device")
+        idx = tensor(ids, device=table.device, dtype=dt.int32)
+    if isinstance(table, Tensor):
+        check_same_device("embedding", table, idx)
+    if idx.dtype is not dt.int32:
+        raise DTypeError(f"embedding: ids must be int32, got {idx.dtype.name}")
+    if not isinstance(table, Tensor):
+        return idx.device.backend.quant_embedding(table, idx)
+    return idx.device.backend.embedding(table, idx)
 
 
-def _is_q8(op: str, name: str, w: Any) -> bool:
-    """Whether `w` is a q8_0 weight (`formats.q8_0.Q8Weight` or its upload `Q8Gpu`; matched by name,
-    so that ops need not import numpy); a Tensor is not; anything else is refused."""
+def _is_quant(op: str, name: str, w: Any) -> bool:
+    """Whether `w` is a quantized weight (`quant.types.Quantized`: a QuantWeight or its upload, a
+    numpy-free check); a Tensor is not; anything else is refused."""
     if isinstance(w, Tensor):
         return False
-    if type(w).__name__ not in ("Q8Weight", "Q8Gpu"):
-        raise DTypeError(f"{op}: {name} must be a Tensor or a q8_0 weight, got {type(w).__name__}")
+    if not isinstance(w, Quantized):
+        raise DTypeError(f"{op}: {name} must be a Tensor or a quantized weight (webtensor.quant), "
+                         f"got {type(w).__name__}")
     return True
 
 

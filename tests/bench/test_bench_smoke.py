@@ -17,13 +17,15 @@ FIELDS = {"engine", "device", "model", "dtype", "prefill_tok_s", "prefill_ms", "
           "decode_ms_per_token", "decode_tokens", "per_step", "memory_mb", "extra"}
 
 
+@pytest.mark.hf  # --compare runs transformers and a torch step beside webtensor
 @pytest.mark.parametrize("device", ["cpu", "wgpu"])
 def test_bench_writes_every_field(tmp_path, device, gpu):
     pytest.importorskip("torch")
     ckpt = make_checkpoint(tmp_path / "ckpt", vocab_size=300, n_embd=64, n_layer=2, n_head=4)
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"
     cmd = [sys.executable, "-m", "webtensor.cli", "bench", "--model", str(ckpt), "--device", device,
-           "--prompts", "8,16", "--decode", "6", "--repeats", "1", "--json", str(out), "--compare"]
+           "--prompts", "8,16", "--decode", "6", "--repeats", "1", "--processes", "1", "--json", str(out),
+           "--compare"]
     if device == "wgpu":
         cmd += ["--profile"]
     pytest.importorskip("matplotlib")
@@ -54,6 +56,7 @@ def test_bench_writes_every_field(tmp_path, device, gpu):
     assert "decode tok/s" in r.stdout and "ratio webtensor / torch step" in r.stdout
 
 
+@pytest.mark.hf  # --compare
 def test_bench_batch(tmp_path, gpu):
     """`--batch B`: B sequences decode together on every engine; decode tok/s is the aggregate."""
     pytest.importorskip("torch")
@@ -61,13 +64,32 @@ def test_bench_batch(tmp_path, gpu):
     out = tmp_path / "bench.json"
     r = subprocess.run([sys.executable, "-m", "webtensor.cli", "bench", "--model", str(ckpt), "--device", "wgpu",
                         "--prompts", "8", "--decode", "6", "--repeats", "1", "--batch", "3", "--compare",
-                        "--json", str(out)], capture_output=True, text=True, timeout=600)
+                        "--processes", "1", "--json", str(out)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     results = json.loads(out.read_text())["results"]
     assert len(results) == 3
     for res in results:
         assert res["extra"]["batch"] == 3
         assert res["decode_tok_s"] == pytest.approx(3 * res["extra"]["decode_tok_s_per_sequence"])
+
+
+def test_bench_in_fresh_processes(tmp_path):
+    """The default: the measurement in fresh processes; `results` hold the medians, `spread` min /
+    median / max of each figure over the processes, `processes` each process's own report."""
+    ckpt = make_checkpoint(tmp_path / "ckpt", vocab_size=300, n_embd=64, n_layer=2, n_head=4)
+    out = tmp_path / "bench.json"
+    r = subprocess.run([sys.executable, "-m", "webtensor.cli", "bench", "--model", str(ckpt), "--device", "cpu",
+                        "--prompts", "8,16", "--decode", "4", "--repeats", "1", "--processes", "2", "--json", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert len(report["processes"]) == 2 and "== process 2 of 2" in r.stdout and "min / median / max" in r.stdout
+    ours = report["results"][0]
+    runs = [p["results"][0] for p in report["processes"]]
+    for key, got in (("decode_tok_s", ours["decode_tok_s"]), ("prefill_tok_s/16", ours["prefill_tok_s"]["16"])):
+        vals = sorted(x[key] if "/" not in key else x["prefill_tok_s"]["16"] for x in runs)
+        assert report["spread"]["webtensor"][key] == pytest.approx([vals[0], sum(vals) / 2, vals[1]])
+        assert got == pytest.approx(sum(vals) / 2)  # the median of two
 
 
 def test_bench_imports_torch_only_for_compare():

@@ -17,8 +17,8 @@ from gguf_fixtures import hf_tensors, write_gguf  # noqa: E402
 from gpt2_fixtures import CORPUS, make_checkpoint  # noqa: E402
 
 import webtensor as wt  # noqa: E402
+from webtensor import quant  # noqa: E402
 from webtensor.errors import CheckpointError, TokenizerError  # noqa: E402
-from webtensor.formats import q8_0  # noqa: E402
 from webtensor.formats.gguf_pure import GGUFFile  # noqa: E402
 from webtensor.models.gpt2 import GPT2  # noqa: E402
 from webtensor.models.loader import open_checkpoint  # noqa: E402
@@ -95,6 +95,7 @@ def test_pure_python_tokenizer_from_metadata(files, monkeypatch) -> None:
         assert pure.encode(text) == ref.encode(text)
 
 
+@pytest.mark.hf
 def test_f32_gguf_logits_match_hf(files) -> None:
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
@@ -114,13 +115,13 @@ def test_q8_gguf_equals_safetensors_quantized_at_load(files, source) -> None:
     arrays = {}
     for name, arr in source.items():
         if held_in_q8(name):
-            q = q8_0.quantize(arr if name == "wte.weight" else arr.T).dequantize()
+            q = quant.quantize(arr if name == "wte.weight" else arr.T, "Q8_0").dequantize()
             arr = q if name == "wte.weight" else q.T
         arrays[name] = arr
     g = GPT2.from_pretrained(files["q8_0"], device=cpu)
     st = GPT2.from_arrays(g.config, arrays, cpu)
     assert np.array_equal(g.logits(ids), st.logits(ids))
-    # dtype="int8": the same Q8Weights, handed through from the GGUF or quantized from safetensors
+    # dtype="int8": the same Q8_0 weights, handed through from the GGUF or quantized from safetensors
     gi = GPT2.from_pretrained(files["q8_0"], device=cpu, dtype="int8")
     si = GPT2.from_pretrained(files["hf"], device=cpu, dtype="int8")
     assert gi.quant == si.quant == "q8_0"
@@ -128,9 +129,9 @@ def test_q8_gguf_equals_safetensors_quantized_at_load(files, source) -> None:
                                   for a, b in zip(bg, bs, strict=True)]
     n_q8 = 0
     for a, b in pairs:
-        if isinstance(a, q8_0.Q8Weight):
-            assert isinstance(b, q8_0.Q8Weight) and a.shape == b.shape
-            assert np.array_equal(a.qs, b.qs) and np.array_equal(a.d.view(np.uint16), b.d.view(np.uint16))
+        if isinstance(a, quant.Quantized):
+            assert isinstance(b, quant.Quantized) and a.qtype == b.qtype == "Q8_0" and a.shape == b.shape
+            assert np.array_equal(a.to_blocks(), b.to_blocks())
             n_q8 += 1
         else:
             assert np.array_equal(a.numpy(), b.numpy())
@@ -166,8 +167,8 @@ def test_truncated_and_corrupt_files_refused(files, tmp_path, reader) -> None:
 
 @pytest.mark.parametrize("reader", READERS)
 def test_unsupported_quant_type_named(files, tmp_path, reader) -> None:
-    f = write_gguf(files["hf"], tmp_path / "q5.gguf", "q5_0")
-    with pytest.raises(CheckpointError, match=r"'token_embd.weight' is stored as Q5_0; webtensor reads F32, F16"):
+    f = write_gguf(files["hf"], tmp_path / "i8.gguf", "i8")
+    with pytest.raises(CheckpointError, match=r"'token_embd.weight' is stored as I8; webtensor reads F32, F16"):
         open_checkpoint(f, reader=reader)
 
 

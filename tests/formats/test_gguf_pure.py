@@ -42,12 +42,15 @@ def values(draw: st.DrawFn) -> tuple[VT, object, VT | None]:
 
 @st.composite
 def tensors(draw: st.DrawFn) -> tuple[np.ndarray, Q | None]:
-    kind = draw(st.sampled_from(["F32", "F16", "I8", "I32", "Q8_0", "Q4_0"]))
+    kind = draw(st.sampled_from(["F32", "F16", "BF16", "I8", "I32", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"]))
     lead = draw(st.lists(st.integers(1, 3), max_size=2))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    if kind in ("Q8_0", "Q4_0"):
+    if kind in ("Q8_0", "Q4_0", "Q4_1", "BF16"):
         x = rng.standard_normal((*lead, 32 * draw(st.integers(1, 3)))).astype(np.float32)
         return gguf.quants.quantize(x, Q[kind]), Q[kind]
+    if kind in ("Q4_K", "Q6_K"):  # random blocks (the gguf package does not quantize K-quants)
+        size = {"Q4_K": 144, "Q6_K": 210}[kind]
+        return rng.integers(0, 256, (*lead, size * draw(st.integers(1, 2))), dtype=np.uint8), Q[kind]
     x = rng.standard_normal((*lead, draw(st.integers(1, 9)))) * 50
     return x.astype({"F32": np.float32, "F16": np.float16, "I8": np.int8, "I32": np.int32}[kind]), None
 
@@ -123,3 +126,23 @@ def test_damaged_bytes_raise_only_format_errors(tmp_path: Path, spec: dict, data
         GGUFFile.from_bytes(bytes(raw))
     except GGUFFormatError:
         pass
+
+
+def test_float32_of_f32_and_bf16_tensors(tmp_path: Path) -> None:
+    """GGUFFile.float32: F32 as stored, BF16 widened exactly (without numpy), other types refused."""
+    from webtensor.formats.gguf_pure import bf16_to_f32
+
+    x = np.random.default_rng(0).standard_normal((3, 40)).astype(np.float32) * 100
+    x[0, :3] = [np.inf, -0.0, 1e-40]
+    q8 = gguf.quants.quantize(np.ones((3, 32), np.float32), Q.Q8_0)
+    spec = {"meta": {}, "align": None, "tensors": [(x, None), (gguf.quants.quantize(x, Q.BF16), Q.BF16), (q8, Q.Q8_0)]}
+    path = tmp_path / "f.gguf"
+    _write(path, spec)
+    f = _same(path)
+    assert f.float32("t0") == x.tobytes()
+    want = gguf.quants.dequantize(gguf.quants.quantize(x, Q.BF16), Q.BF16)
+    assert bytes(f.float32("t1")) == want.astype("<f4").tobytes()
+    with pytest.raises(GGUFFormatError, match="'t2' is Q8_0, not F32 or BF16"):
+        f.float32("t2")
+    with pytest.raises(GGUFFormatError, match="3 bytes are not a whole number of bfloat16 values"):
+        bf16_to_f32(b"abc")

@@ -15,11 +15,11 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 from gpt2_fixtures import make_checkpoint  # noqa: E402
 
 import webtensor as wt  # noqa: E402
-from webtensor.formats import q8_0  # noqa: E402
 from webtensor.formats.gguf_writer import gguf_bytes, write_gguf  # noqa: E402
 from webtensor.models.gpt2 import GPT2  # noqa: E402
 from webtensor.models.gpt2.names import gguf_name  # noqa: E402
 from webtensor.models.loader import open_checkpoint  # noqa: E402
+from webtensor.quant import quantize  # noqa: E402
 from webtensor.text.tokenizer import GPT2Tokenizer  # noqa: E402
 
 
@@ -49,7 +49,7 @@ def test_written_file_reads_back(hf: Path, tmp_path: Path, outtype: str, reader:
         assert ck.stored_type(name) == (want_type if held_in_q8(name) else "F32"), name
         if outtype == "q8_0" and held_in_q8(name):
             ref = src.array(name)
-            ref = q8_0.quantize(ref if name == "wte.weight" else np.ascontiguousarray(ref.T))  # (N, K)
+            ref = quantize(ref if name == "wte.weight" else np.ascontiguousarray(ref.T), "Q8_0")  # (N, K)
             assert bytes(ck.raw(name)) == ref.to_blocks().tobytes(), name  # the native q8_0 weights, bit for bit
         else:
             ref = src.array(name)

@@ -21,6 +21,8 @@ from webtensor.runtime.runner import RunRow  # noqa: E402
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+pytestmark = pytest.mark.hf  # the parity tier (needs torch and transformers)
+
 CONFIGS = {
     # n_embd not a multiple of 64, odd vocab, head dim 18
     "odd": dict(vocab_size=301, n_embd=72, n_layer=2, n_head=4),
@@ -113,10 +115,8 @@ def test_gpu_kernel_variants_on_any_adapter(ckpt, gpu, monkeypatch, subgroups):
     """The decode graph picks GEMV variants per adapter (one thread per row with a separate layer
     norm on CPU-backed adapters; lanes + a fused layer norm on GPUs, with subgroup reductions where
     the subgroup size is fixed). Run the GPU variants here too (lavapipe's subgroups are 8 wide)."""
-    from webtensor.backends.wgpu import ops as gops
-
     d, hf = ckpt
-    monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", True)
+    monkeypatch.setattr(gpu.ctx, "policy", gpu.ctx.policy.replace(gpu_style=True))
     if subgroups:
         if not (gpu.ctx.has_subgroups and "llvmpipe" in gpu.ctx.info.name):
             pytest.skip("needs an adapter whose subgroup size is known to the test (lavapipe: 8)")

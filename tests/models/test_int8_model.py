@@ -16,9 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import webtensor as wt
-from webtensor.backends.wgpu import ops as gops
-from webtensor.formats import q8_0
 from webtensor.models.gpt2 import GPT2
+from webtensor.quant import quantize
 
 PROSE = (Path(__file__).parent.parent / "data" / "heldout_prose.txt").read_text()  # not in the training text
 PROMPT = "It was a bright cold day in April, and the clocks"
@@ -31,9 +30,9 @@ def cpu_int8() -> GPT2:
 
 @pytest.mark.parametrize("gpu_style", [False, True], ids=["cpu-kernels", "gpu-kernels"])
 def test_int8_on_webgpu_equals_the_cpu_reference(gpu, cpu_int8, monkeypatch, gpu_style):
-    monkeypatch.setattr(gops, "GPU_STYLE_ON_SOFTWARE", gpu_style)
+    monkeypatch.setattr(gpu.ctx, "policy", gpu.ctx.policy.replace(gpu_style=gpu_style))
     m = GPT2.from_pretrained(None, device=gpu, dtype="int8")
-    assert m.quant == "q8_0" and type(m.wte).__name__ == "Q8Gpu"  # (the q8_0 blocks, uploaded as they are)
+    assert m.quant == "q8_0" and type(m.wte).__name__ == "QuantGpu" and m.wte.qtype == "Q8_0"  # (blocks as stored)
     ids = cpu_int8.encode(PROSE)[:40]
     assert rel_err(m.logits(ids), cpu_int8.logits(ids)) <= 1e-5
     p = cpu_int8.encode(PROMPT)
@@ -71,7 +70,7 @@ def test_int8_accuracy_against_float32(cpu_int8):
 @given(seed=st.integers(0, 2**31), v=st.integers(1, 300), blocks=st.integers(1, 4), n=st.integers(1, 20))
 def test_q8_embedding(gpu, seed, v, blocks, n):
     rng = np.random.default_rng(seed)
-    table = q8_0.quantize(rng.standard_normal((v, 32 * blocks)).astype(np.float32))
+    table = quantize(rng.standard_normal((v, 32 * blocks)).astype(np.float32), "Q8_0")
     ids = rng.integers(0, v, n).astype(np.int32)
     want = table.dequantize()[ids]
     for dev in (wt.Device.cpu(), gpu):
@@ -82,7 +81,7 @@ def test_q8_embedding(gpu, seed, v, blocks, n):
 def test_q8_embedding_on_a_chunked_table(gpu_small):
     """A table over the binding limit (64 KiB here) is uploaded in row chunks, one launch each."""
     rng = np.random.default_rng(1)
-    table = q8_0.quantize(rng.standard_normal((3000, 64)).astype(np.float32))  # 192 KB of quants
+    table = quantize(rng.standard_normal((3000, 64)).astype(np.float32), "Q8_0")  # 192 KB of quants
     ids = rng.integers(0, 3000, 50).astype(np.int32)
     got = wt.embedding(table, wt.tensor(ids, device=gpu_small)).numpy()
     assert np.array_equal(got, table.dequantize()[ids])

@@ -90,6 +90,7 @@ def test_both_paths_move_the_logits_as_defined_and_pick_the_same_token(case):
         assert math.exp((kept[got_np] - kept.max()) / p.temperature) >= p.min_p * (1 - 1e-12)
 
 
+@pytest.mark.hf
 def test_repetition_penalty_is_hfs():
     torch = pytest.importorskip("torch")
     from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor

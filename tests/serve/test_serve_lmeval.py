@@ -6,13 +6,18 @@ lm-eval defines them, and each greedy generation cut at the task's stops."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
-from serve_helpers import MODEL
+
+sys.path.insert(0, str(Path(__file__).parent))
+from serve_helpers import MODEL  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "lmeval" / "tiny.jsonl"
 SHIPPED = Path(__file__).resolve().parents[2] / "src" / "webtensor" / "models" / "shipped"
+
+pytestmark = pytest.mark.hf  # (held against transformers; lm-eval is in the hf extra)
 
 TASKS = {
     "webtensor_tiny_mc": """output_type: multiple_choice

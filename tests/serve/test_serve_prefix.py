@@ -6,14 +6,18 @@ longest match is taken; /metrics counts the tokens looked up and reused."""
 from __future__ import annotations
 
 import asyncio
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
-from serve_helpers import MODEL, Server, get, post
 
 import webtensor as wt
 from webtensor.serve.engine import ModelEngine, Sampling
 from webtensor.serve.scheduler import Generation, Scheduler, common_prefix
+
+sys.path.insert(0, str(Path(__file__).parent))
+from serve_helpers import MODEL, Server, get, post  # noqa: E402
 
 
 def _run(engine: ModelEngine, jobs: list[tuple[list[int], Sampling, int]]) -> tuple[list, Scheduler]:

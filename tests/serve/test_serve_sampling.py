@@ -6,14 +6,17 @@ All on the session's shared server (the shipped model on the CPU device, the bat
 from __future__ import annotations
 
 import json
+import sys
 import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
-from serve_helpers import MODEL, post
 
 import webtensor as wt
+
+sys.path.insert(0, str(Path(__file__).parent))
+from serve_helpers import MODEL, post  # noqa: E402
 
 SHIPPED = Path(__file__).resolve().parents[2] / "src" / "webtensor" / "models" / "shipped"
 
@@ -53,6 +56,7 @@ def _prompt(rng: np.random.Generator, n: int) -> list[int]:
     return [int(i) for i in rng.integers(1, 4000, n)]
 
 
+@pytest.mark.hf
 def test_echo_logprobs_are_hfs(api_server, hf):
     """lm-evaluation-harness's request (echo, logprobs 1, max_tokens 1, greedy), and max_tokens 0: the prompt's
     tokens' log-probabilities (the first None) and the generated one's, equal to HF's within 1e-4, the top

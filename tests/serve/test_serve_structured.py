@@ -12,15 +12,16 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from serve_helpers import MODEL, post
 
 import webtensor as wt
 from webtensor.serve import grammar
 from webtensor.serve.engine import ModelEngine, Sampling
 from webtensor.serve.scheduler import Generation, Scheduler
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 from llama_fixtures import make_llama  # noqa: E402
+from serve_helpers import MODEL, post  # noqa: E402
 
 PERSON = {"type": "object", "additionalProperties": False, "required": ["name", "age", "tags", "kind"],
           "properties": {"name": {"type": "string", "maxLength": 10},
@@ -58,6 +59,7 @@ def _run(engine: ModelEngine, jobs: list[tuple[list[int], Sampling, int, str | N
     return asyncio.run(go())
 
 
+@pytest.mark.hf  # (transformers writes the random checkpoints)
 @pytest.mark.parametrize(("variant", "dev_name"), [("llama-gqa", "cpu"), ("llama-gqa", "wgpu"), ("qwen3", "cpu")])
 def test_random_models_always_give_valid_json(tmp_path, variant, dev_name, gpu):
     """Greedy rows take the device's argmax of the masked logits (`ops.token_mask` in the step graph), sampled
@@ -82,6 +84,7 @@ def test_random_models_always_give_valid_json(tmp_path, variant, dev_name, gpu):
     assert out[-1][1] == "length"
 
 
+@pytest.mark.hf
 def test_json_object_that_ends_is_an_object(tmp_path):
     d = make_llama(tmp_path / "m", "llama-gqa", seed=5)
     model = wt.load_model(d, device=wt.Device.cpu())

@@ -388,7 +388,7 @@ def test_page_loads_int8_with_a_smaller_download(int8_session):
     assert boot["weights"].startswith("int8 (q8_0") and "downloaded" in boot["weights"]
     assert f"{m['download_bytes'] / m['float32_bytes']:.2f}x float32" in boot["weights"]
     state = json.loads(int8_session["state"]["results"])
-    assert state == dict(dtype="int8", wte="Q8Gpu", attn="Q8Gpu", numpy=False)
+    assert state == dict(dtype="int8", wte="QuantGpu", attn="QuantGpu", numpy=False)
     print(f"\nint8 page: {boot['weights']}")
 
 

@@ -17,13 +17,16 @@ import numpy as np
 import pytest
 
 import webtensor as wt
+from webtensor import quant
 from webtensor.tensor import _tensor_without_numpy, from_buffer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 KERNELS = Path(wt.__file__).parent / "backends" / "wgpu" / "kernels"
 
 
-INCLUDES = {"common.wgsl", "epilogue.wgsl", "argreduce.wgsl", "q8_dequant.wgsl"}  # shared pieces: no bindings
+# shared pieces: no entry point, or bindings declared for their includers
+INCLUDES = {"common.wgsl", "epilogue.wgsl", "argreduce.wgsl", "gemv_norm.wgsl", "quant_linear_io.wgsl",
+            "quant_dequant.wgsl", *(f"quant_{t.lower()}.wgsl" for t in quant.TYPES)}
 
 
 @pytest.mark.parametrize("flags", [{}, {"SG": "8u", "VEC4": "true"}])
@@ -123,7 +126,7 @@ def test_web_gpt2_int8_from_the_served_gguf(gpu, tmp_path):
     ref = GPT2.from_pretrained(d, device=gpu, dtype="int8")
     ids = ref.encode("Once upon a time, a model")
     model = WebGPT2.load(page, gpu, dtype="int8")
-    assert model.dtype == "int8" and type(model.wte).__name__ == "Q8Gpu"
+    assert model.dtype == "int8" and type(model.wte).__name__ == "QuantGpu" and model.wte.qtype == "Q8_0"
     assert model.weight_bytes < 0.4 * WebGPT2.load(d, gpu).weight_bytes  # matrices at 34/32 bytes, not 4
     want = ref.generate(ids, 12, temperature=0, stop_at_eos=False)
     assert model.generate(ids, 12, stop_at_eos=False) == want

@@ -90,19 +90,19 @@ def model_prefill(dev, res):
             words = (True, False) if dtype == "float16" else (True,)
             for rnd in range(2):
                 for wv in words:
-                    gops.ENGINE_F16_WORDS = wv
+                    dev.kernel_policy = dev.kernel_policy.replace(engine_f16_words=wv)
                     for T in Ts:
                         tps = T / prefill_s(m, T)
                         key = f"prefill/{name}/{dtype}/{'words' if wv else 'vec'}/T={T}"
                         res.setdefault(key, []).append(round(tps, 1))
                         log(key, "round", rnd, round(tps))
             for wv in words:
-                gops.ENGINE_F16_WORDS = wv
+                dev.kernel_policy = dev.kernel_policy.replace(engine_f16_words=wv)
                 if timestamps:
                     key = f"profile/{name}/{dtype}/{'words' if wv else 'vec'}/T={max(Ts)}"
                     p = res[key] = profile_prefill(m, max(Ts))
                     log(key, round(p["total_us"]), "us", [(k, round(us)) for k, us in p["kernels"][:6]])
-            gops.ENGINE_F16_WORDS = True
+            dev.kernel_policy = dev.kernel_policy.replace(engine_f16_words=True)
             del m
             dev.ctx.empty_cache()
         del arrays

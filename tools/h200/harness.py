@@ -7,7 +7,6 @@ import statistics
 import time
 
 import webtensor as wt
-from webtensor.backends.wgpu import ops as gops
 
 
 def log(*a):
@@ -34,9 +33,9 @@ def prefill_s(m, T):
 def run_sweep(name, tiny, steps):
     """Run steps(dev, res) in order on the WebGPU device, then write res to $OUT/<name>.json (the
     current directory without $OUT), also when a step fails."""
-    if tiny:
-        gops.GPU_STYLE_ON_SOFTWARE = True  # the GPU kernels on lavapipe
     dev = wt.Device.wgpu()
+    if tiny:
+        dev.kernel_policy = dev.kernel_policy.replace(gpu_style=True)  # the GPU kernels on lavapipe
     res = {"adapter": dev.describe(), "tiny": tiny,
            "timing": "gpu-timestamps" if "timestamp-query" in dev.ctx.api.features else "wall-clock"}
     t0 = time.perf_counter()

@@ -4,7 +4,7 @@
 1. GPU time (timestamps, as matmul_bench) of the engine at M = 1, 128, 1023 (the GEMV off, so M = 1
    runs the engine too) and (K, N) = (768, 768), (768, 3072), (3072, 768), (768, 2304), weights
    k-major, float32 x float32 and float32 x float16 (GPT-2 in float16), split-K off and on (the
-   default: split-K where the grid is under ENGINE_SPLIT_GRID). (The run of 2026-12-03 also had the
+   default: split-K where ops.engine_split cuts K). (The run of 2026-12-03 also had the
    module-scope register form, since removed: x1.00 against the function-scope form.)
 2. Whole prefill tok/s of random GPT-2 124M in float16 at 128 and 1,023 tokens
    (`next(generate_ids(ids, 1))`, median of 3 after a warm-up), without vs with split-K.

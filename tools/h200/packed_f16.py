@@ -6,7 +6,6 @@ import os
 import sys
 
 import webtensor as wt
-from webtensor.backends.wgpu import ops as gops
 from webtensor.models.gpt2 import GPT2
 from webtensor.models.gpt2.config import GPT2Config
 
@@ -21,7 +20,7 @@ def main():
         m = GPT2.random(cfg, device=dev, dtype="float16")
         for rnd in range(2):
             for packed in (True, False):
-                gops.GEMV_PACKED_F16 = packed
+                dev.kernel_policy = dev.kernel_policy.replace(gemv_packed_f16=packed)
                 m._workspaces.clear()
                 tps = decode_tok_s(m)
                 res.setdefault(f"{name}/packed={packed}", []).append(tps)

@@ -40,13 +40,13 @@ def main():
         m = GPT2.random(GPT2Config(), device=dev, dtype=dtype)  # GPT-2 124M shapes
         for eng in (True, False):
             for pre in (True, False):
-                gops.ENGINE, gops.PREFILL = eng, pre
+                dev.kernel_policy = dev.kernel_policy.replace(engine=eng, prefill=pre)
                 for T in (128, 1023):
                     ids = [i % 50257 for i in range(T)]
                     s = median_time(lambda ids=ids, m=m: next(m.generate_ids(ids, 1, stop_at_eos=False)))
                     res[f"prefill/{dtype}/engine={eng}/prefill={pre}/T={T}"] = T / s
                     print(dtype, eng, pre, T, round(T / s), flush=True)
-        gops.ENGINE, gops.PREFILL = True, True
+        dev.kernel_policy = dev.kernel_policy.replace(engine=True, prefill=True)
         for lanes in (0, 32, 64, 128, 256):
             for lnl in (32, 64, 128):
                 if lanes == 0 and lnl != 32:

@@ -14,7 +14,15 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from ..dtypes import DType
+from ..errors import ArgumentError
 from ..tensor import Tensor
+
+
+def replay_times(times: object) -> int:
+    """A graph's `replay(times)` count, checked: an int >= 0 (0 replays nothing), else ArgumentError."""
+    if isinstance(times, bool) or not isinstance(times, int) or times < 0:
+        raise ArgumentError(f"replay(times): times must be an int >= 0, got {times!r}")
+    return times
 
 
 class Backend(Protocol):
@@ -57,12 +65,13 @@ class Backend(Protocol):
     def linear(self, x: Tensor, w: Tensor, bias: Tensor | None, act: str | None, residual: Tensor | None,
                ln: tuple[Tensor, Tensor, float] | None, out_dtype: DType,
                rms: tuple[Tensor, float] | None = None) -> Tensor: ...
-    def q8_linear(self, x: Tensor, w: Any, bias: Tensor | None, act: str | None, residual: Tensor | None,
-                  ln: tuple[Tensor, Tensor, float] | None, rms: tuple[Tensor, float] | None = None) -> Tensor:
-        """`linear` with a q8_0 weight (N, K) (`formats.q8_0.Q8Weight`): float32 out."""
+    def quant_linear(self, x: Tensor, w: Any, bias: Tensor | None, act: str | None, residual: Tensor | None,
+                     ln: tuple[Tensor, Tensor, float] | None, rms: tuple[Tensor, float] | None = None) -> Tensor:
+        """`linear` with a quantized weight (N, K) (`quant.QuantWeight`, or a device's upload of
+        one): float32 out."""
         ...
-    def q8_embedding(self, table: Any, ids: Tensor) -> Tensor:
-        """`embedding` from a q8_0 table (V, C): its rows at `ids`, dequantized, float32."""
+    def quant_embedding(self, table: Any, ids: Tensor) -> Tensor:
+        """`embedding` from a quantized table (V, C): its rows at `ids`, dequantized, float32."""
         ...
     def attention(self, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Tensor:
         """q (T, H, D), k and v (S, KVH, D), H % KVH == 0: query head h reads head h // (H // KVH)."""

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DeviceMismatchError, GraphCaptureError, ShapeError
+from .base import replay_times
 
 F32 = np.float32
 
@@ -52,13 +53,14 @@ def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, act: str | None, 
     return _epilogue(_f32(x) @ _f32(w), b, act, residual, out_dtype)
 
 
-def q8_linear(x: np.ndarray, w: Any, b: np.ndarray | None, act: str | None, residual: np.ndarray | None,
-              out_dtype: np.dtype = F32) -> np.ndarray:
-    # `linear` with a q8_0 weight w (a Q8Weight of shape (N, K)): x (..., K) @ dequantize(w).T,
-    # in float32, then the same epilogue
-    from ..formats.q8_0 import q8_matmul
+def quant_linear(x: np.ndarray, w: Any, b: np.ndarray | None, act: str | None, residual: np.ndarray | None,
+                 out_dtype: np.dtype = F32) -> np.ndarray:
+    # `linear` with a quantized weight w (a QuantWeight of shape (N, K)): x (..., K) @ dequantize(w).T
+    # in float32 (the dequantized matrix computed once per weight and kept: quant.weight.dequantized),
+    # then the same epilogue
+    from ..quant.weight import quant_matmul
 
-    return _epilogue(q8_matmul(_f32(x), w), b, act, residual, out_dtype)
+    return _epilogue(quant_matmul(_f32(x), w), b, act, residual, out_dtype)
 
 
 def _epilogue(y: np.ndarray, b: np.ndarray | None, act: str | None, residual: np.ndarray | None,
@@ -216,6 +218,16 @@ def _check_ids(ids: np.ndarray, V: int) -> None:
     if ids.size and (ids.min() < 0 or ids.max() >= V):
         bad = ids[(ids < 0) | (ids >= V)].reshape(-1)[0]
         raise ShapeError(f"embedding: id {bad} is out of range for a table of {V} rows")
+
+
+def _host_weight(op: str, w: Any, other: str) -> None:
+    # a quantized weight on the CPU device is the host QuantWeight itself; a device's upload of one
+    # lives elsewhere
+    from ..quant.weight import QuantWeight
+
+    if not isinstance(w, QuantWeight):
+        raise DeviceMismatchError(f"{op}: the {w.qtype} weight lives on {w.device.describe()}, {other} on the CPU; "
+                                  "pass the QuantWeight (it is uploaded where it is used)")
 
 
 def argmax(x: np.ndarray) -> np.ndarray:
@@ -514,6 +526,7 @@ class CpuGraph:
         return len(self.steps)
 
     def replay(self, times: int = 1) -> Any:
+        times = replay_times(times)
         with self._lock:
             steps = self.steps
             if steps is None:
@@ -725,10 +738,9 @@ class CpuBackend:
         return self._op("linear", x.device, x.shape[:-1] + w.shape[-1:], dtype, compute,
                         lambda out: _linear_step(out, xa, wa, ba, act, ra, lna, rmsa))
 
-    def q8_linear(self, x: Any, w: Any, bias: Any, act: str | None, residual: Any, ln: Any, rms: Any = None) -> Any:
-        if type(w).__name__ != "Q8Weight":
-            raise DeviceMismatchError(f"linear: the q8_0 weight lives on {w.device.describe()}, the input on the CPU; "
-                                      "pass the Q8Weight (it is uploaded where it is used)")
+    def quant_linear(self, x: Any, w: Any, bias: Any, act: str | None, residual: Any, ln: Any,
+                     rms: Any = None) -> Any:
+        _host_weight("linear", w, "the input")
         xa = view(x)
         ba = None if bias is None else view(bias)
         ra = None if residual is None else view(residual)
@@ -736,19 +748,17 @@ class CpuBackend:
         rmsa = None if rms is None else (view(rms[0]), rms[1])
 
         def compute() -> np.ndarray:
-            return q8_linear(_normed(xa, lna, rmsa), w, ba, act, ra)
-        return self._op("q8_linear", x.device, x.shape[:-1] + (w.shape[0],), F32, compute)
+            return quant_linear(_normed(xa, lna, rmsa), w, ba, act, ra)
+        return self._op("quant_linear", x.device, x.shape[:-1] + (w.shape[0],), F32, compute)
 
-    def q8_embedding(self, table: Any, ids: Any) -> Any:
-        if type(table).__name__ != "Q8Weight":
-            raise DeviceMismatchError(f"embedding: the q8_0 table lives on {table.device.describe()}, "
-                                      "the ids on the CPU")
+    def quant_embedding(self, table: Any, ids: Any) -> Any:
+        _host_weight("embedding", table, "the ids")
         idx = view(ids)
 
         def compute() -> np.ndarray:
             _check_ids(idx, table.shape[0])
             return table.dequantize(idx.reshape(-1)).reshape(*idx.shape, table.shape[1])  # float32
-        return self._op("q8_embedding", ids.device, ids.shape + (table.shape[1],), F32, compute)
+        return self._op("quant_embedding", ids.device, ids.shape + (table.shape[1],), F32, compute)
 
     def attention(self, q: Any, k: Any, v: Any, causal: bool, scale: float) -> Any:
         qa, ka, va = view(q), view(k), view(v)

@@ -31,6 +31,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--batch", type=cmdline.integer("--batch", 1), default=1,
                    help="sequences decoding together (decode tok/s is then the batch's aggregate)")
     p.add_argument("--repeats", type=cmdline.integer("--repeats", 1), default=3)
+    p.add_argument("--processes", type=cmdline.integer("--processes", 1), default=3,
+                   help="fresh processes the whole measurement runs in, one after the other (default 3): the "
+                        "table and the ratios give the median over them, min / median / max are printed and "
+                        "in the JSON; 1 runs it in this process")
     p.add_argument("--compare", action="store_true",
                    help="also run, on the same weights, HF transformers and a hand-written torch GPT-2 step "
                         "(static KV cache, SDPA; on CUDA the decode step replayed as a CUDA graph: "
@@ -83,6 +87,8 @@ def _check_writable(flag: str, path: str) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    if args.processes > 1:
+        return _run_processes(args)
     from tqdm.auto import tqdm
 
     from .gpt2_bench import bench_hf, bench_torch_step, bench_webtensor, build_model, hf_model
@@ -130,6 +136,89 @@ def run_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _child_argv(args: argparse.Namespace, json_path: str) -> list[str]:
+    """`bench` arguments that run this measurement once, in one process, writing `json_path`."""
+    argv = ["bench", "--model", args.model, "--device", args.device, "--dtype", args.dtype,
+            "--prompts", ",".join(map(str, args.prompts)), "--decode", str(args.decode), "--batch", str(args.batch),
+            "--repeats", str(args.repeats), "--processes", "1", "--json", json_path]
+    return argv + (["--compare"] if args.compare else []) + (["--profile"] if args.profile else [])
+
+
+METRICS = ("ttft_ms", "decode_tok_s", "decode_ms_per_token")
+
+
+def _run_processes(args: argparse.Namespace) -> int:
+    """The measurement in `args.processes` fresh processes (`python -m webtensor.cli bench ...
+    --processes 1`), one after the other: a figure counts only if it holds across processes. The
+    report's `results` are the first process's with every figure replaced by the median over the
+    processes; `spread` has [min, median, max] of each; `processes` every process's report."""
+    import statistics
+    import subprocess
+    import tempfile
+
+    if args.device_obj.kind == "wgpu":
+        args.device_obj.release()  # (the children open their own)
+    reports = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.processes):
+            path = os.path.join(tmp, f"p{i}.json")
+            r = subprocess.run([sys.executable, "-m", "webtensor.cli", *_child_argv(args, path)],
+                               stdout=subprocess.PIPE, text=True)
+            print(f"== process {i + 1} of {args.processes}\n{r.stdout}", end="")
+            if r.returncode != 0:
+                raise WebtensorError(f"bench: process {i + 1} of {args.processes} failed (exit {r.returncode})")
+            with open(path) as f:
+                reports.append(json.load(f))
+    results, spread = [], {}
+    for e, first in enumerate(reports[0]["results"]):
+        runs = [rep["results"][e] for rep in reports]
+        merged = dict(first)
+        sp: dict[str, list[float]] = {}
+        for m in METRICS:
+            vals = [r[m] for r in runs]
+            merged[m], sp[m] = statistics.median(vals), [min(vals), statistics.median(vals), max(vals)]
+        for field in ("prefill_tok_s", "prefill_ms"):
+            merged[field] = {}
+            for k in first[field]:
+                vals = [r[field][k] for r in runs]
+                merged[field][k] = statistics.median(vals)
+                sp[f"{field}/{k}"] = [min(vals), statistics.median(vals), max(vals)]
+        results.append(merged)
+        spread[first["engine"]] = sp
+    report = dict(reports[0], results=results, spread=spread, processes=reports,
+                  command="webtensor " + " ".join(sys.argv[1:]) if sys.argv else "")
+    for key, other in (("ratios_webtensor_over_hf", 1), ("ratios_webtensor_over_torch_step", 2)):
+        if len(results) > other:
+            report[key] = _ratios(_Figures(results[0]), _Figures(results[other]))
+    print(f"== median of {args.processes} processes")
+    print_table(report)
+    print_spread(report)
+    if args.json_path:
+        with open(args.json_path, "w") as f:
+            json.dump(report, f, indent=2)
+    if args.plot_path:
+        plot(report, args.plot_path)
+    return 0
+
+
+class _Figures:
+    """A result dict seen as a BenchResult (the attributes `_ratios` reads)."""
+
+    def __init__(self, d: dict[str, Any]):
+        self.decode_tok_s, self.prefill_tok_s = d["decode_tok_s"], d["prefill_tok_s"]
+
+
+def print_spread(report: dict) -> None:
+    n = len(report.get("processes", []))
+    print(f"\nmin / median / max over {n} fresh processes:")
+    for engine, sp in report.get("spread", {}).items():
+        for name, (lo, mid, hi) in sp.items():
+            if name.startswith("prefill_tok_s") or name == "decode_tok_s":
+                label = "decode" if name == "decode_tok_s" else "prefill " + name.split("/")[1]
+                print(f"  {engine:<18} {label:<14} "
+                      f"{lo:>12,.1f} {mid:>12,.1f} {hi:>12,.1f} tok/s  (max / min {hi / lo:.2f})")
+
+
 def _ratios(a: Any, b: Any) -> dict[str, float]:
     """a / b for decode tok/s and each prefill length's tok/s (two BenchResults)."""
     return {"decode_tok_s": a.decode_tok_s / b.decode_tok_s,
@@ -142,7 +231,7 @@ def _cfg(spec: str, results: list) -> Any:
 
     if spec.split("/")[-1] in PRESETS:
         return GPT2Config.preset(spec)
-    from ..models.gpt2.weights import resolve
+    from ..formats.safetensors_reader import resolve
 
     return GPT2Config.from_file(resolve(spec) / "config.json")
 

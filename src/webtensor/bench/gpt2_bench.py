@@ -1,6 +1,9 @@
 """Measuring GPT-2 on a webtensor device: prefill tokens/s, time to first token, decode tokens/s,
 dispatches / submits / readbacks per decode step, and device memory. Every figure is a median
-over repeats after a warm-up run that is not counted."""
+over repeats after a warm-up run that is not counted. On a GPU each timed run starts right after
+~0.3 s of GPU work (the engine's own device: `webtensor_gate`, `torch_gate`): an idle GPU lowers
+its clock, and a prefill timed after host work would run at whatever clock the idling left
+(issue 25: 4-5x on the H200; `backends.wgpu.profiler.keep_busy`)."""
 
 from __future__ import annotations
 
@@ -38,22 +41,55 @@ class BenchResult:
         return asdict(self)
 
 
-def _median_time(fn: Any, repeats: int) -> float:
+def _median_time(fn: Any, repeats: int, gate: Any = None) -> float:
+    """Median seconds of fn() over `repeats` calls after a warm-up call; `gate()` runs before each."""
+    gate = gate or (lambda: None)
+    gate()
     fn()  # warm-up, not counted
     times = []
     for _ in range(repeats):
+        gate()
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
 
+def webtensor_gate(dev: Device) -> Any:
+    """Before a timed run on a GPU: ~0.3 s of work on it, waited for (a no-op elsewhere)."""
+    if dev.kind != "wgpu" or dev.ctx.info.is_software:
+        return lambda: None
+    from ..backends.wgpu.profiler import keep_busy
+
+    return lambda: keep_busy(dev)
+
+
+def torch_gate(model: Any) -> Any:
+    """`webtensor_gate` for a torch model on CUDA: ~0.3 s of 2048-wide products, synchronized."""
+    import torch
+
+    if model.device.type != "cuda":
+        return lambda: None
+    from ..backends.wgpu.profiler import GATE_SECONDS
+
+    x = torch.randn(2048, 2048, device=model.device) * 0.02
+
+    def gate() -> None:
+        t_end = time.perf_counter() + GATE_SECONDS
+        while time.perf_counter() < t_end:
+            for _ in range(8):
+                x @ x
+            torch.cuda.synchronize()
+
+    return gate
+
+
 def _prefill_table(res: BenchResult, prompts: list[int], make_prompt: Any, prefill: Any, repeats: int,
-                   progress: Any) -> None:
+                   progress: Any, gate: Any = None) -> None:
     """Median time of `prefill(prompt)` for each prompt length; TTFT is the first length's."""
     for T in prompts:
         x = make_prompt(T)
-        sec = _median_time(lambda x=x: prefill(x), repeats)
+        sec = _median_time(lambda x=x: prefill(x), repeats, gate)
         res.prefill_ms[str(T)] = sec * 1e3
         res.prefill_tok_s[str(T)] = T / sec
         if progress:
@@ -70,7 +106,9 @@ def bench_webtensor(model: GPT2, prompts: list[int], decode_tokens: int, repeats
     def prefill(ids: list[int]) -> None:
         next(model.generate_ids(ids, 1, temperature=0.0, stop_at_eos=False))
 
-    _prefill_table(res, prompts, lambda T: rng.integers(0, cfg.vocab_size, T).tolist(), prefill, repeats, progress)
+    gate = webtensor_gate(dev)
+    _prefill_table(res, prompts, lambda T: rng.integers(0, cfg.vocab_size, T).tolist(), prefill, repeats, progress,
+                   gate)
 
     ids = rng.integers(0, cfg.vocab_size, 8).tolist()
     n = decode_tokens
@@ -92,8 +130,12 @@ def bench_webtensor(model: GPT2, prompts: list[int], decode_tokens: int, repeats
         return dt, {k: s1[k] - s0[k] for k in ("dispatches", "submits", "readbacks")}
 
     runner = model.runner(batch, invariant=False) if batch > 1 else None
+    gate()
     decode()  # warm-up
-    runs = [decode() for _ in range(repeats)]
+    runs = []
+    for _ in range(repeats):
+        gate()
+        runs.append(decode())
     if progress:
         progress.update(1)
     dt = statistics.median(r[0] for r in runs)
@@ -169,8 +211,9 @@ def bench_hf(model: Any, cfg: GPT2Config, dtype: str, prompts: list[int], decode
             model(x).logits[:, -1].argmax(-1).item()
             sync()
 
+        gate = torch_gate(model)
         _prefill_table(res, prompts, lambda T: torch.tensor([rng.integers(0, cfg.vocab_size, T).tolist()], device=dev),
-                       prefill, repeats, progress)
+                       prefill, repeats, progress, gate)
         x = torch.tensor([rng.integers(0, cfg.vocab_size, 8).tolist() for _ in range(batch)], device=dev)  # (B, 8)
         mask = torch.ones_like(x)
         n = decode_tokens
@@ -194,14 +237,20 @@ def bench_hf(model: Any, cfg: GPT2Config, dtype: str, prompts: list[int], decode
                            pad_token_id=0, logits_processor=LogitsProcessorList([clock]))
             return clock.times[-1] - clock.times[0]  # the n decode steps after the prefill's token
 
+        gate()
         decode_time()  # warm-up
-        dt = statistics.median(decode_time() for _ in range(repeats))
+        dt = statistics.median(_gated(decode_time, gate) for _ in range(repeats))
         if progress:
             progress.update(1)
     _decode_figures(res, n, dt, batch)
     if dev.type == "cuda":
         res.memory_mb = torch.cuda.max_memory_allocated() / 2**20
     return res
+
+
+def _gated(fn: Any, gate: Any) -> Any:
+    gate()
+    return fn()
 
 
 def _decode_figures(res: BenchResult, n: int, dt: float, batch: int) -> None:
@@ -240,7 +289,9 @@ def bench_torch_step(model: Any, cfg: GPT2Config, dtype: str, prompts: list[int]
         one.prefill(ids)
         one.tokens(len(ids))  # the first token, read back
 
-    _prefill_table(res, prompts, lambda T: rng.integers(0, cfg.vocab_size, T).tolist(), prefill, repeats, progress)
+    gate = torch_gate(model)
+    _prefill_table(res, prompts, lambda T: rng.integers(0, cfg.vocab_size, T).tolist(), prefill, repeats, progress,
+                   gate)
     rows = [rng.integers(0, cfg.vocab_size, 8).tolist() for _ in range(batch)]
     step = one if batch == 1 else TorchGPT2Step(model, span=span, batch=batch)
     n = decode_tokens
@@ -256,8 +307,9 @@ def bench_torch_step(model: Any, cfg: GPT2Config, dtype: str, prompts: list[int]
         assert len(got[0]) == n
         return dt
 
+    gate()
     decode_time()  # warm-up
-    dt = statistics.median(decode_time() for _ in range(repeats))
+    dt = statistics.median(_gated(decode_time, gate) for _ in range(repeats))
     sync()
     if progress:
         progress.update(1)

@@ -15,14 +15,17 @@ through the switches in `backends.wgpu.ops`:
                    words, packed f16 FMAs), `vec-f32`, `vec-f16`, `vec-chunked` (vec4<f16> loads;
                    `vec-chunked` is the float16 engine before the u32 loads)
 - `engine-RxC`:    matmul_engine.wgsl with the workgroup tile forced to R x C (64x64, 64x128,
-                   128x64, 128x128) instead of `engine_tile`'s choice (for tuning ENGINE_WAVE)
+                   128x64, 128x128) instead of `engine_tile`'s choice (for tuning the tile rule)
 - `tiled64`:       matmul.wgsl (64x64 tiles, 4x4 a thread), the GPU kernel before the engine
 - `regs`:          matmul_regs.wgsl (no workgroup memory), CPU adapters only
 - `gemv`:          gemv.wgsl for every row (M <= 64 only)
 
 Times are GPU time from timestamp queries (each dispatch in its own pass; a case's dispatches
 summed; median of `reps`), or the wall clock over `reps` calls where the adapter has no timestamps.
-GFLOP/s = 2 M N K / time. The `kernel` column names what really ran.
+GFLOP/s = 2 M N K / time. The `kernel` column names what really ran. On GPUs the timed copies are
+queued right behind ~WARM_MS of the case's own launches (no wait between): a GPU left idle while
+the host prepares a case lowers its clock, and a figure taken then depends on the process's host
+work (issue 25: 4-5x on the H200; profiler.keep_busy says more).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import statistics
 import sys
 import time
@@ -39,36 +43,52 @@ from typing import Any
 SHAPES = [(768, 2304), (768, 3072), (3072, 768), (768, 50257)]
 MS = [1, 16, 128, 512, 1023, 4096]
 TILES = {"64x64": (1, 1), "64x128": (1, 2), "128x64": (2, 1), "128x128": (2, 2)}
-# float16 engine variants: (ENGINE_F16_WORDS, ENGINE_F16_MATH)
+# float16 engine variants: (engine_f16_words, engine_f16_math)
 F16 = {"words-f16": (True, "f16"), "words-chunked": (True, "chunked"), "vec-f32": (False, "f32"),
        "vec-f16": (False, "f16"), "vec-chunked": (False, "chunked")}
 VARIANTS = ["default", "engine", *(f"engine-{f}" for f in F16), *(f"engine-{t}" for t in TILES), "tiled64", "regs",
             "gemv"]
-_ENGINE = {"ENGINE": True, "GPU_STYLE_ON_SOFTWARE": True, "GEMV_MAX_ROWS": 0, "ENGINE_F16_WORDS": True,
-           "ENGINE_F16_MATH": "f32"}
-# ops switches per variant (unlisted ones keep their values)
+_ENGINE = {"engine": True, "gpu_style": True, "gemv_max_rows": 0, "engine_f16_words": True,
+           "engine_f16_math": "f32"}
+# kernel-policy fields per variant (unlisted ones keep the device's values); a name that is no
+# policy field replaces the function of that name in backends.wgpu.ops (engine_tile)
 _SWITCHES: dict[str, dict[str, Any]] = {
     "default": {},
     "engine": _ENGINE,
-    **{f"engine-{name}": {**_ENGINE, "ENGINE_F16_WORDS": w, "ENGINE_F16_MATH": m} for name, (w, m) in F16.items()},
-    **{f"engine-{name}": {**_ENGINE, "engine_tile": lambda m, n, t=tile: t} for name, tile in TILES.items()},
-    "tiled64": {"ENGINE": False, "GPU_STYLE_ON_SOFTWARE": True, "GEMV_MAX_ROWS": 0},
-    "regs": {"GEMV_MAX_ROWS": 0, "GPU_STYLE_ON_SOFTWARE": False},
-    "gemv": {"GEMV_MAX_ROWS": 1 << 30},
+    **{f"engine-{name}": {**_ENGINE, "engine_f16_words": w, "engine_f16_math": m} for name, (w, m) in F16.items()},
+    **{f"engine-{name}": {**_ENGINE, "engine_tile": lambda m, n, p, t=tile: t} for name, tile in TILES.items()},
+    "tiled64": {"engine": False, "gpu_style": True, "gemv_max_rows": 0},
+    "regs": {"gemv_max_rows": 0, "gpu_style": False},
+    "gemv": {"gemv_max_rows": 1 << 30},
 }
 
 
 @contextlib.contextmanager
-def _switches(values: dict[str, Any]) -> Iterator[None]:
-    from ..backends.wgpu import ops as gops
+def _switches(values: dict[str, Any], device: Any = None) -> Iterator[None]:
+    """Within: `device`'s kernel policy (default: `Device.wgpu()`) with the fields in `values`
+    replaced, and the functions of backends.wgpu.ops named there replaced. Old upper-case switch
+    names (ENGINE_F16_MATH) are taken as the policy's fields (GPU_STYLE_ON_SOFTWARE: gpu_style)."""
+    import dataclasses
 
-    old = {k: getattr(gops, k) for k in values}
+    from ..backends.wgpu import ops as gops
+    from ..backends.wgpu.policy import KernelPolicy
+    from ..device import Device
+
+    dev = device if device is not None else Device.wgpu()
+    fields = {f.name for f in dataclasses.fields(KernelPolicy)}
+    named = {("gpu_style" if k == "GPU_STYLE_ON_SOFTWARE" else k.lower() if k.isupper() else k): v
+             for k, v in values.items()}
+    policy = {k: v for k, v in named.items() if k in fields}
+    funcs = {k: v for k, v in named.items() if k not in fields}
+    old_policy, old_funcs = dev.kernel_policy, {k: getattr(gops, k) for k in funcs}
     try:
-        for k, v in values.items():
+        dev.kernel_policy = old_policy.replace(**policy)
+        for k, v in funcs.items():
             setattr(gops, k, v)
         yield
     finally:
-        for k, v in old.items():
+        dev.kernel_policy = old_policy
+        for k, v in old_funcs.items():
             setattr(gops, k, v)
 
 
@@ -80,6 +100,9 @@ def _applies(variant: str, M: int, dtype: str, software: bool) -> bool:
     if variant == "gemv":
         return M <= 64
     return True
+
+
+WARM_MS = 300.0  # GPU time of a case's own launches queued before its timed copies (GPUs only)
 
 
 def _time_case(dev: Any, a: Any, w: Any, reps: int, fn: Any = None) -> tuple[float, str]:
@@ -95,8 +118,12 @@ def _time_case(dev: Any, a: Any, w: Any, reps: int, fn: Any = None) -> tuple[flo
         cmds, names = ctx.take_pending()  # timed below instead of submitted by the scope
     kernels = ",".join(sorted({n.split("-")[0] for n in names}))
     if "timestamp-query" in ctx.api.features:
-        per = time_commands(ctx, cmds * reps)
         n = len(cmds)
+        if not ctx.info.is_software:  # the clock up first: the timed copies queue right behind these
+            rough = sum(time_commands(ctx, cmds))
+            ctx.enqueue(cmds * max(1, min(20000, math.ceil(WARM_MS * 1e3 / max(rough, 1.0)))))
+            ctx.flush()
+        per = time_commands(ctx, cmds * reps)
         us = statistics.median(sum(per[i * n:(i + 1) * n]) for i in range(reps))
     else:
         t0 = time.perf_counter()
@@ -130,7 +157,7 @@ def measure(ms: list[int], shapes: list[tuple[int, int]], dtypes: list[str], var
                 for variant in variants:
                     if not _applies(variant, M, dtype, software):
                         continue
-                    with _switches(_SWITCHES[variant]):
+                    with _switches(_SWITCHES[variant], dev):
                         us, kernels = _time_case(dev, a, w, reps)
                     rows.append({"M": M, "K": K, "N": N, "dtype": dtype, "variant": variant, "kernel": kernels,
                                  "us": round(us, 2), "gflops": round(2 * M * N * K / us / 1e3, 2)})

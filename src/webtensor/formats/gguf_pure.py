@@ -55,6 +55,17 @@ class GGUFFormatError(ValueError):
     """The bytes are not a valid GGUF file; the message says what and where."""
 
 
+def bf16_to_f32(raw: bytes | bytearray | memoryview) -> bytearray:
+    """bfloat16 values (little-endian, 2 bytes each) -> float32 bytes, exactly: each value's two
+    bytes become the top half of a float32 whose low half is zero (two strided copies, no loop)."""
+    src = memoryview(raw).cast("B")
+    if src.nbytes % 2:
+        raise GGUFFormatError(f"{src.nbytes} bytes are not a whole number of bfloat16 values")
+    out = bytearray(2 * src.nbytes)
+    out[2::4], out[3::4] = src[0::2], src[1::2]
+    return out
+
+
 class TensorInfo(NamedTuple):
     name: str
     type_id: int
@@ -219,6 +230,16 @@ class GGUFFile:
         """The tensor's bytes, zero-copy (little-endian; ggml blocks for quantized types)."""
         t = self.tensors[name]
         return self._view[t.offset : t.offset + t.nbytes]
+
+    def float32(self, name: str) -> bytearray:
+        """An F32 or BF16 tensor's values as little-endian float32 bytes (BF16 widened exactly:
+        `bf16_to_f32`); GGUFFormatError for another type."""
+        t = self.tensors[name]
+        if t.type_name == "F32":
+            return bytearray(self.raw(name))
+        if t.type_name == "BF16":
+            return bf16_to_f32(self.raw(name))
+        raise GGUFFormatError(f"tensor {name!r} is {t.type_name}, not F32 or BF16")
 
     def close(self) -> None:
         self._view.release()

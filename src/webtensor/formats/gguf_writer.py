@@ -22,7 +22,6 @@ from ..errors import ArgumentError, CheckpointError
 
 OUTTYPES = {"f32": ("F32", 0), "f16": ("F16", 1), "bf16": ("BF16", 32), "q8_0": ("Q8_0", 7), "q4_0": ("Q4_0", 2),
             "q4_1": ("Q4_1", 3)}  # -> (ggml type, general.file_type: llama.cpp's LLAMA_FTYPE_*)
-TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED = 1, 3, 4, 5  # llama.cpp's token types
 
 
 def write_gguf(model_dir: str | os.PathLike, out: str | os.PathLike, outtype: str = "q8_0") -> Path:
@@ -87,22 +86,17 @@ def _add_value(w: Any, key: str, value: Any) -> None:
 
 
 def _add_tokenizer(w: Any, tok: Any, vocab_size: int, eos: frozenset[int], bos: int | None) -> None:
-    """tokenizer.ggml.*: the vocabulary in id order (padded to vocab_size), merges, token types, special ids."""
-    spec = tok.spec
-    tokens = [spec.token_of(i) for i in range(vocab_size)]
-    special = spec.special_ids
-    added = {t.id for t in spec.added_tokens}
-    types = [TOKEN_UNUSED if t is None else TOKEN_CONTROL if i in special else
-             TOKEN_USER_DEFINED if i in added else TOKEN_NORMAL for i, t in enumerate(tokens)]
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre(getattr(tok, "gguf_pre", "gpt-2"))
-    w.add_token_list([f"[PAD{i}]" if t is None else t for i, t in enumerate(tokens)])
-    w.add_token_types(types)
-    w.add_token_merges([f"{a} {b}" for a, b in spec.merges])
+    """tokenizer.ggml.*: llama.cpp's converter's keys for the tokenizer (`text.tokenizer_files`), and the config's
+    EOS / BOS ids where the tokenizer names none."""
+    from ..text.tokenizer_files import gguf_tokenizer_metadata
+
+    meta = gguf_tokenizer_metadata(tok.spec, vocab_size)
     if eos:
-        w.add_eos_token_id(min(eos))
+        meta.setdefault("tokenizer.ggml.eos_token_id", min(eos))
     if bos is not None:
-        w.add_bos_token_id(bos)
+        meta.setdefault("tokenizer.ggml.bos_token_id", bos)
+    for key, value in meta.items():
+        _add_value(w, key, value)
 
 
 def gguf_bytes(model_dir: str | os.PathLike, outtype: str = "q8_0") -> bytes:

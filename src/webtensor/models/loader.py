@@ -33,14 +33,16 @@ from pathlib import Path
 from typing import Any
 
 from .. import dtypes as dt
+from ..chat import find_chat_template
 from ..errors import CheckpointError, TokenizerError
 from ..formats.gguf_reader import FLOAT_TYPES, GGUFCheckpoint, find_gguf
 from ..formats.safetensors_reader import SafetensorsReader, resolve, weight_files
+from ..quant import TYPES as _QUANT
 from ..tensor import from_buffer
 from . import registry
 from .spec import Family, TensorSpec
 
-QUANT_TYPES = ("Q8_0",)  # ggml block types the kernels read as stored
+QUANT_TYPES = tuple(_QUANT)  # ggml block types the kernels read as stored
 DTYPES = ("float32", "float16", "q8_0")
 DEFAULT_CTX = 8192  # positions per sequence unless n_ctx says (each sequence's KV cache holds this many)
 Progress = Callable[[str, int, int], None]  # (tensor name, bytes done, bytes in all)
@@ -55,7 +57,7 @@ def check_dtype(dtype: Any) -> str | None:
         return "q8_0"
     if name not in ("float32", "float16"):
         raise CheckpointError(f"model dtype must be float32, float16, q8_0 (int8) or None (as stored), got {dtype!r}")
-    return name
+    return str(name)
 
 
 @dataclass
@@ -118,7 +120,7 @@ def _open_hf(d: Path, reader: str, source: Any) -> Checkpoint:
     eos = set(cfg.spec.eos_ids) | set(_id_list(gen.get("eos_token_id"), d / "generation_config.json"))
     st = SafetensorsReader(weight_files(d), family.canonical, pure=None if reader == "auto" else reader == "pure")
     name = "webtensor-shipped" if source is None else str(source)
-    return Checkpoint(family, cfg, tok, _chat_template(d), frozenset(eos), str(d), name, st.names(), st.shape,
+    return Checkpoint(family, cfg, tok, find_chat_template(d), frozenset(eos), str(d), name, st.names(), st.shape,
                       st.dtype, st.raw, gguf=False)
 
 
@@ -135,9 +137,8 @@ def _open_gguf(path: Path, reader: str) -> Checkpoint:
         if c is None:
             raise CheckpointError(f"{where}: tensor {g!r} is not part of a {cfg.spec.architecture} model")
         names[c] = g
-    tok = _gguf_tokenizer(f.metadata, cfg.spec.vocab_size, f"{path} (tokenizer metadata)")
-    template = f.metadata.get("tokenizer.chat_template")
-    return Checkpoint(family, cfg, tok, template if isinstance(template, str) else None, cfg.spec.eos_ids, where,
+    tok = _gguf_tokenizer(f.metadata, cfg.spec.vocab_size, f"{path} (tokenizer metadata)", reader)
+    return Checkpoint(family, cfg, tok, find_chat_template(f.metadata), cfg.spec.eos_ids, where,
                       str(path), set(names), lambda n: f.tensors[names[n]].shape,
                       lambda n: f.tensors[names[n]].type_name, lambda n: f.raw(names[n]), gguf=True)
 
@@ -261,6 +262,7 @@ def _upload_one(raw: memoryview, stored: str, shape: tuple[int, ...], spec: Tens
     if want is dt.float16 and not device.has_f16:
         raise CheckpointError(f"{device.describe()} has no shader-f16 feature: use dtype float32")
     kmajor = device.backend.kmajor_weights
+    np: Any
     try:
         import numpy as np
     except ImportError:  # the page: converted and transposed on the device
@@ -309,26 +311,25 @@ def float32_bytes(stored: str, raw: memoryview) -> memoryview:
     src_type = {"F16": "<f2", "F64": "<f8"}.get(stored)
     if src_type is None:
         raise CheckpointError(f"cannot read a {stored} tensor as floats")
-    return memoryview(np.frombuffer(raw, src_type).astype("<f4")).cast("B")
+    return np.frombuffer(raw, src_type).astype("<f4").data.cast("B")
 
 
 def _quantized(device: Any, stored: str, raw: memoryview, shape: tuple[int, ...]) -> Any:
     """A quantized (N, K) tensor on `device` from its ggml blocks, kept as they are."""
-    if len(shape) != 2:
-        raise CheckpointError(f"a {stored} tensor must be 2-D, got shape {shape}")
     if device.kind == "wgpu":
-        from ..backends.wgpu import q8_ops
+        from ..backends.wgpu import quant_ops
 
-        return q8_ops.upload_blocks(device, raw, shape)
-    from ..formats.q8_0 import Q8Weight
+        return quant_ops.upload_blocks(device, stored, raw, shape)
+    from ..quant import QuantWeight
 
-    return Q8Weight.from_blocks(raw, shape)  # type: ignore[arg-type]
+    return QuantWeight.from_blocks(stored, raw, shape)
 
 
 def _dequantized(stored: str, raw: memoryview, shape: tuple[int, ...]) -> memoryview:
-    from ..formats.q8_0 import Q8Weight
+    from ..quant import QuantWeight
 
-    return memoryview(Q8Weight.from_blocks(raw, shape).dequantize().astype("<f4")).cast("B")  # type: ignore[arg-type]
+    floats = QuantWeight.from_blocks(stored, raw, shape).dequantize().astype("<f4")
+    return memoryview(floats.tobytes())
 
 
 def _quantize_q8(device: Any, raw32: memoryview, shape: tuple[int, ...], transpose: bool) -> Any:
@@ -336,21 +337,21 @@ def _quantize_q8(device: Any, raw32: memoryview, shape: tuple[int, ...], transpo
     (N, K) layout (ggml's rounding)."""
     import numpy as np
 
-    from ..formats import q8_0
+    from ..quant import quantize
 
     w = np.frombuffer(raw32, "<f4").reshape(shape)
-    w = q8_0.quantize(np.ascontiguousarray(w.T) if transpose else w)
+    w = quantize(np.ascontiguousarray(w.T) if transpose else w, "Q8_0")
     if device.kind == "wgpu":
-        from ..backends.wgpu import q8_ops
+        from ..backends.wgpu import quant_ops
 
-        return q8_ops.upload(device, w)
+        return quant_ops.upload(device, w)
     return w
 
 
 def _progress(progress: Progress | bool | None, total: int, label: str) -> Callable[[str | None, int], None]:
     """A reporter: `progress` a callback, or True / None for a tqdm bar (None: only on a terminal), False nothing."""
     if callable(progress):
-        return lambda name, done: progress(name, done, total) if name is not None else None  # type: ignore[misc]
+        return lambda name, done: progress(name, done, total) if name is not None else None
     if progress is False:
         return lambda name, done: None
     try:
@@ -393,48 +394,13 @@ def _id_list(v: Any, where: Path) -> list[int]:
     return ids
 
 
-def _chat_template(d: Path) -> str | None:
-    """The checkpoint's chat template: chat_template.jinja, or tokenizer_config.json's `chat_template` (a string,
-    or a list of named templates: the "default" one)."""
-    f = d / "chat_template.jinja"
-    if f.is_file():
-        return f.read_text(encoding="utf-8")
-    t = _json(d / "tokenizer_config.json", required=False).get("chat_template")
-    if isinstance(t, list):
-        t = next((x.get("template") for x in t if isinstance(x, dict) and x.get("name") == "default"), None)
-    return t if isinstance(t, str) else None
+def _gguf_tokenizer(meta: Mapping[str, Any], vocab_size: int, src: str, reader: str) -> Any:
+    """The byte-level BPE a GGUF file's `tokenizer.ggml.*` metadata describes (llama.cpp's meaning of each field)."""
+    from ..text.tokenizer import Tokenizer
 
-
-TOKEN_CONTROL, TOKEN_USER_DEFINED = 3, 4  # llama.cpp's token types for special / added tokens
-
-
-def _gguf_tokenizer(meta: Mapping[str, Any], vocab_size: int, src: str) -> Any:
-    """A byte-level BPE from a GGUF file's `tokenizer.ggml.*` metadata."""
-    from ..text.tokenizer import GPT2Tokenizer
-
-    model = meta.get("tokenizer.ggml.model")
-    if model != "gpt2":
-        raise TokenizerError(f"{src}: tokenizer.ggml.model is {model!r}; webtensor reads byte-level BPE ('gpt2')")
-    tokens, merges = meta.get("tokenizer.ggml.tokens"), meta.get("tokenizer.ggml.merges")
-    types = meta.get("tokenizer.ggml.token_type") or []
-    if not (isinstance(tokens, list) and isinstance(merges, list) and isinstance(types, list)):
-        raise TokenizerError(f"{src}: tokenizer.ggml.tokens and tokenizer.ggml.merges must be lists of strings")
-    if types and len(types) != len(tokens):
-        raise TokenizerError(f"{src}: {len(types)} token types for {len(tokens)} tokens")
-    if len(tokens) > vocab_size:
-        raise TokenizerError(f"{src}: {len(tokens)} tokens but a vocabulary of {vocab_size}")
-    pairs = []
-    for i, m in enumerate(merges):
-        parts = m.split(" ") if isinstance(m, str) else []
-        if len(parts) != 2:
-            raise TokenizerError(f"{src}: merge #{i} {m!r} is not 'left right'")
-        pairs.append((parts[0], parts[1]))
-    special = [i for i, t in enumerate(types) if t == TOKEN_CONTROL]
-    added = [i for i, t in enumerate(types) if t == TOKEN_USER_DEFINED]
-    tok = GPT2Tokenizer.from_vocab(tokens, pairs, special, added, source=src)
-    eos = meta.get("tokenizer.ggml.eos_token_id")
-    if isinstance(eos, int):
-        tok.eos_token_id = eos
+    tok = Tokenizer.from_gguf_metadata(meta, src, native=None if reader == "auto" else reader != "pure")
+    if tok.vocab_size > vocab_size:
+        raise TokenizerError(f"{src}: {tok.vocab_size} tokens but a vocabulary of {vocab_size}")
     return tok
 
 
@@ -475,9 +441,9 @@ def from_arrays(family: Family | str, config: Any, arrays: Mapping[str, Any], na
     import numpy as np
 
     fam = registry.by_name(family) if isinstance(family, str) else family
-    data = {k: np.array(v, np.float32) for k, v in arrays.items()}  # (copies: the model never shares the caller's)
+    data = {k: np.array(v, np.float32, order="C") for k, v in arrays.items()}  # (copies, C-ordered)
     ck = Checkpoint(fam, config, None, None, config.spec.eos_ids, name, name, set(data),
-                    lambda n: data[n].shape, lambda n: "F32", lambda n: memoryview(data[n]).cast("B"), gguf=False)
+                    lambda n: data[n].shape, lambda n: "F32", lambda n: data[n].data.cast("B"), gguf=False)
     _check_tensors(ck)
     return ck
 

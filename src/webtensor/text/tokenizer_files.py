@@ -62,6 +62,7 @@ __all__ = [
     "ByteLevelStep",
     "TokenizerFormatError",
     "TokenizerSpec",
+    "gguf_tokenizer_metadata",
     "parse_gguf_tokenizer",
     "parse_tokenizer_json",
     "read_tokenizer_dir",
@@ -496,12 +497,21 @@ def read_tokenizer_dir(path: StrPath) -> TokenizerSpec:
     ``vocab.json`` + ``merges.txt``, with the named special tokens of ``tokenizer_config.json``."""
     d = Path(path)
     if (d / "tokenizer.json").is_file():
-        spec = read_tokenizer_json(d / "tokenizer.json")
-    elif (d / "vocab.json").is_file() and (d / "merges.txt").is_file():
-        spec = read_vocab_merges(d / "vocab.json", d / "merges.txt")
-    else:
+        return with_named_tokens(read_tokenizer_json(d / "tokenizer.json"), *read_named_tokens(d))
+    if not ((d / "vocab.json").is_file() and (d / "merges.txt").is_file()):
         raise TokenizerError(f"{d} has no tokenizer: it needs tokenizer.json, or vocab.json and merges.txt")
-    return with_named_tokens(spec, *read_named_tokens(d))
+    spec = with_named_tokens(read_vocab_merges(d / "vocab.json", d / "merges.txt"), *read_named_tokens(d))
+    # Without a tokenizer.json (and its post-processor), tokenizer_config.json's add_bos_token /
+    # add_eos_token say what wraps the text, as transformers builds the template from them.
+    config = _load_json(d / "tokenizer_config.json") if (d / "tokenizer_config.json").is_file() else {}
+    wrap = {}
+    for which in ("bos", "eos"):
+        flag = config.get(f"add_{which}_token", False) if isinstance(config, dict) else False
+        if type(flag) is not bool:
+            raise _fail(str(d / "tokenizer_config.json"), f"add_{which}_token must be true or false, got {flag!r}")
+        idx = spec.named.get(f"{which}_token")
+        wrap[which] = (idx,) if flag and idx is not None else ()
+    return replace(spec, prefix_ids=wrap["bos"], suffix_ids=wrap["eos"])
 
 
 def _token_content(value: Any, where: str, source: str) -> str | None:
@@ -596,7 +606,7 @@ GGUF_PRE_TOKENIZERS: dict[str, GGUFPre] = {
     # LLAMA_VOCAB_PRE_TYPE_SMOLLM: every number on its own, then GPT-2's regex.
     "smollm": GGUFPre((DigitsSplit(individual_digits=True), ByteLevelStep())),
 }
-TOKEN_CONTROL, TOKEN_USER_DEFINED = 3, 4  # llama.cpp's token types of special / plain added tokens
+TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED = 1, 3, 4, 5  # llama.cpp's token types
 _GGUF_NAMED = {"bos_token": "bos_token_id", "eos_token": "eos_token_id", "unk_token": "unknown_token_id",
                "pad_token": "padding_token_id"}
 
@@ -673,3 +683,39 @@ def _load_json(path: StrPath) -> Any:
         raise _fail(str(path), f"not valid UTF-8: {e}") from None
     except OSError as e:
         raise _fail(str(path), f"cannot be read: {e.strerror or e}") from None
+
+
+def gguf_tokenizer_metadata(spec: TokenizerSpec, vocab_size: int | None = None) -> dict[str, Any]:
+    """The `tokenizer.ggml.*` metadata of `spec` as llama.cpp's converter writes it (the inverse of
+    :func:`parse_gguf_tokenizer`): the vocabulary in id order, padded to `vocab_size` with ``[PAD{i}]``
+    tokens (type unused), token types (control for special added tokens, user-defined for plain ones),
+    merges, the pre-tokenizer's name, the named ids, add_bos_token / add_eos_token. A GGUF file carries no
+    normalizer (llama.cpp applies none: Qwen's NFC is left out, as its converter leaves it out); a spec
+    whose pre-tokenizer no `tokenizer.ggml.pre` names, or with a template other than BOS / EOS, is refused."""
+    pre = next((name for name, p in GGUF_PRE_TOKENIZERS.items()
+                if p.steps == tuple(spec.pre_steps) and p.ignore_merges == spec.ignore_merges), None)
+    if pre is None:
+        raise _fail(spec.source, "no tokenizer.ggml.pre names this pre-tokenizer (and ignore_merges)")
+    if set(spec.normalizers) - {"NFC"}:
+        raise _fail(spec.source, f"normalizer {', '.join(spec.normalizers)}: GGUF metadata carries none")
+    named = dict(spec.named)
+    bos, eos = named.get("bos_token"), named.get("eos_token")
+    if spec.prefix_ids not in ((), (bos,)) or spec.suffix_ids not in ((), (eos,)):
+        raise _fail(spec.source, "post_processor: only a BOS before and an EOS after the text fit in GGUF metadata")
+    n = max(spec.vocab_size, vocab_size or 0)
+    added = {t.id: t for t in spec.added_tokens}
+    tokens, types = [], []
+    for i in range(n):
+        token = spec.token_of(i)
+        tokens.append(token if token is not None else f"[PAD{i}]")
+        types.append(TOKEN_UNUSED if token is None else TOKEN_NORMAL if i not in added else
+                     TOKEN_CONTROL if added[i].special else TOKEN_USER_DEFINED)
+    meta: dict[str, Any] = {
+        "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": pre, "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": types, "tokenizer.ggml.merges": [f"{a} {b}" for a, b in spec.merges],
+        "tokenizer.ggml.add_bos_token": bool(spec.prefix_ids), "tokenizer.ggml.add_eos_token": bool(spec.suffix_ids),
+    }
+    for name, key in _GGUF_NAMED.items():
+        if name in named:
+            meta[f"tokenizer.ggml.{key}"] = named[name]
+    return meta

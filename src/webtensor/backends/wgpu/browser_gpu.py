@@ -99,6 +99,7 @@ class BrowserGpu:
         )
         self.limits: dict[str, int] = {k: int(v) for k, v in d["limits"].items()}
         self.features: frozenset[str] = frozenset(d["features"])
+        self.shader_checks = True  # the browser's compiler decides (WebGPU offers no way to drop its checks)
         self._release_js = ctx.release
         self._sizes: dict[int, int] = {}  # buffer handle -> size
 

@@ -30,23 +30,30 @@ from typing import Any
 
 from ...errors import BufferLimitError, DeviceReleasedError, GPUError, GraphCaptureError
 from .gpu_api import STORAGE_USAGE, UNIFORM_USAGE, GpuApi
+from .policy import KernelPolicy
 from .signatures import SIGNATURES, Signature
 
 KERNEL_DIR = Path(__file__).parent / "kernels"
 PARAM_BYTES = 128  # one kernel's uniform parameters: 32 scalars
 ARENA_SLOTS = 2048  # dispatches per submit before an early flush
 BIND_GROUP_CACHE = 4096
+_INCLUDE_DEPTH = 4  # `// #include` levels expanded (an include cycle fails instead of looping)
 
 
 def kernel_source(file: str, defines: dict[str, str] | None = None) -> str:
     """A kernel's WGSL as compiled: common.wgsl, then `file`.wgsl with each `// #include NAME` line
-    replaced by kernels/NAME (shared pieces such as the matmul epilogue), and `// #if NAME` /
-    `// #else` / `// #endif` blocks (the directive may be indented) kept or dropped by whether
+    replaced by kernels/NAME (shared pieces such as the matmul epilogue; an included file may
+    include others, e.g. the quantized kernels' dequantizer its block type's file), and `// #if NAME`
+    / `// #else` / `// #endif` blocks (the directive may be indented) kept or dropped by whether
     define NAME is set and not zero (how a kernel variant is chosen by its source, e.g. subgroup
     reductions only where the device has the feature)."""
     path = Path(file) if Path(file).is_absolute() else KERNEL_DIR / f"{file}.wgsl"
     text = path.read_text()
-    text = re.sub(r"^// #include (\S+)$", lambda m: (KERNEL_DIR / m.group(1)).read_text(), text, flags=re.M)
+    include = re.compile(r"^// #include (\S+)$", flags=re.M)
+    for _ in range(_INCLUDE_DEPTH):
+        text = include.sub(lambda m: (KERNEL_DIR / m.group(1)).read_text(), text)
+    if include.search(text):
+        raise GPUError(f"{file}.wgsl: includes nested deeper than {_INCLUDE_DEPTH}")
     return (KERNEL_DIR / "common.wgsl").read_text() + _preprocess(text, defines or {}, file)
 
 
@@ -124,12 +131,13 @@ def fixed_subgroup_size(info: Any) -> int:
 
 def _bucket(nbytes: int, limit: int) -> int:
     """Round a request up so similar sizes share pool entries (256 B grain; above 64 KiB, 1/16 to 1/32
-    of the size), never past `limit` (buffers are bound whole, so none may outgrow the binding limit)."""
+    of the size), never past `limit` (buffers are bound whole, so none may outgrow the binding limit),
+    and always to a multiple of 16 bytes (`limit` is one: see WgpuContext.max_binding_bytes)."""
     n = max(16, (nbytes + 255) & ~255)
     if n > 65536:
         grain = 1 << max(8, n.bit_length() - 5)
         n = (n + grain - 1) // grain * grain
-    return max((nbytes + 3) & ~3, min(n, limit))
+    return max((nbytes + 15) & ~15, min(n, limit))
 
 
 class WgpuContext:
@@ -140,13 +148,18 @@ class WgpuContext:
         self.max_binding_bytes = int(lim["max-storage-buffer-binding-size"])
         if max_binding_bytes is not None:
             self.max_binding_bytes = min(self.max_binding_bytes, int(max_binding_bytes))
-        self.max_binding_bytes &= ~3  # storage bindings are whole 4-byte words
+        # whole 16-byte units: every pool buffer is then a multiple of 16 bytes (`_bucket`), so a
+        # vec4 load whose first element lies in a buffer lies in it entirely (the kernels' bounds
+        # arguments rely on this: a tail vec4 past a tensor's last element stays in its buffer)
+        self.max_binding_bytes &= ~15
         self.max_buffer_bytes = int(lim.get("max-buffer-size", self.max_binding_bytes))
         self.max_workgroups = int(lim.get("max-compute-workgroups-per-dimension", 65535))
         self.has_f16 = "shader-f16" in api.features
         self.has_subgroups = "subgroup" in api.features
         # a subgroup size the kernels may rely on: only when the adapter has exactly one
         self.subgroup_size = fixed_subgroup_size(api.info) if self.has_subgroups else 0
+        # which kernel variants the planners pick here, and their numbers (Device.kernel_policy)
+        self.policy = KernelPolicy.for_adapter(api.info)
         self.lock = threading.RLock()
         self._local = threading.local()
         self.released = False
@@ -212,7 +225,7 @@ class WgpuContext:
     # -- buffers --------------------------------------------------------------------------------
     def alloc(self, nbytes: int) -> GpuBuffer:
         self.check_alive()
-        size = _bucket(nbytes, min(self.max_binding_bytes, self.max_buffer_bytes))
+        size = _bucket(nbytes, min(self.max_binding_bytes, self.max_buffer_bytes) & ~15)
         if size > self.max_buffer_bytes or size > self.max_binding_bytes:
             raise BufferLimitError(
                 f"a buffer of {nbytes:,} bytes is over this device's limit "
@@ -470,7 +483,13 @@ class WgpuContext:
             return dict(
                 self.counters, bytes_in_use=self.bytes_in_use, bytes_pooled=self.bytes_pooled,
                 peak_bytes_in_use=self.peak_bytes_in_use, pending=len(self._pending),
+                shader_checks=int(self.shader_checks),
             )
+
+    @property
+    def shader_checks(self) -> bool:
+        """Whether the shader compiler's runtime checks are in this device's kernels."""
+        return bool(getattr(self.api, "shader_checks", True))
 
 
 class _Ready:
@@ -603,6 +622,9 @@ class Graph:
 
     def replay(self, times: int = 1) -> None:
         """Enqueue the recorded work `times` times (submitted at the next flush or readback)."""
+        from ..base import replay_times
+
+        times = replay_times(times)
         if not self.commands and self.launches:
             raise GraphCaptureError("this graph was released")
         self.ctx.enqueue(self.commands * times, "graph")

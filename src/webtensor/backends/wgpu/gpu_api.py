@@ -63,6 +63,9 @@ class GpuApi(Protocol):
     info: AdapterInfo
     limits: dict[str, int]  # the limits the device was created with
     features: frozenset[str]  # the features the device was created with
+    # whether the shader compiler inserts its runtime checks (bounds clamps, loop bounding) into
+    # webtensor's kernels: True in the browser (its own choice), False natively unless asked for
+    shader_checks: bool
 
     def create_buffer(self, size: int, usage: int, label: str = "") -> Any: ...
     def destroy_buffer(self, buffer: Any) -> None: ...
@@ -112,7 +115,7 @@ def _limits_to_request(adapter_limits: Any, max_binding: int | None) -> dict[str
 class NativeGpu:
     """`GpuApi` over wgpu-py (wgpu-native): Vulkan, Metal or D3D12."""
 
-    def __init__(self, adapter: Any, device: Any, requested_limits: dict[str, int]):
+    def __init__(self, adapter: Any, device: Any, requested_limits: dict[str, int], shader_checks: bool = False):
         import wgpu
 
         self._wgpu = wgpu
@@ -136,6 +139,8 @@ class NativeGpu:
         self._layouts: dict[tuple[int, int], tuple[Any, Any]] = {}
         self._raw = _RawEncoder.load()
         self._offsets: dict[int, Any] = {}  # dynamic-offset arrays for the raw path, by offset
+        self._trusted = None if shader_checks else _TrustedModules.load()
+        self.shader_checks = self._trusted is None
 
     # -- creation -------------------------------------------------------------------------------
     @staticmethod
@@ -180,20 +185,23 @@ class NativeGpu:
         return cls._pick(cls.enumerate(), software)
 
     @classmethod
-    async def open_async(cls, adapter: Any, max_binding: int | None, features: tuple[str, ...] | None) -> NativeGpu:
+    async def open_async(cls, adapter: Any, max_binding: int | None, features: tuple[str, ...] | None,
+                         shader_checks: bool = False) -> NativeGpu:
         limits = _limits_to_request(adapter.limits, max_binding)
         device = await adapter.request_device_async(required_features=cls._features(adapter, features),
                                                     required_limits=limits)
-        return cls(adapter, device, limits)
+        return cls(adapter, device, limits, shader_checks)
 
     @classmethod
-    def open(cls, adapter: Any, max_binding: int | None, features: tuple[str, ...] | None) -> NativeGpu:
+    def open(cls, adapter: Any, max_binding: int | None, features: tuple[str, ...] | None,
+             shader_checks: bool = False) -> NativeGpu:
         """A device on `adapter` with the features webtensor uses (or only those of `features`
-        the adapter has: how tests withhold `subgroup` / `shader-f16`)."""
+        the adapter has: how tests withhold `subgroup` / `shader-f16`); `shader_checks` keeps the
+        shader compiler's runtime checks in webtensor's kernels (see `_TrustedModules`)."""
         limits = _limits_to_request(adapter.limits, max_binding)
         device = adapter.request_device_sync(required_features=cls._features(adapter, features),
                                              required_limits=limits)
-        return cls(adapter, device, limits)
+        return cls(adapter, device, limits, shader_checks)
 
     @staticmethod
     def _features(adapter: Any, features: tuple[str, ...] | None) -> list[str]:
@@ -239,7 +247,10 @@ class NativeGpu:
 
     def create_pipeline(self, wgsl: str, read_only: tuple[bool, ...], label: str, uniform_size: int) -> Any:
         bgl, layout = self._layout(tuple(read_only), uniform_size)
-        module = self.device.create_shader_module(code=wgsl, label=label)
+        if self._trusted is not None:
+            module = self._trusted.create(self.device, wgsl, label)
+        else:
+            module = self.device.create_shader_module(code=wgsl, label=label)
         pipe = self.device.create_compute_pipeline(
             layout=layout, compute={"module": module, "entry_point": "main"}, label=label
         )
@@ -354,6 +365,48 @@ class NativeGpu:
         raw = struct.unpack(f"<{2 * n}Q", bytes(self.queue.read_buffer(out)))
         out.destroy()
         return [(raw[2 * i + 1] - raw[2 * i]) / 1e3 for i in range(n)]
+
+
+class _TrustedModules:
+    """Shader modules made through wgpu-native's `wgpuDeviceCreateShaderModuleTrusted` with no
+    runtime checks (flags 0: neither the bounds checks, 1, nor the forced loop bounding, 2, that
+    `create_shader_module` always inserts). Measured on the H200 (docs/performance-notes.md): the
+    checks cost matmul 1.24-1.53x and prefill attention 1.8-2.9x. This is safe only because every
+    kernel in kernels/ is written so that no index leaves its buffer, workgroup array or local
+    array for any shape its planner admits (each kernel's header says why), and every loop ends;
+    the driver's own robust buffer access (which wgpu requests) stays on besides.
+    `WEBTENSOR_SHADER_CHECKS=1` or `Device.wgpu(shader_checks=True)` restores the checks.
+    wgpu-py 0.32 does not wrap the call; its cffi handles reach it (private API, pinned)."""
+
+    def __init__(self, ffi: Any, lib: Any, libf: Any, new_struct_p: Any, string_view: Any, module_cls: Any):
+        self._ffi, self._lib, self._libf = ffi, lib, libf
+        self._new_struct_p, self._string_view, self._module_cls = new_struct_p, string_view, module_cls
+
+    def create(self, device: Any, wgsl: str, label: str) -> Any:
+        """A GPUShaderModule of `wgsl` without runtime checks; a WGSL error raises as
+        `create_shader_module` would (wgpu-py's checked call wrapper)."""
+        ffi = self._ffi
+        source = self._new_struct_p("WGPUShaderSourceWGSL *", code=self._string_view(wgsl))
+        source[0].chain.next = ffi.NULL
+        source[0].chain.sType = self._lib.WGPUSType_ShaderSourceWGSL
+        desc = self._new_struct_p("WGPUShaderModuleDescriptor *",
+                                  nextInChain=ffi.cast("WGPUChainedStruct *", source),
+                                  label=self._string_view(label))
+        handle = self._libf.wgpuDeviceCreateShaderModuleTrusted(device._internal, desc, 0)
+        if handle == ffi.NULL:
+            raise RuntimeError(f"shader module {label!r}: wgpuDeviceCreateShaderModuleTrusted failed")
+        return self._module_cls(label, handle, device)
+
+    @classmethod
+    def load(cls) -> _TrustedModules | None:
+        """The entry point through wgpu-py's handles, or None (checks stay on) if they are missing."""
+        try:
+            from wgpu.backends.wgpu_native._api import GPUShaderModule, ffi, lib, libf, new_struct_p, to_c_string_view
+
+            libf.wgpuDeviceCreateShaderModuleTrusted  # noqa: B018 (present in wgpu-native >= 25)
+        except Exception:
+            return None
+        return cls(ffi, lib, libf, new_struct_p, to_c_string_view, GPUShaderModule)
 
 
 class _RawEncoder:

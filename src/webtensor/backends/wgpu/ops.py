@@ -17,6 +17,7 @@ from ... import dtypes as dt
 from ...errors import BufferLimitError, DTypeError, ShapeError
 from ...tensor import Tensor, contiguous_strides
 from .context import GpuBuffer, WgpuContext
+from .policy import KernelPolicy
 from .storage import WgpuStorage, allocate
 
 WG = 256  # threads per workgroup in the 1-d kernels
@@ -42,19 +43,23 @@ def _ctx(t: Tensor) -> WgpuContext:
 
 
 def _buf(t: Tensor) -> GpuBuffer:
-    """The one buffer behind `t`. A row-chunked tensor (over the binding limit) is refused here:
-    only matmul's right operand, embedding's table, uploads and readbacks take chunks."""
+    """The one buffer behind `t`. A view across row chunks (over the binding limit) is refused here:
+    the row-wise ops get blocks of rows that lie in one chunk (`rows.by_rows`), matmul's right operand
+    and embedding's table are read a chunk at a time, uploads and readbacks take chunks."""
     st: WgpuStorage = t._storage
     if len(st.chunks) > 1:
         raise BufferLimitError(
-            f"a tensor of shape {t.shape} ({t.nbytes:,} bytes) is stored in {len(st.chunks)} row chunks because it is "
-            f"over this device's binding limit of {st.ctx.max_binding_bytes:,} bytes; ops other than matmul "
-            "(as its right operand), embedding (as the table) and .numpy() cannot read it")
+            f"an operand of shape {t.shape} ({t.nbytes:,} bytes) spans {len(st.chunks)} row chunks (over this "
+            f"device's binding limit of {st.ctx.max_binding_bytes:,} bytes), where this op needs it in one binding; "
+            "ops take chunked tensors as their row operands (by blocks of rows), as matmul's right operand and "
+            "embedding's table, and .numpy() reads them")
     return st.buffer
 
 
 def _out(device: Any, shape: tuple[int, ...], dtype: dt.DType) -> Tensor:
-    """An op's result: one buffer (an op writes one binding), else a BufferLimitError."""
+    """A planner's result (or scratch): one buffer, as a kernel writes one binding. The backend runs
+    planners on blocks of rows whose results fit (`rows.by_rows`), so this refuses only a planner
+    called on more (BufferLimitError)."""
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes > device.ctx.max_binding_bytes:
         raise BufferLimitError(f"the result, shape {shape} {dtype.name} ({nbytes:,} bytes), is over this device's "
@@ -90,15 +95,28 @@ def to_bytes(t: Tensor) -> bytes:
     ctx = _ctx(t)
     st: WgpuStorage = t._storage
     if len(st.chunks) > 1:
-        if not t.is_contiguous():  # a transposed view of chunked rows: read rows, transpose on host
+        if not t.is_contiguous():  # a transposed view of chunked rows: read its span, stride on the host
             return to_numpy(t).tobytes()
-        row_bytes = t.nbytes // t.shape[0]
-        return b"".join(bytes(ctx.read(b, 0, n * row_bytes)) for _, n, b in st.chunk_ranges(t.shape[0]))
+        return _read_span(t, t._offset, t._offset + t.size - 1)
     if not t.is_contiguous():
         t = copy(t)
     if t.size == 0:
         return b""
     return bytes(ctx.read(_buf(t), t._offset * t.dtype.itemsize, t.nbytes))
+
+
+def _read_span(t: Tensor, lo: int, hi: int) -> bytes:
+    """Elements lo..hi (inclusive) of the concatenation of t's row chunks, read chunk by chunk."""
+    st: WgpuStorage = t._storage
+    size = t.dtype.itemsize
+    out = []
+    for i, buf in enumerate(st.chunks):
+        c0 = st.chunk_start(i)
+        c1 = st.chunk_start(i + 1) if i + 1 < len(st.chunks) else hi + 1
+        a, b = max(lo, c0), min(hi + 1, c1)
+        if a < b:
+            out.append(bytes(st.ctx.read(buf, (a - c0) * size, (b - a) * size)))
+    return b"".join(out)
 
 
 def upload_into(t: Tensor, data: Any) -> None:
@@ -119,9 +137,11 @@ def read_async(t: Tensor) -> Any:
 def to_numpy(t: Tensor) -> Any:
     import numpy as np
 
-    if len(t._storage.chunks) > 1 and not t.is_contiguous():
-        base = Tensor(t.device, tuple(reversed(t.shape)), t.dtype, storage=t._storage)
-        return np.ascontiguousarray(to_numpy(base).T)
+    if len(t._storage.chunks) > 1 and not t.is_contiguous() and t.size:  # a view across chunks
+        last = t._offset + sum((n - 1) * s for n, s in zip(t.shape, t._strides, strict=True))
+        flat = np.frombuffer(_read_span(t, t._offset, last), dtype=t.dtype.name)
+        view = np.lib.stride_tricks.as_strided(flat, t.shape, tuple(s * t.dtype.itemsize for s in t._strides))
+        return np.ascontiguousarray(view)
     return np.frombuffer(to_bytes(t), dtype=t.dtype.name).reshape(t.shape).copy()
 
 
@@ -340,7 +360,14 @@ def token_mask(x: Tensor, bits: Tensor) -> Tensor:
     return out
 
 
-ARGMAX_COLS_PER_PART = 1024  # a long row (GPT-2's 50,257 logits) is split over up to 64 workgroups
+def argmax_parts(ctx: WgpuContext, cols: int) -> int:
+    """The column parts of a row (a long row, GPT-2's 50,257 logits, over up to 64 workgroups)."""
+    return max(1, min(64, math.ceil(cols / ctx.policy.argmax_cols_per_part)))
+
+
+def argmax_scratch_bytes(ctx: WgpuContext, cols: int) -> int:
+    """The scratch one row of argmax needs: a (value, index) pair per part."""
+    return argmax_parts(ctx, cols) * 8
 
 
 def argmax(x: Tensor) -> Tensor:
@@ -350,8 +377,8 @@ def argmax(x: Tensor) -> Tensor:
     out = _out(x.device, x.shape[:-1], dt.int32)
     if rows == 0:
         return out
-    parts = max(1, min(64, math.ceil(cols / ARGMAX_COLS_PER_PART)))
-    pairs = ctx.alloc(rows * parts * 8)
+    parts = argmax_parts(ctx, cols)
+    pairs = ctx.alloc(rows * argmax_scratch_bytes(ctx, cols))
     try:
         y, z = _rows_grid(rows)
         ctx.launch(ctx.kernel("argmax", {"TX": x.dtype.wgsl}),
@@ -421,21 +448,8 @@ def _mm_kernel(ctx: WgpuContext, a: Tensor, b: Tensor, out: Tensor, bias: Tensor
     return ctx.kernel("matmul", defs)
 
 
-GEMV_MAX_ROWS = 8  # up to this many rows of A, a bandwidth-bound GEMV beats the tiled kernel
-GEMV_GROUP = 8  # rows of A per gemv workgroup for a stack of one-row products (decode rows)
-# a stack of more than this many one-row products with float16 weights goes to the tiled engine on
-# GPUs (None: every stack to the GEMV): the weights are read once per 64-row tile instead of once
-# per GEMV_GROUP rows, and the activations sit in registers. Its rows are then not bit for bit the
-# row alone (the engine sums in its own order), which float16's guarantee allows (float32 stays exact;
-# see serve/batched.py)
-GEMV_STACK_F16_MAX_ROWS: int | None = 16
-GEMV_PACKED_F16 = True  # float16 weights read as u32 pairs (False: vec4<f16>; H200: 4.5x faster LM-head GEMV)
-FLASH_MIN_QUERIES = 2  # attention over this many queries or more takes the flash-style kernels
-GPU_STYLE_ON_SOFTWARE = False  # tests set this to run the GPU kernel variants on lavapipe
-
-
 def _gpu_style(ctx: WgpuContext) -> bool:
-    return not ctx.info.is_software or GPU_STYLE_ON_SOFTWARE
+    return ctx.policy.gpu_style
 
 
 def gemv_lanes(ctx: WgpuContext, K: int, ln: bool = False) -> int:
@@ -454,8 +468,8 @@ def gemv_lanes(ctx: WgpuContext, K: int, ln: bool = False) -> int:
 
 def stack_goes_tiled(ctx: WgpuContext, rows: int, w_dtype: dt.DType) -> bool:
     """Whether a stack of `rows` one-row products with `w_dtype` weights runs as one plain
-    (rows, K) product (the tiled engine) instead of the row-exact GEMV (GEMV_STACK_F16_MAX_ROWS)."""
-    lim = GEMV_STACK_F16_MAX_ROWS
+    (rows, K) product (the tiled engine) instead of the row-exact GEMV (policy.gemv_stack_f16_max_rows)."""
+    lim = ctx.policy.gemv_stack_f16_max_rows
     return lim is not None and w_dtype is dt.float16 and rows > lim and _gpu_style(ctx)
 
 
@@ -463,16 +477,17 @@ def gemv_group(ctx: WgpuContext, M: int, stack: bool) -> int:
     """MR, the rows of A one gemv workgroup takes (gemv.wgsl, gemv_q8.wgsl; W is read once per
     group), or 0 where the product does not go to the GEMV by its rows. A stack of one-row products
     ((T, 1, K): decode rows, the forward's batch-invariant layout) of any T goes to the GEMV: one
-    row as the M = 1 launch (MR = 1: a lone decode step keeps its kernel), more rows GEMV_GROUP a
+    row as the M = 1 launch (MR = 1: a lone decode step keeps its kernel), more rows policy.gemv_group a
     workgroup. Each row's sum is computed in the M = 1 launch's order either way, so a row of a
-    step is bit for bit that row alone (tests/test_gemv_stack.py); rows over GEMV_GROUP x the
-    grid limit go to the tiled kernels. A plain product of up to GEMV_MAX_ROWS rows takes M
+    step is bit for bit that row alone (tests/test_gemv_stack.py); rows over gemv_group x the
+    grid limit go to the tiled kernels. A plain product of up to policy.gemv_max_rows rows takes M
     rounded up to a power of two."""
-    if math.ceil(M / GEMV_GROUP) > ctx.max_workgroups:
+    group = ctx.policy.gemv_group
+    if math.ceil(M / group) > ctx.max_workgroups:
         return 0
-    if M == 1 or M <= GEMV_MAX_ROWS and not stack:
-        return min(GEMV_GROUP, 1 << (M - 1).bit_length())
-    return GEMV_GROUP if stack else 0
+    if M == 1 or M <= ctx.policy.gemv_max_rows and not stack:
+        return min(group, 1 << (M - 1).bit_length())
+    return group if stack else 0
 
 
 def gemv_kernel(ctx: WgpuContext, a_dtype: dt.DType, w_dtype: dt.DType, out_dtype: dt.DType, bias_dtype: dt.DType,
@@ -484,7 +499,7 @@ def gemv_kernel(ctx: WgpuContext, a_dtype: dt.DType, w_dtype: dt.DType, out_dtyp
     if ln and lanes == 1:
         raise ValueError("the fused layer-norm prologue needs lanes > 1")
     sg = ctx.subgroup_size if 1 < ctx.subgroup_size <= lanes else 0
-    pack = GEMV_PACKED_F16 and w_dtype is dt.float16
+    pack = ctx.policy.gemv_packed_f16 and w_dtype is dt.float16
     k = ctx.kernel("gemv", {"TA": a_dtype.wgsl, "TB": "u32" if pack else w_dtype.wgsl, "TC": out_dtype.wgsl,
                             "TBIAS": bias_dtype.wgsl, "LN": "true" if ln else "false", "LANES": f"{lanes}u",
                             "SG": f"{sg}u", "WPACK": "true" if pack else "false", "MR": f"{mr}u",
@@ -531,9 +546,15 @@ def _parts(b: Tensor, K: int, N: int) -> list[_Part]:
     st: WgpuStorage = b._storage
     if len(st.chunks) == 1:
         return [(0, K, 0, N, b._offset, b._strides[0], b._strides[1], st.buffer)]
-    if b._strides == (b.shape[1], 1):  # b (K, N) stored in chunks of K-rows: accumulate partial products
+    if b._offset == 0 and b._strides == (N, 1) and st.holds_whole(K, N):
+        # b (K, N) stored in chunks of K-rows: accumulate partial products
         return [(r0, n, 0, N, 0, N, 1, buf) for r0, n, buf in st.chunk_ranges(K)]
-    return [(0, K, r0, n, 0, 1, K, buf) for r0, n, buf in st.chunk_ranges(N)]  # chunks fill column blocks
+    if b._offset == 0 and b._strides == (1, K) and st.holds_whole(N, K):  # b = table.T: chunks fill column blocks
+        return [(0, K, r0, n, 0, 1, K, buf) for r0, n, buf in st.chunk_ranges(N)]
+    raise BufferLimitError(
+        f"matmul: the right operand, shape {b.shape}, is a view of part of a tensor stored in row chunks (over this "
+        f"device's binding limit of {st.ctx.max_binding_bytes:,} bytes); it is read chunk by chunk only when it is "
+        "the whole tensor or its transpose (.contiguous() makes a view whole)")
 
 
 def norm_fusable(norm: tuple[Tensor, Tensor | None, float]) -> bool:
@@ -597,42 +618,42 @@ def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor,
 
 
 # -- matmul engine: matmul_engine.wgsl, the register-tiled kernel for GPUs ------------------------
-ENGINE = True  # False: GPUs use matmul.wgsl for M > GEMV_MAX_ROWS (the benchmark compares both)
-# float16 operands of the engine (the sweep in tools/h200/f16_engine.py compares the settings):
-ENGINE_F16_WORDS = True  # read as u32 words widened with unpack2x16float; False: `vec4<f16>` loads
-ENGINE_F16_OUT_WORDS = True  # a float16 output written as u32 words where its offset and row stride are even
-# float16 x float16 arithmetic: "f32": f32 workgroup tiles and FMAs (fp32's kernel, BK = 8);
-# "f16": f16 tiles (BK = 16), f32 FMAs; "chunked": f16 tiles, packed f16 FMAs summed into f32 every BK step
-ENGINE_F16_MATH = "f32"
-ENGINE_F16_MATHS = ("f32", "f16", "chunked")
-ENGINE_WAVE = 264  # a larger tile is taken only when its grid has this many workgroups (H200: 2 x 132 SMs)
-# split-K: a grid of fewer than ENGINE_SPLIT_GRID workgroups gets K cut
-# into slices of at least ENGINE_SPLIT_MIN_K, enough of them for ENGINE_WAVE workgroups; partial
-# products go to a scratch (S, M, N) float32 buffer and matmul_splitk_sum.wgsl adds them
-ENGINE_SPLIT_K = True
-ENGINE_SPLIT_GRID = 132
-ENGINE_SPLIT_MIN_K = 128
+# the workgroup tile and split-K, from a sweep of every tile x S = 1, 2, 4, 8 on GPT-2, GPT-2 xl and
+# SmolLM2 shapes at M = 64 .. 4,096 (tools/h200/engine_sweep.py on the H200, 132 SMs), in units of
+# the policy's compute_units (the GPU's multiprocessors):
+# - M < policy.engine_deep_m rows (a batched decode step): 64-row tiles, 64 x 128 where that grid has 2
+#   workgroups an SM, else 64 x 64; a grid under 1 an SM cuts K into enough slices for 2 an SM;
+# - from engine_deep_m: 128 x 64 tiles from 256 rows (64 x 64 below, or where 128-row tiles would
+#   pad more than M / 8 rows); a grid under 2 workgroups an SM doubles its slices (2, 4, 8) until
+#   it has 8 an SM.
+# Slices are at least policy.engine_split_min_k long; partial products go to a scratch (S, M, N) float32
+# buffer that matmul_splitk_sum.wgsl adds up. Against the best of the 16 variants of each case:
+# 1.045x on average, worst 1.23x (the rule before, which took the larger tiles first and split only
+# under 1 workgroup an SM: 1.124x, worst 1.78x); GPU time summed over the 57 cases 31.5 -> 29.7 ms
 
 
-def engine_tile(M: int, N: int) -> tuple[int, int]:
-    """(MT, NT): the workgroup tile is (64 MT) x (64 NT); the largest whose grid fills the GPU, but
-    not 128-row tiles where they would compute more than M / 8 rows of padding beyond 64-row
-    tiles' (the LM head of a 64-row decode step: half of each 128-row tile would be padding)."""
+def engine_tile(M: int, N: int, policy: KernelPolicy) -> tuple[int, int]:
+    """(MT, NT): the workgroup tile is (64 MT) x (64 NT) (the rule above)."""
+    if M < policy.engine_deep_m:
+        return (1, 2) if math.ceil(M / 64) * math.ceil(N / 128) >= 2 * policy.compute_units else (1, 1)
     extra = math.ceil(M / 128) * 128 - math.ceil(M / 64) * 64  # padding rows 128-row tiles add
-    for mt, nt in ((2, 2), (1, 2)):
-        if mt == 2 and extra * 8 > M:
-            continue
-        if math.ceil(M / (64 * mt)) * math.ceil(N / (64 * nt)) >= ENGINE_WAVE:
-            return mt, nt
-    return 1, 1
+    return (2, 1) if M >= 256 and extra * 8 <= M else (1, 1)
 
 
-def engine_split(M: int, N: int, K: int, tile: tuple[int, int]) -> tuple[int, int]:
-    """(S, ks): K in S slices of ks (a multiple of 16, so of every BK); (1, 0) when not split."""
+def engine_split(M: int, N: int, K: int, tile: tuple[int, int], policy: KernelPolicy) -> tuple[int, int]:
+    """(S, ks): K in S slices of ks (a multiple of 16, so of every BK); (1, 0) when not split (the
+    rule above)."""
     grid = math.ceil(M / (64 * tile[0])) * math.ceil(N / (64 * tile[1]))
-    if not ENGINE_SPLIT_K or grid >= ENGINE_SPLIT_GRID:
+    most = K // max(policy.engine_split_min_k, 1)  # slices of at least engine_split_min_k
+    units = policy.compute_units
+    if not policy.engine_split_k:
         return 1, 0
-    want = min(math.ceil(ENGINE_WAVE / grid), K // max(ENGINE_SPLIT_MIN_K, 1))
+    if M < policy.engine_deep_m:
+        want = min(math.ceil(2 * units / grid), most) if grid < units else 1
+    else:
+        want = 1
+        while grid < 2 * units and grid * want < 8 * units and 2 * want <= min(8, most):
+            want *= 2
     if want < 2:
         return 1, 0
     ks = math.ceil(math.ceil(K / want) / 16) * 16
@@ -642,7 +663,7 @@ def engine_split(M: int, N: int, K: int, tile: tuple[int, int]) -> tuple[int, in
 def engine_fits(ctx: WgpuContext, a: Tensor, lda: int, parts: list[_Part]) -> bool:
     """Whether matmul_engine.wgsl can run this product: a GPU (or tests asking for GPU kernels on a
     CPU adapter), vec4-aligned rows and offsets, and B with a unit stride along K or along N."""
-    if not ENGINE or not _gpu_style(ctx):
+    if not ctx.policy.engine or not _gpu_style(ctx):
         return False
     if lda % 4 or any((a._offset + pt[0]) % 4 for pt in parts):
         return False
@@ -656,27 +677,27 @@ def engine_fits(ctx: WgpuContext, a: Tensor, lda: int, parts: list[_Part]) -> bo
 def engine_kernel(ctx: WgpuContext, a_dtype: dt.DType, b_dtype: dt.DType, c_dtype: dt.DType,
                   bias_dtype: dt.DType, kmajor: bool, tile: tuple[int, int], even_out: bool = False,
                   split: bool = False) -> Any:
-    """The matmul_engine variant. A float16 operand is read as u32 words when ENGINE_F16_WORDS, a
-    float16 output (and residual) written as words when ENGINE_F16_OUT_WORDS and `even_out` (its
+    """The matmul_engine variant. A float16 operand is read as u32 words when the policy's
+    engine_f16_words, a float16 output (and residual) written as words when engine_f16_out_words
+    and `even_out` (its
     offset and row stride are even);
-    float16 x float16 products compute as ENGINE_F16_MATH says (f16 tiles take BK = 16: 16 KiB of
+    float16 x float16 products compute as engine_f16_math says (f16 tiles take BK = 16: 16 KiB of
     workgroup memory either way); any other pair (float32 activations x float16 weights, as GPT-2
     in float16 runs) in f32 tiles with f32 FMAs. `split`: split-K's first pass (raw float32 partial
     products of the launch's K slices, no epilogue)."""
     f16 = a_dtype is dt.float16 and b_dtype is dt.float16
-    math_ = ENGINE_F16_MATH if f16 else "f32"
-    if math_ not in ENGINE_F16_MATHS:
-        raise ValueError(f"ENGINE_F16_MATH must be one of {ENGINE_F16_MATHS}, got {math_!r}")
+    policy = ctx.policy
+    math_ = policy.engine_f16_math if f16 else "f32"
     tiles16, chunked = math_ != "f32", math_ == "chunked"
 
     def words(t: dt.DType) -> str:
-        return "true" if ENGINE_F16_WORDS and t is dt.float16 else "false"
+        return "true" if policy.engine_f16_words and t is dt.float16 else "false"
 
     defs = {"TA": a_dtype.wgsl, "TB": b_dtype.wgsl, "TC": c_dtype.wgsl, "TBIAS": bias_dtype.wgsl,
             "TS": "f16" if tiles16 else "f32", "CT": "f16" if chunked else "f32", "MT": f"{tile[0]}u",
             "NT": f"{tile[1]}u", "BK": "16u" if tiles16 else "8u", "B_KMAJOR": "true" if kmajor else "false",
             "CHUNKED": "true" if chunked else "false", "APACK": words(a_dtype), "BPACK": words(b_dtype),
-            "CPACK": "true" if ENGINE_F16_OUT_WORDS and even_out and c_dtype is dt.float16 else "false",
+            "CPACK": "true" if policy.engine_f16_out_words and even_out and c_dtype is dt.float16 else "false",
             "SPLIT": "true" if split else "false"}
     if split:
         defs.update(TC="f32", CPACK="false")
@@ -692,7 +713,7 @@ def _matmul_engine(ctx: WgpuContext, a: Tensor, lda: int, M: int, b_dtype: dt.DT
         return
     for i, (k0, kn, n0, nn, b_off, ldb_k, ldb_n, buf) in enumerate(parts):
         kmajor = ldb_k == 1
-        tile = engine_tile(M, nn)
+        tile = engine_tile(M, nn, ctx.policy)
         k = engine_kernel(ctx, a.dtype, b_dtype, out.dtype, epi.bias_dtype, kmajor, tile,
                           even_out=n0 % 2 == 0 and N % 2 == 0)  # (out: a new tensor, offset 0)
         last = i == len(parts) - 1 or n0 > 0 or parts[-1][2] > 0  # K-chunks: epilogue on the last only
@@ -706,26 +727,32 @@ def _matmul_engine(ctx: WgpuContext, a: Tensor, lda: int, M: int, b_dtype: dt.DT
 def _engine_split_k(ctx: WgpuContext, a: Tensor, lda: int, M: int, b_dtype: dt.DType, part: _Part,
                     out: Tensor, epi: _Epilogue) -> bool:
     """out (M, N) = epilogue(a @ b) by split-K when engine_split cuts K (b in one piece): the
-    engine's S slices into a scratch (S, M, N) float32, then matmul_splitk_sum adds them and
-    applies the epilogue. False (nothing launched) when K is not cut or the scratch is too big."""
+    engine's S slices into a scratch (S, rows, N) float32, then matmul_splitk_sum adds them and
+    applies the epilogue; a block of rows at a time when the scratch of all M rows is over the
+    binding limit. False (nothing launched) when K is not cut or one row's scratch is too big."""
     _, K, _, N, b_off, ldb_k, ldb_n, buf = part
     kmajor = ldb_k == 1
-    tile = engine_tile(M, N)
-    S, ks = engine_split(M, N, K, tile)
-    if S < 2 or S * M * N * 4 > ctx.max_binding_bytes:
+    tile = engine_tile(M, N, ctx.policy)
+    S, ks = engine_split(M, N, K, tile, ctx.policy)
+    step = min(M, ctx.max_binding_bytes // (S * N * 4))  # rows whose scratch fits one binding
+    if S < 2 or step < 1:
         return False
-    scratch = _out(out.device, (S, M, N), dt.float32)
     k = engine_kernel(ctx, a.dtype, b_dtype, dt.float32, epi.bias_dtype, kmajor, tile, split=True)
-    ctx.launch(k, dict(M=M, N=N, K=K, a_off4=a._offset // 4, lda4=lda // 4, b_off4=b_off // 4,
-                       ldb4=(ldb_n if kmajor else ldb_k) // 4, ldc=N, ks=ks, c_zs=M * N),
-               dict(a=_buf(a), b=buf, c=_buf(scratch)),
-               (math.ceil(N / (64 * tile[1])), math.ceil(M / (64 * tile[0])), S))
     even = N % 2 == 0
-    packed = ENGINE_F16_OUT_WORDS and even and out.dtype is dt.float16
+    packed = ctx.policy.engine_f16_out_words and even and out.dtype is dt.float16
     ks_kernel = ctx.kernel("matmul_splitk_sum", {"TC": out.dtype.wgsl, "TBIAS": epi.bias_dtype.wgsl,
                                                  "CPACK": "true" if packed else "false"})
-    ctx.launch(ks_kernel, dict(M=M, N=N, S=S, ld_s=M * N, ldc=N, **epi.params(0, True)),
-               dict(part=_buf(scratch), c=_buf(out), **epi.buffers()), (math.ceil(math.ceil(N / 4) / 64), M, 1))
+    for r0 in range(0, M, step):
+        m = min(step, M - r0)
+        scratch = _out(out.device, (S, m, N), dt.float32)
+        ctx.launch(k, dict(M=m, N=N, K=K, a_off4=(a._offset + r0 * lda) // 4, lda4=lda // 4, b_off4=b_off // 4,
+                           ldb4=(ldb_n if kmajor else ldb_k) // 4, ldc=N, ks=ks, c_zs=m * N),
+                   dict(a=_buf(a), b=buf, c=_buf(scratch)),
+                   (math.ceil(N / (64 * tile[1])), math.ceil(m / (64 * tile[0])), S))
+        epi_prm = epi.params(0, True)
+        epi_prm["r_off"] += r0 * epi.r_ld
+        ctx.launch(ks_kernel, dict(M=m, N=N, S=S, ld_s=m * N, c_off=r0 * N, ldc=N, **epi_prm),
+                   dict(part=_buf(scratch), c=_buf(out), **epi.buffers()), (math.ceil(math.ceil(N / 4) / 64), m, 1))
     return True
 
 
@@ -748,7 +775,18 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Te
                  k_hs=k._strides[1], v_off=v._offset, v_ts=v._strides[0], v_hs=v._strides[1],
                  o_ts=H * D, o_hs=D)
     bufs = dict(q=_buf(q), k=_buf(k), v=_buf(v), o=_buf(out))
-    if T >= PREFILL_MIN_QUERIES and prefill_fits(ctx, q, k, v, vec):
+    policy = ctx.policy
+    bk = tiled_keys_per_tile(ctx, q, k, v, vec) if T >= policy.tiled_min_queries else 0
+    if bk:
+        f16 = q.dtype is dt.float16
+        kern = ctx.kernel("attention_tiled", {
+            "TS": "f16" if f16 else "f32", "D4": f"{D // 4}u", "KG": f"{bk // 4}u", "F16": "true" if f16 else "false",
+            "SG": "true" if 0 < bk // 4 <= ctx.subgroup_size else "false"})
+        prm = {n: x // 4 for n, x in views.items() if n != "o_off"}
+        ctx.launch(kern, dict(prm, T=T, S=S, causal=int(causal), scale=scale, G=group), bufs,
+                   (math.ceil(T / 64), H, 1))
+        return out
+    if T >= policy.prefill_min_queries and prefill_fits(ctx, q, k, v, vec):
         kern = ctx.kernel("attention_prefill", {
             "TQ": q.dtype.wgsl, "TO": out.dtype.wgsl, "TS": "f16" if q.dtype is dt.float16 else "f32",
             "D4": f"{D // 4}u", "DT": f"{D // 16}u", "BKV": f"{prefill_keys_per_tile(ctx, D, q.dtype)}u",
@@ -756,7 +794,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Te
         ctx.launch(kern, dict({n: x // 4 for n, x in views.items()}, T=T, S=S, causal=int(causal), scale=scale,
                               group=group), bufs, (math.ceil(T / 64), H, 1))
         return out
-    if (T >= FLASH_MIN_QUERIES and D % 4 == 0 and D <= 64 and all(x % 4 == 0 for x in vec)
+    if (T >= policy.flash_min_queries and D % 4 == 0 and D <= 64 and all(x % 4 == 0 for x in vec)
             and q.dtype is k.dtype is v.dtype is dt.float32):
         kern = ctx.kernel("attention_flash", {"D4": f"{D // 4}u"})
         ctx.launch(kern, dict({n: x // 4 for n, x in views.items()}, T=T, S=S, causal=int(causal), scale=scale,
@@ -771,24 +809,39 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Te
     return out
 
 
-PREFILL = True  # False: GPUs use attention_flash.wgsl / attention.wgsl for T > 1
-PREFILL_MIN_QUERIES = 256  # below, one workgroup a (query, head) is faster (H200, 128 tokens fp16: 5.8k vs 2.0k tok/s)
-PREFILL_SUBGROUPS = True  # False: the partial scores go through workgroup memory even with subgroups
-
-
 def prefill_fits(ctx: WgpuContext, q: Tensor, k: Tensor, v: Tensor, offsets: list[int]) -> bool:
     """Whether attention_prefill.wgsl runs this: a GPU (or tests asking for GPU kernels on a CPU
     adapter), one dtype, head dim a multiple of 16 up to 128, vec4-aligned offsets and strides."""
-    if not PREFILL or not _gpu_style(ctx):
+    if not ctx.policy.prefill or not _gpu_style(ctx):
         return False
     D = q.shape[2]
     return (D % 16 == 0 and D <= 128 and q.dtype is k.dtype is v.dtype and all(x % 4 == 0 for x in offsets)
             and prefill_keys_per_tile(ctx, D, q.dtype) > 0)
 
 
+def tiled_keys_per_tile(ctx: WgpuContext, q: Tensor, k: Tensor, v: Tensor, offsets: list[int]) -> int:
+    """BK, the keys a tile of attention_tiled.wgsl (64, 32 or 16: the largest whose tiles fit the
+    device's workgroup memory and divide D), or 0 where it does not run: CPU adapters (unless tests
+    ask for GPU kernels), mixed or other dtypes, head dims that are not a multiple of 16,
+    offsets or strides that are not 4-aligned, heads that do not share KV heads evenly."""
+    if not ctx.policy.tiled or not _gpu_style(ctx):
+        return 0
+    D, H, KVH = q.shape[2], q.shape[1], k.shape[1]
+    if not (q.dtype is k.dtype is v.dtype and q.dtype in (dt.float32, dt.float16)) or D % 16 or H % KVH:
+        return 0
+    if any(x % 4 for x in offsets):
+        return 0
+    limit = int(ctx.api.limits.get("max-compute-workgroup-storage-size", 16384)) - ctx.policy.tiled_reserved_bytes
+    tile_item = 2 if q.dtype is dt.float16 else 4
+    for bk in ctx.policy.tiled_keys:
+        if D % bk == 0 and bk * (2 * D * tile_item + 256) <= limit:
+            return bk
+    return 0
+
+
 def prefill_subgroups(ctx: WgpuContext) -> bool:
     """Whether attention_prefill sums partial scores with subgroup shuffles (needs the feature)."""
-    return PREFILL_SUBGROUPS and ctx.has_subgroups
+    return ctx.policy.prefill_subgroups and ctx.has_subgroups
 
 
 def prefill_keys_per_tile(ctx: WgpuContext, D: int, dtype: dt.DType) -> int:
@@ -815,6 +868,11 @@ def embedding(table: Tensor, ids: Tensor) -> Tensor:
         return out
     if len(table._storage.chunks) == 1:
         table = table.contiguous()
+    elif table._offset or not table.is_contiguous() or not table._storage.holds_whole(V, C):
+        raise BufferLimitError(
+            f"embedding: the table, shape {table.shape}, is a view of part of a tensor stored in row chunks (over this "
+            f"device's binding limit of {table.device.max_binding_bytes():,} bytes); a chunked table is read chunk "
+            "by chunk only whole (.contiguous() makes a view whole)")
     kern = ctx.kernel("embedding", {"TT": table.dtype.wgsl, "TO": out.dtype.wgsl})
     for r0, rows, buf in table._storage.chunk_ranges(V):
         t_off = table._offset if len(table._storage.chunks) == 1 else 0

@@ -3,6 +3,10 @@
 // argmax_parts.wgsl reduces a row's parts. Splitting a long row (GPT-2's 50,257 logits) over many
 // workgroups keeps the scan off a single SM. First index among ties; NaN counts as largest (like
 // numpy). Header: alias TX.
+// Bounds (the kernels run without the compiler's runtime checks): row < rows and lo <= c < hi <=
+// cols: x is read inside row `row` of the planner's (rows, cols) view; o[row parts + part] with
+// part < parts (grid x) inside the (rows, parts) pair buffer; argreduce's arrays by li < 256. Loops
+// end: each runs to a uniform or constant bound in steps that cannot wrap (sizes stay under 2^31).
 // #include argreduce.wgsl
 struct P { rows: u32, cols: u32, x_off: u32, x_ld: u32, parts: u32 }
 @group(0) @binding(0) var<uniform> p: P;

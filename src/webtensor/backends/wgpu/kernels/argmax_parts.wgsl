@@ -1,5 +1,9 @@
 // Argmax stage 2: one workgroup per row reduces the row's `parts` (value bits, index) pairs from
 // argmax.wgsl to the index (int32), with the same order: first index among ties, NaN largest.
+// Bounds (the kernels run without the compiler's runtime checks): row < rows and k < parts:
+// part[row parts + k] inside the (rows, parts) pairs; o[row] inside the (rows,) result; argreduce's
+// arrays by li < 256. Loops end: each runs to a uniform or constant bound in steps that cannot wrap
+// (sizes stay under 2^31).
 // #include argreduce.wgsl
 struct P { rows: u32, parts: u32 }
 @group(0) @binding(0) var<uniform> p: P;

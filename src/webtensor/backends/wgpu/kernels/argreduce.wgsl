@@ -1,5 +1,8 @@
 // Shared by argmax.wgsl and argmax_parts.wgsl (`// #include argreduce.wgsl`): the order of
 // (value, index) candidates and a workgroup reduction under it.
+// Bounds (the kernels run without the compiler's runtime checks): best_v / best_i are indexed by li
+// < 256 and by li + s with li < s <= 128. Loops end: each runs to a uniform or constant bound in
+// steps that cannot wrap (sizes stay under 2^31).
 const NO_INDEX: u32 = 0xffffffffu;
 var<workgroup> best_v: array<f32, 256>;
 var<workgroup> best_i: array<u32, 256>;

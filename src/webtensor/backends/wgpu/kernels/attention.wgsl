@@ -5,6 +5,10 @@
 // first S rows of a preallocated KV cache). Grouped-query: query head h reads kv head
 // h / p.group (group = H / KVH; 1 for plain multi-head). Causal: query t sees keys j <= t + (S - T).
 // D <= 256. Header: alias TQ, TK, TO.
+// Bounds (the kernels run without the compiler's runtime checks): D <= 256 (the planner refuses
+// more): qs[li] only for li < D, ps[i] for i < 256; q, k, v are read at t < T, j < last <= S, d <
+// D: their validated views' own elements; o[t, h, li] for li < D. Loops end: each runs to a uniform
+// or constant bound in steps that cannot wrap (sizes stay under 2^31).
 struct P {
   T: u32, S: u32, H: u32, D: u32,
   q_off: u32, q_ts: u32, q_hs: u32, causal: u32,

@@ -6,6 +6,11 @@
 // Causal: query t sees keys j <= t + (S - T). Grouped-query: the workgroup's head h reads kv head
 // h / p.group of k (S, KVH, D) and v. Strides and offsets in vec4 units.
 // Header: const D4 (head dim / 4, at most 16).
+// Bounds (the kernels run without the compiler's runtime checks): the planner builds it for float32
+// with D % 4 == 0 and D <= 64, so D4 <= 16: kv[e] and kv[512 + e] with e < 32 D4 <= 512, kv[qi D4 +
+// d] < 64 x 16 = 1,024, ml[qi + 192] < 256; k, v are read only for j < S, q and o only for live
+// queries t < T, each inside its view. Loops end: each runs to a uniform or constant bound in steps
+// that cannot wrap (sizes stay under 2^31).
 struct P {
   T: u32, S: u32, causal: u32, scale: f32,
   q_off: u32, q_ts: u32, q_hs: u32, k_off: u32,

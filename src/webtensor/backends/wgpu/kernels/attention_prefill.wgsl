@@ -14,6 +14,12 @@
 // and strides in vec4 units (D % 16 == 0, D <= 128).
 // Header: alias TQ (q, k, v), TO (output), TS (workgroup tile: f16 for float16 inputs); const D4
 // (D / 4), DT (D4 / 4), BKV (keys a tile); define SG selects the subgroup variant.
+// Bounds (the kernels run without the compiler's runtime checks): the planner builds it only for D
+// % 16 == 0, D <= 128 (DT <= 8) and a BKV whose tiles fit: ks / vs [e < BKV D4] and [jj D4 + d0 +
+// d] with jj < BKV, d0 + d < D4; sp[qi SPQ + jj] with qi < 64, jj < BKV < SPQ; qr / acc [d < DT];
+// k, v are read only for keys j < S, q and o only for live queries t < T, each inside its view.
+// Loops end: each runs to a uniform or constant bound in steps that cannot wrap (sizes stay under
+// 2^31).
 struct P {
   T: u32, S: u32, causal: u32, scale: f32,
   q_off: u32, q_ts: u32, q_hs: u32, k_off: u32,

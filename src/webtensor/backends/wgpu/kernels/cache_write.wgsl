@@ -9,6 +9,8 @@
 // slot[t] < n_slots as u32 (negative values are huge): the store index c_off + slot * slot_stride +
 // pos * H D + r is inside the contiguous (n_slots, n_ctx, H, D) cache view starting at c_off; src's
 // index is an element of its view.
+// These bounds are what the kernel relies on: it runs without the shader compiler's runtime
+// checks. Loops end: each runs to a uniform or constant bound in steps that cannot wrap.
 // Header: alias TS (src's element type).
 struct P {
   T: u32, H: u32, D: u32, src_off: u32,

@@ -22,6 +22,8 @@
 // q, kn, vn indices are elements of their views (offsets and strides from the planner's views, t < T,
 // kvh < KVH, e < D4; kn, vn are read only when p.write, when the planner binds them); o's index
 // (t H + h) D4 + e < T H D4. Workgroup arrays are indexed by li < 256, or e < D4 <= 256.
+// These bounds are what the kernel relies on: it runs without the shader compiler's runtime
+// checks. Loops end: each runs to a uniform or constant bound in steps that cannot wrap.
 // Header: alias TQ; define VEC4.
 // #if VEC4
 alias VK = vec4<f32>;

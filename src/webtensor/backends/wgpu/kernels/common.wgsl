@@ -1,4 +1,8 @@
 // Functions shared by several kernels; context.kernel() puts this file after each kernel's header.
+// Bounds (the kernels run without the compiler's runtime checks): wg_red is indexed by li < 256 and
+// by li + s with li < s <= 128; unflatten4 returns idx < shape componentwise (its callers bound i
+// by the element count). Loops end: each runs to a uniform or constant bound in steps that cannot
+// wrap (sizes stay under 2^31).
 
 // GPT-2's GELU (tanh form): 0.5 v (1 + tanh(u)), u = sqrt(2/pi) (v + 0.044715 v^3), written as the
 // identical v * sigmoid(2u), which has no cancellation for v < 0. Below u = -40 the result is under

@@ -4,6 +4,8 @@
 // Bounds: a thread returns unless i < n (o's size); its index (i0, i1, i2, i3) < shape, so
 // a_off + dot(idx, sa) is an element of a's view (the planner gives the view's offset and strides,
 // 0 along a broadcast dim), likewise b's; o's index o_off + i is inside o.
+// These bounds are what the kernel relies on: it runs without the shader compiler's runtime
+// checks. Loops end: each runs to a uniform or constant bound in steps that cannot wrap.
 // Header supplies: alias TA, TB, TO (storage types); const OP (0 add, 1 mul, 2 sub, 3 div, 4 swiglu).
 struct P {
   shape: vec4<u32>,      // output shape, padded on the left with 1s

@@ -7,6 +7,11 @@
 // 16-bit storage access) and store4 writes whole words: c_off and ldc must be even, so a thread's
 // four outputs are two words of one row. The last word of a row with N odd is half in range: its
 // other half (column N < ldc) belongs to no invocation of the launch and is kept bit for bit.
+// Bounds (the kernels run without the compiler's runtime checks): bias[bias_off + n] and res[r_off
+// + m r_ld + n] are read, and c written, only for m < M and n < N (the callers check; the planners
+// bind bias (N,) and residual (M, N) views); with CPACK the planners pass c_off, ldc and N even,
+// and word w + 1 is touched only when column n0 + 2 < N, so both words lie in row m. Loops end:
+// each runs to a uniform or constant bound in steps that cannot wrap (sizes stay under 2^31).
 
 // erfc(x) to ~1.2e-7 relative (a Chebyshev fit, t = 1 / (1 + |x| / 2)); relative accuracy in the
 // tail x > 0, so 0.5 x erfc(-x / sqrt 2) is an accurate GELU for negative x too.

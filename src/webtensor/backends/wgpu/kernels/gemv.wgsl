@@ -20,6 +20,12 @@
 // With WPACK, float16 weights are read as u32 pairs and widened with unpack2x16float (the H200's
 // Vulkan driver reads 16-bit storage far slower). Header: alias TA, TB, TC, TBIAS; const LN,
 // LANES, SG, WPACK, MR (1..8: rows per workgroup; LANES >= MR where LANES > 1), RMS.
+// Bounds (the kernels run without the compiler's runtime checks): the planner builds it only for K
+// % 4 == 0 and 4-aligned rows (vec_ok): w[wb + k] for n < N and k < K4 is row n of this part of W;
+// a[(m0 + m) lda4 + k] only for m < rows <= M - m0; lnw / lnb [k < K4] (the layer norm's (K,)
+// weights); red[m 256 + li] with m < MR <= 8 (MR x 256 entries); with SG red[lane 256 + r LANES +
+// k] with lane < rows <= MR and r LANES + k < 256; red2 by li < 256 and li + st < 256. Loops end:
+// each runs to a uniform or constant bound in steps that cannot wrap (sizes stay under 2^31).
 // #include epilogue.wgsl
 struct P {
   M: u32, N: u32, K4: u32, acc: u32,

@@ -1,6 +1,10 @@
 // LayerNorm over the last axis: one workgroup of 256 threads per row; two-pass mean / variance of
 // the row scaled by its largest magnitude (so no overflow).
 // Header: alias TX, TW, TO.
+// Bounds (the kernels run without the compiler's runtime checks): row < rows and c < cols: x inside
+// the planner's (rows, cols) view, w and bias [c] inside their (cols,) views, o inside the new
+// (rows, cols) output. Loops end: each runs to a uniform or constant bound in steps that cannot
+// wrap (sizes stay under 2^31).
 struct P { rows: u32, cols: u32, x_off: u32, x_ld: u32, o_off: u32, eps: f32, w_off: u32, b_off: u32 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> x: array<TX>;

@@ -5,6 +5,10 @@
 // (x @ W.T) costs nothing extra; const B_KMAJOR picks the coalesced load pattern for B.
 // Epilogue (the fused `linear`): + bias[n], then GELU, then + residual[m, n], chosen by p.epi bits
 // 1 / 2 / 4; unused bindings receive any buffer. Header: alias TA, TB, TC, TBIAS; const B_KMAJOR.
+// Bounds (the kernels run without the compiler's runtime checks): load_a / load_b read only for m <
+// M, n < N and k < K (zeros elsewhere), inside the views' strides; As / Bs [(lk + j) 16 + lm / 4] <
+// 256 (lk + j < 16, lm < 64); store writes only m < M, n < N. Loops end: each runs to a uniform or
+// constant bound in steps that cannot wrap (sizes stay under 2^31).
 // #include epilogue.wgsl
 struct P {
   M: u32, N: u32, K: u32, acc: u32,

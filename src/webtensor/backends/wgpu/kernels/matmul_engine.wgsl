@@ -23,6 +23,16 @@
 // matmul_splitk_sum.wgsl adds the slices and applies the epilogue.
 // Header: alias TA, TB, TC, TBIAS, TS (workgroup tile type), CT; const MT, NT (1 or 2), BK (8 or
 // 16), B_KMAJOR, CHUNKED, APACK, BPACK, CPACK, SPLIT.
+// Bounds (the kernels run without the compiler's runtime checks): load_a / load_bk / load_bn read a
+// vec4 only when its row (m < M, n < N or k < K) and its first element (4 kq < K or 4 nq < N) are
+// in range; with K or N not a multiple of 4 its last lanes may pass the tensor's end, but never its
+// buffer: the planner requires 4-aligned offsets and row strides, and every pool buffer is a
+// multiple of 16 bytes (context._bucket), so a vec4 whose first element is in the buffer is wholly
+// in it (the lanes past the end are masked to 0). put_a / put_b: r < 64 MT (64 NT), k + 3 < BK, so
+// As / Bs stay under 2 BK MV (NV); mma reads As[ar + ty (+ 16)] and Bs[br + tx (+ 16)] under the
+// same bounds. Split-K: the planner makes S = ceil(K / ks), so every slice starts below K; out4
+// writes m < M, n < N of slice z < S of the (S, M, N) scratch. Loops end: each runs to a uniform or
+// constant bound in steps that cannot wrap (sizes stay under 2^31).
 // #include epilogue.wgsl
 struct P {
   M: u32, N: u32, K: u32, acc: u32,

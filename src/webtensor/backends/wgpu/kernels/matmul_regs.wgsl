@@ -3,6 +3,10 @@
 // of C = A @ W^T from four rows of A and four rows of a k-major W (N, K), read as vec4 along K.
 // Same epilogue as matmul.wgsl (bias, GELU, residual). Needs K % 4 == 0 and 4-aligned offsets.
 // Header: alias TA, TB, TC, TBIAS.
+// Bounds (the kernels run without the compiler's runtime checks): the planner builds it only for K
+// % 4 == 0 and 4-aligned rows: row_a / row_w read only m < M, n < N, k < K4; store4 writes only m <
+// M, n < N. Loops end: each runs to a uniform or constant bound in steps that cannot wrap (sizes
+// stay under 2^31).
 // #include epilogue.wgsl
 struct P {
   M: u32, N: u32, K4: u32, acc: u32,

@@ -4,6 +4,9 @@
 // them through the engine's epilogue (epilogue.wgsl: + C when acc, bias, activation, residual;
 // float16 C as u32 words with CPACK: c_off and ldc even). Grid: (ceil(ceil(N / 4) / 64), M, 1).
 // Header: alias TC, TBIAS; const CPACK.
+// Bounds (the kernels run without the compiler's runtime checks): m < M and n0 + j < N: part[s ld_s
+// + m N + n0 + j] with s < S inside the (S, M, N) scratch; store4 writes only m < M, n < N. Loops
+// end: each runs to a uniform or constant bound in steps that cannot wrap (sizes stay under 2^31).
 // #include epilogue.wgsl
 struct P {
   M: u32, N: u32, S: u32, ld_s: u32,

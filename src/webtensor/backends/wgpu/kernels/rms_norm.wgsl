@@ -12,6 +12,8 @@
 // inside its buffer), so x_off + (r / n_in) * ld_out + (r % n_in) * ld_in + c is an element of the
 // view; o's index r * cols + c < rows * cols, o's size; w's index w_off + c is in w's view (cols,);
 // red is indexed by li < 256 and li - lane + st with lane + st < LANES (the row's own segment).
+// These bounds are what the kernel relies on: it runs without the shader compiler's runtime
+// checks. Loops end: each runs to a uniform or constant bound in steps that cannot wrap.
 // Header: alias TX, TW, TO; const LANES.
 struct P { rows: u32, cols: u32, x_off: u32, n_in: u32, ld_in: u32, ld_out: u32, eps: f32, w_off: u32 }
 @group(0) @binding(0) var<uniform> p: P;

@@ -13,6 +13,8 @@
 // strides from the view, which lies inside the buffer); pos's index pos_off + t < pos_off + T (the
 // planner's pos view, (T,) contiguous); the tables' index c_off (or s_off) + row * HALF + e with
 // row <= P - 1 and e < HALF is inside the (P, HALF) table; o's index (t H + h) D + d < T H D.
+// These bounds are what the kernel relies on: it runs without the shader compiler's runtime
+// checks. Loops end: each runs to a uniform or constant bound in steps that cannot wrap.
 // Header: alias TX (x), TO (o); const INTERLEAVED (bool).
 struct P {
   T: u32, H: u32, D: u32, half: u32,

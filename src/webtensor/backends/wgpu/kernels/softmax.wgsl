@@ -1,5 +1,8 @@
 // Softmax over the last axis: one workgroup per row; max-subtracted for stability.
 // Header: alias TX, TO.
+// Bounds (the kernels run without the compiler's runtime checks): row < rows and c < cols: x inside
+// the planner's (rows, cols) view, o inside the new (rows, cols) output. Loops end: each runs to a
+// uniform or constant bound in steps that cannot wrap (sizes stay under 2^31).
 struct P { rows: u32, cols: u32, x_off: u32, x_ld: u32, o_off: u32 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> x: array<TX>;

@@ -1,6 +1,10 @@
 // Unary ops over a strided (up to 4-d) input into a contiguous output; also the strided copy
 // behind transpose / contiguous / slicing / cast, and copy-into-a-slice (strided output).
 // Header supplies: alias TI, TO; const OP (0 copy/cast, 1 gelu-tanh, 2 scale by p.alpha).
+// Bounds (the kernels run without the compiler's runtime checks): i < n, the element count:
+// unflatten4 gives idx < shape componentwise, so i_off + dot(idx, si) is an element of x's view and
+// o_off + dot(idx, so) of out's (both inside their buffers). Loops end: each runs to a uniform or
+// constant bound in steps that cannot wrap (sizes stay under 2^31).
 struct P {
   shape: vec4<u32>,
   si: vec4<u32>,         // input strides (elements)

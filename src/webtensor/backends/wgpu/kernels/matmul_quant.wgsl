@@ -1,16 +1,18 @@
-// Matmul with a q8_0 weight for M > 8 rows (prefill, batches), GPUs: C = A @ W^T with A float32
-// (M, K) and W (N, K) in webtensor's q8_0 GPU layout (see gemv_q8.wgsl and backends/wgpu/q8_ops.py).
-// 64x64 output tiles per workgroup of 256 threads, 16-deep K steps (half a q8_0 block) staged
-// through workgroup memory: each thread loads one vec4 of A and one u32 of W (4 quants), which
-// it dequantizes (q * d, exact in f32) before storing, so the inner loop is plain f32 FMAs on a
-// 4x4 block of outputs held in four vec4 registers, as in matmul.wgsl. No subgroup operations.
+// Matmul with a quantized weight for M > 8 rows (prefill, batches), GPUs: C = A @ W^T with A
+// float32 (M, K) and W (N, K) in webtensor's GPU layout of one of ggml's block types
+// (quant_dequant.wgsl; the type by its define). 64x64 output tiles per workgroup of 256 threads,
+// 16-deep K steps staged through workgroup memory: each thread loads one vec4 of A and four values
+// of W, which it dequantizes (wvec) before storing, so the inner loop is plain f32 FMAs on a 4x4
+// block of outputs held in four vec4 registers, as in matmul.wgsl. No subgroup operations.
 // Epilogue (epilogue.wgsl): + bias[n], the activation, + residual[m, n], chosen by p.epi.
-// Needs K % 32 == 0 and A rows 4-aligned. Same parameters as gemv_q8.wgsl.
+// Same parameters as gemv_quant.wgsl.
+// Bounds (the kernels run without the compiler's runtime checks): A rows am >= M and W rows wn >= N are not read (zeros
+// instead); k0 + lk + 3 < K (K a multiple of 16), so A's vec4 and W's wvec(wn, i) have i < K / 4;
+// the tiles' indices are < 256 by construction; store4 writes only rows < M and columns < N.
 alias TC = f32;
 // #include epilogue.wgsl
-@group(0) @binding(2) var<storage, read> qs: array<u32>;
+// #include quant_linear_io.wgsl
 @group(0) @binding(6) var<storage, read_write> c: array<f32>;
-// #include q8_dequant.wgsl
 var<workgroup> As: array<vec4<f32>, 256>;  // [k][m/4]: 16 x 16 vec4
 var<workgroup> Bs: array<vec4<f32>, 256>;  // [k][n/4]
 
@@ -23,7 +25,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   // loaders: row m0 + lr of A and row n0 + lr of W, the 4 values k0 + lk .. k0 + lk + 3
   let lr = li / 4u;
   let lk = (li % 4u) * 4u;
-  let K4 = p.K / 4u;
   let am = m0 + lr;
   let wn = n0 + lr;
   var c0 = vec4<f32>(); var c1 = vec4<f32>(); var c2 = vec4<f32>(); var c3 = vec4<f32>();
@@ -31,7 +32,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     var av = vec4<f32>();
     if (am < p.M) { av = a[p.a_off4 + am * p.lda4 + (k0 + lk) / 4u]; }
     var bv = vec4<f32>();
-    if (wn < p.N) { bv = dq(qs[wn * K4 + (k0 + lk) / 4u], scale(wn, k0 / 32u)); }
+    if (wn < p.N) { bv = wvec(wn, (k0 + lk) / 4u); }
     for (var j = 0u; j < 4u; j = j + 1u) {
       As[(lk + j) * 16u + lr / 4u][lr % 4u] = av[j];
       Bs[(lk + j) * 16u + lr / 4u][lr % 4u] = bv[j];

@@ -1,0 +1,103 @@
+"""KernelPolicy: which kernel variant each WebGPU planner picks (ops.py, q8_ops.py), and the tile,
+split and threshold numbers it picks them with, frozen per device.
+
+Each WgpuContext derives its policy once from its adapter (`KernelPolicy.for_adapter`): whether
+it is a CPU adapter (lavapipe, SwiftShader, WARP: barrier-free kernels) or a GPU, and how many
+compute units (NVIDIA SMs, AMD CUs, Apple / Intel cores) the tile and split-K rules count in,
+from a table of known GPUs (WebGPU reports no unit count). Two devices in one process, or a
+browser on an integrated GPU, each get their own. `Device.kernel_policy` reads a device's policy;
+assigning `device.kernel_policy = device.kernel_policy.replace(...)` overrides fields for that
+device (what tests and benchmarks do to force a variant; launches planned afterwards follow it,
+graphs captured before keep theirs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import Any
+
+ENGINE_F16_MATHS = ("f32", "f16", "chunked")
+
+# compute units of known GPUs, by a pattern of the adapter's name (first match wins)
+KNOWN_UNITS: tuple[tuple[str, int], ...] = (
+    (r"\bh100\b.*pcie", 114), (r"\bgh200\b|\bh200\b|\bh100\b", 132), (r"\ba100\b", 108),
+    (r"\bl40s?\b", 142), (r"\bl4\b", 58), (r"\ba10g?\b", 72), (r"rtx 4090", 128), (r"rtx 4080", 76),
+    (r"rtx 3090", 82), (r"rtx 3080", 68), (r"\bv100\b", 80), (r"\bt4\b", 40),
+    (r"mi300", 304), (r"mi250", 208), (r"rx 7900 xtx", 96),
+    (r"apple m\d (max)", 38), (r"apple m\d (pro)", 18), (r"apple m\d", 10),
+)
+DEFAULT_UNITS = {"DiscreteGPU": 64, "IntegratedGPU": 16, "VirtualGPU": 16, "CPU": 1}
+
+
+@dataclass(frozen=True)
+class KernelPolicy:
+    """Every choice the WebGPU planners make that depends on the device. Fields, by kernel family:"""
+
+    # the kernel family: GPU variants (workgroup memory, barriers, subgroups) or, on CPU adapters,
+    # the barrier-free ones (one thread an output GEMV, matmul_regs, attention_flash)
+    gpu_style: bool = True
+    # multiprocessors the matmul engine's tile and split-K rules count in (H200: 132 SMs)
+    compute_units: int = 64
+    # GEMV (gemv.wgsl, gemv_q8.wgsl): up to gemv_max_rows rows of A a bandwidth-bound GEMV beats the
+    # tiled kernels; a stack of one-row products takes gemv_group rows a workgroup; a stack of more
+    # than gemv_stack_f16_max_rows rows with float16 weights goes to the engine on GPUs (None: never);
+    # float16 weights read as u32 pairs (gemv_packed_f16; H200: 4.5x faster LM-head GEMV); gemv_q8's
+    # outputs a thread on CPU adapters and on GPUs (gemv_quant_nr, gemv_quant_nr_gpu)
+    gemv_max_rows: int = 8
+    gemv_group: int = 8
+    gemv_stack_f16_max_rows: int | None = 16
+    gemv_packed_f16: bool = True
+    gemv_quant_nr: int = 2
+    gemv_quant_nr_gpu: int = 1
+    # the matmul engine (matmul_engine.wgsl) for M > gemv_max_rows on GPUs (False: matmul.wgsl);
+    # float16 operands read as u32 words, float16 outputs written as words, float16 x float16 math in
+    # "f32" (f32 tiles and FMAs), "f16" (f16 tiles) or "chunked" (packed f16 FMAs a BK step)
+    engine: bool = True
+    engine_f16_words: bool = True
+    engine_f16_out_words: bool = True
+    engine_f16_math: str = "f32"
+    # the engine's tile and split-K rule (ops.engine_tile / engine_split): below engine_deep_m rows
+    # the rule for batched decode steps; K slices of at least engine_split_min_k
+    engine_deep_m: int = 128
+    engine_split_k: bool = True
+    engine_split_min_k: int = 128
+    # attention: attention_tiled.wgsl from tiled_min_queries queries (tiles of the largest of
+    # tiled_keys keys whose workgroup memory fits, tiled_reserved_bytes kept free), else
+    # attention_prefill.wgsl from prefill_min_queries (its partial scores by subgroup shuffles where
+    # prefill_subgroups), else attention_flash.wgsl (CPU adapters) from flash_min_queries, else
+    # attention.wgsl
+    tiled: bool = True
+    tiled_min_queries: int = 64
+    tiled_keys: tuple[int, ...] = (64, 32, 16)
+    tiled_reserved_bytes: int = 0
+    prefill: bool = True
+    prefill_min_queries: int = 256
+    prefill_subgroups: bool = True
+    flash_min_queries: int = 2
+    # argmax: a row is split over up to 64 workgroups of this many columns
+    argmax_cols_per_part: int = 1024
+
+    def __post_init__(self) -> None:
+        if self.engine_f16_math not in ENGINE_F16_MATHS:
+            raise ValueError(f"engine_f16_math must be one of {ENGINE_F16_MATHS}, got {self.engine_f16_math!r}")
+        if self.compute_units < 1:
+            raise ValueError(f"compute_units must be positive, got {self.compute_units}")
+
+    @classmethod
+    def for_adapter(cls, info: Any) -> KernelPolicy:
+        """The policy of an adapter (`gpu_api.AdapterInfo`): CPU adapters the barrier-free kernels,
+        GPUs the rest, compute units from KNOWN_UNITS or DEFAULT_UNITS by adapter type."""
+        name = str(info.name).lower()
+        units = next((n for pat, n in KNOWN_UNITS if re.search(pat, name)), None)
+        if units is None:
+            units = DEFAULT_UNITS.get(str(info.adapter_type), DEFAULT_UNITS["IntegratedGPU"])
+        return cls(gpu_style=not info.is_software, compute_units=units)
+
+    def replace(self, **changes: Any) -> KernelPolicy:
+        """A copy with `changes` (field names; ValueError for an unknown one or a bad value)."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ValueError(f"KernelPolicy has no field(s) {sorted(unknown)}")
+        return dataclasses.replace(self, **changes)

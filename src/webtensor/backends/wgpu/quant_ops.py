@@ -1,0 +1,424 @@
+"""Quantized weights on WebGPU (ggml's Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K): their GPU layout, the upload
+(from ggml's bytes without numpy, or from a `QuantWeight`) and its inverse, and the ops
+`quant_linear` and `quant_embedding`.
+
+GPU layout of a weight (N, K) of block type T (K a multiple of T's block of QK values, nb = K / QK
+blocks a row). ggml's blocks (34, 18, 20, 22, 24, 144 and 210 bytes) are mostly not 4-byte aligned,
+so each is cut in two: its *body* (the quants, and for Q4_K / Q6_K their packed sub-block scales), a
+multiple of 16 bytes, and its *head* fields (the float16 numbers, Q5's high-bit word), each to its
+own array, byte for byte as stored:
+
+    type  block  body: bytes of the block        head fields: bytes of the block    heads a row (u32 words)
+    Q8_0    34   2..33    (32 int8)               0..1 d                              ceil(nb / 2)
+    Q4_0    18   2..17    (16 bytes of nibbles)   0..1 d                              ceil(nb / 2)
+    Q4_1    20   4..19    (16 bytes of nibbles)   0..3 (d, m)                         nb
+    Q5_0    22   6..21    (16 bytes of nibbles)   0..1 d;  2..5 qh                    ceil(nb / 2) + nb
+    Q5_1    24   8..23    (16 bytes of nibbles)   0..3 (d, m);  4..7 qh               nb + nb
+    Q4_K   144   0..143   (the whole block)       none                                0
+    Q6_K   210   0..207   (ql, qh, scales)        208..209 d                          ceil(nb / 2)
+
+- quants: u32 (N, nb * body / 4), row-major: each row's block bodies in order, read by the kernels as
+  vec4<u32> (every body is whole vec4s, so every row and block starts on one);
+- scales: u32 (N, d_ld): each row's heads, one section per field, in block order within it, each
+  section padded to whole words (float16 values two a word, the low half first, an odd count
+  leaving the section's last high half 0, read with unpack2x16float; Q5's qh one word a block).
+
+A Q4_K weight is thus uploaded exactly as stored. The bytes per value (body + head) are ggml's.
+
+A weight whose quants exceed the device's storage binding limit is split by output rows into chunks
+(`chunk_rows` rows each, the last fewer), quants and scales alike, each chunk its own pair of
+buffers; `quant_linear` runs one dispatch per chunk, each writing its block of output columns, and
+`quant_embedding` one per chunk, each writing the rows whose ids fall in it.
+
+Kernels (one per role, the block type chosen by a define that includes its dequantizer, see
+kernels/quant_dequant.wgsl; all f32 arithmetic, dequantized values exactly the numpy reference's):
+- gemv_quant.wgsl for M <= 8 rows and for stacks of one-row products of any number (decode), MR rows a
+  workgroup (`ops.gemv_group`), LANES threads per output (on CPU adapters 1, and the policy's gemv_quant_nr outputs a
+  thread), with the layer-norm or RMS-norm prologue of gemv_norm.wgsl (`ln=` / `rms=`),
+- matmul_quant.wgsl for M > 8 on GPUs (64x64 tiles through workgroup memory, dequantized into the
+  tile of W),
+- matmul_quant_regs.wgsl for M > 8 on CPU adapters (no workgroup memory, no barriers),
+- embedding_quant.wgsl for row gathers.
+
+Unused bias / residual inputs get the context's dummy buffer (see `WgpuContext.launch`).
+
+Nothing here needs numpy except `pack` / `unpack` (and so `upload` of a numpy `QuantWeight`): the
+page (Pyodide, no numpy) builds its weights with `upload_blocks` straight from a GGUF tensor's bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from ... import activations
+from ... import dtypes as dt
+from ...errors import ArgumentError, BufferLimitError, DTypeError, ShapeError
+from ...quant import types as qtypes
+from ...tensor import Tensor
+from . import ops as gops
+from .context import GpuBuffer, WgpuContext
+from .storage import WgpuStorage
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ...quant.weight import QuantWeight
+
+
+
+class Layout(NamedTuple):
+    """Where a block's body and head fields lie in ggml's block: (first byte, bytes) each (module
+    docstring); the fields in the order of their sections in a row's heads."""
+
+    body: tuple[int, int]
+    heads: tuple[tuple[int, int], ...]
+
+
+LAYOUTS: dict[str, Layout] = {
+    "Q8_0": Layout((2, 32), ((0, 2),)), "Q4_0": Layout((2, 16), ((0, 2),)), "Q4_1": Layout((4, 16), ((0, 4),)),
+    "Q5_0": Layout((6, 16), ((0, 2), (2, 4))), "Q5_1": Layout((8, 16), ((0, 4), (4, 4))),
+    "Q4_K": Layout((0, 144), ()), "Q6_K": Layout((0, 208), ((208, 2),)),
+}
+
+
+# -- the layout ---------------------------------------------------------------------------------
+def quant_words(qtype: str, k: int) -> int:
+    """u32 words per row of the quants array (block bodies)."""
+    return k // qtypes.TYPES[qtype].values * LAYOUTS[qtype].body[1] // 4
+
+
+def _sections(qtype: str, k: int) -> list[tuple[int, int, int]]:
+    """[(first byte in the block, bytes, first byte in the row's heads)] of each head field."""
+    nb = k // qtypes.TYPES[qtype].values
+    out, at = [], 0
+    for off, size in LAYOUTS[qtype].heads:
+        out.append((off, size, at))
+        at += -(-nb * size // 4) * 4
+    return out
+
+
+def scale_words(qtype: str, k: int) -> int:
+    """u32 words per row of the scales array (block heads), p.d_ld of the kernels."""
+    nb = k // qtypes.TYPES[qtype].values
+    return sum(-(-nb * size // 4) for _, size in LAYOUTS[qtype].heads)
+
+
+def _gpu_shape(qtype: str, shape: tuple[int, ...]) -> tuple[int, int]:
+    """(N, K) of a weight the kernels can run: K whole blocks (ShapeError otherwise)."""
+    n, k = (int(s) for s in shape)
+    q = qtypes.block_type(qtype, ShapeError).values
+    if k % q or k <= 0:
+        raise ShapeError(f"{qtype} on WebGPU needs K a positive multiple of {q} (whole blocks), got a weight of "
+                         f"shape {(n, k)}")
+    return n, k
+
+
+def pack(w: QuantWeight) -> tuple[np.ndarray, np.ndarray]:
+    """(quants u32 (N, quant_words), scales u32 (N, scale_words)): the GPU layout of `w` (module
+    docstring); ShapeError where K is not whole blocks."""
+    import numpy as np
+
+    n, k = _gpu_shape(w.qtype, w.shape)
+    t, lay = w.block, LAYOUTS[w.qtype]
+    nb = k // t.values
+    b = w.blocks.reshape(n, nb, t.nbytes)
+    bo, bl = lay.body
+    quants = np.ascontiguousarray(b[:, :, bo : bo + bl]).reshape(n, nb * bl).view("<u4")
+    heads = np.zeros((n, 4 * scale_words(w.qtype, k)), np.uint8)
+    for off, size, at in _sections(w.qtype, k):
+        heads[:, at : at + nb * size] = b[:, :, off : off + size].reshape(n, nb * size)
+    return quants, heads.view("<u4")
+
+
+def unpack(qtype: str, quants: np.ndarray, scales: np.ndarray, shape: tuple[int, int]) -> QuantWeight:
+    """The inverse of `pack`: a QuantWeight from the two u32 arrays (any of their flat forms)."""
+    import numpy as np
+
+    from ...quant.weight import QuantWeight
+
+    n, k = _gpu_shape(qtype, shape)
+    t, lay = qtypes.TYPES[qtype], LAYOUTS[qtype]
+    nb = k // t.values
+    bo, bl = lay.body
+    blocks = np.zeros((n, nb, t.nbytes), np.uint8)
+    blocks[:, :, bo : bo + bl] = np.ascontiguousarray(quants, "<u4").view(np.uint8).reshape(n, nb, bl)
+    heads = np.ascontiguousarray(scales, "<u4").view(np.uint8).reshape(n, 4 * scale_words(qtype, k))
+    for off, size, at in _sections(qtype, k):
+        blocks[:, :, off : off + size] = heads[:, at : at + nb * size].reshape(n, nb, size)
+    return QuantWeight(qtype, blocks.reshape(n, nb * t.nbytes), (n, k))
+
+
+def split_blocks(qtype: str, raw: Any, rows: int, k: int) -> tuple[bytearray, bytearray]:
+    """ggml's bytes of `rows` rows of K values of `qtype` -> (quants, scales) in the GPU layout,
+    without numpy: each byte position of the body and of each head field is one strided slice copy
+    (and a row's head sections are placed by one slice copy each where they need padding)."""
+    t, lay = qtypes.TYPES[qtype], LAYOUTS[qtype]
+    nb, bb = k // t.values, t.nbytes
+    bo, bl = lay.body
+    src = memoryview(raw).cast("B")
+    if bl == bb:
+        quants = bytearray(src)
+    else:
+        quants = bytearray(rows * nb * bl)
+        for j in range(bl):  # byte j of every block's body
+            quants[j::bl] = src[bo + j :: bb]
+    row_bytes = 4 * scale_words(qtype, k)
+    scales = bytearray(rows * row_bytes)
+    for off, size, at in _sections(qtype, k):
+        field = bytearray(rows * nb * size)  # the field of every block, nb * size bytes a row
+        for j in range(size):
+            field[j::size] = src[off + j :: bb]
+        if row_bytes == nb * size:  # the only section, no padding: the rows as they are
+            scales = field
+            continue
+        span = nb * size
+        if span < rows:  # the fewer slice copies: one per byte position of a row's section ...
+            for q in range(span):
+                scales[at + q :: row_bytes] = field[q::span]
+        else:  # ... or one per row
+            for r in range(rows):
+                scales[r * row_bytes + at : r * row_bytes + at + span] = field[r * span : (r + 1) * span]
+    return quants, scales
+
+
+class QuantGpu(qtypes.Quantized):
+    """A quantized weight (N, K) of type `qtype` on a WebGPU device, in the layout above: `quants`
+    and `scales` are WgpuStorage row-chunked alike (`chunk_rows` rows per chunk). Buffers go back to
+    the device's pool when this is dropped."""
+
+    __slots__ = ("device", "qtype", "shape", "quants", "scales", "chunk_rows", "__weakref__")
+
+    def __init__(self, device: Any, qtype: str, shape: tuple[int, int], quants: WgpuStorage, scales: WgpuStorage,
+                 chunk_rows: int):
+        self.device, self.qtype, self.shape = device, qtype, shape
+        self.quants, self.scales, self.chunk_rows = quants, scales, chunk_rows
+
+    @property
+    def nbytes(self) -> int:
+        n, k = self.shape
+        return n * 4 * (quant_words(self.qtype, k) + scale_words(self.qtype, k))
+
+    def chunks(self) -> list[tuple[int, int, GpuBuffer, GpuBuffer]]:
+        """[(first_row, n_rows, quants_buffer, scales_buffer)]."""
+        n = self.shape[0]
+        return [(r0, rows, q, s) for (r0, rows, q), s in zip(self.quants.chunk_ranges(n), self.scales.chunks,
+                                                             strict=True)]
+
+    def to_quant_weight(self) -> QuantWeight:
+        """Read the buffers back (tests: the inverse of `upload`)."""
+        import numpy as np
+
+        ctx = self.device.ctx
+        n, k = self.shape
+        qw, sw = quant_words(self.qtype, k) * 4, scale_words(self.qtype, k) * 4
+        parts = [c for c in self.chunks() if c[1]]  # (an empty weight has nothing to read)
+        q = b"".join(bytes(ctx.read(qb, 0, rows * qw)) for _, rows, qb, _ in parts)
+        s = b"".join(bytes(ctx.read(sb, 0, rows * sw)) for _, rows, _, sb in parts if sw)
+        return unpack(self.qtype, np.frombuffer(q, "<u4"), np.frombuffer(s, "<u4"), self.shape)
+
+    def __repr__(self) -> str:
+        return f"QuantGpu({self.qtype}, shape={self.shape}, chunks={len(self.quants.chunks)}, {self.device.describe()})"
+
+
+def _chunk_rows(ctx: WgpuContext, qtype: str, shape: tuple[int, int]) -> int:
+    """Rows per chunk: as many as fit the binding limit with their quants."""
+    n, k = shape
+    row = 4 * quant_words(qtype, k)
+    limit = ctx.max_binding_bytes
+    if row > limit:
+        raise BufferLimitError(f"one row of a {qtype} weight of shape {shape} ({row:,} bytes) is over the binding "
+                               f"limit of {limit:,} bytes")
+    return max(1, min(n, limit // row)) if n else 1
+
+
+def _upload_chunks(device: Any, qtype: str, shape: tuple[int, int], parts: Any) -> QuantGpu:
+    """A QuantGpu from `parts(r0, r1)` -> (quants bytes, scales bytes) of rows r0..r1 in the GPU layout."""
+    ctx: WgpuContext = device.ctx
+    n = shape[0]
+    rows_per = _chunk_rows(ctx, qtype, shape)
+    q_chunks, s_chunks = [], []
+    for r0 in range(0, max(n, 1), rows_per):
+        for data, out in zip(parts(r0, min(n, r0 + rows_per)), (q_chunks, s_chunks), strict=True):
+            nbytes = memoryview(data).nbytes
+            buf = ctx.alloc(max(4, nbytes))
+            out.append(buf)
+            if nbytes:
+                ctx.upload(buf, data, fresh=True)
+    return QuantGpu(device, qtype, shape, WgpuStorage(ctx, q_chunks, rows_per), WgpuStorage(ctx, s_chunks, rows_per),
+                    rows_per)
+
+
+def upload(device: Any, w: QuantWeight) -> QuantGpu:
+    """`w` on WebGPU device `device`, row-chunked where its quants exceed the binding limit."""
+    quants, scales = pack(w)
+    return _upload_chunks(device, w.qtype, w.shape, lambda r0, r1: (quants[r0:r1], scales[r0:r1]))
+
+
+def upload_blocks(device: Any, qtype: str, raw: Any, shape: tuple[int, ...]) -> QuantGpu:
+    """A matrix of logical shape (N, K) in ggml type `qtype` from its bytes as stored (a GGUF
+    tensor: N rows of K / QK blocks, row-major) straight onto `device`, without numpy (the page's
+    loader). Equal to `upload(device, QuantWeight.from_blocks(qtype, raw, shape))`. CheckpointError
+    for an unknown type, a shape that is not whole blocks, or bytes that do not fit the shape."""
+    mv = memoryview(raw).cast("B")
+    n, k = qtypes.check_blocks(qtype, tuple(shape), mv.nbytes)
+    row_bytes = qtypes.row_bytes(qtype, k)
+    return _upload_chunks(device, qtype, (n, k),
+                          lambda r0, r1: split_blocks(qtype, mv[r0 * row_bytes : r1 * row_bytes], r1 - r0, k))
+
+
+_UPLOADED: weakref.WeakKeyDictionary[QuantWeight, dict[int, QuantGpu]] = weakref.WeakKeyDictionary()
+
+
+def on_device(device: Any, w: QuantWeight | QuantGpu, op: str = "linear") -> QuantGpu:
+    """`w` as a QuantGpu on `device`: a QuantGpu as is (it must live there), a QuantWeight uploaded
+    once per device and kept while the QuantWeight lives (the model's host copy keys its device copy)."""
+    if isinstance(w, QuantGpu):
+        if not w.device.same_as(device):
+            raise ArgumentError(f"{op}: the {w.qtype} weight lives on {w.device.describe()}, the input on "
+                                f"{device.describe()}")
+        return w
+    per_dev = _UPLOADED.setdefault(w, {})
+    g = per_dev.get(id(device.ctx))
+    if g is None or g.device.ctx is not device.ctx or device.ctx.released:
+        g = per_dev[id(device.ctx)] = upload(device, w)
+    return g
+
+
+# -- kernel choice ------------------------------------------------------------------------------
+def gemv_lanes(ctx: WgpuContext, K: int) -> int:
+    """Threads per output in gemv_quant.wgsl: the float GEMV's rule (`ops.gemv_lanes`) counting
+    16 values as one vec4 (1 on CPU adapters; on GPUs 32 to 256, ~4 half-units of 16 values a lane)."""
+    return gops.gemv_lanes(ctx, K // 4)
+
+
+def gemv_outputs(ctx: WgpuContext, K: int, mr: int) -> int:
+    """Outputs one thread of gemv_quant.wgsl computes: the policy's gemv_quant_nr on CPU adapters (one lane an
+    output), gemv_quant_nr_gpu on GPUs, at most 8 / MR (the reduction's workgroup memory)."""
+    if gemv_lanes(ctx, K) == 1:
+        return ctx.policy.gemv_quant_nr
+    return max(1, min(ctx.policy.gemv_quant_nr_gpu, 8 // mr))
+
+
+def kernel_for(ctx: WgpuContext, qtype: str, M: int, K: int, norm: int = 0,
+               stack: bool = False) -> tuple[Any, str, int, int]:
+    """(kernel, which, MR, NR): which is "gemv" (MR rows of A a workgroup, NR outputs a thread),
+    "tiled" or "regs". `norm`: gemv_quant's prologue, 1 layer norm, 2 RMS norm (only where it has
+    lanes to reduce with: norm_fusable). `stack`: the rows are a stack of one-row products
+    (`ops.gemv_group`)."""
+    mr = gops.gemv_group(ctx, M, stack)
+    if mr:
+        lanes = gemv_lanes(ctx, K)
+        nr = gemv_outputs(ctx, K, mr)
+        sg = ctx.subgroup_size if lanes > 1 and 1 < ctx.subgroup_size <= lanes else 0
+        defs = {qtype: "true", "LANES": f"{lanes}u", "MR": f"{mr}u", "NR": f"{nr}u", "NORM": f"{norm}u",
+                "SG": f"{sg}u"}
+        return ctx.kernel("gemv_quant", defs), "gemv", mr, nr
+    if not gops._gpu_style(ctx):
+        return ctx.kernel("matmul_quant_regs", {qtype: "true"}), "regs", 0, 0
+    return ctx.kernel("matmul_quant", {qtype: "true"}), "tiled", 0, 0
+
+
+def _f32_rows(t: Tensor) -> tuple[Tensor, int, int, int]:
+    """t as float32 rows (t, rows, cols, row stride) whose first element and stride are 4-aligned,
+    in one buffer; copied where they are not."""
+    if t.dtype is not dt.float32:
+        t = gops.copy(t, dt.float32)
+    t, rows, cols, ld = gops._rows(t)
+    if t._offset % 4 or ld % 4:
+        t = t.contiguous()
+        ld = cols
+    if len(t._storage.chunks) > 1:
+        raise BufferLimitError(f"quant_linear: a tensor of shape {t.shape} is over the binding limit "
+                               f"({t.device.max_binding_bytes():,} bytes); split the rows")
+    return t, rows, cols, ld
+
+
+def norm_fusable(ctx: WgpuContext, M: int, K: int, norm: tuple[Tensor, Tensor | None, float],
+                 stack: bool = False) -> bool:
+    """Whether quant_linear can take `norm` = (weight, bias, eps) (bias None: an RMS norm) into
+    gemv_quant's prologue: a GEMV with lanes to reduce with, and weights it can bind as they are."""
+    return gops.gemv_group(ctx, M, stack) > 0 and gemv_lanes(ctx, K) > 1 and gops.norm_fusable(norm)
+
+
+def quant_linear(x: Tensor, qweight: QuantWeight | QuantGpu, bias: Tensor | None = None, act: str | None = None,
+                 residual: Tensor | None = None, ln: tuple[Tensor, Tensor, float] | None = None,
+                 rms: tuple[Tensor, float] | None = None) -> Tensor:
+    """Fused epilogue(x @ W.T) with a quantized weight W (N, K) (nn.Linear's layout; a `QuantWeight`
+    or `QuantGpu`), like `webtensor.ops.linear`: + bias (N,), then the activation `act` (a name of
+    `webtensor.activations`), then + residual (..., N). x: (..., K) on a WebGPU device, K whole
+    blocks. Returns a new float32 tensor (..., N); float16 inputs are widened first. `ln` =
+    (weight, bias, eps) layer-normalises x's rows first, `rms` = (weight, eps) RMS-normalises them
+    (at most one of the two; in gemv_quant's prologue where it can, else as a layer_norm / rms_norm
+    launch)."""
+    device = x.device
+    ctx = gops._ctx(x)
+    w = on_device(device, qweight)
+    N, K = w.shape
+    if x.ndim < 1 or x.shape[-1] != K:
+        raise ShapeError(f"quant_linear: x {x.shape} against a {w.qtype} weight of shape {w.shape} (N, K): needs "
+                         f"x.shape[-1] == {K}")
+    if not x.dtype.is_float:
+        raise DTypeError(f"quant_linear needs float activations, got {x.dtype.name}")
+    out_shape = (*x.shape[:-1], N)
+    if bias is not None and bias.shape != (N,):
+        raise ShapeError(f"quant_linear: bias must have shape ({N},), got {bias.shape}")
+    if residual is not None and residual.shape != out_shape:
+        raise ShapeError(f"quant_linear: residual must have the output's shape {out_shape}, got {residual.shape}")
+    act = activations.canonical(act)
+    out = gops._out(device, out_shape, dt.float32)
+    if out.size == 0:
+        return out
+    stack = x.ndim > 2 and x.shape[-2] == 1  # a stack of one-row products: each row its M = 1 result
+    x2, M, _, lda = _f32_rows(x)
+    norm = ln if rms is None else (rms[0], None, rms[1])
+    fuse = norm is not None and norm_fusable(ctx, M, K, norm, stack)
+    if norm is not None and not fuse:
+        x2, M, _, lda = _f32_rows(gops.normalize(x2, norm))
+    bits = gops.epilogue_bits(bias is not None, act, residual is not None)
+    b_buf, b_off = None, 0
+    if bias is not None:
+        b = bias.contiguous() if bias.dtype is dt.float32 else gops.copy(bias, dt.float32)
+        b_buf, b_off = gops._buf(b), b._offset
+    r_buf, r_off, r_ld = None, 0, 0
+    if residual is not None:
+        r, _, _, r_ld = _f32_rows(residual)
+        r_buf, r_off = gops._buf(r), r._offset
+    kern, which, mr, nr = kernel_for(ctx, w.qtype, M, K, (2 if rms is not None else 1) if fuse else 0, stack)
+    sw = scale_words(w.qtype, K)
+    for n0, nn, qbuf, sbuf in w.chunks():
+        params = dict(M=M, N=nn, K=K, a_off4=x2._offset // 4, lda4=lda // 4, d_ld=sw, c_off=n0, ldc=N, epi=bits,
+                      bias_off=b_off + n0, r_off=r_off + n0, r_ld=r_ld)
+        bufs = dict(a=gops._buf(x2), qs=qbuf, scales=sbuf, bias=b_buf, res=r_buf, c=gops._buf(out))
+        if fuse:
+            params["eps"] = norm[2]
+            bufs.update(lnw=gops._buf(norm[0]), lnb=None if norm[1] is None else gops._buf(norm[1]))
+        if which == "gemv":
+            per_group = 256 * nr // gemv_lanes(ctx, K)
+            x_, y_, _ = gops._grid(math.ceil(nn / per_group), ctx)
+            grid = (x_, y_, math.ceil(M / mr))
+        elif which == "regs":
+            grid = (math.ceil(nn / 256), math.ceil(M / 4), 1)
+        else:
+            grid = (math.ceil(nn / 64), math.ceil(M / 64), 1)
+        ctx.launch(kern, params, bufs, grid)
+    return out
+
+
+def quant_embedding(table: QuantWeight | QuantGpu, ids: Tensor) -> Tensor:
+    """Rows of a quantized table (V, C) at int32 `ids` (any shape), dequantized -> float32 (..., C)."""
+    device = ids.device
+    ctx = gops._ctx(ids)
+    w = on_device(device, table, "embedding")
+    V, C = w.shape
+    ids = ids.contiguous()
+    out = gops._out(device, (*ids.shape, C), dt.float32)
+    n = ids.size
+    if n == 0:
+        return out
+    kern = ctx.kernel("embedding_quant", {w.qtype: "true"})
+    for r0, rows, qbuf, sbuf in w.chunks():
+        ctx.launch(kern, dict(n_ids=n, K=C, row0=r0, rows=rows, ids_off=ids._offset, d_ld=scale_words(w.qtype, C)),
+                   dict(qs=qbuf, scales=sbuf, ids=gops._buf(ids), o=gops._buf(out)), gops._grid(n, ctx))
+    return out

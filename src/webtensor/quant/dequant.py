@@ -1,0 +1,93 @@
+"""The numpy reference dequantizers: ggml blocks (uint8 (B, block bytes)) -> float32 (B, block
+values), one function per type (layouts in `quant.types`).
+
+Each is bit-exact with `gguf.quants.dequantize` (tests/quant/test_quant_reference.py): the same
+float32 operations in the same order. Most dequantized values are exact products, so the order
+barely matters: d q (Q8_0, Q4_0, Q5_0; 11 x 8 significant bits), d sc and dmin mn (Q4_K; 11 x 6
+bits) and (d sc) q (Q4_K; 17 x 4 bits) are all exact in float32, leaving one rounding in the d q + m
+of Q4_1 and Q5_1 and Q4_K's (d sc) q - dmin mn, and one in Q6_K's (d sc) q (19 x 6 bits). The
+WGSL `wvec` dequantizers compute the same exact products and the same single rounding (an FMA or
+not gives the same bits when the product is exact), so tiles and embeddings see exactly these
+weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+
+def _f16(b: np.ndarray, off: int) -> np.ndarray:
+    """The float16 at byte `off` of each block, as float32 (B, 1)."""
+    return np.ascontiguousarray(b[:, off : off + 2]).view("<f2").astype(np.float32)
+
+
+def _nibbles(qs: np.ndarray) -> np.ndarray:
+    """(B, 16) bytes -> (B, 32) values: the low nibbles, then the high nibbles (ggml's 32-block)."""
+    return np.concatenate([qs & 0x0F, qs >> 4], axis=1)
+
+
+def q8_0(b: np.ndarray) -> np.ndarray:
+    return b[:, 2:34].view(np.int8).astype(np.float32) * _f16(b, 0)
+
+
+def q4_0(b: np.ndarray) -> np.ndarray:
+    q = _nibbles(b[:, 2:18]).astype(np.int8) - np.int8(8)
+    return _f16(b, 0) * q.astype(np.float32)
+
+
+def q4_1(b: np.ndarray) -> np.ndarray:
+    return _f16(b, 0) * _nibbles(b[:, 4:20]).astype(np.float32) + _f16(b, 2)
+
+
+def _fifth_bits(b: np.ndarray, off: int) -> np.ndarray:
+    """(B, 32) the fifth bit (0 / 16) of each value: bit j of the little-endian u32 at byte `off`."""
+    qh = np.ascontiguousarray(b[:, off : off + 4]).view("<u4")  # (B, 1)
+    return (((qh >> np.arange(32, dtype=np.uint32)) & 1) << 4).astype(np.uint8)
+
+
+def q5_0(b: np.ndarray) -> np.ndarray:
+    q = (_nibbles(b[:, 6:22]) | _fifth_bits(b, 2)).astype(np.int8) - np.int8(16)
+    return _f16(b, 0) * q.astype(np.float32)
+
+
+def q5_1(b: np.ndarray) -> np.ndarray:
+    return _f16(b, 0) * (_nibbles(b[:, 8:24]) | _fifth_bits(b, 4)).astype(np.float32) + _f16(b, 2)
+
+
+def q4_k_scales(sc12: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The eight 6-bit (scale, min) pairs of Q4_K's 12 packed bytes (B, 12) -> two uint8 (B, 8):
+    sub-block j < 4 has the low 6 bits of bytes j and j + 4; j >= 4 the nibbles of byte j + 4 with
+    the top two bits of bytes j - 4 (scale) and j (min) above them."""
+    lo, mid, top = sc12[:, 0:4], sc12[:, 4:8], sc12[:, 8:12]
+    sc = np.concatenate([lo & 63, (top & 0x0F) | ((lo >> 6) << 4)], axis=1)
+    mn = np.concatenate([mid & 63, (top >> 4) | ((mid >> 6) << 4)], axis=1)
+    return sc, mn
+
+
+def q4_k(b: np.ndarray) -> np.ndarray:
+    n = b.shape[0]
+    sc, mn = q4_k_scales(b[:, 4:16])
+    d = (_f16(b, 0) * sc.astype(np.float32))[:, :, None]  # (B, 8, 1)
+    dm = (_f16(b, 2) * mn.astype(np.float32))[:, :, None]
+    qs = b[:, 16:144].reshape(n, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)  # chunk, nibble, byte
+    q = (qs & 0x0F).reshape(n, 8, 32).astype(np.float32)  # sub-block 2c + nibble
+    return (d * q - dm).reshape(n, 256)
+
+
+def q6_k(b: np.ndarray) -> np.ndarray:
+    # value 128 h + 32 t + l (half h, quarter t, l < 32): low 4 bits from nibble t // 2 of
+    # ql[64 h + 32 (t % 2) + l], high 2 bits from bits 2t of qh[32 h + l]; scale (value // 16)
+    n = b.shape[0]
+    d = (_f16(b, 208) * b[:, 192:208].view(np.int8).astype(np.float32))[:, :, None]  # (B, 16, 1)
+    ql = b[:, :128].reshape(n, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
+    ql = (ql & 0x0F).reshape(n, 2, 4, 32)
+    qh = b[:, 128:192].reshape(n, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)
+    q = (ql | ((qh & 0x03) << 4)).astype(np.int8) - np.int8(32)
+    return (d * q.reshape(n, 16, 16).astype(np.float32)).reshape(n, 256)
+
+
+DEQUANTIZE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "Q8_0": q8_0, "Q4_0": q4_0, "Q4_1": q4_1, "Q5_0": q5_0, "Q5_1": q5_1, "Q4_K": q4_k, "Q6_K": q6_k}
+

@@ -1,0 +1,97 @@
+"""The ggml block types webtensor runs quantized, as numpy-free facts: values and bytes per block,
+the shape and byte-count checks a stored tensor must pass, and `Quantized`, the base class of every
+quantized weight (the numpy `QuantWeight` and its WebGPU upload `QuantGpu`), which is how the ops
+tell a quantized weight from a Tensor without importing numpy (the page, under Pyodide, has none).
+Q5_0 and Q5_1 are here because llama.cpp's Q4_K_M / Q5_K_M files hold them: they are its fallback
+for Q4_K / Q5_K where a row is not a multiple of 256 values (SmolLM2's 576-wide rows).
+
+Block layouts (ggml's `block_*` structs, little-endian; d, m, dmin float16):
+
+    Q8_0  34 B / 32 values:  d, qs[32] int8                      x = d q
+    Q4_0  18 B / 32 values:  d, qs[16] (x[j] low nibble of qs[j],
+                             x[j + 16] its high nibble)            x = d (q - 8)
+    Q4_1  20 B / 32 values:  d, m, qs[16] (nibbles as Q4_0)       x = d q + m
+    Q5_0  22 B / 32 values:  d, qh (u32: bit j the fifth bit of value j), qs[16] (nibbles as Q4_0)
+                                                                   x = d (q - 16)
+    Q5_1  24 B / 32 values:  d, m, qh, qs[16]                      x = d q + m
+    Q4_K 144 B / 256 values: d, dmin, scales[12] (eight 6-bit scales and mins, one pair per
+                             sub-block of 32), qs[128] (64-value chunk c: bytes 32c..32c+31,
+                             low nibbles values 64c.., high nibbles 64c + 32..)
+                                                                   x = d sc q - dmin mn
+    Q6_K 210 B / 256 values: ql[128] (low 4 bits), qh[64] (high 2 bits), scales[16] int8 (one
+                             per 16 values), d                     x = d sc (q - 32)
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..errors import CheckpointError
+
+
+class BlockType(NamedTuple):
+    name: str
+    values: int  # values per block (ggml's QK)
+    nbytes: int  # bytes per block (ggml's type size)
+
+
+TYPES: dict[str, BlockType] = {t.name: t for t in (
+    BlockType("Q8_0", 32, 34), BlockType("Q4_0", 32, 18), BlockType("Q4_1", 32, 20), BlockType("Q5_0", 32, 22),
+    BlockType("Q5_1", 32, 24), BlockType("Q4_K", 256, 144), BlockType("Q6_K", 256, 210),
+)}
+# what `quant.quantize` makes (the K-quants need llama.cpp's quantizer)
+QUANTIZABLE = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
+
+
+class Quantized:
+    """Base of every quantized weight: a matrix (N, K) (nn.Linear's layout, K the reduction dim) or
+    an embedding table (V, C) held in one ggml block type. Subclasses set `qtype` (a key of
+    `TYPES`) and `shape`."""
+
+    __slots__ = ()
+    qtype: str
+    shape: tuple[int, int]
+
+    @property
+    def block(self) -> BlockType:
+        return TYPES[self.qtype]
+
+
+def block_type(qtype: str, error: type[Exception] = CheckpointError) -> BlockType:
+    """The BlockType of ggml type name `qtype`; `error` (CheckpointError by default) for any other."""
+    t = TYPES.get(qtype) if isinstance(qtype, str) else None
+    if t is None:
+        raise error(f"ggml type {qtype!r} is not a quantized type webtensor runs (it runs {', '.join(TYPES)})")
+    return t
+
+
+def row_bytes(qtype: str, k: int) -> int:
+    """Bytes of one stored row of k values (k a multiple of the block)."""
+    t = TYPES[qtype]
+    return k // t.values * t.nbytes
+
+
+def check_shape(qtype: str, shape: tuple[int, ...], error: type[Exception] = CheckpointError) -> tuple[int, int]:
+    """(N, K) of a stored matrix of `shape` in `qtype`: 2-D, N >= 0, K a positive multiple of the
+    block (GGUF's rule). `error` (CheckpointError, or ShapeError for a device's upload) otherwise."""
+    t = block_type(qtype, error)
+    if len(shape) != 2:
+        raise error(f"a {qtype} weight is a 2-D matrix (N, K), got shape {tuple(shape)}")
+    n, k = (int(s) for s in shape)
+    if n < 0 or k <= 0 or k % t.values:
+        raise error(f"a {qtype} tensor needs rows of a positive multiple of {t.values} values, got shape {(n, k)}")
+    return n, k
+
+
+def check_blocks(qtype: str, shape: tuple[int, ...], nbytes: int) -> tuple[int, int]:
+    """(N, K) after `check_shape`, and that `nbytes` stored bytes are exactly N rows of K values;
+    CheckpointError naming the byte counts otherwise."""
+    n, k = check_shape(qtype, shape)
+    want = n * row_bytes(qtype, k)
+    if nbytes != want:
+        raise CheckpointError(f"a {qtype} tensor of shape {(n, k)} needs {want} bytes, got {nbytes}")
+    return n, k
+
+
+__all__ = ["TYPES", "QUANTIZABLE", "BlockType", "Quantized", "block_type", "row_bytes", "check_shape",
+           "check_blocks"]
