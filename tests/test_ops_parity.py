@@ -112,6 +112,35 @@ def test_argmax(gpu, seed, rows, cols, ties):
 
 
 @SETTINGS
+@given(seed=seeds, rows=st.integers(1, 9), cols=st.integers(1, 1100), density=st.sampled_from([0.0, 0.02, 0.5, 1.0]),
+       lead=st.sampled_from([(), (2,)]), half=st.booleans(), sliced=st.booleans())
+def test_token_mask(gpu, seed, rows, cols, density, lead, half, sliced):
+    """A grammar's bit mask on logits rows (ops.token_mask): kept where the column's bit is set, -inf elsewhere,
+    bit for bit, against the definition written out here; float16 rows and a strided view of wider rows."""
+    rng = np.random.default_rng(seed)
+    x = rnd(seed, *lead, rows, cols + 5 if sliced else cols).astype(np.float16 if half else np.float32)
+    keep = rng.random((*lead, rows, cols)) < density
+    words = (cols + 31) // 32
+    bits = np.zeros((*lead, rows, words), np.int64)
+    for c in range(cols):
+        bits[..., c // 32] |= keep[..., c].astype(np.int64) << (c % 32)
+    bits = bits.astype(np.uint32).view(np.int32)
+    want = np.where(keep, x[..., :cols], -np.inf).astype(x.dtype)
+    for dev in (wt.Device.cpu(), gpu):
+        t = wt.tensor(x, device=dev)
+        got = wt.ops.token_mask(t[..., :cols] if sliced else t, wt.tensor(bits, device=dev)).numpy()
+        assert got.dtype == x.dtype
+        np.testing.assert_array_equal(got, want)
+
+
+def test_token_mask_checks(cpu):
+    x = wt.tensor(np.zeros((2, 40), np.float32), device=cpu)
+    for bits in (np.zeros((2, 1), np.int32), np.zeros((2, 2), np.float32), np.zeros((3, 2), np.int32)):
+        with pytest.raises((wt.ShapeError, wt.DTypeError)):
+            wt.ops.token_mask(x, wt.tensor(bits, device=cpu))
+
+
+@SETTINGS
 @given(seed=seeds, shape=st.lists(dim, min_size=2, max_size=4))
 def test_transpose_slice_copy(gpu, seed, shape):
     x = rnd(seed, *shape)

@@ -1,4 +1,4 @@
-"""Time `BatchedGPT2Engine.step` alone (no server): B greedy decode rows a step, steady state.
+"""Time `ModelEngine.step` alone (no server): B greedy decode rows a step, steady state.
 
     PYTHONPATH=src python tools/engine_step.py --device lavapipe --rows 1,8,32 [--model DIR]
         [--modes graph,eager] [--follow] [--profile] [--set NAME=VALUE ...]
@@ -20,10 +20,8 @@ import argparse
 import statistics
 import time
 
-from webtensor.serve.batched import BatchedGPT2Engine
-
-from webtensor.models.gpt2.model import GPT2
-from webtensor.serve.engine import Row, Sampling
+import webtensor as wt
+from webtensor.serve.engine import ModelEngine, Row, Sampling
 
 
 def main() -> None:
@@ -40,7 +38,7 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="a field of the device's kernel policy (backends/wgpu/policy.py) for this run (repeatable)")
     a = ap.parse_args()
-    model = GPT2.from_pretrained(a.model, device=a.device, dtype=a.dtype)
+    model = wt.load_model(a.model, device=a.device, dtype=a.dtype)
     for item in a.set:
         import ast
 
@@ -52,7 +50,7 @@ def main() -> None:
     greedy = Sampling()
     modes = a.modes.split(",")
     for B in (int(v) for v in a.rows.split(",")):
-        engines = [BatchedGPT2Engine(model, B, use_graph={"graph": True, "eager": False}.get(m)) for m in modes]
+        engines = [ModelEngine(model, B, use_graph={"graph": True, "eager": False}.get(m)) for m in modes]
         prompts = [Row(s, tuple(range(1 + s, 9 + s)), 0, greedy) for s in range(B)]
         last = [e.step(prompts) for e in engines]  # B prompt chunks of 8 tokens
         for e in engines:  # again, warm
@@ -83,7 +81,7 @@ def main() -> None:
             e.close()
 
 
-def print_follow(e: BatchedGPT2Engine, warmup: int, steps: int) -> None:
+def print_follow(e: ModelEngine, warmup: int, steps: int) -> None:
     """Time a chain of `follow`s, two deep as the server runs them (each step launched before the
     one before it is read), over the positions the plain steps ran (the slots read again)."""
     greedy = Sampling()
@@ -103,11 +101,11 @@ def print_follow(e: BatchedGPT2Engine, warmup: int, steps: int) -> None:
     print(f"  follow rows {B}: {per * 1e3:.2f} ms a step, {B / per:,.0f} tok/s", flush=True)
 
 
-def print_profile(e: BatchedGPT2Engine) -> None:
+def print_profile(e: ModelEngine) -> None:
     """GPU µs of one replay of each captured step graph of `e`, by kernel kind (median of 5)."""
     from webtensor.backends.wgpu.profiler import _by_kind, time_commands
 
-    for (rows, picks, shared), g in e._graphs.items():
+    for (rows, picks, shared, _masked), g in e.runner._graphs.items():
         graph = g.graph.graph
         cmds = [c for c in graph.commands if c[0] == "dispatch"]
         names = [n for c, n in zip(graph.commands, graph.names, strict=True) if c[0] == "dispatch"]

@@ -41,7 +41,7 @@ def main() -> None:
     from safetensors.numpy import save_file
 
     from webtensor.models.gpt2 import GPT2Config
-    from webtensor.models.gpt2.model import random_arrays
+    from webtensor.models.loader import random_arrays
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("dir", type=Path)
@@ -57,7 +57,7 @@ def main() -> None:
               "n_inner": None, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
               "bos_token_id": eos, "eos_token_id": eos, "tie_word_embeddings": True}
     (a.dir / "config.json").write_text(json.dumps(config, indent=2))
-    arrays = random_arrays(cfg, a.seed)
+    arrays = random_arrays("gpt2", cfg, a.seed)
     save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()}, str(a.dir / "model.safetensors"),
               metadata={"format": "pt"})
     write_tokenizer(a.dir, cfg.vocab_size)

@@ -159,6 +159,22 @@ def argmax(x: Tensor) -> Tensor:
     return x.device.backend.argmax(x)
 
 
+def token_mask(x: Tensor, bits: Tensor) -> Tensor:
+    """x (..., V) where each column's bit is set, -inf elsewhere (a grammar's allowed tokens applied to logits
+    rows before the argmax and the readback): bits int32 (..., ceil(V / 32)), column c's bit is bit c % 32
+    (least significant first) of word c // 32 of its row's words (llguidance's bit masks). A new tensor in x's
+    dtype; NaN logits stay NaN where allowed."""
+    check_same_device("token_mask", x, bits)
+    _need_float("token_mask", x)
+    if x.ndim < 1 or bits.dtype is not dt.int32:
+        raise DTypeError(f"token_mask: x (..., V) float and bits int32, got {x.dtype.name} {x.shape} and "
+                         f"{bits.dtype.name} {bits.shape}")
+    words = (x.shape[-1] + 31) // 32
+    if bits.shape != x.shape[:-1] + (words,):
+        raise ShapeError(f"token_mask: bits must be {x.shape[:-1] + (words,)} for x {x.shape}, got {bits.shape}")
+    return x.device.backend.token_mask(x, bits)
+
+
 # -- rotary position embedding -------------------------------------------------------------------
 def rope(x: Tensor, pos: Any, cos: Tensor, sin: Tensor, interleaved: bool = False) -> Tensor:
     """Rotary position embedding of x (T, H, D) (a strided view is read where it lies: the q and k

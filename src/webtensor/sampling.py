@@ -1,4 +1,6 @@
-"""Choosing the next token from logits: greedy, temperature, top-k, top-p (nucleus), seeded.
+"""Choosing the next token from logits: greedy, temperature, top-k, top-p (nucleus), min-p, seeded;
+the logits first moved by the sequence's state (min_tokens, logit_bias, repetition / presence /
+frequency penalties).
 
 One sampler for every path: `GPT2.generate` (CPU and WebGPU), the server's engine and the web page
 (Pyodide, where there is no numpy) all call `sample(logits, params, position)`, so the same seed gives
@@ -28,9 +30,21 @@ direct call of `sample` with seed None draws a fresh seed for that one call.
 
 The choice
 ----------
-1. temperature 0: greedy, `argmax(logits)`: the first index among equal maxima; a NaN wins, as in
-   `numpy.argmax` (the first NaN is returned). The draw is not used.
-2. `x = float(logit)` in float64; a NaN anywhere is refused (SamplingError).
+0. `x = float(logit)` in float64, then, in this order and only where the parameters ask (vLLM's
+   order; every step elementwise, so both implementations compute the same numbers):
+   a. min_tokens: while the sequence has generated fewer than `min_tokens` tokens, x = -inf for
+      every id in `state.stop_ids` (the model's EOS ids, given by the caller) and `stop_token_ids`.
+   b. logit_bias: x[i] += bias[i] (OpenAI's logit_bias, -100..100).
+   c. repetition_penalty r (HF's and vLLM's, over prompt and generated tokens): for every id in
+      the prompt or generated so far, x = x / r where x > 0, else x * r.
+   d. presence / frequency penalties (OpenAI's formula, over generated tokens only): for every id
+      generated c > 0 times, x -= c * frequency_penalty + presence_penalty.
+   The counts come from `state` (a `SequenceState`: the prompt's ids, the generated ids' counts),
+   which the caller keeps for each sequence and moves on with `state.add(token)`.
+1. temperature 0: greedy, `argmax(x)`: the first index among equal maxima; a NaN wins, as in
+   `numpy.argmax` (the first NaN is returned). The draw is not used. (Without a step a-d, x is the
+   logits themselves: the device's argmax is this choice.)
+2. a NaN anywhere in x is refused (SamplingError).
 3. top-k (None or 0: off): keep the k largest x, ties broken by the lower index (exactly k kept).
 4. softmax at the temperature t over the kept tokens in float64: `w = exp((x - max) / t)`
    unnormalised (+inf logits share all the mass evenly; all -inf is refused); `total` = their sum
@@ -41,7 +55,9 @@ The choice
 5. top-p (None or 1: off): order the kept tokens by x, largest first, ties by the lower index; keep
    the shortest prefix whose running sum of w reaches top_p * total (smallest set with mass >= top_p;
    all of them if rounding keeps the sum short of it).
-6. inverse CDF: over the kept tokens in index order, the first whose running sum of w exceeds
+6. min-p (0 or None: off): keep the tokens with w >= min_p (w of the largest kept x is exp(0) = 1:
+   probability >= min_p times the top token's, as HF's and vLLM's min_p, applied after top-p).
+7. inverse CDF: over the kept tokens in index order, the first whose running sum of w exceeds
    u * (their sum) (the last one with w > 0 if that product rounds up to the sum).
 
 Sums run left to right (no pairwise or compensated summation), so both implementations below add
@@ -70,9 +86,10 @@ from numbers import Integral
 from typing import Any
 
 from .errors import SamplingError
-from .validate import check_max_new_tokens, check_sampling
+from .validate import check_max_new_tokens, check_sampling, check_transforms
 
-__all__ = ["SamplingParams", "check_max_new_tokens", "sample", "uniform", "with_seed"]
+__all__ = ["SamplingParams", "SequenceState", "check_max_new_tokens", "choice_seed", "sample", "uniform",
+           "with_seed"]
 
 _M64 = (1 << 64) - 1
 _GAMMA = 0x9E3779B97F4A7C15
@@ -84,15 +101,59 @@ class SamplingParams:
     top_k: int | None = None  # 0 or None: off
     top_p: float | None = None
     seed: int | None = None
+    min_p: float = 0.0  # 0: off
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0  # 1: off
+    logit_bias: Any = ()  # {token id: bias} or its items; kept as sorted (id, bias) pairs
+    min_tokens: int = 0  # the stop ids are masked until this many tokens are generated
+    stop_token_ids: Any = ()  # ids that end the sequence besides the model's EOS ids (masked as they are)
 
     def __post_init__(self) -> None:  # the checks and their messages live in validate.py
         t, k, p, seed = check_sampling(self.temperature, self.top_k, self.top_p, self.seed)
-        for name, value in (("temperature", t), ("top_k", k), ("top_p", p), ("seed", seed)):
+        for name, value in (("temperature", t), ("top_k", k), ("top_p", p), ("seed", seed),
+                            *check_transforms(self.min_p, self.presence_penalty, self.frequency_penalty,
+                                              self.repetition_penalty, self.logit_bias, self.min_tokens,
+                                              self.stop_token_ids).items()):
             object.__setattr__(self, name, value)
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+    @property
+    def moves_logits(self) -> bool:
+        """Whether step 0 (min_tokens, logit_bias, penalties) can change the logits: if not, greedy is the
+        plain argmax of the logits (the device's)."""
+        return bool(self.min_tokens or self.logit_bias or self.presence_penalty or self.frequency_penalty
+                    or self.repetition_penalty != 1.0)
+
+
+class SequenceState:
+    """What one sequence's sampling reads besides its logits: its prompt's ids (repetition_penalty), how
+    often each id was generated and how many tokens were (penalties, min_tokens), and the ids that end it
+    (`stop_ids`: the model's EOS ids; masked while fewer than min_tokens were generated). The caller keeps
+    one per sequence and calls `add` with each token chosen."""
+
+    __slots__ = ("prompt", "counts", "generated", "stop_ids")
+
+    def __init__(self, prompt: Sequence[int] = (), stop_ids: Sequence[int] | frozenset[int] = ()):
+        self.prompt = frozenset(prompt)
+        self.counts: dict[int, int] = {}
+        self.generated = 0
+        self.stop_ids = frozenset(stop_ids)
+
+    def add(self, token: int) -> None:
+        self.counts[token] = self.counts.get(token, 0) + 1
+        self.generated += 1
+
+
+def choice_seed(seed: int, index: int) -> int:
+    """The seed of choice `index` of a request for several choices (OpenAI's `n`) with `seed`: seed itself
+    for choice 0, seed + index * 2**64 for the others. The generator folds a seed's 64-bit limbs in (see
+    `uniform`), so each choice draws its own stream, none of them a stream a 64-bit seed alone gives, and
+    choice 0 of n is the one choice of n = 1."""
+    return seed + (index << 64)
 
 
 def with_seed(params: SamplingParams) -> SamplingParams:
@@ -129,16 +190,20 @@ def uniform(seed: int, position: int) -> float:
 
 
 # -- the sampler ----------------------------------------------------------------------------------
-def sample(logits: Any, params: SamplingParams, position: int) -> int:
-    """The token id for absolute position `position` from `logits` (V,) under `params` (see the
-    module docstring for the exact definition). `logits`: a 1-D numpy array (the fast path) or any
-    sequence of floats (list, array.array; pure Python)."""
+def sample(logits: Any, params: SamplingParams, position: int, state: SequenceState | None = None) -> int:
+    """The token id for absolute position `position` from `logits` (V,) under `params`, for a sequence
+    in `state` (None: nothing generated yet, no prompt, no EOS ids known) (see the module docstring for
+    the exact definition). `logits`: a 1-D numpy array (the fast path) or any sequence of floats (list,
+    array.array; pure Python)."""
     np = sys.modules.get("numpy")  # never imported here: a numpy array means numpy is loaded already
     fast = np is not None and isinstance(logits, np.ndarray)
     if fast and logits.ndim != 1:
         raise SamplingError(f"logits must be 1-D (one row), got shape {logits.shape}")
     if len(logits) == 0:
         raise SamplingError("cannot sample from empty logits")
+    if params.moves_logits:
+        state = state if state is not None else SequenceState()
+        logits = _moved_numpy(np, logits, params, state) if fast else _moved_python(logits, params, state)
     if params.greedy:
         return int(np.argmax(logits)) if fast else _argmax(logits)
     seed = params.seed if params.seed is not None else secrets.randbits(64)
@@ -146,6 +211,50 @@ def sample(logits: Any, params: SamplingParams, position: int) -> int:
     if fast:
         return _sample_numpy(np, logits, params, u)
     return _sample_python(logits, params, u)
+
+
+def _moved_ids(p: SamplingParams, state: SequenceState, n: int) -> tuple[list[int], list[int]]:
+    """(ids masked by min_tokens, ids the repetition penalty touches), ascending, each checked < n."""
+    masked = sorted(state.stop_ids | set(p.stop_token_ids)) if state.generated < p.min_tokens else []
+    seen = sorted(state.prompt | state.counts.keys()) if p.repetition_penalty != 1.0 else []
+    for ids in (masked, seen, [i for i, _ in p.logit_bias], list(state.counts)):
+        if ids and max(ids) >= n:
+            raise SamplingError(f"token id {max(ids)} is out of range for {n} logits")
+    return masked, seen
+
+
+def _moved_python(logits: Sequence[float], p: SamplingParams, state: SequenceState) -> list[float]:
+    x = [float(v) for v in logits]
+    masked, seen = _moved_ids(p, state, len(x))
+    for i in masked:
+        x[i] = -math.inf
+    for i, b in p.logit_bias:
+        x[i] += b
+    r = p.repetition_penalty
+    for i in seen:
+        x[i] = x[i] / r if x[i] > 0 else x[i] * r
+    if p.frequency_penalty or p.presence_penalty:
+        for i, c in state.counts.items():
+            x[i] -= c * p.frequency_penalty + p.presence_penalty
+    return x
+
+
+def _moved_numpy(np: Any, logits: Any, p: SamplingParams, state: SequenceState) -> Any:
+    x = logits.astype(np.float64)
+    masked, seen = _moved_ids(p, state, x.size)
+    if masked:
+        x[masked] = -np.inf
+    if p.logit_bias:
+        ids, bias = zip(*p.logit_bias, strict=True)
+        x[list(ids)] += np.array(bias, np.float64)
+    if seen:
+        v = x[seen]
+        x[seen] = np.where(v > 0, v / p.repetition_penalty, v * p.repetition_penalty)
+    if (p.frequency_penalty or p.presence_penalty) and state.counts:
+        ids = np.fromiter(state.counts.keys(), np.int64, len(state.counts))
+        c = np.fromiter(state.counts.values(), np.float64, len(state.counts))
+        x[ids] -= c * p.frequency_penalty + p.presence_penalty
+    return x
 
 
 def _argmax(xs: Sequence[float]) -> int:
@@ -175,6 +284,10 @@ def _sample_python(logits: Sequence[float], p: SamplingParams, u: float) -> int:
     w = _weights_python(x, p.temperature)
     if p.top_p is not None and p.top_p < 1.0:
         sel = _nucleus_python(x, w, p.top_p)
+        w = [w[i] for i in sel]
+        keep = [keep[i] for i in sel] if keep is not None else sel
+    if p.min_p:
+        sel = [i for i, v in enumerate(w) if v >= p.min_p]
         w = [w[i] for i in sel]
         keep = [keep[i] for i in sel] if keep is not None else sel
     cum = list(itertools.accumulate(w))
@@ -244,6 +357,10 @@ def _sample_numpy(np: Any, logits: Any, p: SamplingParams, u: float) -> int:
         reached = np.cumsum(w[order]) >= cutoff
         j = int(np.argmax(reached)) if reached.any() else x.size - 1
         sel = np.sort(order[: j + 1])
+        w = w[sel]
+        keep = keep[sel] if keep is not None else sel
+    if p.min_p:
+        sel = np.flatnonzero(w >= p.min_p)
         w = w[sel]
         keep = keep[sel] if keep is not None else sel
     cum = np.cumsum(w)

@@ -72,6 +72,55 @@ def check_sampling(temperature: object = 1.0, top_k: object = None, top_p: objec
     return check_temperature(temperature), check_top_k(top_k), check_top_p(top_p), check_seed(seed)
 
 
+def _check_range(name: str, v: object, lo: float, hi: float, lo_open: bool = False) -> float:
+    if not _is_real(v) or not math.isfinite(float(v)) or not (lo < float(v) if lo_open else lo <= float(v)) \
+            or float(v) > hi:  # type: ignore[arg-type]
+        interval = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
+        raise SamplingError(f"{name} must be a number in {interval}, got {v!r}")
+    return float(v)  # type: ignore[arg-type]
+
+
+def _check_id_list(name: str, ids: object) -> tuple[int, ...]:
+    if isinstance(ids, str | bytes) or not hasattr(ids, "__iter__"):
+        raise SamplingError(f"{name} must be a sequence of token ids, got {ids!r}")
+    out = tuple(ids)  # type: ignore[arg-type]
+    for i in out:
+        if not _is_int(i) or int(i) < 0:
+            raise SamplingError(f"{name} must hold token ids (integers >= 0), got {i!r}")
+    return tuple(sorted({int(i) for i in out}))
+
+
+def check_transforms(min_p: object = 0.0, presence_penalty: object = 0.0, frequency_penalty: object = 0.0,
+                     repetition_penalty: object = 1.0, logit_bias: object = (), min_tokens: object = 0,
+                     stop_token_ids: object = ()) -> dict[str, Any]:
+    """The parameters that move the logits before sampling, and min_p, normalised by name: min_p in [0, 1]
+    (None: 0), presence / frequency penalties in [-2, 2] (OpenAI's range), repetition_penalty in (0, 2]
+    (1: off), logit_bias {id: bias in [-100, 100]} (as sorted (id, bias) pairs), min_tokens >= 0, and
+    stop_token_ids (sorted, unique)."""
+    out: dict[str, Any] = {
+        "min_p": 0.0 if min_p is None else _check_range("min_p", min_p, 0.0, 1.0),
+        "presence_penalty": _check_range("presence_penalty", presence_penalty, -2.0, 2.0),
+        "frequency_penalty": _check_range("frequency_penalty", frequency_penalty, -2.0, 2.0),
+        "repetition_penalty": _check_range("repetition_penalty", repetition_penalty, 0.0, 2.0, lo_open=True),
+    }
+    items = logit_bias.items() if isinstance(logit_bias, dict) else logit_bias
+    try:
+        pairs = [(i, b) for i, b in items]  # type: ignore[union-attr]
+    except (TypeError, ValueError):
+        raise SamplingError(f"logit_bias must map token ids to numbers, got {logit_bias!r}") from None
+    bias: dict[int, float] = {}
+    for i, b in pairs:
+        if not _is_int(i) or int(i) < 0:
+            raise SamplingError(f"logit_bias keys must be token ids (integers >= 0), got {i!r}")
+        bias[int(i)] = _check_range(f"logit_bias[{int(i)}]", b, -100.0, 100.0)
+    out["logit_bias"] = tuple(sorted(bias.items()))
+    if not _is_int(min_tokens) or int(min_tokens) < 0:  # type: ignore[call-overload]
+        raise SamplingError(f"min_tokens must be an integer >= 0, got {min_tokens!r}")
+    out["min_tokens"] = int(min_tokens)  # type: ignore[call-overload]
+    out["stop_token_ids"] = _check_id_list("stop_token_ids", stop_token_ids)
+    return out
+
+
 def check_ids(ids: Any, vocab_size: int) -> list[int]:
     """Prompt ids: a non-empty 1-D sequence (list, tuple, range, 1-D integer array) of ints in
     [0, vocab_size). Text, nested sequences, floats, bools and out-of-range ids are refused."""

@@ -234,6 +234,13 @@ def argmax(x: np.ndarray) -> np.ndarray:
     return np.argmax(x, axis=-1).astype(np.int32)
 
 
+def token_mask(x: np.ndarray, bits: np.ndarray) -> np.ndarray:
+    """x where column c's bit (bit c % 32 of word c // 32, least significant first) is set, else -inf."""
+    V = x.shape[-1]
+    keep = np.unpackbits(np.ascontiguousarray(bits, "<i4").view(np.uint8), axis=-1, bitorder="little")[..., :V]
+    return np.where(keep.astype(bool), x, np.array(-np.inf, x.dtype))
+
+
 def cast(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return x.astype(dtype)
 
@@ -709,6 +716,10 @@ class CpuBackend:
     def argmax(self, x: Any) -> Any:
         xa = view(x)
         return self._op("argmax", x.device, x.shape[:-1], np.int32, lambda: argmax(xa))
+
+    def token_mask(self, x: Any, bits: Any) -> Any:
+        xa, ba = view(x), view(bits)
+        return self._op("token_mask", x.device, x.shape, xa.dtype, lambda: token_mask(xa, ba))
 
     def matmul(self, a: Any, b: Any, out_dtype: Any) -> Any:
         av, bv, dtype = view(a), view(b), out_dtype.name

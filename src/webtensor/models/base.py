@@ -15,7 +15,7 @@ from ..runtime.batch import StepBatch
 from ..runtime.cache import KVCache
 from ..runtime.generate import RunnerPool, generate, generate_batch
 from ..runtime.runner import ModelRunner, int_tensor
-from ..sampling import SamplingParams, check_max_new_tokens, sample, with_seed
+from ..sampling import SamplingParams, SequenceState, check_max_new_tokens, sample, with_seed
 from ..tensor import Tensor
 from ..validate import check_ids, check_text, fit_context
 from .spec import Family, ModelSpec
@@ -82,20 +82,38 @@ class LanguageModel:
     # -- generation ----------------------------------------------------------------------------------------
     def generate_ids(self, ids: Sequence[int], max_new_tokens: int = 32, temperature: float = 0.0,
                      top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-                     stop_at_eos: bool = True, truncate_prompt: bool = False,
-                     reuse_prefix: bool = False) -> Iterator[int]:
+                     stop_at_eos: bool = True, truncate_prompt: bool = False, reuse_prefix: bool = False, *,
+                     min_p: float = 0.0, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+                     repetition_penalty: float = 1.0, logit_bias: Any = (), min_tokens: int = 0,
+                     stop_token_ids: Sequence[int] = ()) -> Iterator[int]:
         """Yield new token ids one by one. Refuses a prompt that does not fit (ContextLengthError) unless
         `truncate_prompt`, which keeps the prompt's last tokens. The same seed gives the same tokens on every
-        device (a token's draw depends on the seed and its position only). `reuse_prefix`: the prompt's first
-        tokens still in the KV cache from the last call (a conversation's earlier turns) are not computed again
-        (their logits then come from a prompt pass of another length: equal to float rounding)."""
-        params = with_seed(SamplingParams(temperature, top_k, top_p, seed))  # seed None: one fresh seed a call
+        device (a token's draw depends on the seed and its position only), and as the server gives them.
+        `reuse_prefix`: the prompt's first tokens still in the KV cache from the last call (a conversation's
+        earlier turns) are not computed again (their logits then come from a prompt pass of another length:
+        equal to float rounding). min_p, the penalties (presence / frequency over the generated tokens, HF's
+        repetition_penalty over prompt and generated), logit_bias ({id: bias}), min_tokens (no EOS or
+        stop_token_ids before) and stop_token_ids (ids that end generation besides EOS): see
+        `webtensor.sampling`."""
+        params = with_seed(SamplingParams(temperature, top_k, top_p, seed, min_p, presence_penalty,
+                                          frequency_penalty, repetition_penalty, logit_bias, min_tokens,
+                                          stop_token_ids))  # seed None: one fresh seed a call
         n_new = check_max_new_tokens(max_new_tokens)
         ids = fit_context(self._check_ids(ids), n_new, self.n_ctx, truncate_prompt)
-        eos = self.eos_ids if stop_at_eos else frozenset()
+        for i, _ in params.logit_bias:
+            self._check_ids([i])
+        eos = (self.eos_ids if stop_at_eos else frozenset()) | frozenset(self._check_ids(params.stop_token_ids)
+                                                                          if params.stop_token_ids else ())
+        state = SequenceState(ids, self.eos_ids)  # (min_tokens masks the EOS ids whether or not they stop)
+
+        def pick(row: Any, position: int) -> int:
+            tok = sample(row, params, position, state)
+            state.add(tok)
+            return tok
+
         runner = self._runners.acquire(1, lambda: self.runner(1, bucketed=False, weak=True))
-        try:
-            yield from generate(runner, ids, n_new, params.greedy, lambda row, p: sample(row, params, p), eos,
+        try:  # (greedy without moved logits: the device's argmax, steps followed on the device)
+            yield from generate(runner, ids, n_new, params.greedy and not params.moves_logits, pick, eos,
                                 reuse_prefix=reuse_prefix)
         finally:
             self._runners.release(1, runner)

@@ -59,17 +59,34 @@ class Runnable(Protocol):
 class RunRow:
     """One sequence's work in one step: tokens `ids` at positions start.. of `slot` (the slot holds exactly
     `start` tokens before the step); `pick`: choose the token after ids (False: a prompt chunk that is not the
-    last); `read_logits`: also read that row's logits back (the caller samples on the host)."""
+    last); `read_logits`: also read that row's logits back (the caller samples on the host); `every_logits`:
+    the LM head runs on every one of the row's tokens and their logits are read back (a prompt whose own
+    log-probabilities are asked for: OpenAI's `echo`), the last one's being the choosing row's when `pick`;
+    `mask`: the tokens the choosing row may take (a grammar's), as int32 little-endian words (bit c % 32 of word
+    c // 32 for token c: `ops.token_mask`), applied to its logits on the device before the argmax and the
+    readback."""
 
     slot: int
     ids: tuple[int, ...]
     start: int
     pick: bool = True
     read_logits: bool = False
+    every_logits: bool = False
+    mask: bytes | None = None
 
     @property
     def next_position(self) -> int:
         return self.start + len(self.ids)
+
+    @property
+    def head_rows(self) -> int:
+        """How many of the row's tokens the LM head runs on."""
+        return len(self.ids) if self.every_logits else int(self.pick)
+
+    @property
+    def reads(self) -> bool:
+        """Whether the step's logits are read back for this row."""
+        return self.every_logits or (self.pick and self.read_logits)
 
 
 def int_tensor(values: Sequence[int], device: Any) -> Tensor:
@@ -101,6 +118,15 @@ def logits_rows(raw: bytes, dtype: str, width: int) -> list[Any]:
     return list(arr)
 
 
+def _stack(rows: list[Any]) -> Any:
+    """Logits rows as one (n, V) array (numpy), or the list itself without numpy."""
+    try:
+        import numpy as np
+    except ImportError:
+        return rows
+    return np.stack(rows) if rows else np.zeros((0, 0), np.float32)
+
+
 def bucket(n: int) -> int:
     """The rows a graph is captured for: n rounded up to 1, 2, 4, 8, then a multiple of 8 up to 64 (decode
     steps), of 64 up to 512 and of 256 beyond (steps with prompt chunks, whose rows vary most)."""
@@ -112,15 +138,20 @@ def bucket(n: int) -> int:
 
 class _StepGraph:
     """One step shape's captured forward over its own input tensors: `width` rows of (token, position, slot),
-    the LM head on `picks` of them (None: every row), `shared` slots. A step of one-token rows that all choose
-    (picks None, not shared) feeds its argmax back (the ring: RING_STEPS x width tokens, `count` its next row)."""
+    the LM head on `picks` of them (None: every row), `shared` slots, `masked`: the head rows' logits through
+    `ops.token_mask` (the `bits` input) before the argmax. A step of one-token rows that all choose (picks None,
+    not shared, not masked) feeds its argmax back (the ring: RING_STEPS x width tokens, `count` its next row)."""
 
-    def __init__(self, runner: ModelRunner, width: int, picks: int | None, shared: bool):
+    def __init__(self, runner: ModelRunner, width: int, picks: int | None, shared: bool, masked: bool = False):
         dev = runner.device
         self.width = width
         self.ids, self.pos, self.slot = (int_tensor([0] * width, dev) for _ in range(3))
         self.sel = None if picks is None else int_tensor([0] * picks, dev)
-        self.feeds_back = picks is None and not shared
+        self.bits = None
+        if masked:
+            words = (runner.vocab_size + 31) // 32
+            self.bits = from_buffer(b"\xff" * (4 * words * (picks or width)), (picks or width, words), "int32", dev)
+        self.feeds_back = picks is None and not shared and not masked
         if self.feeds_back:
             self.ring = int_tensor([0] * (width * RING_STEPS), dev)
             self.count = int_tensor([0], dev)
@@ -130,8 +161,12 @@ class _StepGraph:
         model, cache = runner._model if isinstance(runner._model, weakref.ref) else weakref.ref(runner.model), \
             runner.cache
 
+        bits = self.bits
+
         def step() -> tuple[Tensor, Tensor]:
             logits = model().forward(batch, cache)  # type: ignore[union-attr]
+            if bits is not None:
+                logits = ops.token_mask(logits, bits)
             best = ops.argmax(logits)
             if self.feeds_back:
                 ops.advance_tokens(best, self.ids, self.pos, self.ring, self.count)
@@ -159,10 +194,12 @@ class Launched:
 @dataclass
 class Collected:
     """A launch's results: `tokens[step][row]` (the argmax of each choosing row, None elsewhere) and, for the
-    first step, `logits[row]` (a float32 row for rows that asked, else None)."""
+    first step, `logits[row]` (a float32 (V,) row for choosing rows that asked, else None) and
+    `every_logits[row]` (a float32 (len(ids), V) array for rows with `every_logits`, else None)."""
 
     tokens: list[list[int | None]]
     logits: list[Any]
+    every_logits: list[Any] | None = None
 
 
 class ModelRunner:
@@ -182,7 +219,7 @@ class ModelRunner:
         self.cache = model.new_cache(n_slots + bucketed)
         self._length = [0] * n_slots  # tokens held per slot
         self._held: list[list[int]] = [[] for _ in range(n_slots)]  # the tokens behind them, as far as known
-        self._graphs: dict[tuple[int, int | None, bool], _StepGraph] = {}  # least to most recently used
+        self._graphs: dict[tuple[int, int | None, bool, bool], _StepGraph] = {}  # least to most recently used
         self._last: Launched | None = None  # the step `follow` may continue
         self._captured, self._capture_ms = 0, 0.0
 
@@ -209,14 +246,16 @@ class ModelRunner:
         ids: list[int] = []
         pos: list[int] = []
         slot: list[int] = []
-        picks: list[int] = []  # the flat row of each row that chooses a token
+        picks: list[int] = []  # the flat rows the LM head runs on (each choosing row's last, every_logits rows')
+        masks: list[bytes | None] = []  # per head row: its mask (the choosing row's) or None (every token)
         for r in rows:
             n = len(r.ids)
+            picks.extend(range(len(ids) + n - r.head_rows, len(ids) + n))
+            masks.extend([None] * (r.head_rows - 1) + [r.mask if r.pick else None] if r.head_rows else [])
             ids.extend(r.ids)
             pos.extend(range(r.start, r.start + n))
             slot.extend([r.slot] * n)
-            if r.pick:
-                picks.append(len(ids) - 1)
+        masked = any(m is not None for m in masks)
         shared = len(ids) > len(rows)  # a row of several tokens (a prompt chunk)
         every = len(picks) == len(ids)  # every flat row chooses (a step of decode rows): no gather
         if not rows:
@@ -224,13 +263,15 @@ class ModelRunner:
         if self.use_graph:
             width = bucket(len(ids)) if self.bucketed else len(ids)
             n_sel = None if every else 1 << (len(picks) - 1).bit_length() if picks else 1  # (a power of two)
-            g = self._graph(width, n_sel, shared)
+            g = self._graph(width, n_sel, shared, masked)
             pad = width - len(ids)
             upload_ints(g.ids, ids + [0] * pad)
             upload_ints(g.pos, pos + [0] * pad)
             upload_ints(g.slot, slot + [self.n_slots] * pad)
             if g.sel is not None:
                 upload_ints(g.sel, picks + [0] * (g.sel.shape[0] - len(picks)))
+            if g.bits is not None:
+                dev.backend.upload_into(g.bits, self._bits(masks, g.bits.shape[0]))
             with dev.dispatch_scope():  # (the step and its readbacks: one submit)
                 logits, best = g.graph.replay()
                 return self._launched(rows, g, logits, best)
@@ -239,6 +280,10 @@ class ModelRunner:
                               shared_slots=shared, head_rows=None if every else int_tensor(picks or [0], dev),
                               invariant=self.invariant)
             logits = self.model.forward(batch, self.cache)
+            if masked:
+                words = (self.vocab_size + 31) // 32
+                bits = from_buffer(self._bits(masks, logits.shape[0]), (logits.shape[0], words), "int32", dev)
+                logits = ops.token_mask(logits, bits)
             return self._launched(rows, None, logits, ops.argmax(logits))
 
     @property
@@ -292,16 +337,18 @@ class ModelRunner:
             rows_logits = logits_rows(bytes(ticket.wait()), dtype, V)
         tokens: list[int | None] = []
         logits: list[Any] = []
-        j = 0  # the row's place among the choosing rows (the LM head's rows)
+        every: list[Any] = []
+        j = 0  # the row's first place among the LM head's rows
         for r in h.rows:
+            n, j = r.head_rows, j + r.head_rows
+            every.append(_stack(rows_logits[j - n:j]) if r.every_logits else None)
             if not r.pick:
                 tokens.append(None)
                 logits.append(None)
                 continue
-            tokens.append(int(chosen[j]))
-            logits.append(rows_logits[j] if r.read_logits else None)
-            j += 1
-        return Collected([tokens], logits)
+            tokens.append(int(chosen[j - 1]))
+            logits.append(rows_logits[j - 1] if r.read_logits or r.every_logits else None)
+        return Collected([tokens], logits, every if any(r.every_logits for r in h.rows) else None)
 
     def release(self, slot: int) -> None:
         """The slot's sequence is done; its next row starts at position 0."""
@@ -357,7 +404,7 @@ class ModelRunner:
         """Readbacks of steps just queued (the argmax; the logits where a row reads them), the slots' lengths
         moved on; the steps become the ones `follow` may continue."""
         read = self.device.backend.read_async
-        want = logits is not None and any(r.pick and r.read_logits for r in rows)
+        want = logits is not None and any(r.reads for r in rows)
         h = Launched(list(rows), g, None if best is None else read(best),
                      (read(logits), logits.dtype.name, logits.shape[-1]) if want else None,  # type: ignore[union-attr]
                      steps)
@@ -370,8 +417,17 @@ class ModelRunner:
         self._last = h
         return h
 
-    def _graph(self, width: int, picks: int | None, shared: bool) -> _StepGraph:
-        key = (width, picks, shared)
+    def _bits(self, masks: list[bytes | None], n: int) -> bytes:
+        """The head rows' masks as one (n, words) int32 upload (rows without one, and padding: every token)."""
+        every = b"\xff" * (4 * ((self.vocab_size + 31) // 32))
+        for m in masks:
+            if m is not None and len(m) != len(every):
+                raise ArgumentError(f"a token mask of {len(m)} bytes for a vocabulary of {self.vocab_size} "
+                                    f"({len(every)} bytes)")
+        return b"".join(m if m is not None else every for m in masks) + every * (n - len(masks))
+
+    def _graph(self, width: int, picks: int | None, shared: bool, masked: bool = False) -> _StepGraph:
+        key = (width, picks, shared, masked)
         g = self._graphs.pop(key, None)  # (re-inserted last: the dict runs least to most recent)
         if g is None:
             excess = len(self._graphs) + 1 - MAX_GRAPHS
@@ -380,7 +436,7 @@ class ModelRunner:
                 for old in [k for k, v in self._graphs.items() if v is not in_use][:excess]:
                     self._graphs.pop(old).release()
             t0 = time.perf_counter()
-            g = _StepGraph(self, width, picks, shared)
+            g = _StepGraph(self, width, picks, shared, masked)
             self._captured += 1
             self._capture_ms += (time.perf_counter() - t0) * 1e3
         self._graphs[key] = g

@@ -1,5 +1,5 @@
 """The HTTP routes (FastAPI): /v1/completions, /v1/chat/completions, /v1/models(/{id}), /tokenize,
-/detokenize, /health, /metrics, /openapi.json.
+/detokenize, /tokenizer_info, /health, /metrics, /openapi.json.
 
 Streams are server-sent events, `data: {json}` per token and `data: [DONE]` at the end; an error
 during a stream arrives as `data: {"error": {...}}`, then `data: [DONE]`. Every error, malformed JSON
@@ -43,12 +43,16 @@ from starlette.middleware.cors import CORSMiddleware
 
 from .. import chat
 from ..errors import ChatTemplateError, SamplingError
+from ..runtime.logprobs import TokenLogprob
+from ..sampling import choice_seed
 from .engine import Engine, Sampling
 from .metrics import CONTENT_TYPE, Metrics
 from .protocol import (
+    NEG_INF_LOGPROB,
     APIError,
     ChatChoice,
     ChatCompletion,
+    ChatLogprobs,
     ChatMessageOut,
     ChatRequest,
     Completion,
@@ -58,6 +62,7 @@ from .protocol import (
     DetokenizeResponse,
     ModelCard,
     ModelList,
+    ResponseFormat,
     SamplingRequest,
     TokenizeRequest,
     TokenizeResponse,
@@ -123,44 +128,69 @@ def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
         _check_model(engine, body.model)
         texts = body.prompts()
         many = len(texts) > 1
-        seqs = []
+        n, k = body.choices(), body.logprobs
+        echo_lps = bool(body.echo) and k is not None
+        seqs: list[Generation] = []
+        prompt_texts: list[str] = []
         for i, p in enumerate(texts):
             ids = await prompts.ids(p, f"prompt.{i}" if many else "prompt")
-            seqs.append(_sequence(engine, ids, body, body.max_tokens, default_max=16, stops=body.stops()))
+            text = p if isinstance(p, str) else _detokenize(engine, ids)
+            for j in range(n):
+                seqs.append(_sequence(engine, ids, body, body.max_tokens, default_max=16, stops=body.stops(),
+                                      choice=j, logprobs=k, echo=echo_lps))
+                prompt_texts.append(text if body.echo else "")
         _start(sched, seqs)
         rid, name, created = f"cmpl-{uuid.uuid4().hex}", engine.name, int(time.time())
+        lps = [_CompletionLogprobs(engine) if k is not None else None for _ in seqs]
 
-        def chunk(index: int, text: str, finish: Any) -> dict[str, Any]:  # (usage: on the last chunk alone)
+        def chunk(index: int, ev: Event) -> dict[str, Any]:  # (usage: on the last chunk alone)
+            text, lp = ev.text, None
+            if prompt_texts[index] and not sent[index]:
+                text = prompt_texts[index] + text
+            if lps[index] is not None:
+                lp = lps[index].part(seqs[index], ev, first=not sent[index])  # type: ignore[union-attr]
+            sent[index] = True
             return {"id": rid, "object": "text_completion", "created": created, "model": name,
-                    "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": finish}]}
+                    "choices": [{"index": index, "text": text, "logprobs": lp, "finish_reason": ev.finish}]}
 
         def usage_chunk(u: Usage) -> dict[str, Any]:
             return {"id": rid, "object": "text_completion", "created": created, "model": name, "choices": [],
                     "usage": u.model_dump()}
 
+        sent = [False] * len(seqs)
+        plain = k is None and not body.echo
         if body.stream:
-            return _sse(sched, seqs, body.include_usage(), lambda i: [], chunk, usage_chunk)
+            return _sse(sched, seqs, body.include_usage(), lambda i: [], chunk, usage_chunk, n, plain)
         outs = await _collect(sched, seqs)
-        return Completion(id=rid, model=name, created=created, usage=_usage(seqs), choices=[
-            CompletionChoice(index=i, text=t, finish_reason=f) for i, (t, f) in enumerate(outs)]).model_dump()
+        choices = []
+        for i, (t, f) in enumerate(outs):
+            lp = lps[i].whole(seqs[i]) if lps[i] is not None else None  # type: ignore[union-attr]
+            choices.append(CompletionChoice(index=i, text=prompt_texts[i] + t, logprobs=lp, finish_reason=f))
+        return Completion(id=rid, model=name, created=created, usage=_usage(seqs, n),
+                          choices=choices).model_dump()
 
     @app.post("/v1/chat/completions", responses={200: {"model": ChatCompletion}})
     async def chat_completions(body: ChatRequest) -> Any:
         _check_model(engine, body.model)
         ids = await prompts.ids(_render_chat(engine, body.messages), "messages", special=False)
         stops = list(dict.fromkeys([*body.stops(), *([] if engine.chat_template else chat.PLAIN_STOPS)]))
-        seqs = [_sequence(engine, ids, body, body.max_new(), default_max=None, stops=stops)]
+        k = (body.top_logprobs or 0) if body.logprobs else None
+        n = body.choices()
+        grammar = await _grammar(engine, body.response_format)
+        seqs = [_sequence(engine, ids, body, body.max_new(), default_max=None, stops=stops, choice=j, logprobs=k,
+                          grammar=grammar) for j in range(n)]
         _start(sched, seqs)
         rid, name, created = f"chatcmpl-{uuid.uuid4().hex}", engine.name, int(time.time())
         usage_null = {"usage": None} if body.include_usage() else {}
 
-        def message(index: int, delta: dict[str, Any], finish: Any) -> dict[str, Any]:
+        def message(index: int, delta: dict[str, Any], finish: Any, lp: Any = None) -> dict[str, Any]:
             return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": name,
-                    "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}],
+                    "choices": [{"index": index, "delta": delta, "logprobs": lp, "finish_reason": finish}],
                     **usage_null}
 
-        def chunk(index: int, text: str, finish: Any) -> dict[str, Any]:
-            return message(index, {"content": text} if finish is None or text else {}, finish)
+        def chunk(index: int, ev: Event) -> dict[str, Any]:
+            lp = {"content": _chat_logprobs(engine, ev.logprobs or []), "refusal": None} if k is not None else None
+            return message(index, {"content": ev.text} if ev.finish is None or ev.text else {}, ev.finish, lp)
 
         def first(index: int) -> list[dict[str, Any]]:  # the role, once, in the stream's first chunk
             return [message(index, {"role": "assistant", "content": ""}, None)]
@@ -170,11 +200,26 @@ def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
                     "usage": u.model_dump()}
 
         if body.stream:
-            return _sse(sched, seqs, body.include_usage(), first, chunk, usage_chunk)
+            return _sse(sched, seqs, body.include_usage(), first, chunk, usage_chunk, n, k is None)
         outs = await _collect(sched, seqs)
-        return ChatCompletion(id=rid, model=name, created=created, usage=_usage(seqs), choices=[
-            ChatChoice(index=i, message=ChatMessageOut(content=t), finish_reason=f)
+        return ChatCompletion(id=rid, model=name, created=created, usage=_usage(seqs, n), choices=[
+            ChatChoice(index=i, message=ChatMessageOut(content=t), finish_reason=f,
+                       logprobs=None if k is None else ChatLogprobs(content=_chat_logprobs(engine, seqs[i].reported)))
             for i, (t, f) in enumerate(outs)]).model_dump()
+
+    @_get(app, "/tokenizer_info")
+    async def tokenizer_info() -> dict[str, Any]:
+        """vLLM's /tokenizer_info (the special tokens' texts and the context; lm-evaluation-harness reads it to
+        use this server's /tokenize)."""
+        def eos_text() -> str | None:
+            i = min(engine.eos_ids, default=None)
+            return None if i is None else engine.tokenizer.token_bytes(i, skip_special_tokens=False).decode(
+                "utf-8", "replace")
+
+        tok = engine.tokenizer
+        return {"tokenizer_class": "webtensor", "eos_token": getattr(tok, "eos_token", None) or eos_text(),
+                "bos_token": getattr(tok, "bos_token", None), "pad_token": None, "model_max_length": engine.n_ctx,
+                "chat_template": engine.chat_template}
 
     @app.post("/tokenize", responses={200: {"model": TokenizeResponse}})
     async def tokenize(body: TokenizeRequest) -> dict[str, Any]:
@@ -283,33 +328,124 @@ class _Prompts:
 
 
 def _sequence(engine: Engine, ids: list[int], body: SamplingRequest, max_tokens: int | None,
-              default_max: int | None, stops: list[str]) -> Generation:
+              default_max: int | None, stops: list[str], choice: int = 0, logprobs: int | None = None,
+              echo: bool = False, grammar: str | None = None) -> Generation:
+    """Choice `choice` of a request for prompt `ids`. Its seed: the request's (a fresh one where none is given),
+    moved on for choices after the first by `sampling.choice_seed` (seed + choice * 2**64: each choice its own
+    stream of draws, the first one's that of the same request with n = 1). `logprobs`: report each token's
+    log-probability and the k most likely; `echo`: the prompt's too."""
     room = engine.n_ctx - len(ids)
     if max_tokens is None:
         max_tokens = room if default_max is None else min(default_max, room)
     elif len(ids) + max_tokens > engine.n_ctx:
         raise APIError(400, f"the prompt ({len(ids)} tokens) plus max_tokens ({max_tokens}) exceeds this model's "
                        f"context of {engine.n_ctx} tokens", param="max_tokens", code="context_length_exceeded")
-    seed = body.seed if body.seed is not None else secrets.randbits(63)
+    seed = choice_seed(body.seed if body.seed is not None else secrets.randbits(63), choice)
     temperature, top_k, top_p = body.sampling_values()
-    sampling = Sampling(temperature, top_k, top_p, seed)
+    bias = body.bias()
+    for param, used in (("logit_bias", list(bias)), ("stop_token_ids", body.stop_token_ids or [])):
+        _check_ids(engine, used, param)
+    sampling = Sampling(temperature, top_k, top_p, seed, min_p=body.min_p or 0.0,
+                        presence_penalty=body.presence_penalty or 0.0, frequency_penalty=body.frequency_penalty or 0.0,
+                        repetition_penalty=1.0 if body.repetition_penalty is None else body.repetition_penalty,
+                        logit_bias=tuple(sorted(bias.items())), min_tokens=body.min_tokens or 0,
+                        stop_token_ids=tuple(sorted(set(body.stop_token_ids or ()))), logprobs=logprobs,
+                        constrained=grammar is not None)
     try:  # the sampler's own checks, here, so that nothing it refuses reaches an engine step
         sampling.params()
     except SamplingError as e:
         raise APIError(400, str(e), code="invalid_sampling") from None
-    return Generation(ids, max_tokens, sampling, stops, ignore_eos=body.ignore_eos)
+    return Generation(ids, max_tokens, sampling, stops, ignore_eos=body.ignore_eos, echo=echo, grammar=grammar)
+
+
+async def _grammar(engine: Engine, fmt: ResponseFormat | None) -> str | None:
+    """The llguidance grammar of a chat request's response_format (None: free text), compiled and checked off the
+    event loop; a schema it cannot compile is a 400."""
+    if fmt is None or fmt.type == "text":
+        return None
+    from . import grammar as g
+
+    schema = fmt.json_schema.schema_ if fmt.json_schema is not None else None
+
+    def build() -> str:
+        grammar = g.compile_format(fmt.type, schema)
+        g.check(grammar, g.grammar_tokenizer(engine.tokenizer, engine.vocab_size, engine.eos_ids))
+        return grammar
+    try:
+        return await asyncio.to_thread(build)
+    except g.GrammarError as e:
+        raise APIError(400, f"response_format: {e}", param="response_format", code="invalid_schema") from None
 
 
 def _start(sched: Scheduler, seqs: list[Generation]) -> None:
-    """Submit the sequences that generate (all admitted or none); max_tokens 0 ends at once."""
-    sched.submit_all([s for s in seqs if s.max_tokens > 0])
+    """Submit the sequences that run (all admitted or none); one for no tokens and no prompt log-probabilities
+    ends at once."""
+    sched.submit_all([s for s in seqs if sched.needs_run(s)])
     for s in seqs:
-        if s.max_tokens == 0:
+        if not sched.needs_run(s):
             sched.finished_empty(s)
 
 
-def _usage(seqs: Sequence[Generation]) -> Usage:
-    return Usage.of(sum(len(s.prompt) for s in seqs), sum(s.streamed for s in seqs))
+def _usage(seqs: Sequence[Generation], n: int = 1) -> Usage:
+    """Usage of a request's sequences, `n` choices a prompt: each prompt counted once, every choice's tokens."""
+    return Usage.of(sum(len(s.prompt) for s in seqs[::n]), sum(s.streamed for s in seqs))
+
+
+def _detokenize(engine: Engine, ids: Sequence[int]) -> str:
+    return b"".join(engine.tokenizer.token_bytes(i) for i in ids).decode("utf-8", "replace")
+
+
+def _token_text(engine: Engine, i: int) -> str:
+    """A token's text as log-probabilities name it: its bytes as UTF-8 (a part of a character: U+FFFD)."""
+    return engine.tokenizer.token_bytes(i).decode("utf-8", "replace")
+
+
+def _lp(v: float) -> float:
+    """A log-probability as JSON can carry it (-inf: NEG_INF_LOGPROB)."""
+    return v if v > NEG_INF_LOGPROB else NEG_INF_LOGPROB
+
+
+class _CompletionLogprobs:
+    """The completions API's `logprobs` of one choice, whole or a stream's part at a time: tokens, their
+    log-probabilities (the prompt's first: None), the k most likely {text: logprob}, and each token's offset in
+    the choice's text (echo: the prompt's tokens first, offsets from the prompt's start)."""
+
+    def __init__(self, engine: Engine):
+        self.engine, self.offset = engine, 0
+
+    def _entries(self, lps: Sequence[TokenLogprob | None], tokens: Sequence[int]) -> dict[str, Any]:
+        out: dict[str, Any] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        for tok, lp in zip(tokens, lps, strict=True):
+            text = _token_text(self.engine, tok)
+            out["tokens"].append(text)
+            out["token_logprobs"].append(None if lp is None else _lp(lp.logprob))
+            out["top_logprobs"].append(None if lp is None else  # (the k most likely and the token itself, as vLLM)
+                                       {_token_text(self.engine, i): _lp(v) for i, v in
+                                        sorted({*lp.top, (lp.token, lp.logprob)}, key=lambda e: (-e[1], e[0]))})
+            out["text_offset"].append(self.offset)
+            self.offset += len(text)
+        return out
+
+    def _prompt(self, seq: Generation) -> dict[str, Any] | None:
+        return self._entries(seq.prompt_logprobs, seq.prompt) if seq.echo else None
+
+    def whole(self, seq: Generation) -> dict[str, Any]:
+        head = self._prompt(seq)
+        tail = self._entries(seq.reported, [lp.token for lp in seq.reported])
+        return {key: [*(head[key] if head else []), *tail[key]] for key in tail}
+
+    def part(self, seq: Generation, ev: Event, first: bool) -> dict[str, Any]:
+        head = self._prompt(seq) if first else None
+        tail = self._entries(ev.logprobs or [], [lp.token for lp in ev.logprobs or []])
+        return {key: [*(head[key] if head else []), *tail[key]] for key in tail}
+
+
+def _chat_logprobs(engine: Engine, lps: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
+    """Chat's `logprobs.content`: per token its text, log-probability, bytes and the k most likely."""
+    def one(i: int, v: float) -> dict[str, Any]:
+        return {"token": _token_text(engine, i), "logprob": _lp(v), "bytes": list(engine.tokenizer.token_bytes(i))}
+
+    return [{**one(lp.token, lp.logprob), "top_logprobs": [one(i, v) for i, v in lp.top]} for lp in lps]
 
 
 async def _collect(sched: Scheduler, seqs: list[Generation]) -> list[tuple[str, Any]]:
@@ -362,24 +498,26 @@ async def _events(seqs: list[Generation]) -> AsyncIterator[tuple[int, Event]]:
 
 
 def _sse(sched: Scheduler, seqs: list[Generation], include_usage: bool,
-         first: Callable[[int], list[dict[str, Any]]], chunk: Callable[[int, str, Any], dict[str, Any]],
-         usage_chunk: Callable[[Usage], dict[str, Any]]) -> StreamingResponse:
+         first: Callable[[int], list[dict[str, Any]]], chunk: Callable[[int, Event], dict[str, Any]],
+         usage_chunk: Callable[[Usage], dict[str, Any]], n: int = 1, plain: bool = True) -> StreamingResponse:
+    """`plain`: chunks carry text alone (no log-probabilities, no echo): made from a template (`_framer`)."""
     async def events() -> AsyncIterator[str]:
         try:
             for i in range(len(seqs)):
                 for c in first(i):
                     yield _data(c)
-            frames = [_framer(lambda text, i=i: chunk(i, text, None)) for i in range(len(seqs))]
+            frames = [_framer(lambda text, i=i: chunk(i, Event(text))) if plain else None for i in range(len(seqs))]
             left = len(seqs)
             async for i, ev in _events(seqs):
                 if ev.error is not None:
                     yield _data(ev.error.body())
                     break
-                yield frames[i](ev.text) if ev.finish is None else _data(chunk(i, ev.text, ev.finish))
+                frame = frames[i]
+                yield frame(ev.text) if frame is not None and ev.finish is None else _data(chunk(i, ev))
                 if ev.finish is not None:
                     left -= 1
                     if not left and include_usage:
-                        yield _data(usage_chunk(_usage(seqs)))
+                        yield _data(usage_chunk(_usage(seqs, n)))
             yield "data: [DONE]\n\n"
         finally:
             for s in seqs:
@@ -503,7 +641,7 @@ class _Guard:
 
 
 def _needs_key(path: str) -> bool:
-    return path.startswith("/v1/") or path in ("/tokenize", "/detokenize")
+    return path.startswith("/v1/") or path in ("/tokenize", "/detokenize", "/tokenizer_info")
 
 
 def _replay(body: bytes, receive: Any) -> Any:
@@ -519,5 +657,5 @@ def _replay(body: bytes, receive: Any) -> Any:
     return replay
 
 
-_ROUTES = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/tokenize", "/detokenize", "/health",
-           "/metrics", "/openapi.json"}
+_ROUTES = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/tokenize", "/detokenize", "/tokenizer_info",
+           "/health", "/metrics", "/openapi.json"}

@@ -9,6 +9,8 @@ new tokens, left-padded; `--hf-device`, `--hf-dtype`) is timed in the same run, 
 levels, for the ratio; `--hf-only` times it alone (no server: e.g. after the server has stopped).
 Several servers (comma-separated URLs, e.g. the batched and the reference engine on two ports) are
 measured one after another in the same run, each row labelled with the engine its /health names.
+`--shared-prefix N`: every prompt starts with the same text of N tokens (a long system prompt), so the
+server's prefix reuse shows in TTFT (a server run with `--no-prefix-reuse` beside it for the "before").
 """
 
 from __future__ import annotations
@@ -29,10 +31,14 @@ TOPICS = ["The weather", "A short story about a cat", "In the year 2050", "The b
           "Once upon a time", "The history of the bicycle", "My favourite song", "How computers work"]
 
 
-def prompt(i: int) -> str:
-    """The i-th benchmark prompt: different texts and lengths."""
-    return f"{TOPICS[i % len(TOPICS)]}{', part ' + str(i) if i >= len(TOPICS) else ''}" + " and" * (i % 5) + ":"
+def prompt(i: int, prefix: str = "") -> str:
+    """The i-th benchmark prompt: different texts and lengths (after the shared `prefix`, if any)."""
+    return prefix + f"{TOPICS[i % len(TOPICS)]}{', part ' + str(i) if i >= len(TOPICS) else ''}" + " and" * (i % 5) \
+        + ":"
 
+
+PREFIX_TEXT = ("You are a careful assistant. Answer in plain words, cite what you rely on, say when you do not "
+               "know, and keep to the question. ")
 
 @dataclass
 class Stream:
@@ -72,6 +78,25 @@ class Client:
             self.headers["Authorization"] = f"Bearer {api_key}"
         self.model = model or self._model()
         self.engine = self._engine()
+        self.prefix = ""
+
+    def shared_prefix(self, n: int) -> str:
+        """A text of exactly `n` tokens by the server's /tokenize (PREFIX_TEXT repeated, cut by /detokenize)."""
+        def post(path: str, body: dict) -> dict:
+            c = self._conn()
+            try:
+                c.request("POST", path, json.dumps(body), headers=self.headers)
+                r = c.getresponse()
+                out = json.loads(r.read())
+            finally:
+                c.close()
+            if r.status != 200:
+                raise WebtensorError(f"POST {path}: HTTP {r.status}: {out}")
+            return out
+        ids = post("/tokenize", {"prompt": PREFIX_TEXT * (n // 8 + 1), "add_special_tokens": False})["tokens"]
+        if len(ids) < n:
+            raise WebtensorError(f"could not make a prefix of {n} tokens")
+        return str(post("/detokenize", {"tokens": ids[:n]})["prompt"])
 
     def _conn(self) -> http.client.HTTPConnection:
         return http.client.HTTPConnection(self.host, self.port, timeout=600)
@@ -170,7 +195,7 @@ def run_level(client: Client, c: int, rounds: int, max_tokens: int) -> Level:
     with tqdm(total=c * rounds, desc=f"concurrency {c}", unit="req", leave=False) as bar:
         async def one_client(k: int) -> None:
             for r in range(rounds):
-                streams.append(await client.stream(prompt(k + r * c), max_tokens))
+                streams.append(await client.stream(prompt(k + r * c, client.prefix), max_tokens))
                 bar.update(1)
 
         async def level() -> None:
@@ -222,7 +247,7 @@ def hf_tok_s(model_spec: str | None, c: int, max_tokens: int, device: str = "cpu
 
 def main(url: str, levels: list[int], max_tokens: int, rounds: int, model: str | None, api_key: str | None,
          json_path: str | None, plot_path: str | None, hf: bool, hf_only: bool = False, hf_device: str = "cpu",
-         hf_dtype: str = "float32", hf_threads: int = 0) -> int:
+         hf_dtype: str = "float32", hf_threads: int = 0, shared_prefix: int = 0) -> int:
     import asyncio
 
     urls = [] if hf_only else [u.strip() for u in url.split(",") if u.strip()]
@@ -232,7 +257,9 @@ def main(url: str, levels: list[int], max_tokens: int, rounds: int, model: str |
             c.engine = f"{c.engine}@{c.port}"
     results: list[Level] = []
     for client in clients:
-        asyncio.run(client.stream(prompt(0), 4))  # warm-up
+        if shared_prefix:
+            client.prefix = client.shared_prefix(shared_prefix)
+        asyncio.run(client.stream(prompt(10_000), 4))  # warm-up (no prefix: nothing for the levels to reuse)
         results += [run_level(client, c, rounds, max_tokens) for c in levels]
     hf_rate: dict[int, float] = {}
     if hf or hf_only:
@@ -261,7 +288,7 @@ def main(url: str, levels: list[int], max_tokens: int, rounds: int, model: str |
               + (f" {lv.hf_tok_s:9.1f} {lv.ratio_vs_hf:6.2f}" if lv.hf_tok_s else ""))
     report = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": platform.platform(),
               "processor": platform.processor(), "url": url, "model": clients[0].model, "max_tokens": max_tokens,
-              "rounds": rounds, "levels": [asdict(lv) for lv in results],
+              "rounds": rounds, "shared_prefix": shared_prefix, "levels": [asdict(lv) for lv in results],
               **({"hf_device": hf_device, "hf_dtype": hf_dtype, "hf_threads": hf_threads} if hf else {})}
     if json_path:
         with open(json_path, "w") as f:

@@ -58,6 +58,9 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--blas-threads", type=int, default=1,
                    help="threads of numpy's BLAS (the CPU device's products; default 1: the other cores stay free "
                         "for HTTP); 0 keeps the library's own count")
+    p.add_argument("--no-prefix-reuse", dest="prefix_reuse", action="store_false",
+                   help="compute every prompt whole (default: a prompt starting with tokens a free slot's cache "
+                        "holds reads on from there)")
     p.set_defaults(func=run_serve)
 
     b = sub.add_parser("bench-serve", help="load-test a running server: tokens/s, TTFT, inter-token latency")
@@ -70,6 +73,8 @@ def add_parsers(sub: Any) -> None:
     b.add_argument("--api-key", default=None)
     b.add_argument("--json", default=None, help="write the figures to this JSON file")
     b.add_argument("--plot", default=None, help="draw tokens/s and latency per level to this image file")
+    b.add_argument("--shared-prefix", type=int, default=0, metavar="N",
+                   help="start every prompt with the same text of N tokens (prefix reuse shows in TTFT)")
     b.add_argument("--hf", action="store_true", help="also time HF transformers' batched generate, same prompts")
     b.add_argument("--hf-only", action="store_true", help="time only HF's batched generate (no server needed)")
     b.add_argument("--hf-device", default="cpu", help="torch device for --hf / --hf-only (default cpu; e.g. cuda)")
@@ -142,7 +147,8 @@ def run_serve(a: argparse.Namespace) -> int:
 
     name = "webtensor-shipped" if a.model is None else Path(a.model).name or str(a.model)
     spec = dict(model=a.model, device=a.device, dtype=None if a.dtype == "auto" else a.dtype, n_ctx=a.ctx_size,
-                max_batch=a.max_batch, engine=a.engine, name=name, blas_threads=a.blas_threads)
+                max_batch=a.max_batch, engine=a.engine, name=name, blas_threads=a.blas_threads,
+                prefix_reuse=a.prefix_reuse)
     in_process = a.engine_process == "on" or (a.engine_process == "auto" and a.device.lower() == "cpu")
     try:
         if in_process:
@@ -181,6 +187,8 @@ def run_bench(a: argparse.Namespace) -> int:
         return _fail(f"--url must start with http:// (each of a comma-separated list), got {a.url!r}")
     if a.max_tokens < 1 or a.rounds < 1:
         return _fail("--max-tokens and --rounds must be >= 1")
+    if a.shared_prefix < 0:
+        return _fail(f"--shared-prefix must be >= 0, got {a.shared_prefix}")
     if a.hf_threads < 0:
         return _fail(f"--hf-threads must be >= 0, got {a.hf_threads}")
     if a.hf_dtype not in ("float32", "float16", "bfloat16"):
@@ -189,6 +197,6 @@ def run_bench(a: argparse.Namespace) -> int:
 
     try:
         return bench.main(a.url, levels, a.max_tokens, a.rounds, a.model, a.api_key, a.json, a.plot, a.hf,
-                          a.hf_only, a.hf_device, a.hf_dtype, a.hf_threads)
+                          a.hf_only, a.hf_device, a.hf_dtype, a.hf_threads, a.shared_prefix)
     except WebtensorError as e:
         return _fail(str(e))

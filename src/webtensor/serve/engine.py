@@ -3,16 +3,24 @@
 An engine owns `max_batch` sequence slots, each with its own KV cache. Each scheduler step hands it a list of
 `Row`s, at most one per slot: the tokens to feed that slot this step (a prefill chunk or one decoded token) at
 the positions `start`.., and whether to choose a next token after them. The engine returns, per row in order,
-the chosen token id (or None where `sample` is False), or a `RowError` where choosing that row's token raised
-(its sampling refused its logits or parameters): that row alone failed, the step and every other row in it are
-good. When a sequence is done the scheduler calls `release(slot)`; the slot's next row starts at position 0.
+the chosen token id (or None where `sample` is False), a `Picked` where log-probabilities are reported with it
+(the chosen token's, and with `Row.targets` the prompt's: OpenAI's echo), or a `RowError` where choosing that
+row's token raised (its sampling refused its logits or parameters, its grammar failed): that row alone failed,
+the step and every other row in it are good. When a sequence is done the scheduler calls `release(slot, keep)`;
+the slot's next row starts at position `keep` (its first `keep` positions are a prefix the scheduler may reuse).
 
 All engine calls come from one worker thread, one at a time.
 
 Sampling is per row, through the one sampler `webtensor.sampling.sample`: greedy (temperature 0: the argmax the
 device computed) or seeded, the random draw for the token at position p a function of (seed, p) alone, so a
 request yields the same tokens whether it runs alone or among others and whatever steps its prefill was cut into,
-and the same tokens as `LanguageModel.generate` and the web page with that seed.
+and the same tokens as `LanguageModel.generate` and the web page with that seed. A sequence whose sampling moves
+its logits (penalties, logit_bias, min_tokens) has a `sampling.SequenceState` here, per slot, started by its first
+row (`Row.new`, with the prompt where the repetition penalty reads it) and moved on by each token chosen; one with
+a `response_format` has a `grammar.Constraint`, whose mask for the next token goes with the row to the device
+(`RunRow.mask`: applied to the logits before the argmax and the readback). Rows read their logits back only
+where the token is chosen or reported on the host (`Sampling.on_host`); greedy rows that ask for none of that
+keep the device's argmax and can be followed.
 
 `ModelEngine` runs the steps on the model's `runtime.ModelRunner`. "batched" (the server's default): a whole step,
 decode tokens and prompt chunks alike, as one forward (the weights read once a step for all rows), captured step
@@ -26,13 +34,15 @@ differ where two logits are that close.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..errors import ArgumentError
+from ..runtime.logprobs import TokenLogprob, report, report_rows
 from ..runtime.runner import Collected, RunRow
-from ..sampling import SamplingParams, sample
+from ..sampling import SamplingParams, SequenceState, sample
 
 
 class Tokenizer(Protocol):
@@ -43,15 +53,47 @@ class Tokenizer(Protocol):
 
 @dataclass(frozen=True)
 class Sampling:
-    """How to choose a sequence's tokens: temperature 0 is greedy; `seed` drives the rest."""
+    """How to choose a sequence's tokens (`webtensor.sampling.SamplingParams`' fields: temperature 0 is greedy,
+    `seed` drives the draws), and what to report with them: `logprobs` (None: nothing; k: each chosen token's
+    log-probability and the k most likely)."""
 
     temperature: float = 0.0
     top_k: int | None = None
     top_p: float | None = None
     seed: int = 0
+    min_p: float = 0.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    min_tokens: int = 0
+    stop_token_ids: tuple[int, ...] = ()
+    logprobs: int | None = None
+    constrained: bool = False  # the tokens follow a grammar (given with the sequence's first row: `Row.grammar`)
+
+    @functools.cached_property
+    def _params(self) -> SamplingParams:
+        return SamplingParams(self.temperature, self.top_k, self.top_p, self.seed, self.min_p, self.presence_penalty,
+                              self.frequency_penalty, self.repetition_penalty, self.logit_bias, self.min_tokens,
+                              self.stop_token_ids)
 
     def params(self) -> SamplingParams:
-        return SamplingParams(self.temperature, self.top_k, self.top_p, self.seed)
+        """The sampler's parameters (checked: SamplingError for what it refuses)."""
+        return self._params
+
+    @property
+    def stateful(self) -> bool:
+        """Whether choosing reads the sequence's state (penalties, logit_bias, min_tokens: `SequenceState`); as
+        `SamplingParams.moves_logits`, from the fields alone (parameters the sampler refuses fail their row
+        when it chooses, not the step that reads this)."""
+        return bool(self.min_tokens or self.logit_bias or self.presence_penalty or self.frequency_penalty
+                    or self.repetition_penalty != 1.0)
+
+    @property
+    def on_host(self) -> bool:
+        """Whether the token is chosen on the host from the logits read back (else: the device's argmax, and
+        the step may be followed on the device)."""
+        return self.temperature != 0 or self.logprobs is not None or self.stateful or self.constrained
 
 
 @dataclass(frozen=True)
@@ -63,15 +105,24 @@ class Row:
     start: int  # the position of ids[0]; the slot holds exactly this many tokens before the step
     sampling: Sampling
     sample: bool = True  # choose the token after ids (False: a prefill chunk that is not the last)
+    new: bool = False  # the sequence's first row: its sampling state starts here
+    prompt: tuple[int, ...] = ()  # with `new`: the whole prompt, where the state reads it (repetition_penalty)
+    targets: tuple[int, ...] | None = None  # echo: the prompt tokens after each of ids (their log-probabilities)
+    grammar: str | None = None  # with `new`: the llguidance grammar the sequence's tokens follow (serve.grammar)
 
     @property
     def next_position(self) -> int:
         """The position the chosen token will take."""
         return self.start + len(self.ids)
 
-    def run_row(self) -> RunRow:
-        """The runner's row: read the logits back where the token is sampled on the host."""
-        return RunRow(self.slot, self.ids, self.start, self.sample, self.sample and self.sampling.temperature != 0)
+    def run_row(self, mask: bytes | None = None) -> RunRow:
+        """The runner's row: read the logits back where the token is chosen on the host (a greedy row with only a
+        grammar's `mask`: the device's argmax of the masked logits), and every position's where the prompt's own
+        log-probabilities are asked for."""
+        s = self.sampling
+        host = s.on_host and not (mask is not None and s.temperature == 0 and s.logprobs is None and not s.stateful)
+        return RunRow(self.slot, self.ids, self.start, self.sample, self.sample and host, self.targets is not None,
+                      mask if self.sample else None)
 
 
 @dataclass(frozen=True)
@@ -82,7 +133,18 @@ class RowError:
     message: str
 
 
-Token = int | RowError | None  # what `step` / `collect` return per row
+@dataclass(frozen=True)
+class Picked:
+    """In place of a row's token where log-probabilities are reported: the token (None: a prompt chunk that
+    does not choose), its report (None unless the sampling's `logprobs` asks), and the reports of the prompt
+    tokens the row's `targets` named (echo)."""
+
+    token: int | None
+    logprob: TokenLogprob | None = None
+    prompt: tuple[TokenLogprob, ...] = ()
+
+
+Token = int | Picked | RowError | None  # what `step` / `collect` return per row
 
 
 class Engine(Protocol):
@@ -101,24 +163,26 @@ class Engine(Protocol):
         does not sample) or a RowError (that row's choice raised)."""
         ...
 
-    def release(self, slot: int) -> None:
-        """The slot's sequence is done (finished, cancelled or failed); it may be reused from position 0."""
+    def release(self, slot: int, keep: int = 0) -> None:
+        """The slot's sequence is done (finished, cancelled or failed); its next row starts at position `keep`
+        (the first `keep` positions' keys and values stay: the scheduler reuses them for a prompt that
+        starts with the same tokens)."""
         ...
 
 
 def followable(rows: Sequence[Row], n_ctx: int, steps: int = 1) -> bool:
     """Whether `rows` can start `steps` followed steps (an engine's `follow`: each step's argmax fed back on the
     device as the next one's input): greedy one-token decode rows, each step's token within the context."""
-    return bool(rows) and all(len(r.ids) == 1 and r.sample and r.sampling.temperature == 0
-                              and r.start + steps < n_ctx for r in rows)
+    return bool(rows) and all(len(r.ids) == 1 and r.sample and not r.sampling.on_host
+                              and r.targets is None and r.start + steps < n_ctx for r in rows)
 
 
-def choose(logits: Any, s: Sampling, position: int) -> int | RowError:
+def choose(logits: Any, s: Sampling, position: int, state: SequenceState | None = None) -> int | RowError:
     """The token for `position` from its logits (V,): argmax, or the draw for (seed, position); a
     RowError where that raises (NaN logits, every logit -inf, parameters the sampler refuses): the
     failure is this row's alone, whatever else its step holds."""
     try:
-        return sample(logits, s.params(), position)
+        return sample(logits, s.params(), position, state)
     except Exception as e:  # noqa: BLE001 - any failure here concerns this row only
         return RowError(f"{type(e).__name__}: {e}")
 
@@ -140,7 +204,9 @@ class ModelEngine:
     """A model's sequences served from one runner of `max_batch` slots (see the module docstring)."""
 
     def __init__(self, model: Any, max_batch: int, name: str | None = None, engine: str = "batched",
-                 use_graph: bool | None = None):
+                 use_graph: bool | None = None, prefix_reuse: bool = True):
+        """`prefix_reuse`: the scheduler may start a prompt after the tokens a slot's cache already holds
+        (`release(slot, keep)`); False: every prompt is computed whole."""
         if model.tokenizer is None:
             raise ArgumentError("serving needs a model with a tokenizer")
         if max_batch < 1:
@@ -154,17 +220,32 @@ class ModelEngine:
         self.tokenizer, self.chat_template = model.tokenizer, model.chat_template
         self.runner = model.runner(max_batch, use_graph=use_graph if engine == "batched" else False)
         self.use_graph = self.runner.use_graph
+        self.prefix_reuse = prefix_reuse
+        self._states: dict[int, SequenceState] = {}  # slot -> its sequence's sampling state (where it reads one)
+        self._constraints: dict[int, Any] = {}  # slot -> its sequence's grammar.Constraint (or the error making it)
 
     # -- the protocol ---------------------------------------------------------------------------------------
     def step(self, rows: Sequence[Row]) -> list[Token]:
         return self.collect(self.launch(rows))[0]
 
-    def release(self, slot: int) -> None:
-        self.runner.release(slot)
+    def release(self, slot: int, keep: int = 0) -> None:
+        """The slot's sequence is done; its first `keep` positions stay valid (a later prompt that starts
+        with the same tokens reuses them: the scheduler knows which they are), its next row starts there."""
+        self._states.pop(slot, None)
+        self._constraints.pop(slot, None)
+        self.runner.truncate(slot, keep)
 
     def launch(self, rows: Sequence[Row]) -> _Handle:
         """Start a step (the device works on it while the caller goes on); `collect` its tokens."""
-        run = [r.run_row() for r in rows]
+        for r in rows:
+            if r.new:
+                self._states.pop(r.slot, None)
+                self._constraints.pop(r.slot, None)
+                if r.sampling.stateful:
+                    self._states[r.slot] = SequenceState(r.prompt, self.eos_ids)
+                if r.grammar is not None:
+                    self._constraints[r.slot] = self._constraint(r.grammar)
+        run = [r.run_row(self._mask(r)) for r in rows]
         if self.engine == "batched":
             return _Handle(list(rows), [self.runner.launch(run)])
         self.runner._check(run)  # (every row checked before any runs)
@@ -196,11 +277,57 @@ class ModelEngine:
 
     def _choose(self, rows: list[Row], got: Collected) -> list[list[Token]]:
         if len(got.tokens) > 1 or not got.logits:  # followed steps (greedy) or an empty step
-            return got.tokens
-        out: list[Token] = []
-        for r, tok, logits in zip(rows, got.tokens[0], got.logits, strict=True):
-            out.append(tok if logits is None else choose(logits, r.sampling, r.next_position))
-        return [out]
+            return got.tokens  # type: ignore[return-value]
+        every = got.every_logits or [None] * len(rows)
+        return [[self._pick(r, tok, logits, e)
+                 for r, tok, logits, e in zip(rows, got.tokens[0], got.logits, every, strict=True)]]
+
+    def _pick(self, r: Row, tok: int | None, logits: Any, every: Any) -> Token:
+        """One row's result from what the step read back: the device's argmax, or the token chosen on the host
+        from the row's logits (moved on by its state), with the log-probabilities it asks for."""
+        s = r.sampling
+        try:
+            prompt: tuple[TokenLogprob, ...] = ()
+            if r.targets is not None:  # (position i's logits give the log-probability of targets[i])
+                prompt = tuple(report_rows(every[:len(r.targets)], r.targets, s.logprobs or 0))
+            constraint = self._constraints.get(r.slot)
+            if isinstance(constraint, Exception) and tok is not None:  # (its grammar failed: this row fails)
+                raise constraint
+            if tok is None or (logits is None and constraint is None):
+                return Picked(tok, None, prompt) if prompt else tok
+            state = self._states.get(r.slot)
+            if logits is not None and s.on_host:  # (a grammar's mask is on them already: the device applied it)
+                tok = sample(logits, s.params(), r.next_position, state)
+            if state is not None:
+                state.add(tok)
+            if constraint is not None:
+                constraint.consume(tok)
+            lp = None if s.logprobs is None else report(logits, tok, s.logprobs)
+            return Picked(tok, lp, prompt) if lp is not None or prompt else tok
+        except Exception as e:  # noqa: BLE001 - any failure here concerns this row only
+            return RowError(f"{type(e).__name__}: {e}")
+
+    def _mask(self, r: Row) -> bytes | None:
+        """The grammar's mask for the token `r` chooses (None: no grammar, or a failed one: its row fails when
+        collected); applied on the device (`RunRow.mask`)."""
+        c = self._constraints.get(r.slot)
+        if c is None or isinstance(c, Exception) or not r.sample:
+            return None
+        try:
+            return bytes(c.mask().tobytes())
+        except Exception as e:  # noqa: BLE001 - the sequence's own failure
+            self._constraints[r.slot] = e
+            return None
+
+    def _constraint(self, grammar: str) -> Any:
+        """A sequence's grammar.Constraint, or the exception making it raised (its rows then fail alone)."""
+        from . import grammar as g
+
+        try:
+            return g.Constraint(g.grammar_tokenizer(self.tokenizer, self.vocab_size, self.eos_ids), grammar,
+                                self.vocab_size)
+        except Exception as e:  # noqa: BLE001 - the sequence's own failure
+            return e
 
     @property
     def graph_stats(self) -> dict[str, float]:

@@ -17,6 +17,8 @@ dashboard or scraper written for vLLM reads this server by changing the prefix:
 | webtensor:inter_token_latency_seconds     | between a sequence's tokens (histogram)                 |
 | webtensor:e2e_request_latency_seconds     | arrival to the last token (histogram)                   |
 | webtensor:request_queue_time_seconds      | arrival to a slot (histogram)                           |
+| webtensor:prefix_cache_queries_total      | prompt tokens looked up in the slots' caches (counter)  |
+| webtensor:prefix_cache_hits_total         | of those, tokens found there and not computed again     |
 
 (*) stop, length, abort (the client went away) or error.
 
@@ -68,6 +70,10 @@ class Metrics:
         self.batch_size = Histogram(P + "step_rows", "Rows per engine step", buckets=_BATCH, registry=r)
         self.step_seconds = Histogram(P + "step_duration_seconds", "Engine step duration", buckets=_LATENCY,
                                       registry=r)
+        self.prefix_queries = Counter(P + "prefix_cache_queries", "Prompt tokens looked up in the slots' caches",
+                                      registry=r)
+        self.prefix_hits = Counter(P + "prefix_cache_hits", "Prompt tokens found in a slot's cache (reused)",
+                                   registry=r)
         self.step_failures = Counter(P + "step_failures", "Engine steps that raised", registry=r)
         self.row_failures = Counter(P + "row_failures", "Rows whose sampling raised (their request failed alone)",
                                     registry=r)

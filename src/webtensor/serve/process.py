@@ -37,7 +37,7 @@ class EngineProcessError(WebtensorError):
 def build_engine(spec: dict[str, Any]) -> Any:
     """The engine `spec` describes: model (a source for `load_model`; None: the shipped one), device, dtype,
     n_ctx (None: the model's, at most SERVE_CTX), max_batch, engine ("batched" or "reference"), name, blas_threads
-    (0: as the library has it)."""
+    (0: as the library has it), prefix_reuse (default True)."""
     from ..device import Device
     from ..models import loader
     from .engine import ModelEngine
@@ -50,7 +50,8 @@ def build_engine(spec: dict[str, Any]) -> Any:
     ck = loader.open_checkpoint(spec["model"])
     n_ctx = spec.get("n_ctx") or min(ck.config.spec.n_ctx, SERVE_CTX)
     model = loader.build(ck, dev, dtype, min(n_ctx, ck.config.spec.n_ctx))
-    return ModelEngine(model, spec["max_batch"], name=spec["name"], engine=spec["engine"])
+    return ModelEngine(model, spec["max_batch"], name=spec["name"], engine=spec["engine"],
+                       prefix_reuse=spec.get("prefix_reuse", True))
 
 
 def _child(conn: Any, spec: dict[str, Any]) -> None:
@@ -65,6 +66,7 @@ def _child(conn: Any, spec: dict[str, Any]) -> None:
         info = {k: getattr(engine, k) for k in ("name", "max_batch", "n_ctx", "vocab_size", "eos_ids", "bos_id",
                                                 "tokenizer", "chat_template")}
         info["engine"] = getattr(engine, "engine", None)
+        info["prefix_reuse"] = getattr(engine, "prefix_reuse", False)
         info["follows"] = bool(getattr(engine, "use_graph", False) and hasattr(engine, "follow"))
         info["device"] = engine.model.device.describe()
         conn.send(("ready", info))
@@ -81,7 +83,7 @@ def _child(conn: Any, spec: dict[str, Any]) -> None:
             return
         try:
             if msg[0] == "release":
-                engine.release(msg[1])
+                engine.release(msg[1], msg[2])
                 conn.send(("ok", None))
             elif msg[0] == "follow":
                 last = engine.follow(last, msg[1], msg[2])
@@ -122,6 +124,7 @@ class ProcessEngine:
         self.engine: str | None = info["engine"]
         self.device: str = info["device"]
         self._follows: bool = info["follows"]
+        self.prefix_reuse: bool = info["prefix_reuse"]
         self._sent = self._answered = 0  # messages sent, answers received (in order)
         self._answers: dict[int, tuple[str, Any]] = {}  # received, not yet taken
 
@@ -170,8 +173,8 @@ class ProcessEngine:
     def step(self, rows: Sequence[Row]) -> list[Token]:
         return self.collect(self.launch(rows))[0]
 
-    def release(self, slot: int) -> None:
-        self._answer(self._send("release", slot))
+    def release(self, slot: int, keep: int = 0) -> None:
+        self._answer(self._send("release", slot, keep))
 
     def close(self) -> None:
         """Stop the child (it exits on its own when the parent goes, too)."""

@@ -10,9 +10,12 @@ optional field, `prompt: null` (the model starts a new document), a list of prom
 each), `max_tokens: 0` (nothing generated), `top_p: 0` (the most likely token: greedy),
 `response_format: {"type": "text"}`; fields that only concern OpenAI's own service are accepted and
 ignored (`store`, `metadata`, `service_tier`, `user`, `safety_identifier`, `prompt_cache_key`,
-`parallel_tool_calls`, `stream_options.include_obfuscation`). Options not implemented yet are
-refused by name (`n` > 1, `echo`, `logprobs`, penalties, `logit_bias`, `best_of`, `suffix`, tools,
-structured output). Extensions, as vLLM has them: `top_k` (0 or -1: off) and `ignore_eos`.
+`parallel_tool_calls`, `stream_options.include_obfuscation`). Sampling: `n` choices (1 to 128), `seed`,
+`presence_penalty` / `frequency_penalty`, `logit_bias` (token id -> -100..100), log-probabilities
+(completions: `logprobs` 0..20 and `echo`; chat: `logprobs` + `top_logprobs` 0..20), structured output
+(`response_format` json_object / json_schema). Options not implemented are refused by name
+(`best_of` > 1, `suffix`, tools). Extensions, as vLLM has them: `top_k` (0 or -1: off), `min_p`,
+`repetition_penalty`, `min_tokens`, `stop_token_ids` and `ignore_eos`.
 
 Responses: chat messages carry `refusal: null`; a streamed chat's first chunk alone has
 `delta.role`; every chunk of a stream has the stream's one `created`; `usage` appears on streamed
@@ -44,6 +47,9 @@ from ..errors import WebtensorError
 
 MAX_STOP = 4  # OpenAI's limit on stop sequences
 MAX_PROMPTS = 128  # prompts in one completions request (OpenAI's limit on n, for want of one on batches)
+MAX_N = 128  # choices per prompt (OpenAI's limit on n)
+MAX_LOGPROBS = 20  # top log-probabilities per token (OpenAI's chat limit; vLLM's default max_logprobs)
+NEG_INF_LOGPROB = -9999.0  # a -inf log-probability as JSON carries it (vLLM's value: JSON has no -Infinity)
 SEED_MAX = 2**64 - 1  # the sampler's seeds are 64-bit (larger ones would fold in; the spec's int64 fits)
 
 
@@ -132,6 +138,12 @@ Text = Annotated[StrictStr, AfterValidator(_unicode)]
 Temperature = Annotated[float, BeforeValidator(_finite), Field(ge=0.0, le=2.0, strict=True)]
 TopP = Annotated[float, BeforeValidator(_finite), Field(ge=0.0, le=1.0, strict=True)]
 Penalty = Annotated[float, BeforeValidator(_finite), Field(ge=-2.0, le=2.0, strict=True)]
+RepetitionPenalty = Annotated[float, BeforeValidator(_finite), Field(gt=0.0, le=100.0, strict=True)]
+MinP = Annotated[float, BeforeValidator(_finite), Field(ge=0.0, le=1.0, strict=True)]
+Bias = Annotated[float, BeforeValidator(_finite), Field(ge=-100.0, le=100.0, strict=True)]
+TopLogprobs = Annotated[int, Field(ge=0, le=MAX_LOGPROBS, strict=True)]
+N = Annotated[int, Field(ge=1, le=MAX_N, strict=True)]
+TokenId = Annotated[int, Field(ge=0, strict=True)]
 TopK = Annotated[int, Field(ge=-1, strict=True)]
 Seed = Annotated[int, Field(ge=0, le=SEED_MAX, strict=True)]
 MaxTokens = Annotated[int, Field(ge=0, strict=True)]
@@ -157,12 +169,17 @@ class SamplingRequest(BaseModel):
     stop: Stop = None
     stream: StrictBool | None = None
     stream_options: StreamOptions | None = None
-    n: StrictInt | None = None
+    n: N | None = None  # choices per prompt (each its own sequence; see app.choice seeds)
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
-    logit_bias: dict[Text, Annotated[float, BeforeValidator(_finite)]] | None = None
+    logit_bias: dict[Text, Bias] | None = None  # token id (as a string) -> bias added to its logit
     user: Text | None = None  # ignored
     ignore_eos: StrictBool = False  # extension: generate max_tokens even past the end-of-text token
+    # extensions, as vLLM has them
+    repetition_penalty: RepetitionPenalty | None = None  # HF's, over prompt and generated tokens (1: off)
+    min_p: MinP | None = None
+    min_tokens: Annotated[int, Field(ge=0, strict=True)] | None = None  # no EOS / stop ids before this many
+    stop_token_ids: list[TokenId] | None = None  # ids that end the sequence (as EOS does)
 
     @field_validator("stop")
     @classmethod
@@ -174,25 +191,12 @@ class SamplingRequest(BaseModel):
             raise ValueError("a stop sequence must not be empty")
         return v
 
-    @field_validator("n")
-    @classmethod
-    def _n(cls, v: int | None) -> int | None:
-        if v not in (None, 1):
-            raise ValueError(f"only n=1 is supported, got {v}")
-        return v
-
-    @field_validator("presence_penalty", "frequency_penalty")
-    @classmethod
-    def _penalty(cls, v: float | None) -> float | None:
-        if v not in (None, 0, 0.0):
-            raise ValueError("penalties are not supported (only 0)")
-        return v
-
     @field_validator("logit_bias")
     @classmethod
     def _logit_bias(cls, v: dict[str, float] | None) -> dict[str, float] | None:
-        if v:
-            raise ValueError("logit_bias is not supported")
+        for k in v or {}:
+            if not (k.isascii() and k.isdigit()) or len(k) > 12:
+                raise ValueError(f"keys must be token ids (decimal integers), got {k!r}")
         return v
 
     @field_validator("stream_options")
@@ -201,6 +205,12 @@ class SamplingRequest(BaseModel):
         if v is not None and not info.data.get("stream"):
             raise ValueError("only allowed when stream is true")
         return v
+
+    def choices(self) -> int:
+        return self.n or 1
+
+    def bias(self) -> dict[int, float]:
+        return {int(k): v for k, v in (self.logit_bias or {}).items()}
 
     def stops(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
@@ -227,8 +237,8 @@ Prompt = Text | IdList | list[Text] | list[IdList]
 class CompletionRequest(SamplingRequest):
     prompt: Prompt | None  # required; null: an empty prompt (the model starts a new document)
     max_tokens: MaxTokens | None = None  # None: 16 (fewer where the context ends first)
-    echo: StrictBool | None = None
-    logprobs: StrictInt | None = None
+    echo: StrictBool | None = None  # the prompt's text (and, with logprobs, its tokens' log-probabilities) first
+    logprobs: TopLogprobs | None = None  # each token's log-probability and the k most likely (0: none of those)
     best_of: StrictInt | None = None
     suffix: Text | None = None
 
@@ -237,20 +247,6 @@ class CompletionRequest(SamplingRequest):
     def _prompt(cls, v: Prompt | None) -> Prompt | None:
         if isinstance(v, list) and v and isinstance(v[0], str | list) and len(v) > MAX_PROMPTS:
             raise ValueError(f"at most {MAX_PROMPTS} prompts in one request, got {len(v)}")
-        return v
-
-    @field_validator("echo")
-    @classmethod
-    def _echo(cls, v: bool | None) -> bool | None:
-        if v:
-            raise ValueError("echo is not supported")
-        return v
-
-    @field_validator("logprobs")
-    @classmethod
-    def _logprobs(cls, v: int | None) -> int | None:
-        if v is not None:
-            raise ValueError("logprobs is not supported")
         return v
 
     @field_validator("best_of")
@@ -304,17 +300,34 @@ class ChatMessage(BaseModel):
         return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
 
 
-class ResponseFormat(BaseModel):
+class JSONSchemaFormat(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    type: Literal["text"]  # json_object / json_schema: structured output is not implemented yet
+    name: Annotated[str, Field(strict=True, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+    description: Text | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")  # None: any JSON object
+    strict: StrictBool | None = None  # (the schema is always enforced: constrained decoding)
+
+
+class ResponseFormat(BaseModel):
+    """OpenAI's response_format: text; json_object (some JSON object); json_schema (JSON valid by a schema)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JSONSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema(self) -> ResponseFormat:
+        if (self.type == "json_schema") != (self.json_schema is not None):
+            raise ValueError("json_schema is given with type json_schema, and only then")
+        return self
 
 
 class ChatRequest(SamplingRequest):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_tokens: MaxTokens | None = None  # None: up to the context's end
     max_completion_tokens: MaxTokens | None = None
-    logprobs: StrictBool | None = None
-    top_logprobs: StrictInt | None = None
+    logprobs: StrictBool | None = None  # each generated token's log-probability
+    top_logprobs: TopLogprobs | None = None  # and the k most likely there (needs logprobs true)
     response_format: ResponseFormat | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: Literal["none", "auto"] | None = None  # (no tools: nothing to call either way)
@@ -327,18 +340,11 @@ class ChatRequest(SamplingRequest):
     safety_identifier: Text | None = None
     prompt_cache_key: Text | None = None
 
-    @field_validator("logprobs")
-    @classmethod
-    def _logprobs(cls, v: bool | None) -> bool | None:
-        if v:
-            raise ValueError("logprobs is not supported")
-        return v
-
     @field_validator("top_logprobs")
     @classmethod
-    def _top_logprobs(cls, v: int | None) -> int | None:
-        if v:
-            raise ValueError("top_logprobs is not supported")
+    def _top_logprobs(cls, v: int | None, info: ValidationInfo) -> int | None:
+        if v is not None and not info.data.get("logprobs"):
+            raise ValueError("top_logprobs needs logprobs: true")
         return v
 
     @field_validator("tools")
@@ -390,10 +396,20 @@ class Usage(BaseModel):
         return cls(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
 
 
+class CompletionLogprobs(BaseModel):
+    """The completions API's log-probabilities: per token its text, log-probability (None for a prompt's first
+    token), the k most likely {text: log-probability} and its offset in the choice's text."""
+
+    tokens: list[str]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None]
+    text_offset: list[int]
+
+
 class CompletionChoice(BaseModel):
     index: int = 0
     text: str
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
     finish_reason: FinishReason | None = None
 
 
@@ -412,10 +428,25 @@ class ChatMessageOut(BaseModel):
     refusal: None = None
 
 
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class ChatTokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(BaseModel):
+    content: list[ChatTokenLogprob] | None
+    refusal: list[ChatTokenLogprob] | None = None
+
+
 class ChatChoice(BaseModel):
     index: int = 0
     message: ChatMessageOut
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
     finish_reason: FinishReason
 
 

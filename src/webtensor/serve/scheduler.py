@@ -14,6 +14,14 @@ before the next step runs.
 Chunk boundaries depend only on the request (its prompt is cut every `prefill_chunk` tokens from the
 start), never on the load, so a request computes the same thing alone or in company.
 
+Prefix reuse (an engine with `prefix_reuse`): the scheduler records what each slot's KV cache holds
+when its sequence retires (the prompt read and every fed token: all but the last generated one), and
+the engine keeps those positions (`release(slot, keep)`). A new request takes the free slot holding
+the longest start of its prompt (all but its last token at most: that one runs for its logits) and
+reads on from there, its chunks still ending at multiples of `prefill_chunk` from the prompt's start,
+so its numbers are a cold run's bit for bit; `/metrics` counts the tokens looked up and reused. A
+request asking for its prompt's log-probabilities (echo) reads its whole prompt.
+
 A step that raises fails the requests that were in it (each gets an error event) and the scheduler
 goes on with the rest; a row whose token could not be chosen (the engine's `RowError`) fails its
 own request alone, every other row of that step streams on as if it had been alone.
@@ -36,7 +44,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from .engine import Engine, Row, RowError, Sampling, Token
+from ..runtime.logprobs import TokenLogprob
+from .engine import Engine, Picked, Row, RowError, Sampling, Token
 from .metrics import Metrics
 from .protocol import APIError, FinishReason
 from .textstream import TextStream
@@ -53,6 +62,7 @@ class Event:
     tokens: int = 0
     finish: FinishReason | None = None
     error: APIError | None = None
+    logprobs: list[TokenLogprob] | None = None  # the tokens' reports, where the request asked for them
 
 
 class Generation:
@@ -61,10 +71,17 @@ class Generation:
     _ids = itertools.count()
 
     def __init__(self, prompt: Sequence[int], max_tokens: int, sampling: Sampling, stops: Sequence[str] = (),
-                 ignore_eos: bool = False):
+                 ignore_eos: bool = False, echo: bool = False, grammar: str | None = None):
+        """`echo`: report the prompt's own log-probabilities (`prompt_logprobs`, None for the first token);
+        `grammar`: the llguidance grammar its tokens follow (`sampling.constrained`)."""
         self.id = next(self._ids)
         self.prompt, self.max_tokens, self.sampling = tuple(prompt), max_tokens, sampling
-        self.ignore_eos = ignore_eos
+        self.ignore_eos, self.echo, self.grammar = ignore_eos, echo, grammar
+        self.prompt_logprobs: list[TokenLogprob | None] = [None] if echo else []
+        self.stop_ids = frozenset(sampling.stop_token_ids)
+        self.reused = 0  # prompt tokens found in the slot's cache (not computed again)
+        self.logprobs_pending: deque[TokenLogprob] = deque()  # reports of generated tokens not yet streamed
+        self.reported: list[TokenLogprob] = []  # reports of the streamed tokens
         self.text = TextStream(stops)
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.slot: int | None = None
@@ -93,7 +110,9 @@ class Generation:
                     yield ev
                     ev = nxt
                     break
-                ev = Event(ev.text + nxt.text, ev.tokens + nxt.tokens, nxt.finish)
+                lps = None if ev.logprobs is None and nxt.logprobs is None else \
+                    [*(ev.logprobs or ()), *(nxt.logprobs or ())]
+                ev = Event(ev.text + nxt.text, ev.tokens + nxt.tokens, nxt.finish, logprobs=lps)
             yield ev
             if ev.finish is not None or ev.error is not None:
                 return
@@ -122,6 +141,20 @@ def _moved_on(work: list[tuple[Generation, Row]], n: int) -> list[tuple[Generati
     return work if n == 0 else [(req, Row(row.slot, (0,), row.start + n, row.sampling)) for req, row in work]
 
 
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many first tokens `a` and `b` share (a binary search over slices: compared in C, not token by token)."""
+    lo, hi = 0, min(len(a), len(b))
+    if hi and a[0] != b[0]:
+        return 0
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 class Scheduler:
     def __init__(self, engine: Engine, max_queue: int, metrics: Metrics | None = None, prefill_chunk: int = 64,
                  prefill_budget: int = 256):
@@ -131,7 +164,11 @@ class Scheduler:
         self._waiting: deque[Generation] = deque()
         self._active: dict[int, Generation] = {}
         self._free = list(range(engine.max_batch - 1, -1, -1))  # pop() gives slot 0 first
-        self._to_release: list[int] = []
+        self._to_release: list[tuple[int, int]] = []  # (slot, positions whose keys and values stay)
+        # prefix reuse (an engine whose `release(slot, keep)` keeps a slot's first positions): what each slot's
+        # cache holds, as far as this scheduler knows (a retired sequence's prompt and fed tokens)
+        self.reuse = bool(getattr(engine, "prefix_reuse", False))
+        self._held: list[tuple[int, ...]] = [()] * engine.max_batch
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="webtensor-engine")
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -214,6 +251,10 @@ class Scheduler:
         self.metrics.request_prompt.observe(len(req.prompt))
         self.metrics.request_generation.observe(0)
 
+    def needs_run(self, req: Generation) -> bool:
+        """Whether `req` runs on the engine: it generates, or its prompt's log-probabilities are asked for."""
+        return req.max_tokens > 0 or req.echo
+
     @property
     def active(self) -> int:
         return len(self._active)
@@ -276,6 +317,7 @@ class Scheduler:
                     self.metrics.step_tokens.observe(sum(len(row.ids) for _, row in cur.work))
                 for (req, row), tok in zip(_moved_on(cur.work, i), tokens, strict=True):
                     if self._commit(req, row, tok):
+                        tok = tok.token if isinstance(tok, Picked) else tok
                         done.append((req, tok, req.ending))  # (the ending this token brought, if any)
             if nxt is not None:
                 cur = nxt
@@ -295,12 +337,15 @@ class Scheduler:
         loop.run_in_executor(self._executor, self._start, releases, step, prev)
         return step
 
-    def _start(self, releases: list[int], step: _Step, prev: _Step | None) -> None:
+    def _start(self, releases: list[tuple[int, int]], step: _Step, prev: _Step | None) -> None:
         """On the engine thread: the releases, then the step launched (or, for an engine with only
         `step`, run: its tokens)."""
         try:
-            for slot in releases:
-                self.engine.release(slot)
+            for slot, keep in releases:
+                if self.reuse:
+                    self.engine.release(slot, keep)
+                else:
+                    self.engine.release(slot)
             rows = [row for _, row in step.work]
             if prev is not None:
                 step.handle = self.engine.follow(prev.handle, rows, step.steps)  # type: ignore[attr-defined]
@@ -345,11 +390,34 @@ class Scheduler:
             if req.cancelled:
                 req.done = True
                 continue
-            req.slot = self._free.pop()
+            req.slot = self._take_slot(req)
             self._active[req.slot] = req
             self.metrics.queue_time.observe(time.perf_counter() - req.arrived)
         self.metrics.queue_depth.set(len(self._waiting))
         self.metrics.active.set(len(self._active))
+
+    def _take_slot(self, req: Generation) -> int:
+        """A free slot for `req`: the one whose cache holds the longest start of its prompt (at most all but
+        its last token, which must run for its logits), then the prompt reads on from there; without one,
+        the free slot that holds least (the others' caches stay for prompts that may want them)."""
+        if not self.reuse:
+            return self._free.pop()
+        best, n = self._free[-1], 0
+        if not req.echo:  # (echo needs every prompt position's logits: all of them run)
+            for slot in self._free:
+                k = common_prefix(self._held[slot], req.prompt[:len(req.prompt) - 1])
+                if k > n:
+                    best, n = slot, k
+        if n == 0:
+            best = min(reversed(self._free), key=lambda s: len(self._held[s]))
+        self._free.remove(best)
+        self.metrics.prefix_queries.inc(len(req.prompt))
+        if n:
+            self.metrics.prefix_hits.inc(n)
+        req.fed = req.reused = n
+        self._held[best] = ()
+        self._to_release.append((best, n))
+        return best
 
     def _plan(self) -> list[tuple[Generation, Row]]:
         work: list[tuple[Generation, Row]] = []
@@ -362,11 +430,17 @@ class Scheduler:
                 continue
             n_prompt = len(req.prompt)
             if req.fed < n_prompt:
-                chunk = req.prompt[req.fed: req.fed + self.prefill_chunk]
+                # (chunks end at multiples of prefill_chunk from the prompt's start, also after a reused prefix)
+                end = min(n_prompt, (req.fed // self.prefill_chunk + 1) * self.prefill_chunk)
+                chunk = req.prompt[req.fed:end]
                 if len(chunk) > budget and budget < self.prefill_budget:
                     continue  # over this step's prefill budget: next step (at least one chunk always runs)
                 budget -= len(chunk)
-                row = Row(req.slot, chunk, req.fed, req.sampling, sample=req.fed + len(chunk) == n_prompt)
+                first = req.fed == req.reused
+                row = Row(req.slot, chunk, req.fed, req.sampling, sample=end == n_prompt and req.max_tokens > 0,
+                          new=first, prompt=req.prompt if first and req.sampling.repetition_penalty != 1 else (),
+                          targets=req.prompt[req.fed + 1:end + 1] if req.echo else None,
+                          grammar=req.grammar if first else None)
             else:
                 pos = n_prompt + len(req.generated) - 1
                 row = Row(req.slot, (req.generated[-1],), pos, req.sampling)
@@ -383,7 +457,14 @@ class Scheduler:
             return False
         if req.fed < len(req.prompt):
             req.fed += len(row.ids)
+        lp = None
+        if isinstance(tok, Picked):
+            req.prompt_logprobs.extend(tok.prompt)
+            tok, lp = tok.token, tok.logprob
         if tok is None:
+            if req.max_tokens == 0 and req.fed >= len(req.prompt):  # (echo: the prompt's log-probabilities)
+                req.ending = "length"
+                return True
             return False
         if isinstance(tok, RowError):
             log.warning("sequence %d failed choosing its token at position %d: %s", req.id, row.next_position,
@@ -393,18 +474,25 @@ class Scheduler:
             self._retire(req, Event(error=err), "error")
             return False
         req.generated.append(tok)
-        if tok in self.engine.eos_ids and not req.ignore_eos:
+        if lp is not None:
+            req.logprobs_pending.append(lp)
+        if (tok in self.engine.eos_ids and not req.ignore_eos) or tok in req.stop_ids:
             req.ending = "eos"
         elif len(req.generated) >= req.max_tokens or row.next_position + 1 >= self.engine.n_ctx:
             req.ending = "length"
         return True
 
-    def _emit(self, req: Generation, tok: int, ending: str | None) -> None:
+    def _emit(self, req: Generation, tok: int | None, ending: str | None) -> None:
         """A committed token as text and an event (the last, where the token brought the sequence's
-        `ending` or a stop string ends it, with its finish reason)."""
+        `ending` or a stop string ends it, with its finish reason). No token: an echo request for no new
+        tokens has read its prompt (its one event)."""
         if req.done:  # (cancelled meanwhile)
             return
         now = time.perf_counter()
+        if tok is None:
+            self.metrics.request_generation.observe(0)
+            self._retire(req, Event(finish="length"), "length")
+            return
         if req.last_token_at is None:
             self.metrics.ttft.observe(now - req.arrived)
         else:
@@ -422,7 +510,10 @@ class Scheduler:
             elif ending == "length":
                 text += req.text.finish()
                 finish = "stop" if req.text.stopped else "length"
-        ev = Event(text, 1, finish)
+        lps = [req.logprobs_pending.popleft()] if req.logprobs_pending else None
+        if lps:
+            req.reported.extend(lps)
+        ev = Event(text, 1, finish, logprobs=lps)
         if finish is None:
             req.events.put_nowait(ev)
         else:
@@ -438,6 +529,11 @@ class Scheduler:
             req.events.put_nowait(last)
         if req.slot is not None and self._active.get(req.slot) is req:
             del self._active[req.slot]
-            self._to_release.append(req.slot)
+            # the cache holds the prompt read so far and every generated token but the last (fed on); after a
+            # failed step, nothing known
+            held = () if reason == "error" else (req.prompt[:req.fed] if req.fed < len(req.prompt) else
+                                                 req.prompt + tuple(req.generated[:-1]))
+            self._held[req.slot] = held
+            self._to_release.append((req.slot, len(held)))
             self._free.append(req.slot)
         self.metrics.active.set(len(self._active))

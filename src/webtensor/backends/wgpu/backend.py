@@ -147,6 +147,9 @@ class WgpuBackend:
         return by_rows("argmax", x.device, x.shape[:-1], dt.int32, lambda r0, r1: plan.argmax(x[r0:r1]), [x],
                        scratch_row_bytes=per_row * plan.argmax_scratch_bytes(self.ctx, x.shape[-1]))
 
+    def token_mask(self, x: Tensor, bits: Tensor) -> Tensor:
+        return plan.token_mask(x, bits)
+
     def matmul(self, a: Tensor, b: Tensor, out_dtype: DType) -> Tensor:
         # a (..., M, K) @ b (K, N) or (..., K, N): rows of the result are a's first axis (M when 2-d)
         batched = b.ndim > 2

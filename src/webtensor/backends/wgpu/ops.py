@@ -344,6 +344,22 @@ def softmax(x: Tensor) -> Tensor:
     return out
 
 
+def token_mask(x: Tensor, bits: Tensor) -> Tensor:
+    """token_mask.wgsl: one thread an element, workgroups (column block, row)."""
+    ctx = _ctx(x)
+    x, rows, cols, ld = _rows(x)
+    out = _out(x.device, x.shape, x.dtype)
+    if rows == 0 or cols == 0:
+        return out
+    words = (cols + 31) // 32
+    bits = _at0(bits)
+    y, z = _rows_grid(rows)
+    ctx.launch(ctx.kernel("token_mask", {"TX": x.dtype.wgsl}),
+               dict(rows=rows, cols=cols, words=words, x_off=x._offset, x_ld=ld),
+               dict(x=_buf(x), bits=_buf(bits), o=_buf(out)), (math.ceil(cols / 256), y, z))
+    return out
+
+
 def argmax_parts(ctx: WgpuContext, cols: int) -> int:
     """The column parts of a row (a long row, GPT-2's 50,257 logits, over up to 64 workgroups)."""
     return max(1, min(64, math.ceil(cols / ctx.policy.argmax_cols_per_part)))

@@ -120,6 +120,7 @@ SIGNATURES = {s.file: s for s in (
     _sig("softmax", "rows cols x_off x_ld o_off=0", "x -> o"),
     _sig("argmax", "rows cols x_off x_ld parts=1", "x -> o"),
     _sig("argmax_parts", "rows parts", "part -> o"),
+    _sig("token_mask", "rows cols words x_off x_ld", "x bits -> o"),
     _sig("matmul", f"M N K acc=0 a_off lda b_off ldb_k ldb_n c_off=0 ldc a_bs=0 b_bs=0 c_bs=0 {_EPI}",
          "a b bias? res? -> c"),
     _sig("matmul_regs", f"M N K4 acc=0 a_off4 lda4 b_off4 c_off=0 ldc {_EPI}", "a w bias? res? -> c"),
