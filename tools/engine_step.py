@@ -1,4 +1,5 @@
-"""Time `BatchedGPT2Engine.step` alone (no server): B greedy decode rows a step, steady state.
+"""Time the serving engine's step alone (`serve.engine.ModelEngine`, no server): B greedy decode rows a step, steady
+state, for any model `load_model` reads.
 
     PYTHONPATH=src python tools/engine_step.py --device lavapipe --rows 1,8,32 [--model DIR]
         [--modes graph,eager] [--follow] [--profile] [--set NAME=VALUE ...]
@@ -20,17 +21,15 @@ import argparse
 import statistics
 import time
 
-from webtensor.serve.batched import BatchedGPT2Engine
-
-from webtensor.models.gpt2.model import GPT2
-from webtensor.serve.engine import Row, Sampling
+import webtensor as wt
+from webtensor.serve.engine import ModelEngine, Row, Sampling
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--model", default=None, help="checkpoint dir or HF id (default: the shipped model)")
-    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--model", default=None, help="checkpoint dir, .gguf file or HF id (default: the shipped model)")
+    ap.add_argument("--dtype", default=None, help="float32, float16, q8_0 (default: as stored)")
     ap.add_argument("--rows", default="1,8,32")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
@@ -40,7 +39,7 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="a field of the device's kernel policy (backends/wgpu/policy.py) for this run (repeatable)")
     a = ap.parse_args()
-    model = GPT2.from_pretrained(a.model, device=a.device, dtype=a.dtype)
+    model = wt.load_model(a.model, device=a.device, dtype=a.dtype)
     for item in a.set:
         import ast
 
@@ -52,7 +51,7 @@ def main() -> None:
     greedy = Sampling()
     modes = a.modes.split(",")
     for B in (int(v) for v in a.rows.split(",")):
-        engines = [BatchedGPT2Engine(model, B, use_graph={"graph": True, "eager": False}.get(m)) for m in modes]
+        engines = [ModelEngine(model, B, use_graph={"graph": True, "eager": False}.get(m)) for m in modes]
         prompts = [Row(s, tuple(range(1 + s, 9 + s)), 0, greedy) for s in range(B)]
         last = [e.step(prompts) for e in engines]  # B prompt chunks of 8 tokens
         for e in engines:  # again, warm
@@ -83,7 +82,7 @@ def main() -> None:
             e.close()
 
 
-def print_follow(e: BatchedGPT2Engine, warmup: int, steps: int) -> None:
+def print_follow(e: ModelEngine, warmup: int, steps: int) -> None:
     """Time a chain of `follow`s, two deep as the server runs them (each step launched before the
     one before it is read), over the positions the plain steps ran (the slots read again)."""
     greedy = Sampling()
@@ -103,11 +102,11 @@ def print_follow(e: BatchedGPT2Engine, warmup: int, steps: int) -> None:
     print(f"  follow rows {B}: {per * 1e3:.2f} ms a step, {B / per:,.0f} tok/s", flush=True)
 
 
-def print_profile(e: BatchedGPT2Engine) -> None:
+def print_profile(e: ModelEngine) -> None:
     """GPU µs of one replay of each captured step graph of `e`, by kernel kind (median of 5)."""
     from webtensor.backends.wgpu.profiler import _by_kind, time_commands
 
-    for (rows, picks, shared), g in e._graphs.items():
+    for (rows, picks, shared), g in e.runner._graphs.items():
         graph = g.graph.graph
         cmds = [c for c in graph.commands if c[0] == "dispatch"]
         names = [n for c, n in zip(graph.commands, graph.names, strict=True) if c[0] == "dispatch"]

@@ -153,7 +153,7 @@ def hf_llama(request, tmp_path_factory):
     d = make_llama(tmp_path_factory.mktemp(request.param), request.param)
     model = transformers.AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32).eval()
     with torch.no_grad():  # matrices of std 0.3 instead of 0.02: greedy continuations that vary
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             if p.ndim == 2:
                 p.mul_(15.0)
     return model

@@ -54,6 +54,10 @@ def add_parser(sub: Any) -> None:
                         ".gguf given, or one written for the run in --dtype), its figures beside webtensor's")
     p.add_argument("--llama-bench-args", dest="llama_bench_args", default="", metavar="ARGS",
                    help="more arguments for llama-bench, e.g. '-t 2' (threads) or '-ngl 0'")
+    p.add_argument("--cpu-threads", dest="cpu_threads", type=cmdline.integer("--cpu-threads", 0), default=0,
+                   help="threads of the host-side math: numpy's OpenBLAS (the CPU device's products) and torch (the "
+                        "--compare anchors); 0 (default): each library's own choice, one per core. On a machine "
+                        "shared with other work, 1 avoids OpenBLAS's threads spinning for a core")
     p.add_argument("--profile", action="store_true", help="GPU time per kernel of one decode step (timestamps)")
     p.add_argument("--json", dest="json_path", default=None)
     p.add_argument("--plot", dest="plot_path", default=None)
@@ -114,6 +118,7 @@ def _check_writable(flag: str, path: str) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    args.load_before = _load_average()
     if args.processes > 1:
         return _run_processes(args)
     from tqdm.auto import tqdm
@@ -122,6 +127,10 @@ def run_bench(args: argparse.Namespace) -> int:
 
     device, source = args.device_obj, args.source
     prompts, decode = args.prompts, args.decode  # check_bench: both fit the context
+    if args.cpu_threads:
+        from ..backends import blas
+
+        blas.set_threads(args.cpu_threads)
     n_ctx = min(source.spec.n_ctx, mb.context_needed(prompts, decode))
     model = mb.build_model(source, device, args.dtype_name, n_ctx)
     vocab = model.vocab_size
@@ -131,6 +140,10 @@ def run_bench(args: argparse.Namespace) -> int:
     with tqdm(total=(len(prompts) + 1) * engines, desc="bench", file=sys.stderr) as bar:
         results.append(mb.bench_webtensor(model, prompts, decode, args.repeats, bar, args.profile, args.batch))
         if args.compare:
+            if args.cpu_threads:
+                import torch
+
+                torch.set_num_threads(args.cpu_threads)
             hf = mb.hf_model(source, model, args.dtype_name)
             del model
             results.append(mb.bench_hf(hf, vocab, args.dtype, prompts, decode, args.repeats, bar, args.batch))
@@ -159,7 +172,9 @@ def _report(args: argparse.Namespace, results: list[dict[str, Any]], notes: list
         "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": platform.node(), "python": platform.python_version(),
         "command": "webtensor " + " ".join(sys.argv[1:]) if sys.argv else "", "model": args.model,
         "architecture": s.architecture, "weights": "random (preset)" if args.source.preset else "checkpoint",
-        "dtype": args.dtype, "load": _load_average(), "results": results, "notes": notes,
+        "dtype": args.dtype, "cpu_threads": args.cpu_threads or "default", "load_before": args.load_before,
+        "load": _load_average(),
+        "results": results, "notes": notes,
     }
 
 
@@ -203,7 +218,8 @@ def _child_argv(args: argparse.Namespace, json_path: str) -> list[str]:
     once, in the parent)."""
     argv = ["bench", "--model", args.model, "--device", args.device, "--dtype", args.dtype,
             "--prompts", ",".join(map(str, args.prompts)), "--decode", str(args.decode), "--batch", str(args.batch),
-            "--repeats", str(args.repeats), "--processes", "1", "--json", json_path]
+            "--repeats", str(args.repeats), "--cpu-threads", str(args.cpu_threads), "--processes", "1",
+            "--json", json_path]
     return argv + (["--compare"] if args.compare else []) + (["--profile"] if args.profile else [])
 
 
@@ -248,7 +264,8 @@ def _run_processes(args: argparse.Namespace) -> int:
                 sp[f"{field}/{k}"] = [min(vals), statistics.median(vals), max(vals)]
         results.append(merged)
         spread[first["engine"]] = sp
-    report = dict(reports[0], results=results, spread=spread, processes=reports, load=_load_average(),
+    report = dict(reports[0], results=results, spread=spread, processes=reports, load_before=args.load_before,
+                  load=_load_average(),
                   command="webtensor " + " ".join(sys.argv[1:]) if sys.argv else "")
     for key in [k for k in report if k.startswith("ratios_")]:
         del report[key]  # (each process's own; _finish makes the medians')
@@ -314,7 +331,8 @@ def print_table(report: dict) -> None:
     for note in report.get("notes", []):
         print(note)
     if report.get("load"):
-        print("machine load (1 / 5 / 15 min averages) at the end: " + " / ".join(map(str, report["load"])))
+        print("machine load (1 / 5 / 15 min averages) before / after: "
+              + " / ".join(map(str, report.get("load_before") or [])) + "  ->  " + " / ".join(map(str, report["load"])))
     extra = rows[0].get("extra", {})
     for key, title in (("profile", "one decode step"), ("profile_prefill", "one prefill")):
         prof = extra.get(key)
