@@ -7,6 +7,7 @@ model can emit decodes. `webtensor serve`, `webtensor bench` (and its `--llama-b
 and HF transformers all load it.
 
     python tools/random_checkpoint.py DIR [--preset gpt2] [--seed 0] [--n-layer N] [--dtype float16]
+        [--gguf FILE.gguf --gguf-type q4_1 --gguf-embedding-type q8_0]
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--n-layer", type=int, default=None, help="fewer layers than the preset (a quick trial)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16"], help="the stored weights' type")
+    p.add_argument("--gguf", type=Path, default=None, help="also write the checkpoint as this GGUF file")
+    p.add_argument("--gguf-type", default="q8_0", help="its matrices' type: f32, f16, q8_0, q4_0, q4_1 (default q8_0)")
+    p.add_argument("--gguf-embedding-type", default=None,
+                   help="its embedding's type (default: --gguf-type; SmolLM2's published Q4_1 file: q8_0)")
     a = p.parse_args()
     found = registry.preset(a.preset)
     if found is None:
@@ -78,6 +83,11 @@ def main() -> None:
     write_tokenizer(a.dir, cfg.spec.vocab_size)
     print(f"wrote {a.dir}: {a.preset}{f' ({a.n_layer} layers)' if a.n_layer else ''}, random weights "
           f"(seed {a.seed}, {a.dtype}), {sum(v.size for v in arrays.values()):,} parameters")
+    if a.gguf is not None:
+        from webtensor.formats.gguf_writer import write_gguf
+
+        write_gguf(a.dir, a.gguf, a.gguf_type, a.gguf_embedding_type)
+        print(f"wrote {a.gguf}: {a.gguf_type} matrices, {a.gguf_embedding_type or a.gguf_type} embedding")
 
 
 if __name__ == "__main__":
