@@ -129,10 +129,13 @@ assert opt["-o"] == "json" and opt["-r"] == "1", args
 with open(opt["-m"], "rb") as f:
     assert f.read(4) == b"GGUF", "not a GGUF file"
 shutil.copy(opt["-m"], {seen!r})
-common = dict(build_commit="fake", model_filename=opt["-m"], model_type="test", model_size=1000, n_threads=int(
-    opt.get("-t", 4)), backends="CPU", cpu_info="a CPU", gpu_info="", n_batch=2048, n_ubatch=512)
-tests = [dict(common, n_prompt=int(p), n_gen=0, avg_ts=1000.0 + int(p), stddev_ts=1.5) for p in opt["-p"].split(",")]
-tests.append(dict(common, n_prompt=0, n_gen=int(opt["-n"]), avg_ts=50.0, stddev_ts=0.5))
+tests = []
+for t in map(int, opt.get("-t", "4").split(",")):  # (llama-bench runs every test at each thread count)
+    common = dict(build_commit="fake", model_filename=opt["-m"], model_type="test", model_size=1000, n_threads=t,
+                  backends="CPU", cpu_info="a CPU", gpu_info="", n_batch=2048, n_ubatch=512)
+    tests += [dict(common, n_prompt=int(p), n_gen=0, avg_ts=1000.0 * t + int(p), stddev_ts=1.5)
+              for p in opt["-p"].split(",")]
+    tests.append(dict(common, n_prompt=0, n_gen=int(opt["-n"]), avg_ts=25.0 * t, stddev_ts=0.5))
 print(json.dumps(tests))
 """
 
@@ -162,12 +165,12 @@ def test_llama_bench_beside_webtensor(tmp_path, processes):
     report = json.loads(out.read_text())
     ours, lcpp = report["results"]
     assert lcpp["engine"] == "llama.cpp" and "2 threads" in lcpp["device"]
-    assert lcpp["prefill_tok_s"] == {"8": 1008.0, "16": 1016.0} and lcpp["decode_tok_s"] == 50.0
-    assert lcpp["ttft_ms"] == pytest.approx(8 / 1008 * 1e3) and lcpp["extra"]["prefill_16_stddev_tok_s"] == 1.5
+    assert lcpp["prefill_tok_s"] == {"8": 2008.0, "16": 2016.0} and lcpp["decode_tok_s"] == 50.0
+    assert lcpp["ttft_ms"] == pytest.approx(8 / 2008 * 1e3) and lcpp["extra"]["prefill_16_stddev_tok_s"] == 1.5
     assert "-t 2" in lcpp["extra"]["command"] and "(f32)" in lcpp["extra"]["gguf"]
     ratios = report["ratios_webtensor_over_llama_cpp"]
     assert ratios["decode_tok_s"] == pytest.approx(ours["decode_tok_s"] / 50.0)
-    assert ratios["prefill_16_tok_s"] == pytest.approx(ours["prefill_tok_s"]["16"] / 1016.0)
+    assert ratios["prefill_16_tok_s"] == pytest.approx(ours["prefill_tok_s"]["16"] / 2016.0)
     assert "ratio webtensor / llama.cpp" in r.stdout
     ids = [3, 1, 4, 1, 5, 9, 2, 6]
     want = wt.load_model(ckpt, device="cpu", dtype="float32").logits(ids)
@@ -176,7 +179,8 @@ def test_llama_bench_beside_webtensor(tmp_path, processes):
 
 
 def test_llama_bench_runs_the_gguf_given(tmp_path):
-    """A .gguf model run as stored: llama-bench gets that very file."""
+    """A .gguf model run as stored: llama-bench gets that very file; several thread counts (`-t 1,2`) become a
+    result each, with their ratios."""
     from webtensor.formats.gguf_writer import write_gguf
 
     ckpt = make_llama(tmp_path / "ckpt", "llama-gqa")
@@ -184,9 +188,17 @@ def test_llama_bench_runs_the_gguf_given(tmp_path):
     exe, seen = fake_llama_bench(tmp_path)
     r = subprocess.run([sys.executable, "-m", "webtensor.cli", "bench", "--model", str(gguf), "--device", "cpu",
                         "--prompts", "8", "--decode", "4", "--repeats", "1", "--processes", "1", "--llama-bench",
-                        str(exe)], capture_output=True, text=True, timeout=600)
+                        str(exe), "--llama-bench-args", "-t 1,2", "--json", str(tmp_path / "b.json")],
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert seen.read_bytes() == gguf.read_bytes() and "the file given" in r.stderr
+    report = json.loads((tmp_path / "b.json").read_text())
+    ours, t1, t2 = report["results"]
+    assert (t1["engine"], t1["decode_tok_s"], t2["engine"], t2["decode_tok_s"]) == ("llama.cpp -t 1", 25.0,
+                                                                                    "llama.cpp -t 2", 50.0)
+    assert report["ratios_webtensor_over_llama_cpp_t2"]["decode_tok_s"] == pytest.approx(ours["decode_tok_s"] / 50)
+    assert report["ratios_webtensor_over_llama_cpp"] == report["ratios_webtensor_over_llama_cpp_t1"]
+    assert "ratio webtensor / llama.cpp -t 2  decode_tok_s" in r.stdout
 
 
 def test_llama_bench_refusals(tmp_path):

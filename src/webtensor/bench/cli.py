@@ -193,9 +193,9 @@ def _add_llama_bench(args: argparse.Namespace, report: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory(prefix="webtensor-bench-") as tmp:
         gguf, how = llama_bench.gguf_for(args.source, args.dtype_name, Path(tmp))
         print(f"[bench] llama-bench on {gguf} ({how})", file=sys.stderr)
-        res = llama_bench.run(args.llama_bench_path, gguf, args.prompts, args.decode, args.repeats,
-                              args.llama_bench_args, how)
-    report["results"].append(res.as_dict())
+        results = llama_bench.run(args.llama_bench_path, gguf, args.prompts, args.decode, args.repeats,
+                                  args.llama_bench_args, how)
+    report["results"].extend(res.as_dict() for res in results)
     report["load_after_llama_bench"] = _load_average()
 
 
@@ -290,17 +290,20 @@ def print_spread(report: dict) -> None:
 ANCHORS = {
     "ratios_webtensor_over_hf": ("hf", lambda e: e == "hf-transformers"),
     "ratios_webtensor_over_torch_step": ("torch step", lambda e: e.startswith("torch")),
-    "ratios_webtensor_over_llama_cpp": ("llama.cpp", lambda e: e == "llama.cpp"),
+    "ratios_webtensor_over_llama_cpp": ("llama.cpp", lambda e: e.startswith("llama.cpp")),
 }
 
 
 def _all_ratios(results: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """webtensor's figures over each anchor's that ran (results[0] is webtensor's)."""
+    """webtensor's figures over each anchor's that ran (results[0] is webtensor's); beside llama.cpp run at several
+    thread counts, over each ("ratios_webtensor_over_llama_cpp_t2": its -t 2 result; the plain key: the first)."""
     out = {}
     for key, (_, is_anchor) in ANCHORS.items():
-        other = next((r for r in results[1:] if is_anchor(r["engine"])), None)
-        if other is not None:
-            out[key] = _ratios(results[0], other)
+        others = [r for r in results[1:] if is_anchor(r["engine"])]
+        if others:
+            out[key] = _ratios(results[0], others[0])
+        for other in others if len(others) > 1 else []:
+            out[f"{key}_t{other['engine'].rsplit(' ', 1)[-1]}"] = _ratios(results[0], other)
     return out
 
 
@@ -325,9 +328,10 @@ def print_table(report: dict) -> None:
     print("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
     for t in table:
         print("  ".join(x.ljust(w) for x, w in zip(t, widths, strict=True)))
-    for key, (name, _) in ANCHORS.items():
-        for k, v in report.get(key, {}).items():
-            print(f"ratio webtensor / {name}  {k}: {v:.2f}x")
+    for key in sorted(k for k in report if k.startswith("ratios_webtensor_over_")):
+        anchor = ANCHORS[key][0] if key in ANCHORS else "llama.cpp -t " + key.rsplit("_t", 1)[-1]
+        for k, v in report[key].items():
+            print(f"ratio webtensor / {anchor}  {k}: {v:.2f}x")
     for note in report.get("notes", []):
         print(note)
     if report.get("load"):

@@ -19,6 +19,7 @@ import os
 import shlex
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from ..errors import UsageError, WebtensorError
 from .model_bench import BenchResult, Source
@@ -66,8 +67,9 @@ def command(binary: Path, gguf: Path, prompts: list[int], decode: int, repeats: 
 
 
 def run(binary: Path, gguf: Path, prompts: list[int], decode: int, repeats: int, extra: str = "",
-        how: str = "") -> BenchResult:
-    """Run llama-bench and read its report into a BenchResult ("llama.cpp")."""
+        how: str = "") -> list[BenchResult]:
+    """Run llama-bench and read its report: one "llama.cpp" result, or one per thread count where `extra` asks
+    for several (`-t 1,2`: "llama.cpp -t 1", "llama.cpp -t 2")."""
     cmd = command(binary, gguf, prompts, decode, repeats, extra)
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
@@ -76,21 +78,34 @@ def run(binary: Path, gguf: Path, prompts: list[int], decode: int, repeats: int,
     if r.returncode != 0:
         tail = " / ".join(r.stderr.strip().splitlines()[-3:])
         raise WebtensorError(f"llama-bench failed (exit {r.returncode}): {tail}")
-    res = parse(r.stdout, prompts, decode)
-    res.extra["command"] = shlex.join(cmd)
-    res.extra["gguf"] = how
-    return res
+    results = parse(r.stdout, prompts)
+    for res in results:
+        res.extra["command"] = shlex.join(cmd)
+        res.extra["gguf"] = how
+    return results
 
 
-def parse(text: str, prompts: list[int], decode: int) -> BenchResult:
-    """llama-bench's `-o json` output (a list of tests: n_prompt, n_gen, avg_ts, stddev_ts, ...) as the bench's
-    figures: each pp test a prefill length, the tg test the decode."""
+def parse(text: str, prompts: list[int]) -> list[BenchResult]:
+    """llama-bench's `-o json` output (a list of tests: n_prompt, n_gen, n_threads, avg_ts, stddev_ts, ...) as the
+    bench's figures, a result per thread count: each pp test a prefill length, the tg test the decode."""
     try:
         tests = json.loads(text)
     except json.JSONDecodeError as e:
         raise WebtensorError(f"llama-bench's output is not JSON ({e}): {text[:200]!r}") from e
     if not isinstance(tests, list) or not tests or not all(isinstance(t, dict) for t in tests):
         raise WebtensorError(f"llama-bench's output is not a list of tests: {text[:200]!r}")
+    groups: dict[Any, list[dict[str, Any]]] = {}
+    for t in tests:
+        groups.setdefault(t.get("n_threads"), []).append(t)
+    out = [_result(group, prompts) for group in groups.values()]
+    if len(out) > 1:
+        for res, threads in zip(out, groups, strict=True):
+            res.engine = f"llama.cpp -t {threads}"
+    return out
+
+
+def _result(tests: list[dict[str, Any]], prompts: list[int]) -> BenchResult:
+    """One configuration's tests as a BenchResult."""
     first = tests[0]
     backends = first.get("backends", "?")
     device = f"llama.cpp {first.get('build_commit', '?')} ({backends}, {first.get('n_threads', '?')} threads"
