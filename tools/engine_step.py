@@ -1,4 +1,5 @@
-"""Time `ModelEngine.step` alone (no server): B greedy decode rows a step, steady state.
+"""Time the serving engine's step alone (`serve.engine.ModelEngine`, no server): B greedy decode rows a step, steady
+state, for any model `load_model` reads.
 
     PYTHONPATH=src python tools/engine_step.py --device lavapipe --rows 1,8,32 [--model DIR]
         [--modes graph,eager] [--follow] [--profile] [--set NAME=VALUE ...]
@@ -27,8 +28,8 @@ from webtensor.serve.engine import ModelEngine, Row, Sampling
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--model", default=None, help="checkpoint dir or HF id (default: the shipped model)")
-    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--model", default=None, help="checkpoint dir, .gguf file or HF id (default: the shipped model)")
+    ap.add_argument("--dtype", default=None, help="float32, float16, q8_0 (default: as stored)")
     ap.add_argument("--rows", default="1,8,32")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)

@@ -94,7 +94,7 @@ print("sums (float32 over the same shapes / the variant):  "
       + "  ".join(f"{k} {v:8.0f} ({base[k] / v:.2f}x)" for k, v in total.items()))
 
 if a.decode:
-    from webtensor.bench.gpt2_bench import bench_webtensor
+    from webtensor.bench.model_bench import bench_webtensor
     from webtensor.models.gpt2 import GPT2
     from webtensor.models.gpt2.config import GPT2Config
     from webtensor.models.loader import random_arrays

@@ -1,11 +1,13 @@
-"""Write a GPT-2 checkpoint directory with random weights, in Hugging Face's layout, for machines
-without a real one (the H200 image has no GPT-2 in its cache): config.json, model.safetensors
-(float32, GPT-2's N(0, 0.02) init) and a byte-level BPE tokenizer.json of the preset's full
-vocabulary (256 byte tokens, then made-up merges of two of them, then <|endoftext|> last, as in
-GPT-2), so every id the model can emit decodes. `webtensor serve`, `webtensor bench` and HF
-transformers all load it.
+"""Write a checkpoint directory with random weights of any preset's shape (`webtensor.models.registry.presets`:
+GPT-2's sizes, SmolLM2, Qwen2.5, Qwen3, Llama 3.2), in Hugging Face's layout, for machines without a real one (the
+H200 image has none in its cache): config.json (the preset's), model.safetensors (float32 or float16, the
+weights `loader.random_arrays` makes: matrices N(0, 0.02), norms 1, biases 0) and a byte-level BPE tokenizer.json
+of the preset's full vocabulary (256 byte tokens, then made-up merges, then <|endoftext|> last), so every id the
+model can emit decodes. `webtensor serve`, `webtensor bench` (and its `--llama-bench`, through the GGUF it writes)
+and HF transformers all load it.
 
-    python tools/random_checkpoint.py DIR [--preset gpt2] [--seed 0] [--n-layer N]
+    python tools/random_checkpoint.py DIR [--preset gpt2] [--seed 0] [--n-layer N] [--dtype float16]
+        [--gguf FILE.gguf --gguf-type q4_1 --gguf-embedding-type q8_0]
 """
 
 from __future__ import annotations
@@ -16,18 +18,28 @@ from pathlib import Path
 
 
 def write_tokenizer(d: Path, vocab_size: int) -> None:
-    """A byte-level BPE tokenizer of exactly `vocab_size` ids: the 256 byte symbols, vocab_size - 257
-    merges of two byte symbols (in a fixed order), and <|endoftext|> as the last id."""
+    """A byte-level BPE tokenizer of exactly `vocab_size` ids: the 256 byte symbols, vocab_size - 257 merges (two
+    byte symbols, then a pair and a byte symbol: up to 256 + 256^2 + 256^3 ids, in a fixed order), and
+    <|endoftext|> as the last id."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
     n_merges = vocab_size - len(alphabet) - 1
-    if not 0 <= n_merges <= len(alphabet) ** 2:
-        raise SystemExit(f"vocab_size {vocab_size} must be in {len(alphabet) + 1}..{len(alphabet) ** 2 + 257}")
+    if n_merges < 0:
+        raise SystemExit(f"vocab_size {vocab_size} must be at least {len(alphabet) + 1}")
     vocab = {s: i for i, s in enumerate(alphabet)}
-    merges = [(a, b) for a in alphabet for b in alphabet][:n_merges]
-    for a, b in merges:
-        vocab[a + b] = len(vocab)
+    merges: list[tuple[str, str]] = []
+    level = alphabet
+    while len(merges) < n_merges:
+        nxt = []
+        for a in level:
+            for b in alphabet:
+                if len(merges) == n_merges:
+                    break
+                merges.append((a, b))
+                vocab[a + b] = len(vocab)
+                nxt.append(a + b)
+        level = nxt
     vocab["<|endoftext|>"] = len(vocab)
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -40,29 +52,42 @@ def main() -> None:
     import numpy as np
     from safetensors.numpy import save_file
 
-    from webtensor.models.gpt2 import GPT2Config
-    from webtensor.models.loader import random_arrays
+    from webtensor.models import loader, registry
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("dir", type=Path)
-    p.add_argument("--preset", default="gpt2", help="gpt2, gpt2-medium, gpt2-large or gpt2-xl (default gpt2)")
+    p.add_argument("--preset", default="gpt2", help=f"one of {', '.join(registry.presets())} (default gpt2)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--n-layer", type=int, default=None, help="fewer layers than the preset (a quick trial)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16"], help="the stored weights' type")
+    p.add_argument("--gguf", type=Path, default=None, help="also write the checkpoint as this GGUF file")
+    p.add_argument("--gguf-type", default="q8_0", help="its matrices' type: f32, f16, q8_0, q4_0, q4_1 (default q8_0)")
+    p.add_argument("--gguf-embedding-type", default=None,
+                   help="its embedding's type (default: --gguf-type; SmolLM2's published Q4_1 file: q8_0)")
     a = p.parse_args()
-    cfg = GPT2Config.preset(a.preset, **({"n_layer": a.n_layer} if a.n_layer else {}))
+    found = registry.preset(a.preset)
+    if found is None:
+        p.error(f"--preset {a.preset!r}: not one of {', '.join(registry.presets())}")
+    family, _, config = found
+    eos = config["vocab_size"] - 1  # (the tokenizer's <|endoftext|>)
+    config = dict(config, bos_token_id=eos, eos_token_id=eos)
+    if a.n_layer:
+        config["n_layer" if "n_layer" in config else "num_hidden_layers"] = a.n_layer
+    cfg = family.config_from_hf(config, "config.json")
     a.dir.mkdir(parents=True, exist_ok=True)
-    eos = cfg.vocab_size - 1
-    config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": cfg.vocab_size,
-              "n_positions": cfg.n_positions, "n_embd": cfg.n_embd, "n_layer": cfg.n_layer, "n_head": cfg.n_head,
-              "n_inner": None, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
-              "bos_token_id": eos, "eos_token_id": eos, "tie_word_embeddings": True}
     (a.dir / "config.json").write_text(json.dumps(config, indent=2))
-    arrays = random_arrays("gpt2", cfg, a.seed)
-    save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()}, str(a.dir / "model.safetensors"),
-              metadata={"format": "pt"})
-    write_tokenizer(a.dir, cfg.vocab_size)
-    print(f"wrote {a.dir}: {a.preset}{f' ({cfg.n_layer} layers)' if a.n_layer else ''}, random weights "
-          f"(seed {a.seed}), {sum(v.size for v in arrays.values()):,} parameters")
+    arrays = loader.random_arrays(family, cfg, a.seed)
+    prefix = "transformer." if family.name == "gpt2" else "model."  # (HF's module names; lm_head has none)
+    save_file({(k if k == "lm_head.weight" else prefix + k): np.ascontiguousarray(v, a.dtype)
+               for k, v in arrays.items()}, str(a.dir / "model.safetensors"), metadata={"format": "pt"})
+    write_tokenizer(a.dir, cfg.spec.vocab_size)
+    print(f"wrote {a.dir}: {a.preset}{f' ({a.n_layer} layers)' if a.n_layer else ''}, random weights "
+          f"(seed {a.seed}, {a.dtype}), {sum(v.size for v in arrays.values()):,} parameters")
+    if a.gguf is not None:
+        from webtensor.formats.gguf_writer import write_gguf
+
+        write_gguf(a.dir, a.gguf, a.gguf_type, a.gguf_embedding_type)
+        print(f"wrote {a.gguf}: {a.gguf_type} matrices, {a.gguf_embedding_type or a.gguf_type} embedding")
 
 
 if __name__ == "__main__":

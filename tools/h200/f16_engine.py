@@ -31,7 +31,7 @@ from webtensor.backends.wgpu.profiler import profile_prefill
 from webtensor.bench import matmul_bench as mb
 from webtensor.models.gpt2 import GPT2
 from webtensor.models.gpt2.config import GPT2Config
-from webtensor.models.gpt2.model import random_arrays
+from webtensor.models.loader import random_arrays
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import log, prefill_s, run_sweep  # noqa: E402
@@ -84,7 +84,7 @@ def model_prefill(dev, res):
     runs = [("124m", c124, ("float32", "float16"), t_124), ("xl", cxl, ("float16", "float32"), t_xl)]
     timestamps = "timestamp-query" in dev.ctx.api.features
     for name, cfg, dtypes, Ts in runs:
-        arrays = random_arrays(cfg)
+        arrays = random_arrays("gpt2", cfg)
         for dtype in dtypes:
             m = GPT2.from_arrays(cfg, arrays, dev, dtype, name=f"random-{name}")
             words = (True, False) if dtype == "float16" else (True,)

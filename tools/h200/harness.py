@@ -1,5 +1,5 @@
 """What the H200 sweep scripts share (tools/h200/*.py): a median timer, a prefill timer, and the
-main of a sweep (device, result dict, JSON under $OUT, `--tiny` forcing GPU kernels on lavapipe)."""
+main of a sweep (device, result dict, JSON under $OUT, `--tiny` forcing GPU kernels on lavapipe), a decode timer."""
 
 import json
 import os
@@ -26,8 +26,24 @@ def median_time(fn, n=3):
 
 def prefill_s(m, T):
     """Seconds of a T-token prefill and its first token (`next(generate_ids(ids, 1))`)."""
-    ids = [i % m.config.vocab_size for i in range(T)]
+    ids = [i % m.vocab_size for i in range(T)]
     return median_time(lambda: next(m.generate_ids(ids, 1, stop_at_eos=False)))
+
+
+def decode_tok_s(m, n=128):
+    """Greedy decode tokens/s of n tokens after an 8-token prompt (median of 3 after a warm-up run)."""
+    ids = list(range(8))
+
+    def run():
+        g = m.generate_ids(ids, n + 1, stop_at_eos=False)
+        next(g)
+        t0 = time.perf_counter()
+        for _ in g:
+            pass
+        return time.perf_counter() - t0
+
+    run()
+    return n / statistics.median(run() for _ in range(3))
 
 
 def run_sweep(name, tiny, steps):

@@ -23,7 +23,7 @@ import webtensor as wt
 from webtensor.bench import matmul_bench as mb
 from webtensor.models.gpt2 import GPT2
 from webtensor.models.gpt2.config import GPT2Config
-from webtensor.models.gpt2.model import random_arrays
+from webtensor.models.loader import random_arrays
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import log, prefill_s, run_sweep  # noqa: E402
@@ -55,7 +55,7 @@ def kernel_times(dev, res):
 
 def model_prefill(dev, res):
     cfg = GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=128, vocab_size=500) if TINY else GPT2Config()
-    m = GPT2.from_arrays(cfg, random_arrays(cfg), dev, "float16", name="random-124m")
+    m = GPT2.from_arrays(cfg, random_arrays("gpt2", cfg), dev, "float16", name="random-124m")
     for T in (16, 100) if TINY else (128, 1023):
         for name, switches in VARIANTS.items():
             with mb._switches(switches):

@@ -12,7 +12,7 @@ from webtensor.models.gpt2 import GPT2
 from webtensor.models.gpt2.config import GPT2Config
 
 sys.path.insert(0, os.path.dirname(__file__))
-from sweep import decode_tok_s  # noqa: E402
+from harness import decode_tok_s  # noqa: E402
 
 
 def main():

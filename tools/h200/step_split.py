@@ -15,10 +15,14 @@ from webtensor.models.gpt2 import GPT2, GPT2Config
 K = 50
 
 
-def graph_of(m):
-    ws = m._workspaces._free[0]
-    g = ws._greedy
-    return getattr(g, "graph", None) or getattr(g, "g", None) or g
+def graph_of(m, ids):
+    """The recorded commands of the model's greedy one-row decode step (a runner's captured step graph)."""
+    from webtensor.runtime.runner import RunRow
+
+    runner = m.runner(1)
+    runner.prefill(0, ids)
+    runner.collect(runner.launch([RunRow(0, (ids[-1],), len(ids))]))  # (captures the step)
+    return runner, runner._graph(1, None, False).graph.graph
 
 
 def gpu_time(api, cmds):
@@ -75,7 +79,7 @@ def main():
             t0 = time.perf_counter()
             n = sum(1 for _ in g)
             wall = (time.perf_counter() - t0) / n * 1e6
-            gr = graph_of(m)
+            runner, gr = graph_of(m, ids)
             cmds = gr.commands
             nd = sum(1 for c in cmds if c[0] == "dispatch")
             hosts, gpus = [], []
@@ -88,7 +92,8 @@ def main():
                 gpus.append(gpu_time(api, cmds * K) / K)
             print(f"{dtype} L{L} C{C} V{V}: {nd} dispatches; wall {wall:.1f} us/step, host encode+submit "
                   f"{statistics.median(hosts):.1f} us/step, GPU {statistics.median(gpus):.1f} us/step", flush=True)
-            del m, gr, cmds
+            runner.close()
+            del m, gr, cmds, runner
 
 
 if __name__ == "__main__":

@@ -24,18 +24,24 @@ OUTTYPES = {"f32": ("F32", 0), "f16": ("F16", 1), "bf16": ("BF16", 32), "q8_0": 
             "q4_1": ("Q4_1", 3)}  # -> (ggml type, general.file_type: llama.cpp's LLAMA_FTYPE_*)
 
 
-def write_gguf(model_dir: str | os.PathLike, out: str | os.PathLike, outtype: str = "q8_0") -> Path:
-    """Convert the HF checkpoint in `model_dir` (config.json, *.safetensors, tokenizer) to GGUF file `out`,
-    its matrices in `outtype`. CheckpointError for a bad checkpoint (the loader's checks and messages),
-    ArgumentError for an unknown outtype."""
+def write_gguf(model_dir: str | os.PathLike, out: str | os.PathLike, outtype: str = "q8_0",
+               embedding_outtype: str | None = None) -> Path:
+    """Convert the HF checkpoint in `model_dir` (config.json, *.safetensors, tokenizer) — or any source the loader
+    opens: a GGUF file too, its quantized tensors dequantized first — to GGUF file `out`, its matrices in `outtype`
+    and its embedding tables (the token embedding, which a tied LM head reads; an untied head) in
+    `embedding_outtype` (default: `outtype`; llama.cpp's Q4_1 files of SmolLM2 keep theirs in q8_0).
+    CheckpointError for a bad checkpoint (the loader's checks and messages), ArgumentError for an unknown
+    outtype."""
     import gguf
     import numpy as np
 
     from ..models import loader
 
-    if outtype not in OUTTYPES:
-        raise ArgumentError(f"GGUF outtype must be one of {', '.join(OUTTYPES)}, got {outtype!r}")
+    for t in (outtype, embedding_outtype or outtype):
+        if t not in OUTTYPES:
+            raise ArgumentError(f"GGUF outtype must be one of {', '.join(OUTTYPES)}, got {t!r}")
     ggml_type, file_type = OUTTYPES[outtype]
+    embedding_type = OUTTYPES[embedding_outtype or outtype][0]
     ck = loader.open_checkpoint(model_dir)
     fam, cfg, spec = ck.family, ck.config, ck.config.spec
     w = gguf.GGUFWriter(str(out), spec.architecture)
@@ -49,11 +55,13 @@ def write_gguf(model_dir: str | os.PathLike, out: str | os.PathLike, outtype: st
             w.add_chat_template(ck.chat_template)
         names = fam.gguf_names(cfg)
         for name, tspec in fam.tensors(cfg).items():
-            arr = np.frombuffer(loader.float32_bytes(ck.stored_type(name), ck.raw(name)), "<f4").reshape(ck.shape(name))
+            arr = ck.array(name).astype(np.float32, copy=False)  # HF's layout (quantized ones dequantized)
             if tspec.kind == "conv1d":
                 arr = arr.T  # HF's Conv1D (K, N) -> (N, K)
-            arr = np.ascontiguousarray(fam.to_gguf(cfg, name, arr), np.float32)
-            t = "F32" if tspec.kind == "float32" else ggml_type
+            if not ck.gguf:  # (a GGUF source's rows are in llama.cpp's order already)
+                arr = fam.to_gguf(cfg, name, arr)
+            arr = np.ascontiguousarray(arr, np.float32)
+            t = "F32" if tspec.kind == "float32" else embedding_type if tspec.kind == "embedding" else ggml_type
             if t.startswith("Q") and (arr.ndim != 2 or arr.shape[-1] % 32):
                 t = "F32"  # (rows that are not whole blocks)
             if t == "F32":

@@ -24,8 +24,9 @@ from .spec import Family, ModelSpec
 class LanguageModel:
     def __init__(self, family: Family, config: Any, weights: Any, device: Any, n_ctx: int, *, tokenizer: Any = None,
                  chat_template: str | None = None, eos_ids: frozenset[int] | None = None, dtype: str | None = None,
-                 name: str = "model", weight_bytes: int = 0):
+                 name: str = "model", weight_bytes: int = 0, params: dict[str, Any] | None = None):
         self.family, self.config, self.weights, self.device = family, config, weights, device
+        self.params = params or {}  # the uploaded tensors by canonical (fused) name: `loader.export_arrays` reads them
         self.n_ctx = n_ctx  # the runtime context: positions per sequence (<= the trained context)
         self.tokenizer, self.chat_template, self.name = tokenizer, chat_template, name
         self.dtype = dtype  # the load dtype (None: as stored)

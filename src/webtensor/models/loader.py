@@ -433,7 +433,42 @@ def build(ck: Checkpoint, device: Any, dtype: str | None, n_ctx: int | None = No
     nbytes = sum(getattr(v, "nbytes", 0) for v in {id(v): v for v in params.values()}.values())
     return (cls or LanguageModel)(ck.family, ck.config, weights, device, ctx, tokenizer=ck.tokenizer,
                                   chat_template=ck.chat_template, eos_ids=ck.eos_ids, dtype=dtype, name=ck.name,
-                                  weight_bytes=nbytes)
+                                  weight_bytes=nbytes, params=params)
+
+
+def export_arrays(model: Any) -> dict[str, Any]:
+    """A loaded model's weights read back from its device as float32 numpy arrays by canonical name, in the Hugging
+    Face checkpoint's layout (each tensor of `Family.tensors`; fused matrices split into their parts, quantized ones
+    dequantized, float16 ones widened, and what the family did to a GGUF file's rows undone: `Family.to_hf`): the
+    weights HF transformers or a torch re-implementation takes to compute what the model computes."""
+    import numpy as np
+
+    fam, cfg, params = model.family, model.config, model.params
+    specs = fam.tensors(cfg)
+    fused_of = {p: (fused, parts) for fused, parts in fam.fusions(cfg) if fused in params for p in parts}
+    out: dict[str, Any] = {}
+    for name, spec in specs.items():
+        if name in params:
+            arr = _hf_array(params[name], spec)
+        else:  # a part of a fused matrix (rows) or vector: its rows of the whole
+            fused, parts = fused_of[name]
+            whole = _hf_array(params[fused], spec)  # (sum N_i, K) or (sum N_i,)
+            r0 = sum(specs[p].shape[0] for p in parts[:parts.index(name)])
+            arr = whole[r0:r0 + spec.shape[0]]
+        out[name] = np.ascontiguousarray(fam.to_hf(cfg, name, arr), np.float32)
+        if out[name].shape != spec.shape:  # (a defect of this function or of the family's maps, not of the input)
+            raise AssertionError(f"export_arrays: {name} came back as {out[name].shape}, expected {spec.shape}")
+    return out
+
+
+def _hf_array(t: Any, spec: TensorSpec) -> Any:
+    """One uploaded weight as numpy in the HF layout: quantized (N, K) dequantized; float matrices, handed to the
+    family as (K, N) views, turned back to nn.Linear's (N, K) (GPT-2's Conv1D keeps (K, N))."""
+    if hasattr(t, "qtype"):  # quant.QuantWeight, or a WebGPU device's upload of one (read back): (N, K)
+        w = (t.to_quant_weight() if hasattr(t, "to_quant_weight") else t).dequantize()
+        return w.T if spec.kind == "conv1d" else w
+    arr = t.numpy()
+    return arr.T if spec.kind == "linear" else arr
 
 
 def from_arrays(family: Family | str, config: Any, arrays: Mapping[str, Any], name: str = "model") -> Checkpoint:

@@ -5,6 +5,7 @@ below lists where they live, imported on first use so the page loads only numpy-
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 from ..errors import CheckpointError
 from .spec import Family
@@ -48,3 +49,17 @@ def for_gguf(architecture: object, where: str) -> Family:
     known = sorted(a for f in families() for a in f.gguf_architectures)
     raise CheckpointError(f"{where}: general.architecture {architecture!r} is not supported (webtensor runs "
                           f"{', '.join(known)})")
+
+
+def presets() -> dict[str, tuple[Family, dict[str, Any]]]:
+    """Every family's named shapes (random weights, for benchmarks): name -> (family, config.json dict)."""
+    return {name: (f, dict(raw)) for f in families() for name, raw in f.presets.items()}
+
+
+def preset(name: str) -> tuple[Family, Any, dict[str, Any]] | None:
+    """(family, config, config.json dict) of a preset name ("gpt2", "smollm2-135m"), or None where `name` is none."""
+    found = presets().get(name)
+    if found is None:
+        return None
+    family, raw = found
+    return family, family.config_from_hf(raw, f"preset {name!r}"), raw

@@ -7,7 +7,7 @@ Importable without numpy (the page)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 TensorKind = Literal["linear", "conv1d", "embedding", "float32"]
@@ -53,7 +53,10 @@ class Family:
     `check(cfg, shapes, where)` the family's own checks of
     a checkpoint's tensors (by canonical name, HF layout) beyond "every expected tensor with its shape";
     `build(cfg, params, device, n_ctx)` the weights object (for a runtime context of n_ctx positions) whose
-    `forward(batch, cache) -> logits` runs the model."""
+    `forward(batch, cache) -> logits` runs the model; `to_hf(cfg, name, float32 array)` a weight as the loaded model
+    holds it back in the Hugging Face checkpoint's form (the inverse of what the config says was done to it: llama's
+    Q/K rows of a GGUF file un-permuted; `loader.export_arrays`); `presets` named shapes (random weights, for
+    benchmarks) as the config.json a published checkpoint of that shape carries."""
 
     name: str
     hf_model_types: tuple[str, ...]
@@ -68,3 +71,5 @@ class Family:
     fusions: Callable[[Any], list[tuple[str, tuple[str, ...]]]] = lambda cfg: []
     gguf_metadata: Callable[[Any], dict[str, Any]] = lambda cfg: {}
     to_gguf: Callable[[Any, str, Any], Any] = lambda cfg, name, arr: arr
+    to_hf: Callable[[Any, str, Any], Any] = lambda cfg, name, arr: arr
+    presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)

@@ -7,7 +7,7 @@ from typing import Any
 from ..registry import register
 from ..spec import Family
 from . import names
-from .config import GPT2Config
+from .config import PRESETS, GPT2Config
 from .forward import GPT2Weights
 
 
@@ -25,6 +25,13 @@ def _gguf_metadata(cfg: GPT2Config) -> dict[str, Any]:
             "gpt2.attention.head_count": cfg.n_head, "gpt2.attention.layer_norm_epsilon": cfg.layer_norm_epsilon}
 
 
+def _preset(shape: dict[str, int]) -> dict[str, Any]:
+    """A preset size as the config.json of OpenAI's GPT-2 checkpoints (Hugging Face's defaults spelled out)."""
+    return {"model_type": "gpt2", "vocab_size": 50257, "n_positions": 1024, **shape, "n_inner": None,
+            "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "bos_token_id": 50256,
+            "eos_token_id": 50256, "tie_word_embeddings": True}
+
+
 def _build(cfg: GPT2Config, params: dict[str, Any], device: Any, n_ctx: int) -> GPT2Weights:
     return GPT2Weights(cfg, params, device, n_ctx)
 
@@ -33,4 +40,4 @@ FAMILY = register(Family(
     name="gpt2", hf_model_types=("gpt2",), gguf_architectures=("gpt2",),
     config_from_hf=_from_hf, config_from_gguf=GPT2Config.from_gguf,
     tensors=names.tensors, canonical=names.canonical, gguf_names=names.gguf_names, build=_build,
-    check=_check, gguf_metadata=_gguf_metadata))
+    check=_check, gguf_metadata=_gguf_metadata, presets={name: _preset(p) for name, p in PRESETS.items()}))

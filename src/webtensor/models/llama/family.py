@@ -9,6 +9,7 @@ from ..spec import Family
 from . import names
 from .config import ARCHITECTURES, LlamaConfig
 from .forward import LlamaWeights
+from .presets import PRESETS
 
 
 def _build(cfg: LlamaConfig, params: dict[str, Any], device: Any, n_ctx: int) -> LlamaWeights:
@@ -40,8 +41,17 @@ def _to_gguf(cfg: LlamaConfig, name: str, arr: Any) -> Any:
     return arr.reshape(heads, 2, arr.shape[0] // heads // 2, *arr.shape[1:]).swapaxes(1, 2).reshape(arr.shape)
 
 
+def _to_hf(cfg: LlamaConfig, name: str, arr: Any) -> Any:
+    """`_to_gguf` undone where the config says the rows are llama.cpp's (a GGUF file's `llama` model)."""
+    if not cfg.rope_interleaved or not name.endswith(("q_proj.weight", "q_proj.bias", "k_proj.weight",
+                                                      "k_proj.bias")):
+        return arr
+    heads = cfg.num_attention_heads if ".q_proj." in name else cfg.num_key_value_heads
+    return arr.reshape(heads, arr.shape[0] // heads // 2, 2, *arr.shape[1:]).swapaxes(1, 2).reshape(arr.shape)
+
+
 FAMILY = register(Family(
     name="llama", hf_model_types=ARCHITECTURES, gguf_architectures=ARCHITECTURES,
     config_from_hf=LlamaConfig.from_hf, config_from_gguf=LlamaConfig.from_gguf,
     tensors=names.tensors, canonical=names.canonical, gguf_names=names.gguf_names, build=_build,
-    fusions=names.fusions, gguf_metadata=_gguf_metadata, to_gguf=_to_gguf))
+    fusions=names.fusions, gguf_metadata=_gguf_metadata, to_gguf=_to_gguf, to_hf=_to_hf, presets=PRESETS))
