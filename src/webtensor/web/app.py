@@ -24,7 +24,7 @@ from ..sampling import SamplingParams, with_seed
 from ..serve.textstream import TextStream
 from . import DTYPES
 
-_state: dict[str, Any] = {"device": None, "model": None}
+_state: dict[str, Any] = {"device": None, "model": None, "dtype": None}  # dtype: the page's name for the weights
 
 
 @dataclass
@@ -98,19 +98,19 @@ async def load_model(model_path: str, on_progress: Any = None, dtype: Any = None
         if on_progress is not None:
             on_progress(name, done, total)
 
-    _state["model"] = None  # its buffers go back to the device's pool before the new weights arrive
+    _state["model"] = _state["dtype"] = None  # its buffers go back to the device's pool before the new weights arrive
     gc.collect()
     dtype = _opt(dtype)
     as_stored = find_gguf(model_path) is not None
     if not as_stored and (dtype or "float32") not in DTYPES:
         raise ValueError(f"the page loads a float checkpoint in {', '.join(DTYPES)}, not {dtype!r}")
     model = load(model_path, _device(), None if as_stored else dtype or "float32", progress=progress, reader="pure")
-    _state["model"] = model
+    _state["model"], _state["dtype"] = model, (dtype or "as stored") if as_stored else dtype or "float32"
     s = model.spec
     n_params = sum(math.prod(t.shape) for t in model.family.tensors(model.config).values())
     return json.dumps(dict(architecture=s.architecture, n_layer=s.n_layer, n_embd=s.width, n_head=s.n_head,
                            n_kv_head=s.n_kv_head, vocab_size=s.vocab_size, n_positions=model.n_ctx, n_params=n_params,
-                           tokenizer=model.tokenizer.kind, dtype=model.dtype or dtype or "as stored",
+                           tokenizer=model.tokenizer.kind, dtype=_state["dtype"],
                            chat_template=model.chat_template is not None, weight_bytes=model.weight_bytes,
                            load_s=time.perf_counter() - t0))
 
@@ -178,8 +178,8 @@ def _stream(model: Any, ids: list[int], n_new: int, params: SamplingParams, on_p
     return "".join(pieces), ended, st
 
 
-def _reply(model: Any, st: GenerationStats, params: SamplingParams, **fields: Any) -> str:
-    return json.dumps(dict(adapter=_device().ctx.info.name, stats=_device().stats(), dtype=model.dtype,
+def _reply(st: GenerationStats, params: SamplingParams, **fields: Any) -> str:
+    return json.dumps(dict(adapter=_device().ctx.info.name, stats=_device().stats(), dtype=_state["dtype"],
                            temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
                            **fields, **st.as_dict()))
 
@@ -193,7 +193,7 @@ async def generate(prompt: str, max_new_tokens: Any = 50, temperature: Any = 0.0
     req = check_request(model, prompt, max_new_tokens, temperature, top_k, top_p, seed, truncate_prompt)
     params = with_seed(SamplingParams(req["temperature"], req["top_k"], req["top_p"], req["seed"]))
     text, ended, st = _stream(model, req["run_ids"], req["max_new_tokens"], params, on_piece)
-    return _reply(model, st, params, prompt_ids=req["ids"], truncated_tokens=len(req["ids"]) - len(req["run_ids"]),
+    return _reply(st, params, prompt_ids=req["ids"], truncated_tokens=len(req["ids"]) - len(req["run_ids"]),
                   text=text, ended=ended)
 
 
@@ -230,7 +230,7 @@ async def chat(messages_json: str, max_new_tokens: Any = 256, temperature: Any =
     params = with_seed(SamplingParams(req["temperature"], req["top_k"], req["top_p"], req["seed"]))
     text, ended, st = _stream(model, req["ids"], req["max_new_tokens"], params, on_piece, stops_for(model),
                               reuse_prefix=True)
-    return _reply(model, st, params, prompt=req["prompt"], prompt_ids=req["ids"], text=text, reply=text.strip(),
+    return _reply(st, params, prompt=req["prompt"], prompt_ids=req["ids"], text=text, reply=text.strip(),
                   ended=ended)
 
 
