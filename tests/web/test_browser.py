@@ -422,6 +422,7 @@ def two_models(model_dir, smollm2) -> dict:
     _need_browser()
     from webtensor.web.headless import run_page
 
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     sampled = dict(temperature=SAMPLED["temperature"], topK=SAMPLED["top_k"], topP=SAMPLED["top_p"],
                    seed=SAMPLED["seed"])
     tasks = [
@@ -434,6 +435,7 @@ def two_models(model_dir, smollm2) -> dict:
         dict(type="chat_ui", name="smol-1", message=SMOL_CHAT[0], maxNewTokens=SMOL_N[0], temperature=0),
         dict(type="chat_ui", name="smol-2", message=SMOL_CHAT[1], maxNewTokens=SMOL_N[1], **sampled),
         dict(type="python", name="smol-state", code=PAGE_SMOL_STATE),
+        dict(type="screenshot", name="smol-shot", path=str(ARTIFACTS.resolve() / "browser_smollm2_chat.png")),
         dict(type="new_chat", name="new-chat"),
     ]
     out = run_page(tasks, [smollm2, *_served(model_dir)], timeout_s=420,
@@ -543,6 +545,7 @@ def test_page_smollm2_chat_equals_native(two_models, smol_natives):
         assert second["text"] == ref.decode(second["token_ids"]) and "<|" not in second["text"]
     assert second["token_ids"] != smol_natives[0].generate(ids, SMOL_N[1])  # really sampled
     assert two_models["new-chat"]["turns"] == 0
+    assert Path(two_models["smol-shot"]["path"]).stat().st_size > 10_000  # the page after the chat, for people
     print(f"\nSmolLM2 chat in the page: {first['text']!r} ({first['tokens_per_s']:.2f} tokens/s decode, prompt of "
           f"{first['prompt_tokens']} + first token {first['prefill_s']:.1f} s); then {second['text']!r}")
 
