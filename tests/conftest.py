@@ -1,7 +1,16 @@
-"""Shared fixtures: the CPU reference device and a WebGPU device.
+"""Shared fixtures and the suite's tiers.
 
-Under CI=true the WebGPU tests must run: a missing adapter fails them loudly. Elsewhere they skip
-with the reason. Tests accept a software adapter (lavapipe) here, unlike Device.default().
+- Devices: the CPU reference and WebGPU. Under CI=true the WebGPU tests must run: a missing adapter
+  fails them loudly. Elsewhere they skip with the reason. Tests accept a software adapter
+  (lavapipe) here, unlike Device.default().
+- Tiers: a test that needs torch or transformers (the parity checks against Hugging Face) is
+  marked `hf` (`@pytest.mark.hf`; a module of them: `pytestmark = pytest.mark.hf`), so that
+  `pytest -m "not hf"` is the core tier, which needs neither (its checkpoints are written with
+  numpy and safetensors, gpt2_fixtures.py), and `pytest -m hf` the parity tier; CI runs both.
+  WEBTENSOR_TEST_NO_HF=1 makes torch and transformers unimportable and fails an unmarked test that
+  wants them: `WEBTENSOR_TEST_NO_HF=1 pytest -m "not hf"` proves the core tier needs neither.
+- Hypothesis: under CI=true the `ci` profile (derandomized: the same examples every run, no example
+  database); elsewhere `dev` (fresh random examples, the database in .hypothesis/ replays failures).
 
 Shader runtime checks: the WebGPU device compiles webtensor's kernels without the shader
 compiler's bounds checks and loop bounding (the product default). The kernel parity suites
@@ -14,16 +23,58 @@ checked run is a regression run, so it keeps a few derandomized hypothesis examp
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import settings
 
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # silences the Vulkan loader's complaint
 
 import webtensor as wt  # noqa: E402
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("dev")
+settings.load_profile("ci" if IN_CI else "dev")  # (before the test modules: their @settings inherit it)
+
+HF_MODULES = ("torch", "transformers")
+NO_HF = os.environ.get("WEBTENSOR_TEST_NO_HF", "") == "1"
+if NO_HF:
+    for _name in HF_MODULES:
+        sys.modules[_name] = None  # type: ignore[assignment]  # `import torch` raises ImportError
+
+
+def _wants_hf(text: str) -> bool:
+    return any(f"'{m}'" in text or f"{m} " in text for m in HF_MODULES)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> object:
+    """With WEBTENSOR_TEST_NO_HF=1, a test module that skips for want of torch or transformers
+    fails unless it is marked `hf` (`pytestmark = pytest.mark.hf`)."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    path = getattr(collector, "path", None)
+    if NO_HF and report.outcome == "skipped" and path is not None and path.suffix == ".py":
+        if _wants_hf(str(report.longrepr)) and "pytestmark = pytest.mark.hf" not in path.read_text():
+            report.outcome = "failed"
+            report.longrepr = f"{path} needs torch or transformers but is not marked hf: {report.longrepr}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
+    """With WEBTENSOR_TEST_NO_HF=1, a test not marked `hf` that skips or fails for want of torch or
+    transformers fails, naming the mark it lacks."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if NO_HF and report.outcome != "passed" and item.get_closest_marker("hf") is None:
+        text = str(report.longrepr)
+        if _wants_hf(text):
+            report.outcome = "failed"
+            report.longrepr = f"{item.nodeid} needs torch or transformers but is not marked hf: {text[:300]}"
 
 
 BOTH_WAYS = {"test_ops_parity", "test_kv_ops", "test_matmul_engine", "test_q8_kernels", "test_gemv_stack"}
@@ -126,6 +177,20 @@ def set_policy(monkeypatch: pytest.MonkeyPatch, *devices: wt.Device, **changes: 
     for dev in devices:
         if dev.kind == "wgpu":
             monkeypatch.setattr(dev.ctx, "policy", dev.ctx.policy.replace(**changes))
+
+
+@pytest.fixture(scope="session")
+def api_server() -> Any:
+    """The serving tests' shared server: `webtensor serve` on the CPU device with the shipped model
+    and the default (batched) engine, 32 slots, one process for the whole session (a module that
+    needs a differently configured server starts its own). (Here, not in tests/serve/conftest.py:
+    a second conftest module would shadow this one for the tests' `from conftest import ...`.)"""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "serve"))
+    from serve_helpers import Server
+
+    s = Server.cli("--device", "cpu", "--max-batch", "32")
+    yield s
+    s.stop()
 
 
 def rel_err(got, want) -> float:

@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("transformers")
 pytest.importorskip("jinja2")
+pytestmark = pytest.mark.hf  # against transformers (the parity tier)
 
 from text_fixtures import families, run_in_pyodide, write_family_tokenizer  # noqa: E402
 

@@ -102,6 +102,29 @@ def test_bad_argument_is_one_line(argv, code, pattern):
     assert_one_line(webtensor(*argv), code, pattern)
 
 
+@pytest.mark.parametrize("value", ["-4.95e-194", "-1e-5", "-.5", "-2E+3", "-inf", "-nan", "-1x"])
+def test_negative_numbers_are_values_not_options(value):
+    """argparse's own rule reads `-4.95e-194` as an option ("expected one argument"); the CLI reads
+    every negative number as the option's value, so its message is the API's."""
+    with pytest.raises(wt.SamplingError) as api:
+        v.check_temperature(float(value) if value != "-1x" else value)
+    rule = str(api.value).split(", got ")[0]
+    assert_one_line(webtensor(*GEN, "-t", value), USAGE,
+                    rf"webtensor: error: argument --temperature/-t: {re.escape(rule)}, got ")
+
+
+def test_tokenizer_larger_than_vocab_is_a_checkpoint_error(tmp_path):
+    """A config.json whose vocab_size is below the tokenizer's ids is the checkpoint's fault (exit 1),
+    found before any prompt token is judged (not "token id ... out of range", exit 2)."""
+    from gpt2_fixtures import make_checkpoint, make_tokenizer
+
+    d = make_checkpoint(tmp_path / "ckpt", vocab_size=300, n_embd=32, n_layer=1, n_head=2)
+    make_tokenizer(d, 400)  # a tokenizer of 400 ids beside embeddings for 300
+    assert_one_line(webtensor("generate", "a prompt of many words", "--device", "cpu", "--model", str(d)), RUNTIME,
+                    rf"webtensor: error: {re.escape(str(d))}: the tokenizer has 400 token ids but config\.json's "
+                    r"vocab_size = 300: ids 300\.\. would have no embedding row")
+
+
 BAD_ENV = [
     ("generate", GEN, dict(WEBTENSOR_DEVICE="bogus"), r"webtensor: error: WEBTENSOR_DEVICE='bogus': expected "
      r"'cpu' or 'wgpu'"),
@@ -189,6 +212,12 @@ def test_piped_into_head_is_quiet(tmp_path):
 
 
 # -- Ctrl-C -----------------------------------------------------------------------------------------
+def _sigint_default() -> None:
+    """(preexec_fn) The child takes SIGINT as a terminal's Ctrl-C would be taken: a suite started in
+    the background by a shell runs with SIGINT ignored, which children would inherit."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt(p: subprocess.Popen, ready: bytes) -> tuple[int, str]:
     """Wait until the process has written `ready` to stdout, send SIGINT, return (exit code, stderr)."""
     seen = b""
@@ -208,7 +237,7 @@ def test_ctrl_c_while_generating():
             "import sys; from webtensor.cli import main; sys.exit(main(sys.argv[1:]))")
     p = subprocess.Popen([sys.executable, "-c", code, "generate", "--device", "cpu", "-n", "200", "--top-k", "0",
                           "--top-p", "1", "Once upon a time"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         stdin=subprocess.DEVNULL, env=_env())
+                         stdin=subprocess.DEVNULL, env=_env(), preexec_fn=_sigint_default)
     t0 = time.perf_counter()
     rc, err = _interrupt(p, b"Once upon a time")
     assert time.perf_counter() - t0 < 200 * 0.05, "generation finished before the interrupt"
@@ -220,7 +249,7 @@ def test_ctrl_c_while_generating():
 def test_ctrl_c_while_reading_stdin():
     p = subprocess.Popen([sys.executable, "-c", "import sys; print('up', flush=True); from webtensor.cli import "
                           "main; sys.exit(main(['generate', '--device', 'cpu']))"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, stdin=subprocess.PIPE, env=_env())
+                         stderr=subprocess.PIPE, stdin=subprocess.PIPE, env=_env(), preexec_fn=_sigint_default)
     time.sleep(0.5)  # past the imports, into the read of stdin
     rc, err = _interrupt(p, b"up")
     assert rc == INTERRUPTED and err.strip() == "webtensor: interrupted", (rc, err)
@@ -341,6 +370,6 @@ def test_ctrl_c_stops_the_web_server(tmp_path):
         (tmp_path / name).write_bytes(b"")
     p = subprocess.Popen([sys.executable, "-m", "webtensor", "web", "--no-open", "--port", "0", "--pyodide",
                           str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         stdin=subprocess.DEVNULL, env=_env())
+                         stdin=subprocess.DEVNULL, env=_env(), preexec_fn=_sigint_default)
     rc, err = _interrupt(p, b"Ctrl-C stops")
     assert rc == INTERRUPTED and err.strip() == "webtensor: interrupted", (rc, err)

@@ -257,6 +257,7 @@ def test_rope_float16(gpu: wt.Device) -> None:
     assert rel_err(outs[1], ref_rope(x, pos, cos, sin, False)) <= 1e-3 and rel_err(outs[1], outs[0]) <= 1e-3
 
 
+@pytest.mark.hf
 @pytest.mark.parametrize("scaling", ["default", "llama3"])
 def test_rope_matches_transformers(gpu: wt.Device, scaling: str) -> None:
     """Against transformers' apply_rotary_pos_emb with LlamaRotaryEmbedding's cos / sin (the table

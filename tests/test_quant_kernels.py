@@ -67,7 +67,7 @@ def style(request: pytest.FixtureRequest, gpu: wt.Device, monkeypatch: pytest.Mo
 
 
 def expected(dev: wt.Device, M: int, gpu_style: bool) -> str:
-    if M <= quant_ops.GEMV_MAX_ROWS:
+    if M <= dev.kernel_policy.gemv_max_rows:
         return "gemv"
     return "tiled" if gpu_style or not dev.ctx.info.is_software else "regs"
 
@@ -187,7 +187,7 @@ def test_layer_norm_prologue(gpu: wt.Device, cpu: wt.Device, style: dict[str, An
         g, beta = rng.standard_normal(K).astype(np.float32), rng.standard_normal(K).astype(np.float32)
         got, want = linear_both(gpu, cpu, qw, x, ln=(g, beta))
         assert rel_err(got, want) <= 2e-5, (M, N)  # (the fused norm: one shifted float32 pass)
-        fused = style["gpu_style"] and M <= quant_ops.GEMV_MAX_ROWS
+        fused = style["gpu_style"] and M <= gpu.kernel_policy.gemv_max_rows
         assert style["ran"][-1][2] == (1 if fused else 0)
 
 
@@ -207,7 +207,7 @@ def test_rms_norm_prologue(gpu: wt.Device, cpu: wt.Device, style: dict[str, Any]
         for dev in (gpu, cpu):
             got = wt.linear(wt.tensor(x, device=dev), qw, rms=(wt.tensor(g, device=dev), eps)).numpy()
             assert rel_err(got, want) <= 2e-5, (dev.describe(), M, N)
-        fused = style["gpu_style"] and M <= quant_ops.GEMV_MAX_ROWS
+        fused = style["gpu_style"] and M <= gpu.kernel_policy.gemv_max_rows
         assert style["ran"][-1][2] == (2 if fused else 0)
 
 

@@ -68,6 +68,7 @@ def test_tokenizer_round_trip():
     assert tok.token_to_id("<|endoftext|>") is not None
 
 
+@pytest.mark.hf
 def test_greedy_generation_is_english():
     torch = pytest.importorskip("torch", reason="torch not installed (reference check skipped)")
     transformers = pytest.importorskip("transformers", reason="transformers not installed")

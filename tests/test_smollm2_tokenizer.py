@@ -17,6 +17,7 @@ import pytest
 
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
+pytestmark = pytest.mark.hf  # against transformers (the parity tier)
 
 from smollm2 import smollm2_gguf  # noqa: E402
 from text_fixtures import corpus  # noqa: E402

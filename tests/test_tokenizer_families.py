@@ -17,6 +17,7 @@ import pytest
 pytest.importorskip("tokenizers")
 pytest.importorskip("transformers")
 pytest.importorskip("gguf")
+pytestmark = pytest.mark.hf  # against transformers (the parity tier)
 
 from text_fixtures import (  # noqa: E402
     Family,

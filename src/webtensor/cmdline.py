@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import select
 import sys
 import traceback
@@ -35,8 +36,22 @@ T = TypeVar("T")
 
 
 # -- parsers and commands -----------------------------------------------------------------------
+# what an option's value may look like although it starts with "-": any number argparse's own rule
+# misses (-1e-5, -4.95e-194, -.5e3, -inf, -nan), so `-t -4.95e-194` reaches the type check (and the
+# API's message) instead of being read as an unknown option
+NEGATIVE_NUMBER = re.compile(r"^-(\d|\.\d|inf(inity)?$|nan$)", re.IGNORECASE)
+
+
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are UsageErrors (one line) instead of usage text + exit 2."""
+    """An ArgumentParser whose errors are UsageErrors (one line) instead of usage text + exit 2, and
+    which reads any negative number (`NEGATIVE_NUMBER`) as a value, never as an option."""
+
+    def _parse_optional(self, arg_string: str) -> Any:
+        # (argparse's hook that tells options from values; subparsers are Parsers too. Checked
+        # first, so that `-nan` is not read as `-n an` either.)
+        if NEGATIVE_NUMBER.match(arg_string):
+            return None
+        return super()._parse_optional(arg_string)
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see `{self.prog} --help`)")

@@ -9,9 +9,12 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import NoAdapterError, UsageError
+
+if TYPE_CHECKING:
+    from .backends.base import Backend
 
 _NO_ADAPTER_HELP = (
     "no WebGPU adapter was found. Install a Vulkan driver (on Debian/Ubuntu: "
@@ -63,11 +66,14 @@ class Device:
 
     __slots__ = ("kind", "backend", "ctx")
     _cpu: Device | None = None
-    _wgpu_cache: dict[tuple, Device] = {}
-    _picked: dict[bool | None, tuple] = {}  # software choice -> the adapter it picked
+    _wgpu_cache: dict[tuple[Any, ...], Device] = {}
+    _picked: dict[bool | None, tuple[Any, ...]] = {}  # software choice -> the adapter it picked
     _warned_fallback = False
+    kind: str
+    backend: Backend
+    ctx: Any  # the WgpuContext of a wgpu device, else None
 
-    def __init__(self, kind: str, backend: Any, ctx: Any = None):
+    def __init__(self, kind: str, backend: Backend, ctx: Any = None):
         self.kind, self.backend, self.ctx = kind, backend, ctx
 
     # -- creation -------------------------------------------------------------------------------
@@ -121,7 +127,7 @@ class Device:
         if _in_browser():
             from .backends.wgpu.browser_gpu import BrowserGpu
 
-            key: tuple = ("browser", binding, feats)
+            key: tuple[Any, ...] = ("browser", binding, feats)
             dev = cls._wgpu_cache.get(key)
             if dev is None or dev.ctx.released:
                 api = await BrowserGpu.create_async(max_binding_bytes, feats)
@@ -138,8 +144,8 @@ class Device:
         key = (NativeGpu.adapter_key(adapter), binding, feats, checks)
         dev = cls._wgpu_cache.get(key)
         if dev is None or dev.ctx.released:
-            api = await NativeGpu.open_async(adapter, max_binding_bytes, feats, checks)
-            dev = cls._wgpu_cache[key] = cls._from_api(api, max_binding_bytes)
+            native = await NativeGpu.open_async(adapter, max_binding_bytes, feats, checks)
+            dev = cls._wgpu_cache[key] = cls._from_api(native, max_binding_bytes)
         return dev
 
     @classmethod

@@ -315,7 +315,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, scale: float
     return q.device.backend.attention(q, k, v, bool(causal), _scale(scale, D))
 
 
-def embedding(table: Tensor, ids: Any) -> Tensor:
+def embedding(table: Tensor | Quantized, ids: Any) -> Tensor:
     """Rows of `table` (V, C) at `ids` (int32, any shape) -> (*ids.shape, C). The table may be a
     quantized weight (`quant.QuantWeight` or its upload `QuantGpu`): its rows come back
     dequantized, float32.
@@ -323,22 +323,24 @@ def embedding(table: Tensor, ids: Any) -> Tensor:
     Ids given as host data (lists, numpy) are range-checked here, a CPU tensor's by the CPU backend
     (on every call and graph replay); ids already on a WebGPU device are not (that would need a
     readback), and an out-of-range one there gives an unspecified row."""
-    quantized = _is_quant("embedding", "table", table)
+    _is_quant("embedding", "table", table)
     if len(table.shape) != 2:
         raise ShapeError(f"embedding: table must be 2-d (V, C), got {table.shape}")
     V = table.shape[0]
-    if not isinstance(ids, Tensor):
+    if isinstance(ids, Tensor):
+        idx = ids
+    else:
         _check_host_ids(ids, V)
-        if quantized:
+        if not isinstance(table, Tensor):
             raise DTypeError(f"embedding: with a {table.qtype} table, give the ids as an int32 Tensor on the device")
-        ids = tensor(ids, device=table.device, dtype=dt.int32)
-    if not quantized:
-        check_same_device("embedding", table, ids)
-    if ids.dtype is not dt.int32:
-        raise DTypeError(f"embedding: ids must be int32, got {ids.dtype.name}")
-    if quantized:
-        return ids.device.backend.quant_embedding(table, ids)
-    return table.device.backend.embedding(table, ids)
+        idx = tensor(ids, device=table.device, dtype=dt.int32)
+    if isinstance(table, Tensor):
+        check_same_device("embedding", table, idx)
+    if idx.dtype is not dt.int32:
+        raise DTypeError(f"embedding: ids must be int32, got {idx.dtype.name}")
+    if not isinstance(table, Tensor):
+        return idx.device.backend.quant_embedding(table, idx)
+    return idx.device.backend.embedding(table, idx)
 
 
 def _is_quant(op: str, name: str, w: Any) -> bool:

@@ -5,6 +5,8 @@ device's storage: a flat numpy array on the CPU reference, GPU buffers (`WgpuSto
 Views are computed here, once, so both devices accept and refuse exactly the same indexing:
 reshape of a contiguous view, transpose / permute and basic slicing (ints, slices with positive
 steps, Ellipsis) are free views; anything else (fancy indexing, boolean masks, None) is refused.
+A WebGPU tensor over the binding limit is stored in row chunks; its views address the chunks'
+concatenation, and a view inside one chunk is that chunk's (`WgpuStorage.narrow`).
 Moving data in and out goes through the device's backend.
 """
 
@@ -12,11 +14,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from . import dtypes as dt
-from .device import Device
-from .errors import DeviceMismatchError, ShapeError, WebtensorError
+from .device import Device, device_spec
+from .errors import DeviceMismatchError, DTypeError, ShapeError, WebtensorError
 
 
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
@@ -93,24 +95,74 @@ class Tensor:
             raise ShapeError(f"item() needs a tensor of one element, got shape {self.shape}")
         return self.numpy().reshape(()).item()
 
-    def to(self, target: Device | dt.DType | str) -> Tensor:
-        """Copy to another device (`Device`), or cast to another dtype (`webtensor.float16`, "float16")."""
-        if isinstance(target, Device):
-            if target.same_as(self.device):
-                return self
-            return tensor(self.numpy(), device=target)
-        from . import ops
+    def to(self, target: Device | dt.DType | str | None = None, dtype: dt.DType | str | None = None, *,
+           device: Device | str | None = None) -> Tensor:
+        """Like torch's `.to`: a device (`Device`, or a name: "cpu", "wgpu", "lavapipe") copies the
+        tensor there, a dtype (`webtensor.float16`, "float16") casts it, and both may be given
+        (`t.to("cpu", "float16")`, `t.to(device=..., dtype=...)`). A string is read as a device
+        name when it is one, else as a dtype name; anything else is a DTypeError naming both.
+        Returns `self` when nothing changes."""
+        if target is not None:
+            if isinstance(target, Device) or (isinstance(target, str) and _is_device_name(target)):
+                if device is not None:
+                    raise TypeError("to(): the device was given twice (positionally and as device=)")
+                device = target
+            elif dtype is not None:
+                raise TypeError(f"to(): {target!r} is not a device, and a dtype was also given")
+            else:
+                dtype = target
+        t = self
+        if dtype is not None:
+            from . import ops
 
-        return ops.cast(self, dt.as_dtype(target))
+            t = ops.cast(t, dt.as_dtype(dtype))
+        if device is not None:
+            dev = Device.parse(device)
+            if not dev.same_as(t.device):
+                t = tensor(t.numpy(), device=dev)
+        return t
+
+    # -- truth, comparisons, Python numbers ------------------------------------------------------
+    def __bool__(self) -> bool:
+        """The value of a one-element tensor (a readback on WebGPU); any other size is ambiguous, as in
+        numpy and torch: ShapeError."""
+        if self.size != 1:
+            raise ShapeError(f"the truth value of a tensor of shape {self.shape} ({self.size} elements) is "
+                             "ambiguous; read it with .numpy() and use .any() or .all()")
+        return bool(self.item())
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __eq__(self, other: object) -> bool:
+        raise _no_compare("==")
+
+    def __ne__(self, other: object) -> bool:
+        raise _no_compare("!=")
+
+    def __lt__(self, other: object) -> bool:
+        raise _no_compare("<")
+
+    def __le__(self, other: object) -> bool:
+        raise _no_compare("<=")
+
+    def __gt__(self, other: object) -> bool:
+        raise _no_compare(">")
+
+    def __ge__(self, other: object) -> bool:
+        raise _no_compare(">=")
+
+    __hash__ = object.__hash__  # (identity, as torch's: a tensor may key a dict or sit in a set)
 
     # -- views ----------------------------------------------------------------------------------
     def reshape(self, *shape: int | Sequence[int]) -> Tensor:
-        if len(shape) == 1 and not isinstance(shape[0], int):
-            shape = tuple(shape[0])  # type: ignore[assignment]
-        shape = _resolve_shape(tuple(shape), self.size, self.shape)  # type: ignore[arg-type]
+        dims = tuple(shape[0]) if len(shape) == 1 and not isinstance(shape[0], int) else shape
+        new = _resolve_shape(cast(tuple[int, ...], dims), self.size, self.shape)
         t = self if self.is_contiguous() else self.contiguous()
-        _no_chunks(t, "reshape")
-        return Tensor(t.device, shape, t.dtype, storage=t._storage, offset=t._offset)
+        return t._view(new, contiguous_strides(new), t._offset)
 
     view = reshape
 
@@ -127,7 +179,7 @@ class Tensor:
             raise ShapeError(f"permute{perm} is not a permutation of the dims of shape {self.shape}")
         shape = tuple(self.shape[p] for p in perm)
         strides = tuple(self._strides[p] for p in perm)
-        return Tensor(self.device, shape, self.dtype, storage=self._storage, strides=strides, offset=self._offset)
+        return self._view(shape, strides, self._offset)
 
     @property
     def T(self) -> Tensor:
@@ -137,9 +189,18 @@ class Tensor:
 
     def __getitem__(self, index: Any) -> Tensor:
         """Basic indexing: ints and slices (positive steps), Ellipsis; a view on every device."""
-        _no_chunks(self, "slicing")
         shape, strides, offset = _slice_view(self.shape, self._strides, self._offset, index)
-        return Tensor(self.device, shape, self.dtype, storage=self._storage, strides=strides, offset=offset)
+        return self._view(shape, strides, offset)
+
+    def _view(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> Tensor:
+        """A view of this tensor's storage. Over a row-chunked storage (WebGPU, over the binding
+        limit) a view whose elements all lie in one chunk gets that chunk alone (`narrow`), so every
+        op can read it; a view across chunks keeps the chunks (the ops that loop over them read it)."""
+        st = self._storage
+        if len(st.chunks) > 1 and all(shape):
+            last = offset + sum((n - 1) * s for n, s in zip(shape, strides, strict=True))
+            st, offset = st.narrow(offset, last)
+        return Tensor(self.device, shape, self.dtype, storage=st, strides=strides, offset=offset)
 
     def contiguous(self) -> Tensor:
         if self.is_contiguous():
@@ -182,13 +243,17 @@ class Tensor:
         return ops.matmul(self, o)
 
 
-def _no_chunks(t: Tensor, what: str) -> None:
-    if len(t._storage.chunks) > 1:
-        raise WebtensorError(
-            f"{what} of a row-chunked tensor (shape {t.shape}, stored in {len(t._storage.chunks)} chunks "
-            f"because it is over the {t.device.max_binding_bytes():,}-byte binding limit) is not supported; "
-            "embedding, matmul against it (also transposed) and .numpy() are"
-        )
+def _no_compare(op: str) -> TypeError:
+    return TypeError(f"Tensor {op} is not supported: webtensor has no elementwise comparisons (no bool dtype); "
+                     f"compare on the host (a.numpy() {op} b.numpy()), or test identity with `is`")
+
+
+def _is_device_name(s: str) -> bool:
+    try:
+        device_spec(s)
+    except WebtensorError:
+        return False
+    return True
 
 
 def _resolve_shape(shape: tuple[int, ...], size: int, old: tuple[int, ...]) -> tuple[int, ...]:
@@ -204,7 +269,8 @@ def _resolve_shape(shape: tuple[int, ...], size: int, old: tuple[int, ...]) -> t
     return shape
 
 
-def _slice_view(shape: tuple[int, ...], strides: tuple[int, ...], offset: int, index: Any):
+def _slice_view(shape: tuple[int, ...], strides: tuple[int, ...], offset: int,
+                index: Any) -> tuple[tuple[int, ...], tuple[int, ...], int]:
     if not isinstance(index, tuple):
         index = (index,)
     if index.count(Ellipsis) > 1:
@@ -259,7 +325,7 @@ def tensor(data: Any, device: Device | str | None = None, dtype: Any = None) -> 
         arr = arr.astype(np.float32)
     elif arr.dtype in (np.int64, np.uint32, np.int16, np.int8, np.uint8, np.bool_):
         if arr.size and (arr.max() > 2**31 - 1 or arr.min() < -(2**31)):
-            raise dt.DTypeError("integer values do not fit int32")
+            raise DTypeError("integer values do not fit int32")
         arr = arr.astype(np.int32)
     d = dt.as_dtype(arr.dtype)
     if not arr.flags.c_contiguous:  # (np.ascontiguousarray would turn a 0-d array into 1-d)
@@ -340,7 +406,7 @@ def _tensor_without_numpy(data: Any, dev: Device, dtype: Any) -> Tensor:
         if any(isinstance(v, float) and not v.is_integer() for v in flat):
             flat = [int(v) for v in flat]
         if any(not -(2**31) <= int(v) <= 2**31 - 1 for v in flat):
-            raise dt.DTypeError("integer values do not fit int32")
+            raise DTypeError("integer values do not fit int32")
         flat = [int(v) for v in flat]
     else:
         flat = [float(v) for v in flat]

@@ -17,6 +17,7 @@ FIELDS = {"engine", "device", "model", "dtype", "prefill_tok_s", "prefill_ms", "
           "decode_ms_per_token", "decode_tokens", "per_step", "memory_mb", "extra"}
 
 
+@pytest.mark.hf  # --compare runs transformers and a torch step beside webtensor
 @pytest.mark.parametrize("device", ["cpu", "wgpu"])
 def test_bench_writes_every_field(tmp_path, device, gpu):
     pytest.importorskip("torch")
@@ -55,6 +56,7 @@ def test_bench_writes_every_field(tmp_path, device, gpu):
     assert "decode tok/s" in r.stdout and "ratio webtensor / torch step" in r.stdout
 
 
+@pytest.mark.hf  # --compare
 def test_bench_batch(tmp_path, gpu):
     """`--batch B`: B sequences decode together on every engine; decode tok/s is the aggregate."""
     pytest.importorskip("torch")

@@ -21,6 +21,8 @@ from gpt2_fixtures import make_checkpoint  # noqa: E402
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+pytestmark = pytest.mark.hf  # the parity tier (needs torch and transformers)
+
 from webtensor.bench.gpt2_bench import torch_step_span  # noqa: E402
 from webtensor.bench.torch_step import TorchGPT2Step  # noqa: E402
 from webtensor.errors import UsageError  # noqa: E402

@@ -95,6 +95,7 @@ def test_pure_python_tokenizer_from_metadata(files, monkeypatch) -> None:
         assert pure.encode(text) == ref.encode(text)
 
 
+@pytest.mark.hf
 def test_f32_gguf_logits_match_hf(files) -> None:
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")

@@ -111,6 +111,7 @@ def test_raw_is_zero_copy() -> None:
     assert view.cast("f").tolist()[1:] == [1.0, 2.0, 3.0]
 
 
+@pytest.mark.hf  # (torch writes the BF16 and F8 files)
 def test_bf16_and_other_dtypes_via_torch(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     from safetensors.torch import save_file as torch_save_file

@@ -25,6 +25,8 @@ from webtensor.runtime.runner import RunRow  # noqa: E402
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+pytestmark = pytest.mark.hf  # the parity tier (needs torch and transformers)
+
 BASE = dict(vocab_size=300, n_embd=32, n_layer=2, n_head=2, n_positions=64)
 
 # options webtensor implements: GPT2Config overrides, each checked against HF

@@ -17,8 +17,6 @@ import webtensor as wt  # noqa: E402
 from webtensor.models.gpt2 import GPT2  # noqa: E402
 from webtensor.sampling import SamplingParams, sample  # noqa: E402
 
-pytest.importorskip("torch")
-
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):

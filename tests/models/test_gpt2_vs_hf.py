@@ -21,6 +21,8 @@ from webtensor.runtime.runner import RunRow  # noqa: E402
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+pytestmark = pytest.mark.hf  # the parity tier (needs torch and transformers)
+
 CONFIGS = {
     # n_embd not a multiple of 64, odd vocab, head dim 18
     "odd": dict(vocab_size=301, n_embd=72, n_layer=2, n_head=4),

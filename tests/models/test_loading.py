@@ -29,7 +29,6 @@ def _fake_hf_cache(root: Path, repo: str, ckpt: Path) -> Path:
 
 
 def test_model_ids_resolve_in_local_hf_cache(tmp_path, monkeypatch, cpu):
-    pytest.importorskip("torch")
     ckpt = make_checkpoint(tmp_path / "ckpt", vocab_size=300, n_embd=32, n_layer=1, n_head=2)
     cache = tmp_path / "hub"
     snap = _fake_hf_cache(cache, "openai-community/gpt2-medium", ckpt)

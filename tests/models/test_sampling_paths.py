@@ -17,8 +17,6 @@ import webtensor as wt  # noqa: E402
 from webtensor.models.gpt2 import GPT2  # noqa: E402
 from webtensor.sampling import SamplingParams, sample  # noqa: E402
 
-pytest.importorskip("torch")
-
 KW = dict(temperature=0.8, top_k=40, top_p=0.9)
 SEED, N_NEW = 2024, 14
 PROMPT = "Once upon a time there was"

@@ -178,11 +178,12 @@ def test_tensor_used_after_device_released(gpu):
 def test_buffer_over_binding_limit_unsplittable(gpu_small):
     limit = gpu_small.max_binding_bytes()
     assert limit == 64 * 1024
-    with pytest.raises(wt.BufferLimitError, match=r"a tensor of shape \(20000,\) \(80,000 bytes\) is over "
-                       r"the binding limit of 65,536 bytes and cannot be split into row chunks"):
-        wt.tensor(np.zeros(20000, np.float32), device=gpu_small)
-    with pytest.raises(wt.BufferLimitError, match=r"shape \(2, 20000\).*one row is too large"):
+    with pytest.raises(wt.BufferLimitError, match=r"a tensor of shape \(2, 20000\) \(160,000 bytes\) is over "
+                       r"the binding limit of 65,536 bytes and cannot be split into row chunks: one row of its "
+                       r"first axis is 80,000 bytes"):
         wt.tensor(np.zeros((2, 20000), np.float32), device=gpu_small)
+    flat = wt.tensor(np.arange(20000, dtype=np.float32), device=gpu_small)  # 1-d: its elements are its rows
+    assert len(flat._storage.chunks) == 2 and np.array_equal(flat.numpy(), np.arange(20000))
 
 
 def test_buffer_over_max_buffer_size(gpu):

@@ -14,7 +14,15 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from ..dtypes import DType
+from ..errors import ArgumentError
 from ..tensor import Tensor
+
+
+def replay_times(times: object) -> int:
+    """A graph's `replay(times)` count, checked: an int >= 0 (0 replays nothing), else ArgumentError."""
+    if isinstance(times, bool) or not isinstance(times, int) or times < 0:
+        raise ArgumentError(f"replay(times): times must be an int >= 0, got {times!r}")
+    return times
 
 
 class Backend(Protocol):

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DeviceMismatchError, GraphCaptureError, ShapeError
+from .base import replay_times
 
 F32 = np.float32
 
@@ -518,6 +519,7 @@ class CpuGraph:
         return len(self.steps)
 
     def replay(self, times: int = 1) -> Any:
+        times = replay_times(times)
         with self._lock:
             steps = self.steps
             if steps is None:

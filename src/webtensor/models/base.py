@@ -37,12 +37,13 @@ class LanguageModel:
     # -- what the runtime needs -------------------------------------------------------------------------
     @property
     def spec(self) -> ModelSpec:
-        return self.config.spec
+        spec: ModelSpec = self.config.spec
+        return spec
 
     @property
     def eos_ids(self) -> frozenset[int]:
         """Every id generation stops at: the config's and generation_config.json's."""
-        return self.config.spec.eos_ids | self._more_eos
+        return frozenset(self.spec.eos_ids | self._more_eos)
 
     @property
     def vocab_size(self) -> int:
@@ -55,7 +56,8 @@ class LanguageModel:
 
     def forward(self, batch: StepBatch, cache: KVCache) -> Tensor:
         """The family's forward: the rows of `batch` -> logits (rows needing them, V)."""
-        return self.weights.forward(batch, cache)
+        logits: Tensor = self.weights.forward(batch, cache)
+        return logits
 
     def runner(self, n_slots: int, invariant: bool = True, use_graph: bool | None = None,
                bucketed: bool = True, weak: bool = False) -> ModelRunner:
@@ -132,10 +134,12 @@ class LanguageModel:
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """The ids of `text`, with the tokenizer's own special tokens (a BOS for Llama 3) as transformers'
         `tokenizer(text)` adds them; `add_special_tokens=False` for text that writes its own (a rendered chat)."""
-        return self._need_tokenizer().encode(check_text(text), add_special_tokens=add_special_tokens)
+        ids: list[int] = self._need_tokenizer().encode(check_text(text), add_special_tokens=add_special_tokens)
+        return ids
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self._need_tokenizer().decode(ids)
+        text: str = self._need_tokenizer().decode(ids)
+        return text
 
     def apply_chat_template(self, messages: Sequence[Any], add_generation_prompt: bool = True, tokenize: bool = False,
                             **kwargs: Any) -> Any:

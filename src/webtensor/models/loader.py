@@ -57,7 +57,7 @@ def check_dtype(dtype: Any) -> str | None:
         return "q8_0"
     if name not in ("float32", "float16"):
         raise CheckpointError(f"model dtype must be float32, float16, q8_0 (int8) or None (as stored), got {dtype!r}")
-    return name
+    return str(name)
 
 
 @dataclass
@@ -262,6 +262,7 @@ def _upload_one(raw: memoryview, stored: str, shape: tuple[int, ...], spec: Tens
     if want is dt.float16 and not device.has_f16:
         raise CheckpointError(f"{device.describe()} has no shader-f16 feature: use dtype float32")
     kmajor = device.backend.kmajor_weights
+    np: Any
     try:
         import numpy as np
     except ImportError:  # the page: converted and transposed on the device
@@ -310,7 +311,7 @@ def float32_bytes(stored: str, raw: memoryview) -> memoryview:
     src_type = {"F16": "<f2", "F64": "<f8"}.get(stored)
     if src_type is None:
         raise CheckpointError(f"cannot read a {stored} tensor as floats")
-    return memoryview(np.frombuffer(raw, src_type).astype("<f4")).cast("B")
+    return np.frombuffer(raw, src_type).astype("<f4").data.cast("B")
 
 
 def _quantized(device: Any, stored: str, raw: memoryview, shape: tuple[int, ...]) -> Any:
@@ -327,7 +328,8 @@ def _quantized(device: Any, stored: str, raw: memoryview, shape: tuple[int, ...]
 def _dequantized(stored: str, raw: memoryview, shape: tuple[int, ...]) -> memoryview:
     from ..quant import QuantWeight
 
-    return memoryview(QuantWeight.from_blocks(stored, raw, shape).dequantize().astype("<f4")).cast("B")
+    floats = QuantWeight.from_blocks(stored, raw, shape).dequantize().astype("<f4")
+    return memoryview(floats.tobytes())
 
 
 def _quantize_q8(device: Any, raw32: memoryview, shape: tuple[int, ...], transpose: bool) -> Any:
@@ -349,7 +351,7 @@ def _quantize_q8(device: Any, raw32: memoryview, shape: tuple[int, ...], transpo
 def _progress(progress: Progress | bool | None, total: int, label: str) -> Callable[[str | None, int], None]:
     """A reporter: `progress` a callback, or True / None for a tqdm bar (None: only on a terminal), False nothing."""
     if callable(progress):
-        return lambda name, done: progress(name, done, total) if name is not None else None  # type: ignore[misc]
+        return lambda name, done: progress(name, done, total) if name is not None else None
     if progress is False:
         return lambda name, done: None
     try:
@@ -441,7 +443,7 @@ def from_arrays(family: Family | str, config: Any, arrays: Mapping[str, Any], na
     fam = registry.by_name(family) if isinstance(family, str) else family
     data = {k: np.array(v, np.float32, order="C") for k, v in arrays.items()}  # (copies, C-ordered)
     ck = Checkpoint(fam, config, None, None, config.spec.eos_ids, name, name, set(data),
-                    lambda n: data[n].shape, lambda n: "F32", lambda n: memoryview(data[n]).cast("B"), gguf=False)
+                    lambda n: data[n].shape, lambda n: "F32", lambda n: data[n].data.cast("B"), gguf=False)
     _check_tensors(ck)
     return ck
 

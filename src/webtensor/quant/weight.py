@@ -86,13 +86,15 @@ _F32_LOCK = threading.Lock()
 
 
 def dequantized(w: QuantWeight) -> np.ndarray:
-    """`w.dequantize()`, computed once per weight and kept while the weight lives (the CPU
-    reference's products: 4 bytes a value, so a model's quantized matrices cost float32 memory
-    there)."""
+    """`w.dequantize()` transposed, (K, N) contiguous: computed once per weight and kept while the weight lives
+    (the CPU reference's products: 4 bytes a value, so a model's quantized matrices cost float32 memory there).
+    (K, N) is the layout the CPU device keeps float matrices in: numpy's stacked products of one-row matrices
+    (`runtime.batch.StepBatch.invariant`) take BLAS's matrix-vector path on it, where a transposed view is ~10x
+    slower."""
     with _F32_LOCK:
         f = _F32.get(w)
     if f is None:
-        f = w.dequantize()
+        f = np.ascontiguousarray(w.dequantize().T)
         f.setflags(write=False)
         with _F32_LOCK:
             _F32[w] = f
@@ -107,7 +109,7 @@ def quant_matmul(x: np.ndarray, w: QuantWeight) -> np.ndarray:
     if x.ndim < 1 or x.shape[-1] != k:
         raise ArgumentError(f"quant_matmul: x has shape {x.shape}, expected (..., {k}) for a {w.qtype} weight of "
                             f"shape {w.shape}")
-    return x @ dequantized(w).T
+    return x @ dequantized(w)
 
 
 __all__ = ["QuantWeight", "quant_matmul", "dequantized", "padded"]

@@ -45,8 +45,10 @@ class Runnable(Protocol):
 
     device: Any
     n_ctx: int
-    vocab_size: int
     use_graph: bool
+
+    @property
+    def vocab_size(self) -> int: ...
 
     def new_cache(self, n_slots: int = 1) -> KVCache: ...
 

@@ -1,15 +1,30 @@
 """WgpuBackend: `backends.base.Backend` on a WgpuContext, each op one of the planners in `ops.py`,
 plus memory, dispatch scopes and graphs (launches captured once, replayed with no Python work
-per dispatch)."""
+per dispatch).
+
+Each row-wise op says here what its rows are (`rows.by_rows`: the result's first axis, the operands
+sliced with it, the scratch a row needs), so that results and operands over the binding limit run a
+block of rows at a time; the planners themselves see operands and results of one buffer each."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ... import dtypes as dt
 from ...dtypes import DType
 from ...tensor import Tensor
 from . import ops as plan
 from .context import Graph, WgpuContext
+from .rows import by_rows, crosses, elementwise_any_view
+
+
+def _aligned(t: Tensor, shape: tuple[int, ...]) -> bool:
+    """Whether operand `t` of a broadcasting op with result `shape` runs along the result's rows."""
+    return bool(shape) and t.ndim == len(shape) and t.shape[0] == shape[0] != 1
+
+
+def _rows_of(t: Tensor | None, r0: int, r1: int) -> Any:
+    return None if t is None else t[r0:r1]
 
 
 def _dtype(arr: Any) -> DType:
@@ -75,76 +90,133 @@ class WgpuBackend:
     def read_async(self, t: Tensor) -> Any:
         return plan.read_async(t)
 
-    # -- ops ------------------------------------------------------------------------------------
+    # -- ops (each a block of rows at a time where its operands or result exceed a binding) -------
     def binary(self, op: str, a: Tensor, b: Tensor, shape: tuple[int, ...], out_dtype: DType) -> Tensor:
-        return plan.binary(op, a, b, shape, out_dtype)
+        ra, rb = _aligned(a, shape), _aligned(b, shape)
+
+        def run(r0: int, r1: int) -> Tensor:
+            if not shape:
+                return plan.binary(op, a, b, shape, out_dtype)
+            return plan.binary(op, a[r0:r1] if ra else a, b[r0:r1] if rb else b, (r1 - r0, *shape[1:]), out_dtype)
+
+        return by_rows(op, a.device, shape, out_dtype, run, [a if ra else None, b if rb else None])
+
+    def _by_rows(self, what: str, x: Tensor, out_dtype: DType, fn: Any) -> Tensor:
+        if not x.shape:
+            return fn(x)
+        return by_rows(what, x.device, x.shape, out_dtype, lambda r0, r1: fn(x[r0:r1]), [x])
+
+    def _elementwise(self, op: str, x: Tensor, out_dtype: DType) -> Tensor:
+        if crosses(x):  # e.g. x.T of a chunked x: blocks along the axis its chunks divide
+            return elementwise_any_view(op, x, out_dtype, lambda src, dst: plan.unary(op, src, out=dst))
+        return self._by_rows(op, x, out_dtype, lambda t: plan.unary(op, t, out_dtype))
 
     def gelu(self, x: Tensor) -> Tensor:
-        return plan.unary("gelu", x)
+        return self._elementwise("gelu", x, x.dtype)
 
     def swiglu(self, gate: Tensor, up: Tensor, out_dtype: DType) -> Tensor:
-        return plan.binary("swiglu", gate, up, gate.shape, out_dtype)
+        return self.binary("swiglu", gate, up, gate.shape, out_dtype)
 
     def cast(self, x: Tensor, dtype: DType) -> Tensor:
-        return plan.copy(x, dtype)
+        return self._elementwise("copy", x, dtype)
 
     def copy(self, x: Tensor) -> Tensor:
-        return plan.copy(x)
+        return self._elementwise("copy", x, x.dtype)
 
     def copy_into(self, dst: Tensor, src: Tensor) -> None:
         plan.copy_into(dst, src)
 
     def layer_norm(self, x: Tensor, w: Tensor, b: Tensor, eps: float) -> Tensor:
-        return plan.layer_norm(x, w, b, eps)
+        return self._by_rows("layer_norm", x, x.dtype, lambda t: plan.layer_norm(t, w, b, eps))
 
     def rms_norm(self, x: Tensor, w: Tensor, eps: float) -> Tensor:
-        return plan.rms_norm(x, w, eps)
+        return self._by_rows("rms_norm", x, x.dtype, lambda t: plan.rms_norm(t, w, eps))
 
     def rope(self, x: Tensor, pos: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
-        return plan.rope(x, pos, cos, sin, interleaved)
+        # x (T, H, D), pos (T,): row t of the result is row t of x at position pos[t]
+        return by_rows("rope", x.device, x.shape, x.dtype,
+                       lambda r0, r1: plan.rope(x[r0:r1], pos[r0:r1], cos, sin, interleaved), [x, pos])
 
     def softmax(self, x: Tensor) -> Tensor:
-        return plan.softmax(x)
+        return self._by_rows("softmax", x, x.dtype, plan.softmax)
 
     def argmax(self, x: Tensor) -> Tensor:
-        return plan.argmax(x)
+        if x.ndim < 2:
+            return plan.argmax(x)
+        per_row = x.size // max(x.shape[0], 1) // max(x.shape[-1], 1)  # argmax rows in one row of x
+        return by_rows("argmax", x.device, x.shape[:-1], dt.int32, lambda r0, r1: plan.argmax(x[r0:r1]), [x],
+                       scratch_row_bytes=per_row * plan.argmax_scratch_bytes(self.ctx, x.shape[-1]))
 
     def matmul(self, a: Tensor, b: Tensor, out_dtype: DType) -> Tensor:
-        return plan.matmul(a, b, out_dtype)
+        # a (..., M, K) @ b (K, N) or (..., K, N): rows of the result are a's first axis (M when 2-d)
+        batched = b.ndim > 2
+        shape = (*a.shape[:-1], b.shape[-1])
+        return by_rows("matmul", a.device, shape, out_dtype,
+                       lambda r0, r1: plan.matmul(a[r0:r1], b[r0:r1] if batched else b, out_dtype),
+                       [a, b if batched else None])
 
     def linear(self, x: Tensor, w: Tensor, bias: Tensor | None, act: str | None, residual: Tensor | None,
                ln: tuple[Tensor, Tensor, float] | None, out_dtype: DType,
                rms: tuple[Tensor, float] | None = None) -> Tensor:
         # x: (..., K) as rows (M, K) -> (..., N)
         N = w.shape[1]
-        x2 = x.reshape(1, x.shape[0]) if x.ndim == 1 else x
-        res = None if residual is None else residual.reshape(x2.shape[:-1] + (N,))
-        out = plan.matmul(x2, w, out_dtype, bias=bias, act=act, residual=res, ln=ln, rms=rms)
-        return out.reshape((*x.shape[:-1], N))
+
+        def run(x: Tensor, residual: Tensor | None) -> Tensor:
+            x2 = x.reshape(1, x.shape[0]) if x.ndim == 1 else x
+            res = None if residual is None else residual.reshape(x2.shape[:-1] + (N,))
+            out = plan.matmul(x2, w, out_dtype, bias=bias, act=act, residual=res, ln=ln, rms=rms)
+            return out.reshape((*x.shape[:-1], N))
+
+        if x.ndim == 1:
+            return run(x, residual)
+        return by_rows("linear", x.device, (*x.shape[:-1], N), out_dtype,
+                       lambda r0, r1: run(x[r0:r1], _rows_of(residual, r0, r1)), [x, residual])
 
     def quant_linear(self, x: Tensor, w: Any, bias: Tensor | None, act: str | None, residual: Tensor | None,
                      ln: tuple[Tensor, Tensor, float] | None, rms: tuple[Tensor, float] | None = None) -> Tensor:
         from . import quant_ops
 
-        return quant_ops.quant_linear(x, w, bias, act, residual, ln, rms)
+        if x.ndim == 1:
+            return quant_ops.quant_linear(x, w, bias, act, residual, ln, rms)
+        return by_rows("linear", x.device, (*x.shape[:-1], w.shape[0]), dt.float32,
+                       lambda r0, r1: quant_ops.quant_linear(x[r0:r1], w, bias, act, _rows_of(residual, r0, r1),
+                                                             ln, rms),
+                       [x, residual])
 
     def quant_embedding(self, table: Any, ids: Tensor) -> Tensor:
         from . import quant_ops
 
-        return quant_ops.quant_embedding(table, ids)
+        if ids.ndim == 0:
+            return quant_ops.quant_embedding(table, ids)
+        return by_rows("embedding", ids.device, (*ids.shape, table.shape[1]), dt.float32,
+                       lambda r0, r1: quant_ops.quant_embedding(table, ids[r0:r1]), [ids])
 
     def attention(self, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Tensor:
-        return plan.attention(q, k, v, causal, scale)
+        T, S = q.shape[0], k.shape[0]
+
+        def run(r0: int, r1: int) -> Tensor:
+            # causal: query rows r0..r1 are positions S - T + r0.. and see keys 0 .. S - T + r1
+            kv = slice(0, S - T + r1 if causal else S)
+            return plan.attention(q[r0:r1], k[kv], v[kv], causal, scale)
+
+        return by_rows("attention", q.device, q.shape, q.dtype, run, [q])
 
     def embedding(self, table: Tensor, ids: Tensor) -> Tensor:
-        return plan.embedding(table, ids)
+        if ids.ndim == 0:
+            return plan.embedding(table, ids)
+        return by_rows("embedding", table.device, (*ids.shape, table.shape[1]), table.dtype,
+                       lambda r0, r1: plan.embedding(table, ids[r0:r1]), [ids])
 
     def cache_write(self, cache: Tensor, src: Tensor, pos: Tensor, slot: Tensor) -> None:
         plan.cache_write(cache, src, pos, slot)
 
     def cached_attention(self, q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float,
                          k_new: Tensor | None = None, v_new: Tensor | None = None) -> Tensor:
-        return plan.cached_attention(q, kc, vc, pos, slot, scale, k_new, v_new)
+        def run(r0: int, r1: int) -> Tensor:
+            return plan.cached_attention(q[r0:r1], kc, vc, pos[r0:r1], slot[r0:r1], scale,
+                                         _rows_of(k_new, r0, r1), _rows_of(v_new, r0, r1))
+
+        return by_rows("cached_attention", q.device, q.shape, dt.float32, run, [q, pos, slot, k_new, v_new])
 
     def advance_tokens(self, new: Tensor, ids: Tensor, pos: Tensor, tokens: Tensor, count: Tensor) -> None:
         plan.advance_tokens(new, ids, pos, tokens, count)

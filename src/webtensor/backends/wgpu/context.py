@@ -622,6 +622,9 @@ class Graph:
 
     def replay(self, times: int = 1) -> None:
         """Enqueue the recorded work `times` times (submitted at the next flush or readback)."""
+        from ..base import replay_times
+
+        times = replay_times(times)
         if not self.commands and self.launches:
             raise GraphCaptureError("this graph was released")
         self.ctx.enqueue(self.commands * times, "graph")

@@ -43,19 +43,23 @@ def _ctx(t: Tensor) -> WgpuContext:
 
 
 def _buf(t: Tensor) -> GpuBuffer:
-    """The one buffer behind `t`. A row-chunked tensor (over the binding limit) is refused here:
-    only matmul's right operand, embedding's table, uploads and readbacks take chunks."""
+    """The one buffer behind `t`. A view across row chunks (over the binding limit) is refused here:
+    the row-wise ops get blocks of rows that lie in one chunk (`rows.by_rows`), matmul's right operand
+    and embedding's table are read a chunk at a time, uploads and readbacks take chunks."""
     st: WgpuStorage = t._storage
     if len(st.chunks) > 1:
         raise BufferLimitError(
-            f"a tensor of shape {t.shape} ({t.nbytes:,} bytes) is stored in {len(st.chunks)} row chunks because it is "
-            f"over this device's binding limit of {st.ctx.max_binding_bytes:,} bytes; ops other than matmul "
-            "(as its right operand), embedding (as the table) and .numpy() cannot read it")
+            f"an operand of shape {t.shape} ({t.nbytes:,} bytes) spans {len(st.chunks)} row chunks (over this "
+            f"device's binding limit of {st.ctx.max_binding_bytes:,} bytes), where this op needs it in one binding; "
+            "ops take chunked tensors as their row operands (by blocks of rows), as matmul's right operand and "
+            "embedding's table, and .numpy() reads them")
     return st.buffer
 
 
 def _out(device: Any, shape: tuple[int, ...], dtype: dt.DType) -> Tensor:
-    """An op's result: one buffer (an op writes one binding), else a BufferLimitError."""
+    """A planner's result (or scratch): one buffer, as a kernel writes one binding. The backend runs
+    planners on blocks of rows whose results fit (`rows.by_rows`), so this refuses only a planner
+    called on more (BufferLimitError)."""
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes > device.ctx.max_binding_bytes:
         raise BufferLimitError(f"the result, shape {shape} {dtype.name} ({nbytes:,} bytes), is over this device's "
@@ -91,15 +95,28 @@ def to_bytes(t: Tensor) -> bytes:
     ctx = _ctx(t)
     st: WgpuStorage = t._storage
     if len(st.chunks) > 1:
-        if not t.is_contiguous():  # a transposed view of chunked rows: read rows, transpose on host
+        if not t.is_contiguous():  # a transposed view of chunked rows: read its span, stride on the host
             return to_numpy(t).tobytes()
-        row_bytes = t.nbytes // t.shape[0]
-        return b"".join(bytes(ctx.read(b, 0, n * row_bytes)) for _, n, b in st.chunk_ranges(t.shape[0]))
+        return _read_span(t, t._offset, t._offset + t.size - 1)
     if not t.is_contiguous():
         t = copy(t)
     if t.size == 0:
         return b""
     return bytes(ctx.read(_buf(t), t._offset * t.dtype.itemsize, t.nbytes))
+
+
+def _read_span(t: Tensor, lo: int, hi: int) -> bytes:
+    """Elements lo..hi (inclusive) of the concatenation of t's row chunks, read chunk by chunk."""
+    st: WgpuStorage = t._storage
+    size = t.dtype.itemsize
+    out = []
+    for i, buf in enumerate(st.chunks):
+        c0 = st.chunk_start(i)
+        c1 = st.chunk_start(i + 1) if i + 1 < len(st.chunks) else hi + 1
+        a, b = max(lo, c0), min(hi + 1, c1)
+        if a < b:
+            out.append(bytes(st.ctx.read(buf, (a - c0) * size, (b - a) * size)))
+    return b"".join(out)
 
 
 def upload_into(t: Tensor, data: Any) -> None:
@@ -120,9 +137,11 @@ def read_async(t: Tensor) -> Any:
 def to_numpy(t: Tensor) -> Any:
     import numpy as np
 
-    if len(t._storage.chunks) > 1 and not t.is_contiguous():
-        base = Tensor(t.device, tuple(reversed(t.shape)), t.dtype, storage=t._storage)
-        return np.ascontiguousarray(to_numpy(base).T)
+    if len(t._storage.chunks) > 1 and not t.is_contiguous() and t.size:  # a view across chunks
+        last = t._offset + sum((n - 1) * s for n, s in zip(t.shape, t._strides, strict=True))
+        flat = np.frombuffer(_read_span(t, t._offset, last), dtype=t.dtype.name)
+        view = np.lib.stride_tricks.as_strided(flat, t.shape, tuple(s * t.dtype.itemsize for s in t._strides))
+        return np.ascontiguousarray(view)
     return np.frombuffer(to_bytes(t), dtype=t.dtype.name).reshape(t.shape).copy()
 
 
@@ -325,6 +344,14 @@ def softmax(x: Tensor) -> Tensor:
     return out
 
 
+def argmax_parts(ctx: WgpuContext, cols: int) -> int:
+    """The column parts of a row (a long row, GPT-2's 50,257 logits, over up to 64 workgroups)."""
+    return max(1, min(64, math.ceil(cols / ctx.policy.argmax_cols_per_part)))
+
+
+def argmax_scratch_bytes(ctx: WgpuContext, cols: int) -> int:
+    """The scratch one row of argmax needs: a (value, index) pair per part."""
+    return argmax_parts(ctx, cols) * 8
 
 
 def argmax(x: Tensor) -> Tensor:
@@ -334,8 +361,8 @@ def argmax(x: Tensor) -> Tensor:
     out = _out(x.device, x.shape[:-1], dt.int32)
     if rows == 0:
         return out
-    parts = max(1, min(64, math.ceil(cols / ctx.policy.argmax_cols_per_part)))
-    pairs = ctx.alloc(rows * parts * 8)
+    parts = argmax_parts(ctx, cols)
+    pairs = ctx.alloc(rows * argmax_scratch_bytes(ctx, cols))
     try:
         y, z = _rows_grid(rows)
         ctx.launch(ctx.kernel("argmax", {"TX": x.dtype.wgsl}),
@@ -503,9 +530,15 @@ def _parts(b: Tensor, K: int, N: int) -> list[_Part]:
     st: WgpuStorage = b._storage
     if len(st.chunks) == 1:
         return [(0, K, 0, N, b._offset, b._strides[0], b._strides[1], st.buffer)]
-    if b._strides == (b.shape[1], 1):  # b (K, N) stored in chunks of K-rows: accumulate partial products
+    if b._offset == 0 and b._strides == (N, 1) and st.holds_whole(K, N):
+        # b (K, N) stored in chunks of K-rows: accumulate partial products
         return [(r0, n, 0, N, 0, N, 1, buf) for r0, n, buf in st.chunk_ranges(K)]
-    return [(0, K, r0, n, 0, 1, K, buf) for r0, n, buf in st.chunk_ranges(N)]  # chunks fill column blocks
+    if b._offset == 0 and b._strides == (1, K) and st.holds_whole(N, K):  # b = table.T: chunks fill column blocks
+        return [(0, K, r0, n, 0, 1, K, buf) for r0, n, buf in st.chunk_ranges(N)]
+    raise BufferLimitError(
+        f"matmul: the right operand, shape {b.shape}, is a view of part of a tensor stored in row chunks (over this "
+        f"device's binding limit of {st.ctx.max_binding_bytes:,} bytes); it is read chunk by chunk only when it is "
+        "the whole tensor or its transpose (.contiguous() makes a view whole)")
 
 
 def norm_fusable(norm: tuple[Tensor, Tensor | None, float]) -> bool:
@@ -678,26 +711,32 @@ def _matmul_engine(ctx: WgpuContext, a: Tensor, lda: int, M: int, b_dtype: dt.DT
 def _engine_split_k(ctx: WgpuContext, a: Tensor, lda: int, M: int, b_dtype: dt.DType, part: _Part,
                     out: Tensor, epi: _Epilogue) -> bool:
     """out (M, N) = epilogue(a @ b) by split-K when engine_split cuts K (b in one piece): the
-    engine's S slices into a scratch (S, M, N) float32, then matmul_splitk_sum adds them and
-    applies the epilogue. False (nothing launched) when K is not cut or the scratch is too big."""
+    engine's S slices into a scratch (S, rows, N) float32, then matmul_splitk_sum adds them and
+    applies the epilogue; a block of rows at a time when the scratch of all M rows is over the
+    binding limit. False (nothing launched) when K is not cut or one row's scratch is too big."""
     _, K, _, N, b_off, ldb_k, ldb_n, buf = part
     kmajor = ldb_k == 1
     tile = engine_tile(M, N, ctx.policy)
     S, ks = engine_split(M, N, K, tile, ctx.policy)
-    if S < 2 or S * M * N * 4 > ctx.max_binding_bytes:
+    step = min(M, ctx.max_binding_bytes // (S * N * 4))  # rows whose scratch fits one binding
+    if S < 2 or step < 1:
         return False
-    scratch = _out(out.device, (S, M, N), dt.float32)
     k = engine_kernel(ctx, a.dtype, b_dtype, dt.float32, epi.bias_dtype, kmajor, tile, split=True)
-    ctx.launch(k, dict(M=M, N=N, K=K, a_off4=a._offset // 4, lda4=lda // 4, b_off4=b_off // 4,
-                       ldb4=(ldb_n if kmajor else ldb_k) // 4, ldc=N, ks=ks, c_zs=M * N),
-               dict(a=_buf(a), b=buf, c=_buf(scratch)),
-               (math.ceil(N / (64 * tile[1])), math.ceil(M / (64 * tile[0])), S))
     even = N % 2 == 0
     packed = ctx.policy.engine_f16_out_words and even and out.dtype is dt.float16
     ks_kernel = ctx.kernel("matmul_splitk_sum", {"TC": out.dtype.wgsl, "TBIAS": epi.bias_dtype.wgsl,
                                                  "CPACK": "true" if packed else "false"})
-    ctx.launch(ks_kernel, dict(M=M, N=N, S=S, ld_s=M * N, ldc=N, **epi.params(0, True)),
-               dict(part=_buf(scratch), c=_buf(out), **epi.buffers()), (math.ceil(math.ceil(N / 4) / 64), M, 1))
+    for r0 in range(0, M, step):
+        m = min(step, M - r0)
+        scratch = _out(out.device, (S, m, N), dt.float32)
+        ctx.launch(k, dict(M=m, N=N, K=K, a_off4=(a._offset + r0 * lda) // 4, lda4=lda // 4, b_off4=b_off // 4,
+                           ldb4=(ldb_n if kmajor else ldb_k) // 4, ldc=N, ks=ks, c_zs=m * N),
+                   dict(a=_buf(a), b=buf, c=_buf(scratch)),
+                   (math.ceil(N / (64 * tile[1])), math.ceil(m / (64 * tile[0])), S))
+        epi_prm = epi.params(0, True)
+        epi_prm["r_off"] += r0 * epi.r_ld
+        ctx.launch(ks_kernel, dict(M=m, N=N, S=S, ld_s=m * N, c_off=r0 * N, ldc=N, **epi_prm),
+                   dict(part=_buf(scratch), c=_buf(out), **epi.buffers()), (math.ceil(math.ceil(N / 4) / 64), m, 1))
     return True
 
 
@@ -813,6 +852,11 @@ def embedding(table: Tensor, ids: Tensor) -> Tensor:
         return out
     if len(table._storage.chunks) == 1:
         table = table.contiguous()
+    elif table._offset or not table.is_contiguous() or not table._storage.holds_whole(V, C):
+        raise BufferLimitError(
+            f"embedding: the table, shape {table.shape}, is a view of part of a tensor stored in row chunks (over this "
+            f"device's binding limit of {table.device.max_binding_bytes():,} bytes); a chunked table is read chunk "
+            "by chunk only whole (.contiguous() makes a view whole)")
     kern = ctx.kernel("embedding", {"TT": table.dtype.wgsl, "TO": out.dtype.wgsl})
     for r0, rows, buf in table._storage.chunk_ranges(V):
         t_off = table._offset if len(table._storage.chunks) == 1 else 0

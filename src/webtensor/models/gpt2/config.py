@@ -51,9 +51,19 @@ class Field:
     note: str
 
 
+def used(note: str) -> Field:
+    return Field("used", note)
+
+
+def checked(note: str) -> Field:
+    return Field("checked", note)
+
+
+def ignored(note: str) -> Field:
+    return Field("ignored", note)
+
+
 def _fields() -> dict[str, Field]:
-    used, checked, ignored = (lambda note: Field("used", note)), (lambda note: Field("checked", note)), \
-        (lambda note: Field("ignored", note))
     table = {
         # the architecture
         "model_type": checked('must be "gpt2"'),
@@ -198,7 +208,8 @@ class GPT2Config:
         key = name.split("/")[-1]
         if key not in PRESETS:
             raise CheckpointError(f"unknown GPT-2 size {name!r}: expected one of {', '.join(PRESETS)}")
-        return cls(**{**PRESETS[key], **overrides})
+        sizes: dict[str, Any] = {**PRESETS[key], **overrides}
+        return cls(**sizes)
 
     @classmethod
     def from_file(cls, path: Path) -> GPT2Config:

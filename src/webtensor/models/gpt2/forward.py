@@ -39,7 +39,7 @@ class Block:
         return iter(vars(self).values())
 
 
-def forward(cfg: Any, wte: Any, wpe: Tensor, ln_f: tuple[Tensor, Tensor], blocks: Sequence[Sequence[Any]],
+def forward(cfg: Any, wte: Any, wpe: Tensor, ln_f: tuple[Tensor, Tensor], blocks: Sequence[Any],
             lm_head: Any, batch: StepBatch, cache: KVCache) -> Tensor:
     """The rows of `batch` (token, position, cache slot) -> logits (rows needing them, V). Each row's key and value
     go into its slot of the caches (`cache.k` / `cache.v`, (n_slots, n_ctx, H, D) per layer) at its position;

@@ -30,7 +30,8 @@ class GPT2(LanguageModel):
         if ck.family.name != "gpt2":
             raise CheckpointError(f"{ck.where} is a {ck.config.spec.architecture} model, not GPT-2: load it with "
                                   "webtensor.load_model")
-        return loader.build(ck, dev, want, None, progress, cls=cls)
+        gpt2: GPT2 = loader.build(ck, dev, want, None, progress, cls=cls)
+        return gpt2
 
     @classmethod
     def random(cls, cfg: GPT2Config, device: Device | str | None = None, dtype: Any = "float32", seed: int = 0,
@@ -47,7 +48,8 @@ class GPT2(LanguageModel):
         want = loader.check_dtype(dtype)
         if want == "float16" and not dev.has_f16:
             raise CheckpointError(f"{dev.describe()} has no shader-f16 feature: use dtype float32")
-        return loader.build(loader.from_arrays("gpt2", cfg, arrays, name), dev, want, None, progress, cls=cls)
+        model: GPT2 = loader.build(loader.from_arrays("gpt2", cfg, arrays, name), dev, want, None, progress, cls=cls)
+        return model
 
     # -- GPT-2's weights by role ----------------------------------------------------------------------
     @property

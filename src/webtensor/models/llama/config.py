@@ -296,7 +296,7 @@ def _ids(v: Any, key: str, where: str) -> tuple[int, ...]:
 # -- rotary tables ------------------------------------------------------------------------------------------
 def _f32(x: float) -> float:
     """x rounded to float32 (a float32 operation's result, from the exact or double-precision value)."""
-    return struct.unpack("<f", struct.pack("<f", x))[0]
+    return float(struct.unpack("<f", struct.pack("<f", x))[0])
 
 
 def inv_freq(cfg: LlamaConfig, freq_factors: Sequence[float] | None = None) -> list[float]:
@@ -333,6 +333,7 @@ def inv_freq(cfg: LlamaConfig, freq_factors: Sequence[float] | None = None) -> l
 def rope_tables(freqs: Sequence[float], n_pos: int) -> tuple[bytes, bytes]:
     """(cos, sin) float32 tables (n_pos, len(freqs)) as little-endian bytes: row p holds cos / sin of the float32
     angle p * f (as transformers' float32 `inv_freq @ position_ids`)."""
+    np: Any
     try:
         import numpy as np
     except ImportError:

@@ -85,7 +85,6 @@ class LlamaWeights:
         cfg = self.config
         T, C, F = batch.T, cfg.hidden_size, cfg.intermediate_size
         H, KV, D, eps = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.rms_norm_eps
-        rope = dict(pos=batch.pos, cos=self.cos, sin=self.sin, interleaved=cfg.rope_interleaved)
         x = ops.embedding(self.embed, batch.ids)  # (T, C)
         if x.dtype is not dt.float32:
             x = ops.cast(x, dt.float32)  # the residual stream stays float32
@@ -98,13 +97,13 @@ class LlamaWeights:
             else:
                 q, k, v = (ops.linear(x, w, bias, rms=norm).reshape(T, n, D)
                            for w, bias, n in ((b.q, b.q_bias, H), (b.k, b.k_bias, KV), (b.v, b.v_bias, KV)))
-            if b.q_norm is not None:  # Qwen3's QK-norm: each head of q and k
+            if b.q_norm is not None and b.k_norm is not None:  # Qwen3's QK-norm: each head of q and k
                 q, k = ops.rms_norm(q, b.q_norm, eps), ops.rms_norm(k, b.k_norm, eps)
             if b.qkv is not None and b.q_norm is None:  # q and k: the first H + KV heads, one launch
-                qk = ops.rope(qkv[:, :H + KV], **rope)  # (T, H + KV, D)
+                qk = self._rope(qkv[:, :H + KV], batch)  # (T, H + KV, D)
                 q, k = qk[:, :H], qk[:, H:]
             else:
-                q, k = ops.rope(q, **rope), ops.rope(k, **rope)
+                q, k = self._rope(q, batch), self._rope(k, batch)
             a = batch.attend(kc, vc, q, k, v, D ** -0.5)  # (T, H, D)
             x = ops.linear(a.reshape(batch.rows(H * D)), b.o, b.o_bias, residual=x)
             norm = (b.mlp_norm, eps)
@@ -115,6 +114,10 @@ class LlamaWeights:
                 h = ops.swiglu(ops.linear(x, b.gate, b.gate_bias, rms=norm), ops.linear(x, b.up, b.up_bias, rms=norm))
             x = ops.linear(h, b.down, b.down_bias, residual=x)
         return batch.logits(ops.linear(batch.head_input(x), self.head, rms=(self.norm, eps)))
+
+
+    def _rope(self, x: Tensor, batch: StepBatch) -> Tensor:
+        return ops.rope(x, batch.pos, self.cos, self.sin, interleaved=self.config.rope_interleaved)
 
 
 def _floats(t: Tensor) -> list[float]:
