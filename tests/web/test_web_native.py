@@ -496,6 +496,9 @@ def test_server_int8_of_a_bad_checkpoint_says_why(tmp_path):
     for _ in range(2):  # written once: the error is kept
         with pytest.raises(SetupError, match="int8 \\(q8_0\\) weights of m could not be written"):
             app.model_file("m", "model.q8_0.gguf")
+    assert app.model_file("m", "config.json") == d / "config.json"
+    with pytest.raises(SetupError, match="m has no file 'secret.txt'"):
+        app.model_file("m", "secret.txt")
 
 
 def test_server_needs_pyodide(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ import gc
 import json
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +48,8 @@ class GenerationStats:
                     token_ids=list(self.token_ids))
 
 
-def timed(model: Any, ids: list[int], max_new_tokens: int, stats: GenerationStats, **kw: Any) -> Iterator[int]:
+def timed(model: Any, ids: list[int], max_new_tokens: int, stats: GenerationStats,
+          **kw: Any) -> Generator[int, None, None]:
     """`model.generate_ids`, timing the prompt pass and the decode steps into `stats`."""
     t0 = time.perf_counter()
     for tok in model.generate_ids(ids, max_new_tokens, **kw):
@@ -68,7 +69,7 @@ def _opt(x: Any) -> Any:
 
 
 def _device() -> Device:
-    dev = _state["device"]
+    dev: Device | None = _state["device"]
     if dev is None:
         raise RuntimeError("call init() first")
     return dev

@@ -67,7 +67,7 @@ class SetupError(WebtensorError, RuntimeError):
     """Something the page needs is not installed or not found; the message says how to fix it."""
 
 
-def find_pyodide(explicit: str | os.PathLike | None = None) -> Path:
+def find_pyodide(explicit: str | os.PathLike[str] | None = None) -> Path:
     """The folder holding pyodide.js, pyodide.asm.wasm and python_stdlib.zip."""
     cands = []
     if explicit:
@@ -200,7 +200,7 @@ def _gguf_stored_type(path: Path) -> str:
     from ..formats.gguf_reader import GGUFCheckpoint
 
     f = GGUFCheckpoint(path, "pure")
-    weight = Counter()
+    weight: Counter[str] = Counter()
     for t in f.tensors.values():
         if len(t.shape) == 2:
             weight[t.type_name] += t.nbytes
@@ -273,17 +273,17 @@ class WebApp:
         return dict(default=dict(model=first.id, dtype=first.stored if first.gguf else self.default_dtype),
                     models=[m.describe() for m in self.models.values()])
 
-    def model_file(self, model_id: str, name: str) -> tuple[Path | None, bytes | None]:
+    def model_file(self, model_id: str, name: str) -> Path | bytes:
         """A served model's file (its path, or the int8 GGUF's bytes); SetupError for an unknown one."""
         m = self.models.get(model_id)
         if m is None:
             raise SetupError(f"no model {model_id!r} is served")
         if name == Q8_GGUF and not m.gguf:
-            return None, m.q8_gguf()
+            return m.q8_gguf()
         p = m.files.get(name)
         if p is None:
             raise SetupError(f"{m.name} has no file {name!r}")
-        return p, None
+        return p
 
 
 def _handler(app: WebApp, quiet: bool) -> type[BaseHTTPRequestHandler]:
@@ -343,10 +343,12 @@ def _handler(app: WebApp, quiet: bool) -> type[BaseHTTPRequestHandler]:
             if name.startswith("model/") and name.count("/") >= 2:
                 model_id, file = name[len("model/"):].split("/", 1)
                 try:  # only a served model's own files: exact names from its listing
-                    p, body = app.model_file(model_id, file)
+                    found = app.model_file(model_id, file)
                 except SetupError as e:
                     return self._not_found(f"no such model file: {e}")
-                return self._file(p) if p is not None else self._send(200, body, "application/octet-stream")
+                if isinstance(found, Path):
+                    return self._file(found)
+                return self._send(200, found, "application/octet-stream")
             return self._not_found()
 
     return Handler
@@ -368,8 +370,12 @@ def serve_in_thread(**kw: Any) -> tuple[ThreadingHTTPServer, str]:
     """Start a server on a background thread; returns it and its URL. Stop with `.shutdown()`."""
     srv = make_server(**kw)
     threading.Thread(target=srv.serve_forever, name="webtensor-web", daemon=True).start()
+    return srv, _url(srv)
+
+
+def _url(srv: ThreadingHTTPServer) -> str:
     host, port = srv.server_address[:2]
-    return srv, f"http://{host}:{port}/"
+    return f"http://{host.decode() if isinstance(host, bytes) else host}:{port}/"
 
 
 def add_parser(sub: Any) -> None:
@@ -417,8 +423,7 @@ def cmd_web(args: argparse.Namespace) -> int:
                           quiet=False, dtype=args.dtype)
     except OSError as e:
         raise SetupError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}") from e
-    host, port = srv.server_address[:2]
-    url = f"http://{host}:{port}/"
+    url = _url(srv)
     app = srv.webtensor_app  # type: ignore[attr-defined]
     print(f"webtensor web: serving {url}  (Pyodide from {app.pyodide_dir})")
     for m in app.models.values():
