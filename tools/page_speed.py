@@ -15,7 +15,6 @@ import argparse
 import statistics
 
 from webtensor.web.headless import run_page
-from webtensor.web.server import default_model_dir
 
 PROMPT = "It is a truth universally acknowledged"
 
@@ -50,7 +49,7 @@ for i in range(a.runs):
                           temperature=0))
         tasks.append(dict(type="generate_ui", name=f"{label(d, nr)} run{i}", prompt=PROMPT, maxNewTokens=a.tokens,
                           temperature=0))
-out = run_page(tasks, default_model_dir(), timeout_s=120 + 60 * a.runs * len(variants), query=f"?dtype={dtypes[0]}")
+out = run_page(tasks, [], timeout_s=120 + 60 * a.runs * len(variants), query=f"?dtype={dtypes[0]}")
 print(f"adapter: {((out.get('boot') or {}).get('info') or {}).get('adapter')}")
 speeds: dict[str, list[float]] = {label(*v): [] for v in variants}
 for t in out["tasks"]:

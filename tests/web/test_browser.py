@@ -1,10 +1,13 @@
 """webtensor in real headless Chromium: Pyodide + the browser's WebGPU (SwiftShader here).
 
-One page session runs the op-parity cases, generates greedily through the page's own UI (typing
-the prompt, clicking Generate) and takes a screenshot; the tests below check its results against
-numpy and against the native GPT-2. Two short sessions check the page's error states. Needs
-Debian's chromium, Node and the npm packages of package.json (`bash setup.sh --test` installs
-them); under CI=true a missing piece fails loudly instead of skipping.
+One page session on the shipped GPT-2 runs the op-parity cases, generates through the page's own UI
+(typing the prompt, clicking Generate), chats with its plain template and takes a screenshot; the tests
+below check its results against numpy and against the native model. A second session serves two models:
+GPT-2 in int8 (then float32, by the dtype menu), then, picked in the model menu, the real SmolLM2-135M-
+Instruct Q4_1 GGUF (98 MB, its blocks uploaded as they are), chatted with in its own template: the page's
+tokens equal `webtensor.load_model(same file)`'s on lavapipe and on the CPU. Short sessions check the
+page's error states. Needs Debian's chromium, Node and the npm packages of package.json (`bash setup.sh
+--test` installs them); under CI=true a missing piece fails loudly instead of skipping.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ PROMPT = "It is a truth universally acknowledged"
 N_NEW = 8
 SAMPLED = dict(temperature=0.8, top_k=40, top_p=0.9, seed=1234)  # the page's fields, the API's names
 LONG = (PROMPT + ", ") * 50  # over any test model's context
+CHAT_MESSAGE = "Hello! Who are you?"
 # the sampler inside Pyodide (no numpy; Pyodide's libm): seeded draws on fixed logits, a fresh seed
 PAGE_SAMPLER = """
 import array, json, sys
@@ -45,10 +49,10 @@ json.dumps(dict(picks=picks, seed=with_seed(SamplingParams(1.0)).seed, numpy="nu
 PAGE_NO_FEATURES = """
 import json
 from webtensor.device import Device
-from webtensor.web.gpt2_web import WebGPT2
+from webtensor.models import load_model
 dev = await Device.wgpu_async(features=())
-m = WebGPT2.load("/home/pyodide/model", dev)
-ids = m.tokenizer.encode(PROMPT)
+m = load_model("/home/pyodide/models/MODEL_ID/float32", dev, "float32", reader="pure")
+ids = m.encode(PROMPT)
 json.dumps(dict(features=sorted(dev.ctx.api.features), greedy=m.generate(ids, N_NEW, temperature=0),
                 sampled=m.generate(ids, N_NEW, **SAMPLED), distinct=dev is not await Device.wgpu_async()))
 """
@@ -75,6 +79,18 @@ def _need_browser() -> None:
         if IN_CI:
             pytest.fail(f"CI=true but the browser tests cannot run: {e}")
         pytest.skip(str(e))
+
+
+def _served(model_dir: Path) -> list[Path]:
+    """The page server's --model list for `model_dir` (the shipped model is always served)."""
+    from webtensor.web.server import default_model_dir
+
+    return [] if model_dir == default_model_dir() else [model_dir]
+
+
+def _source(model_dir: Path) -> Path | None:
+    """`model_dir` as `webtensor.load_model` takes it (None: the shipped model)."""
+    return _served(model_dir)[0] if _served(model_dir) else None
 
 
 @pytest.fixture(scope="module")
@@ -180,6 +196,9 @@ def session(model_dir) -> dict:
     shot.unlink(missing_ok=True)
     fields = dict(topK=SAMPLED["top_k"], topP=SAMPLED["top_p"], seed=SAMPLED["seed"])
     ok = dict(prompt=PROMPT, maxNewTokens=N_NEW, temperature=SAMPLED["temperature"], truncate=False, **fields)
+    no_features = (PAGE_NO_FEATURES.replace("PROMPT", repr(PROMPT)).replace("N_NEW", str(N_NEW))
+                   .replace("MODEL_ID", _model_id(model_dir))
+                   .replace("**SAMPLED", ", ".join(f"{k}={v!r}" for k, v in SAMPLED.items())))
     tasks = [
         dict(type="parity", cases=json.dumps([c for c, _ in CASES])),
         dict(type="generate_ui", prompt=PROMPT, maxNewTokens=N_NEW, temperature=0),
@@ -188,11 +207,11 @@ def session(model_dir) -> dict:
         *(dict(type="generate_ui", name=f"bad:{name}", expectFail=True, **{**ok, **bad}) for name, bad, _ in BAD),
         dict(type="generate_ui", name="sampled", **ok),
         dict(type="python", name="sampler", code=PAGE_SAMPLER),
-        dict(type="python", name="no-features", code=PAGE_NO_FEATURES.replace("PROMPT", repr(PROMPT))
-             .replace("N_NEW", str(N_NEW)).replace("**SAMPLED", ", ".join(f"{k}={v!r}" for k, v in SAMPLED.items()))),
+        dict(type="python", name="no-features", code=no_features),
         dict(type="generate_ui", name="truncated", **{**ok, "prompt": LONG, "truncate": True}),
+        dict(type="chat_ui", name="chat", message=CHAT_MESSAGE, maxNewTokens=N_NEW, temperature=0),
     ]
-    out = run_page(tasks, model_dir, timeout_s=180)
+    out = run_page(tasks, _served(model_dir), timeout_s=180)
     if out.get("error"):
         console = "\n".join(out.get("console", [])[-20:])
         pytest.fail(f"the browser session failed: {out['error']}\n{console}")
@@ -202,10 +221,13 @@ def session(model_dir) -> dict:
 
 @pytest.fixture(scope="module")
 def native(model_dir):
-    from webtensor.models.gpt2 import GPT2
-    from webtensor.web.server import default_model_dir
+    return wt.load_model(_source(model_dir), wt.Device.cpu(), "float32")
 
-    return GPT2.from_pretrained(None if model_dir == default_model_dir() else model_dir, device=wt.Device.cpu())
+
+def _model_id(model_dir: Path) -> str:
+    from webtensor.web.server import served_model
+
+    return served_model(_source(model_dir)).id
 
 
 def test_page_boots_on_webgpu(session):
@@ -247,11 +269,11 @@ def test_greedy_tokens_match_native(session, native):
 
 def _engine_tokens(model, ids: list[int], n: int, seed: int, **kw) -> list[int]:
     """The server's engine, stepped as its scheduler steps it: the prompt, then one token a step."""
-    from webtensor.serve.engine import GPT2Engine, Row, Sampling
+    from webtensor.serve.engine import ModelEngine, Row, Sampling
 
-    engine, s = GPT2Engine(model, max_batch=1), Sampling(seed=seed, **kw)
+    engine, s = ModelEngine(model, max_batch=1), Sampling(seed=seed, **kw)
     out = engine.step([Row(0, tuple(ids), 0, s)])
-    while len(out) < n and out[-1] not in model.config.eos_ids:
+    while len(out) < n and out[-1] not in model.eos_ids:
         out += engine.step([Row(0, (out[-1],), len(ids) + len(out) - 1, s)])
     return out
 
@@ -259,9 +281,6 @@ def _engine_tokens(model, ids: list[int], n: int, seed: int, **kw) -> list[int]:
 def test_sampled_tokens_match_native_and_server(session, native, model_dir, gpu):
     """temperature 0.8, top-k 40, top-p 0.9, seed 1234 typed into the page: the native model's
     tokens for that seed (CPU device and WebGPU on lavapipe), and the server engine's."""
-    from webtensor.models.gpt2 import GPT2
-    from webtensor.web.server import default_model_dir
-
     gen = session["sampled"]
     assert "error" not in gen, gen.get("error")
     res = gen["result"]
@@ -270,7 +289,7 @@ def test_sampled_tokens_match_native_and_server(session, native, model_dir, gpu)
     want = native.generate(ids, N_NEW, seed=SAMPLED["seed"], **kw)
     assert res["token_ids"] == want
     assert _engine_tokens(native, ids, N_NEW, SAMPLED["seed"], **kw)[: len(want)] == want
-    on_gpu = GPT2.from_pretrained(None if model_dir == default_model_dir() else model_dir, device=gpu)
+    on_gpu = wt.load_model(_source(model_dir), gpu, "float32")
     assert on_gpu.generate(ids, N_NEW, seed=SAMPLED["seed"], **kw) == want
     assert want != native.generate(ids, N_NEW, temperature=0)  # really sampled
     assert gen["generated"] == native.decode(want) and res["seed"] == SAMPLED["seed"]
@@ -297,19 +316,36 @@ def test_truncated_prompt_matches_native(session, native):
     assert "error" not in gen, gen.get("error")
     res = gen["result"]
     ids = native.encode(LONG)
-    kept = native.config.n_positions - N_NEW
+    kept = native.n_ctx - N_NEW
     assert res["prompt_ids"] == ids and res["truncated_tokens"] == len(ids) - kept > 0
     assert res["prompt_tokens"] == kept and f"truncated to its last {kept} tokens" in gen["speed"]
     kw = {k: SAMPLED[k] for k in ("temperature", "top_k", "top_p")}
     assert res["token_ids"] == native.generate(ids, N_NEW, seed=SAMPLED["seed"], truncate_prompt=True, **kw)
 
 
+def test_page_chat_with_the_plain_template(session, native):
+    """GPT-2 has no chat template: the page's chat renders the plain one ("User: ...\\nAssistant:") and the
+    reply is the native model's greedy tokens for it (up to a stop string: the next turn's start)."""
+    t = session["chat"]
+    assert "error" not in t, t.get("error")
+    res = t["result"]
+    conv = [{"role": "user", "content": CHAT_MESSAGE}]
+    assert res["prompt"] == f"User: {CHAT_MESSAGE}\nAssistant:" == native.apply_chat_template(conv)
+    ids = native.apply_chat_template(conv, tokenize=True)
+    assert res["prompt_ids"] == ids
+    want = native.generate(ids, N_NEW)
+    assert res["token_ids"] == want[: len(res["token_ids"])] and (res["ended"] == "stop") == (len(want) > len(
+        res["token_ids"]))
+    assert res["text"] == native.decode(res["token_ids"]).split("\nUser:")[0] and "\nUser:" not in res["text"]
+    assert t["turns"] == [dict(role="user", text=CHAT_MESSAGE), dict(role="assistant", text=res["text"])]
+    assert t["messages"] == [*conv, {"role": "assistant", "content": res["text"].strip()}]
+
+
 def _cli_message(capsys, model_dir, prompt: str, flags: list[str]) -> str:
     """What `webtensor generate` says about these inputs: its one error line, without the prefix."""
     from webtensor.cli import main
-    from webtensor.web.server import default_model_dir
 
-    model = [] if model_dir == default_model_dir() else ["--model", str(model_dir)]
+    model = [arg for m in _served(model_dir) for arg in ("--model", str(m))]
     sampled = ["-t", "0.8", "--top-k", "40", "--top-p", "0.9", "--seed", "1234", "-n", str(N_NEW)]
     capsys.readouterr()
     assert main(["generate", prompt, "--device", "cpu", *model, *sampled, *flags]) == 2  # a usage error
@@ -350,83 +386,175 @@ def test_screenshot_saved(session):
     print(f"\nscreenshot of the page after generation: {path}")
 
 
-# -- int8: the page opened at ?dtype=int8 (the served q8_0 GGUF), then switched to float32 by its menu --
+# -- two models: GPT-2 opened at ?dtype=int8 (the served q8_0 GGUF), switched to float32 by the dtype menu,
+# then the real SmolLM2 Q4_1 GGUF picked in the model menu and chatted with -----------------------------------
 PAGE_INT8_STATE = """
 import json, sys
 from webtensor.web import app
-m = app._state["model"]
-json.dumps(dict(dtype=m.dtype, wte=type(m.wte).__name__, attn=type(list(m.blocks[0])[2]).__name__,
+w = app._state["model"].weights
+json.dumps(dict(dtype=app._state["dtype"], wte=type(w.wte).__name__, attn=type(w.blocks[0].attn_w).__name__,
                 numpy="numpy" in sys.modules))
 """
+PAGE_SMOL_STATE = """
+import json, sys
+from webtensor.web import app
+m = app._state["model"]
+b = m.weights.blocks[0]
+mats = [getattr(b, n) for n in ("qkv", "q", "o", "gate_up", "gate", "down") if getattr(b, n, None) is not None]
+json.dumps(dict(matrices=sorted({f"{type(w).__name__} {w.qtype}" for w in mats}),
+                embed=f"{type(m.weights.embed).__name__} {m.weights.embed.qtype}", numpy="numpy" in sys.modules,
+                jinja2="jinja2" in sys.modules, speedups="markupsafe._speedups" in sys.modules,
+                native_escape="markupsafe._native" in sys.modules))
+"""
+SMOL_CHAT = ["What is the capital of France?", "Describe it in one word."]
+SMOL_N = (8, 4)  # tokens a turn: the first answer in full (its EOS), a sampled second turn (SwiftShader: ~2 s a token)
 
 
 @pytest.fixture(scope="module")
-def int8_session(model_dir) -> dict:
+def smollm2() -> Path:
+    from smollm2 import smollm2_gguf
+
+    return smollm2_gguf()
+
+
+@pytest.fixture(scope="module")
+def two_models(model_dir, smollm2) -> dict:
     _need_browser()
     from webtensor.web.headless import run_page
 
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    sampled = dict(temperature=SAMPLED["temperature"], topK=SAMPLED["top_k"], topP=SAMPLED["top_p"],
+                   seed=SAMPLED["seed"])
     tasks = [
         dict(type="generate_ui", name="greedy", prompt=PROMPT, maxNewTokens=N_NEW, temperature=0),
-        dict(type="generate_ui", name="sampled", prompt=PROMPT, maxNewTokens=N_NEW, temperature=SAMPLED["temperature"],
-             topK=SAMPLED["top_k"], topP=SAMPLED["top_p"], seed=SAMPLED["seed"]),
+        dict(type="generate_ui", name="sampled", prompt=PROMPT, maxNewTokens=N_NEW, **sampled),
         dict(type="python", name="state", code=PAGE_INT8_STATE),
         dict(type="dtype", name="to-float32", dtype="float32"),
         dict(type="generate_ui", name="greedy-float32", prompt=PROMPT, maxNewTokens=N_NEW, temperature=0),
+        dict(type="model", name="to-smollm2", model=smollm2.stem),
+        dict(type="chat_ui", name="smol-1", message=SMOL_CHAT[0], maxNewTokens=SMOL_N[0], temperature=0),
+        dict(type="chat_ui", name="smol-2", message=SMOL_CHAT[1], maxNewTokens=SMOL_N[1], **sampled),
+        dict(type="python", name="smol-state", code=PAGE_SMOL_STATE),
+        dict(type="screenshot", name="smol-shot", path=str(ARTIFACTS.resolve() / "browser_smollm2_chat.png")),
+        dict(type="new_chat", name="new-chat"),
     ]
-    out = run_page(tasks, model_dir, timeout_s=180, query="?dtype=int8")
+    out = run_page(tasks, [smollm2, *_served(model_dir)], timeout_s=420,
+                   query=f"?model={_model_id(model_dir)}&dtype=int8")
     if out.get("error"):
         pytest.fail(f"the browser session failed: {out['error']}\n" + "\n".join(out.get("console", [])[-20:]))
+    print("\nbrowser tasks (ms): " + ", ".join(f"{t['name']} {t['ms']}" for t in out["tasks"]))
     return {t["name"]: t for t in out["tasks"]} | {"boot": out["boot"]}
 
 
-def test_page_loads_int8_with_a_smaller_download(int8_session):
-    boot = int8_session["boot"]
+def test_page_loads_int8_with_a_smaller_download(two_models, smollm2, model_dir):
+    boot = two_models["boot"]
     m = boot["model"]
     assert boot["phase"] == "ready" and boot["dtype"] == "int8" and m["dtype"] == "int8"
-    assert "model.q8_0.gguf" in m["files"] and not any(f.endswith(".safetensors") for f in m["files"])
+    assert boot["models"] == [smollm2.stem, *([_model_id(model_dir)] if _served(model_dir) else []),
+                              "webtensor-shipped"]  # the menu: the models the server serves
+    assert boot["modelMenu"] == _model_id(model_dir) and boot["dtypes"] == ["float32", "float16", "int8"]
+    assert m["files"] == ["model.q8_0.gguf"]  # the GGUF alone: weights, tokenizer and all
     assert m["download_bytes"] < 0.5 * m["float32_bytes"]
     assert boot["weights"].startswith("int8 (q8_0") and "downloaded" in boot["weights"]
     assert f"{m['download_bytes'] / m['float32_bytes']:.2f}x float32" in boot["weights"]
-    state = json.loads(int8_session["state"]["results"])
+    assert boot["mode"] == "complete" and not m["chat_template"]  # GPT-2: no template of its own
+    state = json.loads(two_models["state"]["results"])
     assert state == dict(dtype="int8", wte="QuantGpu", attn="QuantGpu", numpy=False)
     print(f"\nint8 page: {boot['weights']}")
 
 
-def test_page_int8_tokens_match_native_int8(int8_session, model_dir, gpu):
+def test_page_int8_tokens_match_native_int8(two_models, model_dir, gpu):
     """Greedy and seeded sampling in the page's int8 == the native int8 model on the same weights
     (quantized at load from the safetensors), on the CPU device and on lavapipe."""
-    from webtensor.models.gpt2 import GPT2
-    from webtensor.web.server import default_model_dir
-
-    src = None if model_dir == default_model_dir() else model_dir
-    greedy, sampled = int8_session["greedy"], int8_session["sampled"]
+    greedy, sampled = two_models["greedy"], two_models["sampled"]
     for t in (greedy, sampled):
         assert "error" not in t, t.get("error")
         assert t["result"]["dtype"] == "int8"
     for dev in (wt.Device.cpu(), gpu):
-        ref = GPT2.from_pretrained(src, device=dev, dtype="int8")
+        ref = wt.load_model(_source(model_dir), dev, "q8_0")
         ids = ref.encode(PROMPT)
-        assert greedy["result"]["prompt_ids"] == ids
+        assert greedy["result"]["prompt_ids"] == ids  # the GGUF's tokenizer == tokenizer.json's
         assert greedy["result"]["token_ids"] == ref.generate(ids, N_NEW, temperature=0), dev.describe()
         assert sampled["result"]["token_ids"] == ref.generate(ids, N_NEW, **SAMPLED), dev.describe()
     assert greedy["generated"] == ref.decode(greedy["result"]["token_ids"])
 
 
-def test_page_dtype_menu_reloads_the_model(int8_session, native):
-    switched = int8_session["to-float32"]
+def test_page_dtype_menu_reloads_the_model(two_models, native):
+    switched = two_models["to-float32"]
     assert switched["dtype"] == "float32" and switched["model"]["dtype"] == "float32"
     assert "model.safetensors" in switched["model"]["files"] and switched["weights"].startswith("float32")
-    gen = int8_session["greedy-float32"]
+    gen = two_models["greedy-float32"]
     assert gen["result"]["dtype"] == "float32"
     ids = native.encode(PROMPT)
     assert gen["result"]["token_ids"] == native.generate(ids, N_NEW, temperature=0)
+
+
+def test_page_model_menu_loads_smollm2(two_models, smollm2):
+    """Picked in the model menu, the 98 MB GGUF is downloaded as it is and loaded as stored: its Q4_1 and
+    Q8_0 blocks on the GPU (no float copy), the tokenizer and chat template from its metadata, without numpy."""
+    t = two_models["to-smollm2"]
+    m = t["model"]
+    assert not t["error"], t["error"]
+    assert (m["id"], m["format"], m["dtype"], m["architecture"]) == (smollm2.stem, "gguf", "Q4_1", "llama")
+    assert m["files"] == [smollm2.name] and m["download_bytes"] == smollm2.stat().st_size
+    assert (m["n_layer"], m["n_embd"], m["n_head"], m["n_kv_head"], m["vocab_size"]) == (30, 576, 9, 3, 49152)
+    assert m["chat_template"] and t["mode"] == "chat" and t["dtype"] == "Q4_1"
+    assert m["weight_bytes"] < 1.0 * smollm2.stat().st_size  # the blocks as stored: ~0.7 bytes a weight
+    assert t["weights"].startswith("Q4_1 (GGUF, as stored): downloaded 93.8 MiB")
+    state = json.loads(two_models["smol-state"]["results"])
+    assert state == dict(matrices=["QuantGpu Q4_1"], embed="QuantGpu Q8_0", numpy=False, jinja2=True,
+                         speedups=False, native_escape=True)
+    print(f"\nSmolLM2 in the page: {t['weights']}; loaded in {m['load_s']:.1f} s of Python "
+          f"({t['ms'] / 1000:.1f} s with the download)")
+
+
+@pytest.fixture(scope="module")
+def smol_natives(smollm2, gpu) -> list:
+    """`webtensor.load_model` of the same file on lavapipe (the default readers: gguf, tokenizers) and on the
+    CPU device."""
+    return [wt.load_model(smollm2, gpu), wt.load_model(smollm2, "cpu", reader="pure")]
+
+
+def test_page_smollm2_chat_equals_native(two_models, smol_natives):
+    """A two-turn chat typed into the page: the conversation rendered by jinja2 in Pyodide and tokenized by the
+    pure-Python BPE equals the native rendering and ids; the greedy first reply and the seeded second one are the
+    native model's tokens for the same conversation (the same calls: each turn reuses the KV cache's prefix), on
+    lavapipe and on the CPU device; special tokens never reach the text."""
+    turns = [two_models["smol-1"], two_models["smol-2"]]
+    for t in turns:
+        assert "error" not in t, t.get("error")
+    first, second = (t["result"] for t in turns)
+    assert first["text"] == "The capital of France is Paris." and first["ended"] == "eos"
+    assert first["token_ids"][-1] == 2 and len(first["token_ids"]) == SMOL_N[0]  # <|im_end|>: not shown
+    assert second["seed"] == SAMPLED["seed"] and (second["temperature"], second["top_k"]) == (0.8, 40)
+    conversation = [{"role": "user", "content": SMOL_CHAT[0]}, {"role": "assistant", "content": first["reply"]},
+                    {"role": "user", "content": SMOL_CHAT[1]}]
+    assert turns[1]["messages"] == [*conversation, {"role": "assistant", "content": second["reply"]}]
+    assert [(d["role"], d["text"]) for d in turns[1]["turns"]] == [
+        (m["role"], m["content"]) for m in turns[1]["messages"][:3]] + [("assistant", second["text"])]
+    for ref in smol_natives:
+        where = ref.device.describe()
+        assert first["prompt"] == ref.apply_chat_template(conversation[:1]), where
+        assert second["prompt"] == ref.apply_chat_template(conversation), where
+        ids = ref.apply_chat_template(conversation[:1], tokenize=True)
+        assert first["prompt_ids"] == ids and first["token_ids"] == ref.generate(ids, SMOL_N[0], reuse_prefix=True)
+        ids = ref.apply_chat_template(conversation, tokenize=True)
+        kw = {k: SAMPLED[k] for k in ("temperature", "top_k", "top_p", "seed")}
+        assert second["prompt_ids"] == ids, where
+        assert second["token_ids"] == ref.generate(ids, SMOL_N[1], reuse_prefix=True, **kw), where
+        assert second["text"] == ref.decode(second["token_ids"]) and "<|" not in second["text"]
+    assert second["token_ids"] != smol_natives[0].generate(ids, SMOL_N[1])  # really sampled
+    assert two_models["new-chat"]["turns"] == 0
+    assert Path(two_models["smol-shot"]["path"]).stat().st_size > 10_000  # the page after the chat, for people
+    print(f"\nSmolLM2 chat in the page: {first['text']!r} ({first['tokens_per_s']:.2f} tokens/s decode, prompt of "
+          f"{first['prompt_tokens']} + first token {first['prefill_s']:.1f} s); then {second['text']!r}")
 
 
 def _error_page(model_dir: Path, **options) -> dict:
     _need_browser()
     from webtensor.web.headless import run_page
 
-    out = run_page([], model_dir, timeout_s=60, expectError=True, **options)
+    out = run_page([], _served(model_dir), timeout_s=60, expectError=True, **options)
     assert not out.get("error"), out.get("error")
     return out["boot"]
 

@@ -1,10 +1,12 @@
-"""The browser path's pieces, checked natively (no browser): kernel declarations, the
-numpy-free tensor constructors, the numpy-free GPT-2 driver against GPT2, and the page server."""
+"""The browser path's pieces, checked natively (no browser): kernel declarations, the numpy-free tensor
+constructors, the page's Python (`web/app.py`: loading, completion, chat) run without numpy against
+`webtensor.load_model`, and the page server (`webtensor web`: its models, manifest, files and safety rules)."""
 
 from __future__ import annotations
 
 import array
 import json
+import re
 import struct
 import sys
 import urllib.error
@@ -18,6 +20,7 @@ import pytest
 
 import webtensor as wt
 from webtensor import quant
+from webtensor.errors import ChatTemplateError
 from webtensor.tensor import _tensor_without_numpy, from_buffer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -89,179 +92,6 @@ def test_from_buffer(where, gpu):
         from_buffer(data, (4, 2), "float32", dev)
 
 
-def test_web_gpt2_matches_native_greedy(gpu, tmp_path):
-    from gpt2_fixtures import make_checkpoint
-    from webtensor.web.gpt2_web import WebGPT2
-
-    from webtensor.models.gpt2 import GPT2
-
-    d = make_checkpoint(tmp_path / "m", vocab_size=300, n_embd=32, n_layer=2, n_head=2, n_positions=64)
-    ref = GPT2.from_pretrained(d, device=wt.Device.cpu())
-    ids = ref.encode("Once upon a time, a model")
-    want = ref.generate(ids, 12, temperature=0, stop_at_eos=False)
-    model = WebGPT2.load(d, gpu)
-    assert model.generate(ids, 12, stop_at_eos=False) == want
-    assert model.last_stats.new_tokens == 12 and model.last_stats.tokens_per_s > 0
-    a = model.generate(ids, 6, temperature=0.9, top_k=20, seed=3, stop_at_eos=False)
-    assert a == model.generate(ids, 6, temperature=0.9, top_k=20, seed=3, stop_at_eos=False)
-    with pytest.raises(wt.ContextLengthError):
-        model.generate(ids, 64)
-
-
-def test_web_gpt2_int8_from_the_served_gguf(gpu, tmp_path):
-    """The page's int8 loader (the served q8_0 GGUF, its blocks straight to the device, no numpy)
-    gives the native int8 model's tokens, greedy and sampled; float16 where the device has it."""
-    from gpt2_fixtures import make_checkpoint
-    from webtensor.web.gpt2_web import WebGPT2
-
-    from webtensor.formats.gguf_writer import write_gguf
-    from webtensor.models.gpt2 import GPT2
-
-    d = make_checkpoint(tmp_path / "m", vocab_size=300, n_embd=96, n_layer=2, n_head=2, n_positions=64)
-    page = tmp_path / "page"
-    page.mkdir()
-    for f in ("config.json", "tokenizer.json"):
-        (page / f).write_bytes((d / f).read_bytes())
-    write_gguf(d, page / "model.q8_0.gguf")
-    ref = GPT2.from_pretrained(d, device=gpu, dtype="int8")
-    ids = ref.encode("Once upon a time, a model")
-    model = WebGPT2.load(page, gpu, dtype="int8")
-    assert model.dtype == "int8" and type(model.wte).__name__ == "QuantGpu" and model.wte.qtype == "Q8_0"
-    assert model.weight_bytes < 0.4 * WebGPT2.load(d, gpu).weight_bytes  # matrices at 34/32 bytes, not 4
-    want = ref.generate(ids, 12, temperature=0, stop_at_eos=False)
-    assert model.generate(ids, 12, stop_at_eos=False) == want
-    assert want == GPT2.from_pretrained(d, device=wt.Device.cpu(), dtype="int8").generate(
-        ids, 12, temperature=0, stop_at_eos=False)
-    kw = dict(temperature=0.9, top_k=20, seed=3, stop_at_eos=False)
-    assert model.generate(ids, 8, **kw) == ref.generate(ids, 8, **kw)
-    if gpu.has_f16:
-        m16 = WebGPT2.load(d, gpu, dtype="float16")
-        assert m16.wte.dtype is wt.float16 and m16.wpe.dtype is wt.float32
-        assert m16.generate(ids, 8, stop_at_eos=False) == GPT2.from_pretrained(d, device=gpu, dtype="float16").generate(
-            ids, 8, temperature=0, stop_at_eos=False)
-    with pytest.raises(wt.CheckpointError, match="exactly one .gguf"):
-        WebGPT2.load(d, gpu, dtype="int8")
-    with pytest.raises(wt.CheckpointError, match="not 'int4'"):
-        WebGPT2.load(d, gpu, dtype="int4")
-    f32 = tmp_path / "f32"
-    f32.mkdir()
-    for f in ("config.json", "tokenizer.json"):
-        (f32 / f).write_bytes((d / f).read_bytes())
-    write_gguf(d, f32 / "model.gguf", "f32")
-    with pytest.raises(wt.CheckpointError, match="is F32; the page's int8 model reads Q8_0"):
-        WebGPT2.load(f32, gpu, dtype="int8")
-
-
-def test_server_serves_int8(server):
-    """?dtype=int8: config + tokenizer + the q8_0 GGUF (no safetensors), about a quarter of the bytes."""
-    from webtensor.formats.gguf_pure import GGUFFile
-
-    man = json.loads(_get(server + "model/manifest.json")[1])
-    assert man["dtype"] == "float32" and man["dtypes"] == ["float32", "float16", "int8"]
-    q8 = json.loads(_get(server + "model/manifest.json?dtype=int8")[1])
-    names = [f["name"] for f in q8["files"]]
-    assert q8["dtype"] == "int8" and "model.q8_0.gguf" in names and not any(n.endswith(".safetensors") for n in names)
-    assert q8["float32_bytes"] == sum(f["size"] for f in man["files"])
-    status, body, _ = _get(server + "model/model.q8_0.gguf")
-    assert status == 200 and len(body) == next(f["size"] for f in q8["files"] if f["name"] == "model.q8_0.gguf")
-    f = GGUFFile.from_bytes(body)
-    assert f.tensors["token_embd.weight"].type_name == "Q8_0" and f.tensors["position_embd.weight"].type_name == "F32"
-    f32 = next(f["size"] for f in man["files"] if f["name"] == "model.safetensors")
-    assert len(body) < 0.45 * f32
-    status, body, _ = _get(server + "model/manifest.json?dtype=int4")
-    assert status == 404 and b"unknown dtype 'int4'" in body
-
-
-def test_server_int8_of_a_bad_checkpoint_says_why(tmp_path):
-    from gpt2_fixtures import make_checkpoint
-
-    from webtensor.web.server import WebApp
-
-    pyo = tmp_path / "pyodide"
-    pyo.mkdir()
-    (pyo / "pyodide.js").write_text("// stand-in")
-    (pyo / "pyodide.asm.wasm").write_bytes(b"\0asm")
-    d = make_checkpoint(tmp_path / "m", vocab_size=300, n_embd=32, n_layer=1, n_head=2, n_positions=32)
-    (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:2000])
-    app = WebApp(d, pyo)
-    assert app.manifest("float32")["files"]  # the float page still gets its files (and says what is wrong)
-    for _ in range(2):  # written once: the error is kept
-        with pytest.raises(web_setup_error(), match="int8 \\(q8_0\\) weights could not be written"):
-            app.manifest("int8")
-    with pytest.raises(wt.UsageError, match="dtype"):
-        WebApp(d, pyo, dtype="int4")
-
-
-def web_setup_error() -> type:
-    from webtensor.web.server import SetupError
-
-    return SetupError
-
-
-@pytest.fixture()
-def server(tmp_path):
-    from gpt2_fixtures import make_checkpoint
-
-    from webtensor.web.server import serve_in_thread
-
-    pyo = tmp_path / "pyodide"
-    pyo.mkdir()
-    (pyo / "pyodide.js").write_text("// stand-in")
-    (pyo / "pyodide.asm.wasm").write_bytes(b"\0asm")
-    model = make_checkpoint(tmp_path / "m", vocab_size=300, n_embd=32, n_layer=1, n_head=2, n_positions=32)
-    srv, url = serve_in_thread(model_dir=model, pyodide_dir=pyo)
-    yield url
-    srv.shutdown()
-    srv.server_close()
-
-
-def _get(url: str) -> tuple[int, bytes, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as r:
-            return r.status, r.read(), r.headers.get("Content-Type", "")
-    except urllib.error.HTTPError as e:
-        return e.code, e.read(), ""
-
-
-def test_server_routes(server):
-    status, body, ctype = _get(server)
-    assert status == 200 and b"webtensor" in body and ctype.startswith("text/html")
-    for name in ("app.js", "gpu_helper.js", "pyodide/pyodide.js"):
-        assert _get(server + name)[0] == 200, name
-    assert _get(server + "pyodide/pyodide.asm.wasm")[2] == "application/wasm"
-    status, body, _ = _get(server + "webtensor.zip")
-    names = zipfile.ZipFile(BytesIO(body)).namelist()
-    assert "webtensor/__init__.py" in names and "webtensor/backends/wgpu/kernels/matmul.wgsl" in names
-    assert "webtensor/backends/wgpu/gpu_helper.js" in names
-    assert not any("/shipped/" in n or "__pycache__" in n for n in names)
-    man = json.loads(_get(server + "model/manifest.json")[1])
-    assert {f["name"] for f in man["files"]} >= {"config.json", "model.safetensors", "tokenizer.json"}
-    assert _get(server + "model/model.safetensors")[0] == 200
-    for bad in ("pyodide/../../etc/passwd", "pyodide/%2e%2e/x", "model/../config.json", "etc/passwd",
-                "web/server.py"):
-        assert _get(server + bad)[0] == 404, bad
-
-
-def test_server_needs_pyodide(tmp_path, monkeypatch):
-    from webtensor.web import server as web_server
-
-    monkeypatch.delenv("WEBTENSOR_PYODIDE_DIR", raising=False)
-    monkeypatch.setattr(web_server, "PACKAGE_DIR", tmp_path / "nowhere" / "src" / "webtensor")
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(web_server.SetupError, match="setup.sh --web"):
-        web_server.find_pyodide()
-
-
-def test_cli_has_web_command(capsys):
-    from webtensor.cli import main
-
-    with pytest.raises(SystemExit) as e:
-        main(["web", "--help"])
-    assert e.value.code == 0
-    out = capsys.readouterr().out
-    assert "--port" in out and "--no-open" in out and "127.0.0.1" in out
-
-
 # -- the page's inputs: checked as `webtensor generate` checks its flags ----------------------------
 PAGE_BAD = [  # (the form's field, the text typed, the CLI flag)
     ("max_new_tokens", "0", "-n"), ("max_new_tokens", "many", "-n"), ("max_new_tokens", "", "-n"),
@@ -274,17 +104,15 @@ GOOD_FIELDS = dict(max_new_tokens="5", temperature="0.8", top_k="40", top_p="0.9
 
 @pytest.fixture(scope="module")
 def page_model(tmp_path_factory, gpu):
+    """A small GPT-2 checkpoint and the model the page makes of it (the pure-Python readers)."""
     from gpt2_fixtures import make_checkpoint
-    from webtensor.web.gpt2_web import WebGPT2
 
     d = make_checkpoint(tmp_path_factory.mktemp("page"), vocab_size=300, n_embd=32, n_layer=1, n_head=2,
                         n_positions=32)
-    return d, WebGPT2.load(d, gpu)
+    return d, wt.load_model(d, gpu, "float32", reader="pure")
 
 
 def _cli_error(capsys, model_dir, prompt: str, argv: list[str]) -> str:
-    import re
-
     from webtensor.cli import main
 
     capsys.readouterr()
@@ -349,3 +177,391 @@ def test_page_generate_entry_point(page_model):
         assert isinstance(fresh["seed"], int) and fresh["top_k"] is None and fresh["top_p"] is None
     finally:
         app._state.update(device=None, model=None)
+
+
+# -- the page's Python, natively and without numpy, against `webtensor.load_model` -------------------------
+PAGE_PYTHON = r"""
+import asyncio, json, sys
+sys.modules["numpy"] = None  # the page (Pyodide) has no numpy: any import of it fails
+from webtensor.device import Device
+from webtensor.web import app
+
+app._state["device"] = Device.wgpu()
+out = []
+for c in json.loads(sys.argv[1]):
+    run = lambda call: json.loads(asyncio.run(call))
+    info = run(app.load_model(c["path"], None, c["dtype"]))
+    greedy = run(app.generate(c["prompt"], str(c["n"]), "0", ""))
+    sampled = run(app.generate(c["prompt"], str(c["n"]), "0.8", "7", None, "40", "0.9"))
+    turn1 = run(app.chat(json.dumps(c["chat"][:1]), str(c["n"]), "0"))
+    turn2 = run(app.chat(json.dumps([*c["chat"][:1], {"role": "assistant", "content": turn1["reply"]},
+                                     *c["chat"][1:]]), str(c["n"]), "0.8", "7", None, "40", "0.9"))
+    out.append(dict(info=info, greedy=greedy, sampled=sampled, turns=[turn1, turn2]))
+print(json.dumps(dict(cases=out, numpy=sys.modules["numpy"] is not None)))
+"""
+CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+          "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+CHAT = [{"role": "user", "content": "What is the capital of France?"}, {"role": "user", "content": "And of Germany?"}]
+
+
+def _native_run(model, prompt: str, n: int) -> dict:
+    """What PAGE_PYTHON does, on a native model: the same calls in the same order (the chat turns reuse the
+    KV cache's prefix, as the page's do)."""
+    sampled = dict(temperature=0.8, top_k=40, top_p=0.9, seed=7)
+    ids = model.encode(prompt)
+    out = dict(prompt_ids=ids, greedy=model.generate(ids, n), sampled=model.generate(ids, n, **sampled), turns=[])
+    conv = CHAT[:1]
+    for i, kw in enumerate(({}, sampled)):
+        ids = model.apply_chat_template(conv, add_generation_prompt=True, tokenize=True)
+        new = model.generate(ids, n, reuse_prefix=True, **kw)
+        out["turns"].append(dict(prompt=model.apply_chat_template(conv), prompt_ids=ids, token_ids=new))
+        reply = model.decode(new).split("\nUser:")[0].strip()  # (the plain template's stop)
+        conv = [*conv, {"role": "assistant", "content": reply}, *CHAT[1 + i:2 + i]]
+    return out
+
+
+@pytest.fixture(scope="module")
+def llama_gguf(tmp_path_factory) -> Path:
+    """A small random Llama (GQA) with a ChatML chat template, written as a Q4_1 GGUF file by webtensor's writer."""
+    from llama_fixtures import make_llama
+
+    from webtensor.formats.gguf_writer import write_gguf
+
+    root = tmp_path_factory.mktemp("llama")
+    d = make_llama(root / "hf", "llama-gqa")
+    (d / "chat_template.jinja").write_text(CHATML, encoding="utf-8")
+    return write_gguf(d, root / "tiny-llama.Q4_1.gguf", "q4_1")
+
+
+def test_page_python_without_numpy_equals_native(gpu, tmp_path, llama_gguf):
+    """The page's entry points (`app.load_model` with the pure-Python readers, `generate`, `chat`) in a process
+    where numpy cannot be imported: the shipped GPT-2 in float32 (float16 where the device has it) and in int8
+    from the q8_0 GGUF the server writes, and a Llama GGUF in Q4_1 as stored (its own chat template). Greedy and
+    seeded tokens of a completion and of a two-turn chat equal `webtensor.load_model`'s natively, on this device
+    and the CPU. (The real SmolLM2 file: the browser test.)"""
+    import subprocess
+
+    from webtensor.formats.gguf_writer import gguf_bytes
+    from webtensor.web.server import default_model_dir
+
+    (tmp_path / "int8").mkdir()
+    (tmp_path / "int8" / "model.q8_0.gguf").write_bytes(gguf_bytes(default_model_dir(), "q8_0"))
+    cases = [(str(default_model_dir()), "float32", None, "float32"),
+             *([(str(default_model_dir()), "float16", None, "float16")] if gpu.has_f16 else []),
+             (str(tmp_path / "int8"), "int8", None, "q8_0"), (str(llama_gguf), "Q4_1", llama_gguf, None)]
+    page = [dict(path=p, dtype=d, prompt="It is a truth universally acknowledged", n=6, chat=CHAT)
+            for p, d, _, _ in cases]
+    run = subprocess.run([sys.executable, "-c", PAGE_PYTHON, json.dumps(page)], capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["numpy"] is False
+    for (_, dtype, source, native_dtype), res in zip(cases, got["cases"], strict=True):
+        info = res["info"]
+        if source is None:  # the shipped GPT-2: no chat template, the plain one
+            assert (info["architecture"], info["dtype"], info["chat_template"]) == ("gpt2", dtype, False)
+            assert res["turns"][0]["prompt"] == "User: What is the capital of France?\nAssistant:"
+        else:
+            assert (info["architecture"], info["dtype"], info["chat_template"]) == ("llama", "Q4_1", True)
+            assert res["turns"][0]["prompt"] == "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n" \
+                                                "<|im_start|>assistant\n"
+        for dev in (gpu, wt.Device.cpu()):
+            ref = wt.load_model(source, dev, native_dtype)
+            want = _native_run(ref, "It is a truth universally acknowledged", 6)
+            where = f"{dtype} on {dev.describe()}"
+            assert res["greedy"]["prompt_ids"] == want["prompt_ids"], where
+            assert res["greedy"]["token_ids"] == want["greedy"], where
+            assert res["sampled"]["token_ids"] == want["sampled"] and want["sampled"] != want["greedy"], where
+            for turn, w in zip(res["turns"], want["turns"], strict=True):
+                assert (turn["prompt"], turn["prompt_ids"]) == (w["prompt"], w["prompt_ids"]), where
+                n = len(turn["token_ids"])  # (fewer where a stop string ended the turn)
+                assert turn["token_ids"] == w["token_ids"][:n] and (n == 6 or turn["ended"] != "length"), where
+
+
+class _Spelled:
+    """A stand-in model whose generation spells fixed tokens (one character each): `app._stream`'s stop and EOS
+    handling, checked without a model."""
+
+    def __init__(self, text: str, eos: bool = False):
+        self.pieces, self.eos_ids, self.asked = list(text) + (["<eos>"] if eos else []), frozenset([len(text)]), 0
+        self.tokenizer = self
+
+    def token_bytes(self, i: int) -> bytes:
+        return b"" if self.pieces[i] == "<eos>" else self.pieces[i].encode()
+
+    def generate_ids(self, ids, n, **kw):
+        for i in range(min(n, len(self.pieces))):
+            self.asked += 1
+            yield i
+
+
+@pytest.mark.parametrize("text, stops, n, want, ended, asked", [
+    ("Hi there.\nUser: more", ["\nUser:", "\nSystem:"], 30, "Hi there.", "stop", 15),
+    ("Hi.\nUsers unite", ["\nUser:"], 30, "Hi.\nUsers unite", "length", 15),  # a partial stop is let go
+    ("Hello", ["\nUser:"], 3, "Hel", "length", 3),
+    ("Bye", [], 30, "Bye", "eos", 4),
+])
+def test_page_stream_stops(text, stops, n, want, ended, asked):
+    """Streamed text never shows a stop string, even in part; generation ends at it (no token after it is asked
+    for), at EOS (not shown) or at the token limit."""
+    from webtensor.sampling import SamplingParams
+    from webtensor.web import app
+
+    model = _Spelled(text, eos=ended == "eos")
+    shown: list[str] = []
+    got, why, st = app._stream(model, [1], n, SamplingParams(0.0), lambda p, k, tps: shown.append(p), stops)
+    assert (got, why, "".join(shown)) == (want, ended, want)
+    assert model.asked == asked == st.new_tokens
+
+
+def test_page_chat_checks(page_model, capsys):
+    """A chat turn's fields are refused with the CLI's messages; a conversation that leaves no room for a reply,
+    an empty one, bad text and a message without a role are refused with one line each."""
+    from webtensor.web.app import check_chat
+
+    d, model = page_model
+    msgs = [{"role": "user", "content": "Hello"}]
+    with pytest.raises(wt.SamplingError) as e:
+        check_chat(model, msgs, "0", "0")
+    assert str(e.value) == _cli_error(capsys, d, "Hello", ["-n", "0"])
+    with pytest.raises(wt.SamplingError) as e:
+        check_chat(model, msgs, "5", "0", top_p="2")
+    assert str(e.value) == _cli_error(capsys, d, "Hello", ["--top-p", "2"])
+    req = check_chat(model, msgs, "500", "0", seed="3")
+    assert req["prompt"] == "User: Hello\nAssistant:" and req["ids"] == model.apply_chat_template(msgs, tokenize=True)
+    assert req["max_new_tokens"] == 32 - len(req["ids"]) and req["seed"] == 3  # what the context leaves
+    with pytest.raises(wt.ContextLengthError, match=r"the conversation is \d+ tokens, the model's context 32 "
+                                                    "positions: start a new chat"):
+        check_chat(model, [{"role": "user", "content": "Once upon a time, " * 10}], "5", "0")
+    with pytest.raises(wt.SamplingError, match="a chat needs a list of messages"):
+        check_chat(model, [], "5", "0")
+    with pytest.raises(wt.SamplingError, match="not valid UTF-8"):
+        check_chat(model, [{"role": "user", "content": "bad \udcff"}], "5", "0")
+    with pytest.raises(ChatTemplateError, match="message 0 has no 'role' string"):
+        check_chat(model, [{"content": "beep"}], "5", "0")
+
+
+# -- the server: several models, their manifest and files, and nothing else ---------------------------------
+def _pyodide_stand_in(root: Path) -> Path:
+    pyo = root / "pyodide"
+    pyo.mkdir()
+    (pyo / "pyodide.js").write_text("// stand-in")
+    (pyo / "pyodide.asm.wasm").write_bytes(b"\0asm")
+    return pyo
+
+
+@pytest.fixture()
+def served(tmp_path, llama_gguf):
+    """A server for a GPT-2 checkpoint directory (with a stray file the page must not reach) and a GGUF file."""
+    from gpt2_fixtures import make_checkpoint
+
+    from webtensor.web.server import serve_in_thread
+
+    model = make_checkpoint(tmp_path / "tiny-gpt2", vocab_size=300, n_embd=32, n_layer=1, n_head=2, n_positions=32)
+    (model / "secret.txt").write_text("not a model file")
+    (model / "additional_chat_templates").mkdir()
+    (model / "additional_chat_templates" / "terse.jinja").write_text("{{ messages[0]['content'] }}")
+    srv, url = serve_in_thread(models=[model, llama_gguf], pyodide_dir=_pyodide_stand_in(tmp_path))
+    yield url, model
+    srv.shutdown()
+    srv.server_close()
+
+
+def _get(url: str) -> tuple[int, bytes, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.status, r.read(), r.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(), ""
+
+
+def test_server_lists_every_model(served, llama_gguf):
+    """The manifest: the models in the order given, then the shipped one; a float checkpoint in float32 /
+    float16 / int8 (its files; the int8 GGUF's size once written), a GGUF file as stored (its weight type)."""
+    from webtensor.web.server import default_model_dir
+
+    url, model = served
+    man = json.loads(_get(url + "model/manifest.json")[1])
+    assert [m["id"] for m in man["models"]] == ["tiny-gpt2", "tiny-llama.Q4_1", "webtensor-shipped"]
+    assert man["default"] == dict(model="tiny-gpt2", dtype="float32")
+    gpt2, llama, shipped = man["models"]
+    assert gpt2["format"] == "safetensors" and gpt2["dtypes"] == ["float32", "float16", "int8"]
+    names = [f["name"] for f in gpt2["files"]["float32"]]
+    assert set(names) == {"config.json", "generation_config.json", "tokenizer.json", "model.safetensors",
+                          "additional_chat_templates/terse.jinja"}
+    assert all(f["size"] == (model / f["name"]).stat().st_size for f in gpt2["files"]["float32"])
+    assert gpt2["files"]["float16"] == gpt2["files"]["float32"]
+    assert gpt2["files"]["int8"] == [dict(name="model.q8_0.gguf", size=None)]  # not written yet
+    assert llama == dict(id="tiny-llama.Q4_1", name="tiny-llama.Q4_1.gguf", format="gguf", stored="Q4_1",
+                         dtypes=["Q4_1"], files={"Q4_1": [dict(name=llama_gguf.name, size=llama_gguf.stat().st_size)]})
+    assert shipped["name"] == "webtensor shipped GPT-2"
+    assert {f["name"] for f in shipped["files"]["float32"]} == {
+        p.name for p in default_model_dir().iterdir() if p.suffix in (".json", ".safetensors", ".txt")}
+    status, body, _ = _get(url + "model/tiny-llama.Q4_1/tiny-llama.Q4_1.gguf")
+    assert status == 200 and body == llama_gguf.read_bytes()
+    assert _get(url + "model/tiny-gpt2/additional_chat_templates/terse.jinja")[1] == b"{{ messages[0]['content'] }}"
+
+
+def test_server_serves_int8(served):
+    """A float checkpoint's int8: the q8_0 GGUF the server writes once (matrices in Q8_0, ~a quarter of the
+    float32 bytes), its size in the manifest after."""
+    from webtensor.formats.gguf_pure import GGUFFile
+
+    url, model = served
+    status, body, _ = _get(url + "model/webtensor-shipped/model.q8_0.gguf")
+    assert status == 200
+    f = GGUFFile.from_bytes(body)
+    assert f.tensors["token_embd.weight"].type_name == "Q8_0" and f.tensors["position_embd.weight"].type_name == "F32"
+    shipped = json.loads(_get(url + "model/manifest.json")[1])["models"][-1]
+    assert shipped["files"]["int8"] == [dict(name="model.q8_0.gguf", size=len(body))]
+    f32 = next(f["size"] for f in shipped["files"]["float32"] if f["name"] == "model.safetensors")
+    assert len(body) < 0.45 * f32
+    assert _get(url + "model/webtensor-shipped/model.q8_0.gguf")[1] == body  # kept, not written again
+
+
+def test_server_reaches_only_served_files(served):
+    url, _ = served
+    assert _get(url + "model/tiny-gpt2/config.json")[0] == 200
+    for bad in ("model/tiny-gpt2/secret.txt", "model/tiny-gpt2/../tiny-gpt2/config.json", "model/tiny-gpt2/",
+                "model/tiny-gpt2", "model/other/config.json", "model/tiny-llama.Q4_1/model.q8_0.gguf",
+                "model/tiny-llama.Q4_1/config.json", "model/webtensor-shipped/README.md",
+                "model/tiny-gpt2/%2e%2e/%2e%2e/etc/passwd", "model/..%2f..%2fetc/passwd", "model/config.json",
+                "pyodide/../../etc/passwd", "pyodide/%2e%2e/x", "etc/passwd", "web/server.py"):
+        status, body, _ = _get(url + bad)
+        assert status == 404, bad
+        assert b"not a model" not in body
+
+
+def test_server_routes(served):
+    url, _ = served
+    status, body, ctype = _get(url)
+    assert status == 200 and b"webtensor" in body and ctype.startswith("text/html")
+    for name in ("app.js", "gpu_helper.js", "pyodide/pyodide.js"):
+        assert _get(url + name)[0] == 200, name
+    assert _get(url + "pyodide/pyodide.asm.wasm")[2] == "application/wasm"
+
+
+def test_page_zip_carries_jinja2_and_markupsafe():
+    """webtensor's sources plus jinja2's and markupsafe's .py files and BSD licenses; markupsafe's C speedups,
+    the shipped model and caches left out."""
+    from webtensor.web.server import package_zip
+
+    z = zipfile.ZipFile(BytesIO(package_zip()))
+    names = set(z.namelist())
+    assert {"webtensor/__init__.py", "webtensor/backends/wgpu/kernels/matmul.wgsl", "webtensor/chat.py",
+            "webtensor/backends/wgpu/gpu_helper.js", "jinja2/__init__.py", "jinja2/sandbox.py",
+            "markupsafe/__init__.py", "markupsafe/_native.py"} <= names
+    assert not any("/shipped/" in n or "__pycache__" in n or "_speedups" in n for n in names)
+    assert {n.split("/")[0] for n in names} == {"webtensor", "jinja2", "markupsafe"}
+    for pkg in ("jinja2", "markupsafe"):
+        text = z.read(f"{pkg}/LICENSE.txt").decode()
+        assert "Redistribution and use in source and binary forms" in text and "Pallets" in text
+
+
+def test_served_model_forms(tmp_path, monkeypatch, llama_gguf):
+    """`--model` takes a checkpoint directory, a .gguf file, a directory holding one, or an id in the local
+    Hugging Face cache; ids are unique and the same checkpoint twice is served once."""
+    import shutil
+
+    from webtensor.web.server import WebApp, default_model_dir, served_model
+
+    cache = tmp_path / "hub"
+    snap = cache / "models--someone--tiny-chat" / "snapshots" / "0123abcd"
+    shutil.copytree(default_model_dir(), snap)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    by_id = served_model("someone/tiny-chat")
+    assert (by_id.id, by_id.name, by_id.path, by_id.gguf) == ("someone--tiny-chat", "someone/tiny-chat",
+                                                              snap.resolve(), False)
+    one = tmp_path / "one-gguf"
+    one.mkdir()
+    shutil.copy(llama_gguf, one / "m.gguf")
+    assert served_model(one).files == {"m.gguf": (one / "m.gguf").resolve()}
+    app = WebApp(["someone/tiny-chat", llama_gguf, str(llama_gguf), one, None], _pyodide_stand_in(tmp_path))
+    assert list(app.models) == ["someone--tiny-chat", "tiny-llama.Q4_1", "m", "webtensor-shipped"]
+    with pytest.raises(wt.CheckpointError, match="not in the local Hugging Face cache"):
+        served_model("someone/absent")
+    with pytest.raises(wt.UsageError, match="dtype"):
+        WebApp([], app.pyodide_dir, dtype="int4")
+
+
+def test_server_int8_of_a_bad_checkpoint_says_why(tmp_path):
+    from gpt2_fixtures import make_checkpoint
+
+    from webtensor.web.server import SetupError, WebApp
+
+    d = make_checkpoint(tmp_path / "m", vocab_size=300, n_embd=32, n_layer=1, n_head=2, n_positions=32)
+    (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:2000])
+    app = WebApp([d], _pyodide_stand_in(tmp_path))
+    assert app.manifest()["models"][0]["files"]["float32"]  # the float page still gets its files (and says why)
+    for _ in range(2):  # written once: the error is kept
+        with pytest.raises(SetupError, match="int8 \\(q8_0\\) weights of m could not be written"):
+            app.model_file("m", "model.q8_0.gguf")
+    assert app.model_file("m", "config.json") == d / "config.json"
+    with pytest.raises(SetupError, match="m has no file 'secret.txt'"):
+        app.model_file("m", "secret.txt")
+
+
+def test_server_needs_pyodide(tmp_path, monkeypatch):
+    from webtensor.web import server as web_server
+
+    monkeypatch.delenv("WEBTENSOR_PYODIDE_DIR", raising=False)
+    monkeypatch.setattr(web_server, "PACKAGE_DIR", tmp_path / "nowhere" / "src" / "webtensor")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(web_server.SetupError, match="setup.sh --web"):
+        web_server.find_pyodide()
+
+
+# -- the command line ---------------------------------------------------------------------------------------
+def test_cli_has_web_command(capsys):
+    from webtensor.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["web", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "--port" in out and "--no-open" in out and "127.0.0.1" in out and ".gguf" in out
+
+
+def test_cli_web_serves_the_models_given(tmp_path, llama_gguf):
+    """`webtensor web --model FILE.gguf --model DIR`: the page's manifest lists both, then the shipped model."""
+    import os
+    import signal
+    import subprocess
+
+    from gpt2_fixtures import make_checkpoint
+
+    d = make_checkpoint(tmp_path / "tiny-gpt2", vocab_size=300, n_embd=32, n_layer=1, n_head=2, n_positions=32)
+    env = {**os.environ, "PYTHONPATH": str(Path(wt.__file__).resolve().parents[1])}
+    p = subprocess.Popen([sys.executable, "-m", "webtensor", "web", "--no-open", "--port", "0", "--model",
+                          str(llama_gguf), "-m", str(d), "--pyodide", str(_pyodide_stand_in(tmp_path))],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        first = p.stdout.readline()
+        assert first.startswith("webtensor web: serving http://127.0.0.1:"), first + p.stderr.read()
+        url = first.split()[3]
+        man = json.loads(_get(url + "model/manifest.json")[1])
+        assert [m["id"] for m in man["models"]] == ["tiny-llama.Q4_1", "tiny-gpt2", "webtensor-shipped"]
+        assert man["default"] == dict(model="tiny-llama.Q4_1", dtype="Q4_1")
+    finally:
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=30)
+    assert p.returncode == 130
+
+
+def test_cli_web_refuses_bad_models(tmp_path, capsys, llama_gguf):
+    """Each bad --model is one line and exit 1, before anything is served."""
+    from webtensor.cli import main
+
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(llama_gguf.read_bytes()[:5000])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cases = [(str(cut), r"cut\.gguf"), (str(empty), "empty is not a checkpoint directory \\(no config.json\\)"),
+             ("/nonexistent/ckpt", "checkpoint directory /nonexistent/ckpt does not exist"),
+             ("nobody/nothing", "model 'nobody/nothing' is not in the local Hugging Face cache")]
+    for model, pattern in cases:
+        capsys.readouterr()
+        assert main(["web", "--no-open", "--port", "0", "-m", str(llama_gguf), "--model", model]) == 1, model
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and err.startswith("webtensor: error: "), err
+        assert re.search(pattern, err), err

@@ -1,5 +1,5 @@
 """What the web page calls into (from JavaScript, through Pyodide): device set-up, model loading,
-streamed generation, and the self-tests and benchmarks the headless-Chromium tests drive.
+streamed completion and chat, and the self-tests and benchmarks the headless-Chromium tests drive.
 
 Every entry point that may touch the GPU is `async` and JavaScript calls it with `callPromising`,
 so that readbacks can block on the GPU through JSPI (see `browser_gpu`). Results cross back to
@@ -12,17 +12,19 @@ import gc
 import json
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import validate
+from ..chat import stops_for
 from ..device import Device
+from ..errors import ContextLengthError, SamplingError
 from ..sampling import SamplingParams, with_seed
-from ..text.tokenizer import stream_text
+from ..serve.textstream import TextStream
 from . import DTYPES
 
-_state: dict[str, Any] = {"device": None, "model": None}
+_state: dict[str, Any] = {"device": None, "model": None, "dtype": None}  # dtype: the page's name for the weights
 
 
 @dataclass
@@ -46,7 +48,8 @@ class GenerationStats:
                     token_ids=list(self.token_ids))
 
 
-def timed(model: Any, ids: list[int], max_new_tokens: int, stats: GenerationStats, **kw: Any) -> Iterator[int]:
+def timed(model: Any, ids: list[int], max_new_tokens: int, stats: GenerationStats,
+          **kw: Any) -> Generator[int, None, None]:
     """`model.generate_ids`, timing the prompt pass and the decode steps into `stats`."""
     t0 = time.perf_counter()
     for tok in model.generate_ids(ids, max_new_tokens, **kw):
@@ -66,7 +69,7 @@ def _opt(x: Any) -> Any:
 
 
 def _device() -> Device:
-    dev = _state["device"]
+    dev: Device | None = _state["device"]
     if dev is None:
         raise RuntimeError("call init() first")
     return dev
@@ -82,10 +85,11 @@ async def init(max_binding_bytes: int | None = None) -> str:
                            binding_bytes=dev.max_binding_bytes(), features=sorted(dev.ctx.api.features)))
 
 
-async def load_model(model_path: str, on_progress: Any = None, dtype: Any = "float32") -> str:
+async def load_model(model_path: str, on_progress: Any = None, dtype: Any = None) -> str:
     """Load the model at `model_path` (Pyodide's file system: a checkpoint folder, a .gguf file, or a folder holding
-    one) onto the device with webtensor's one loader (its pure-Python readers), in `dtype` (`DTYPES`; a GGUF file
-    loads as stored: its quantized blocks uploaded as they are); a model loaded before is dropped first."""
+    one) onto the device with webtensor's one loader (its pure-Python readers): a float checkpoint in `dtype`
+    (`DTYPES`; None: float32), a GGUF file as stored (its quantized blocks uploaded as they are; `dtype` is its
+    stored type, only reported). A model loaded before is dropped first. JSON of the model's facts."""
     from ..formats.gguf_reader import find_gguf
     from ..models import load_model as load
 
@@ -95,21 +99,28 @@ async def load_model(model_path: str, on_progress: Any = None, dtype: Any = "flo
         if on_progress is not None:
             on_progress(name, done, total)
 
-    _state["model"] = None  # its buffers go back to the device's pool before the new weights arrive
+    _state["model"] = _state["dtype"] = None  # its buffers go back to the device's pool before the new weights arrive
     gc.collect()
-    dtype = _opt(dtype) or "float32"
-    if dtype not in DTYPES:
-        raise ValueError(f"the page loads a model in {', '.join(DTYPES)}, not {dtype!r}")
+    dtype = _opt(dtype)
     as_stored = find_gguf(model_path) is not None
-    model = load(model_path, _device(), None if as_stored else dtype, progress=progress, reader="pure")
-    _state["model"] = model
+    if not as_stored and (dtype or "float32") not in DTYPES:
+        raise ValueError(f"the page loads a float checkpoint in {', '.join(DTYPES)}, not {dtype!r}")
+    model = load(model_path, _device(), None if as_stored else dtype or "float32", progress=progress, reader="pure")
+    _state["model"], _state["dtype"] = model, (dtype or "as stored") if as_stored else dtype or "float32"
     s = model.spec
     n_params = sum(math.prod(t.shape) for t in model.family.tensors(model.config).values())
     return json.dumps(dict(architecture=s.architecture, n_layer=s.n_layer, n_embd=s.width, n_head=s.n_head,
                            n_kv_head=s.n_kv_head, vocab_size=s.vocab_size, n_positions=model.n_ctx, n_params=n_params,
-                           tokenizer=model.tokenizer.kind, dtype=model.dtype or "as stored",
-                           chat=model.chat_template is not None, weight_bytes=model.weight_bytes,
+                           tokenizer=model.tokenizer.kind, dtype=_state["dtype"],
+                           chat_template=model.chat_template is not None, weight_bytes=model.weight_bytes,
                            load_s=time.perf_counter() - t0))
+
+
+def _model() -> Any:
+    model = _state["model"]
+    if model is None:
+        raise RuntimeError("no model is loaded")
+    return model
 
 
 def _field(x: Any, parse: type, blank: Any = "") -> Any:
@@ -142,30 +153,86 @@ def check_request(model: Any, prompt: Any, max_new_tokens: Any, temperature: Any
     return dict(ids=ids, run_ids=run_ids, max_new_tokens=n_new, temperature=t, top_k=k, top_p=p, seed=s)
 
 
+def _stream(model: Any, ids: list[int], n_new: int, params: SamplingParams, on_piece: Any,
+            stops: Sequence[str] = (), **kw: Any) -> tuple[str, str, GenerationStats]:
+    """Generate after `ids`, calling `on_piece(text, n_new_tokens, tokens_per_s)` as text forms (special tokens
+    never shown; text that may begin a stop string held back until it is known not to). (the text, why it ended:
+    "eos", "stop" or "length", the stats)."""
+    st = GenerationStats(prompt_tokens=len(ids), seed=params.seed)
+    gen = timed(model, ids, n_new, st, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
+                seed=params.seed, **kw)
+    text = TextStream(stops)
+    pieces = []
+    try:
+        for tok in gen:
+            pieces.append(text.push(model.tokenizer.token_bytes(tok)))
+            if pieces[-1] and on_piece is not None:
+                on_piece(pieces[-1], st.new_tokens, st.tokens_per_s)
+            if text.stopped:
+                break
+    finally:
+        gen.close()  # (a stop string: the tokens after it are not generated)
+    pieces.append(text.finish())
+    if pieces[-1] and on_piece is not None:
+        on_piece(pieces[-1], st.new_tokens, st.tokens_per_s)
+    ended = "stop" if text.stopped else "eos" if st.token_ids and st.token_ids[-1] in model.eos_ids else "length"
+    return "".join(pieces), ended, st
+
+
+def _reply(st: GenerationStats, params: SamplingParams, **fields: Any) -> str:
+    return json.dumps(dict(adapter=_device().ctx.info.name, stats=_device().stats(), dtype=_state["dtype"],
+                           temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
+                           **fields, **st.as_dict()))
+
+
 async def generate(prompt: str, max_new_tokens: Any = 50, temperature: Any = 0.0, seed: Any = None,
                    on_piece: Any = None, top_k: Any = None, top_p: Any = None, truncate_prompt: Any = False) -> str:
-    """Generate from `prompt`, calling `on_piece(text, n_new_tokens, tokens_per_s)` as text forms;
+    """Complete `prompt`, calling `on_piece(text, n_new_tokens, tokens_per_s)` as text forms;
     JSON of the prompt ids, new ids, text, the seed used and timings. The parameters may be the
     form fields' text; they are checked as the CLI checks them (`check_request`), the same messages."""
-    model = _state["model"]
-    if model is None:
-        raise RuntimeError("no model is loaded")
+    model = _model()
     req = check_request(model, prompt, max_new_tokens, temperature, top_k, top_p, seed, truncate_prompt)
-    tok = model.tokenizer
     params = with_seed(SamplingParams(req["temperature"], req["top_k"], req["top_p"], req["seed"]))
-    st = GenerationStats(prompt_tokens=len(req["run_ids"]), seed=params.seed)
-    gen = timed(model, req["run_ids"], req["max_new_tokens"], st, temperature=params.temperature,
-                top_k=params.top_k, top_p=params.top_p, seed=params.seed)
-    pieces = []
-    for piece in stream_text(gen, tok.token_bytes):
-        pieces.append(piece)
-        if on_piece is not None:
-            on_piece(piece, st.new_tokens, st.tokens_per_s)
-    return json.dumps(dict(prompt_ids=req["ids"], truncated_tokens=len(req["ids"]) - len(req["run_ids"]),
-                           text="".join(pieces), adapter=_device().ctx.info.name, stats=_device().stats(),
-                           dtype=model.dtype,
-                           temperature=req["temperature"], top_k=req["top_k"], top_p=req["top_p"],
-                           **st.as_dict()))
+    text, ended, st = _stream(model, req["run_ids"], req["max_new_tokens"], params, on_piece)
+    return _reply(st, params, prompt_ids=req["ids"], truncated_tokens=len(req["ids"]) - len(req["run_ids"]),
+                  text=text, ended=ended)
+
+
+def check_chat(model: Any, messages: Any, max_new_tokens: Any, temperature: Any, top_k: Any = None,
+               top_p: Any = None, seed: Any = None) -> dict[str, Any]:
+    """A chat turn's inputs checked: the sampling fields as `check_request` checks them, each message's text,
+    the conversation rendered with the model's chat template (its ids), and its fit: the reply gets at most
+    `max_new_tokens` and at least one position of the context (ContextLengthError when none is left)."""
+    n_new = validate.check_max_new_tokens(_field(max_new_tokens, int))
+    t, k, p, s = validate.check_sampling(_field(temperature, float), _field(top_k, int, None),
+                                         _field(top_p, float, None), _field(seed, int, None))
+    if not isinstance(messages, list) or not messages:
+        raise SamplingError("a chat needs a list of messages ({role, content})")
+    for m in messages:
+        validate.check_text(m.get("content") if isinstance(m, dict) else m)
+    prompt = model.apply_chat_template(messages, add_generation_prompt=True)
+    ids = validate.check_ids(model.tokenizer.encode(prompt, add_special_tokens=False), model.vocab_size)
+    room = model.n_ctx - len(ids)
+    if room < 1:
+        raise ContextLengthError(f"the conversation is {len(ids)} tokens, the model's context {model.n_ctx} "
+                                 "positions: start a new chat")
+    return dict(prompt=prompt, ids=ids, max_new_tokens=min(n_new, room), temperature=t, top_k=k, top_p=p, seed=s)
+
+
+async def chat(messages_json: str, max_new_tokens: Any = 256, temperature: Any = 0.0, seed: Any = None,
+               on_piece: Any = None, top_k: Any = None, top_p: Any = None) -> str:
+    """The assistant's next turn in the conversation `messages_json` (a JSON list of {role, content}), rendered
+    with the model's chat template (the plain one for a model without: its turns' starts are stop strings),
+    streamed to `on_piece` as `generate` streams. The conversation's earlier turns still in the KV cache are not
+    computed again. JSON: `reply` (the text, stripped: the next turn's assistant message), the rendered
+    `prompt`, its ids, the new ids, why it ended, the seed and timings."""
+    model = _model()
+    req = check_chat(model, json.loads(messages_json), max_new_tokens, temperature, top_k, top_p, seed)
+    params = with_seed(SamplingParams(req["temperature"], req["top_k"], req["top_p"], req["seed"]))
+    text, ended, st = _stream(model, req["ids"], req["max_new_tokens"], params, on_piece, stops_for(model),
+                              reuse_prefix=True)
+    return _reply(st, params, prompt=req["prompt"], prompt_ids=req["ids"], text=text, reply=text.strip(),
+                  ended=ended)
 
 
 async def run_parity(cases_json: str) -> str:

@@ -10,10 +10,13 @@
 //   {type: "bench", options}                                  options: a JSON string (app.bench)
 //   {type: "screenshot", path}
 //   {type: "python", code}                                    runs Python in the page (runPythonAsync)
-//   {type: "dtype", dtype}                                    picks the dtype menu's entry (reloads the
-//                                                             model); result: the page's model facts
+//   {type: "chat_ui", message, maxNewTokens, temperature, [topK, topP, seed, expectFail]}
+//                                                             types a chat message and clicks Send
+//   {type: "new_chat"}                                        clicks New chat
+//   {type: "dtype", dtype} / {type: "model", model}           picks the dtype / model menu's entry (reloads
+//                                                             the model); result: the page's model facts
 // Any task may carry a `name`, copied into its result.
-// Options: query: appended to the page's address ("?dtype=int8"); webgpu: false starts Chromium
+// Options: query: appended to the page's address ("?model=ID&dtype=int8"); webgpu: false starts Chromium
 // without WebGPU (no adapter); hideWebgpu: true removes navigator.gpu from the page; expectError:
 // true accepts a page that stopped on an error (its state is in `boot`).
 // Writes {boot, tasks: [...], console: [...], ms} to CONFIG.results; exits 1 on a failed task.
@@ -53,8 +56,11 @@ async function main() {
     await page.waitForFunction(() => ["ready", "error"].includes(document.body.dataset.phase));
     out.boot = await page.evaluate(() => {
       const s = window.webtensorApp.state;
-      return { phase: s.phase, info: s.info, model: s.model, error: s.error, status: document.getElementById("status").textContent,
-               weights: document.getElementById("weights").textContent, dtype: document.getElementById("dtype").value };
+      const $ = (id) => document.getElementById(id);
+      return { phase: s.phase, info: s.info, model: s.model, error: s.error, status: $("status").textContent,
+               weights: $("weights").textContent, dtype: $("dtype").value, modelMenu: $("model").value,
+               models: [...$("model").options].map((o) => o.value), dtypes: [...$("dtype").options].map((o) => o.value),
+               mode: document.body.dataset.mode, facts: $("model-facts").textContent };
     });
     out.ms.boot = Date.now() - t0;
     if (out.boot.phase !== "ready" && !cfg.expectError) {
@@ -66,6 +72,7 @@ async function main() {
       const res = { type: task.type, name: task.name };
       try {
         if (task.type === "generate_ui") {
+          await page.click("#mode-complete");
           await page.fill("#prompt", task.prompt);
           await page.fill("#max-tokens", String(task.maxNewTokens));
           await page.fill("#temperature", String(task.temperature || 0));
@@ -100,17 +107,49 @@ async function main() {
           res.results = await page.evaluate((o) => window.webtensorApp.bench(o), task.options || "{}");
         } else if (task.type === "python") {
           res.results = await page.evaluate((c) => window.webtensorApp.runPython(c), task.code);
-        } else if (task.type === "dtype") {
+        } else if (task.type === "chat_ui") {
+          await page.click("#mode-chat");
+          await page.fill("#message", task.message);
+          await page.fill("#max-tokens", String(task.maxNewTokens));
+          await page.fill("#temperature", String(task.temperature || 0));
+          for (const [key, sel] of [["topK", "#top-k"], ["topP", "#top-p"], ["seed", "#seed"]]) {
+            if (task[key] !== undefined) await page.fill(sel, task[key] === null ? "" : String(task[key]));
+          }
+          const runs = await page.evaluate(() => window.webtensorApp.state.runs);
+          await page.click("#send");
+          await page.waitForFunction((r) => window.webtensorApp.state.runs > r && !window.webtensorApp.state.busy, runs);
+          Object.assign(res, await page.evaluate(() => {
+            const err = document.getElementById("gen-error");
+            const turns = [...document.querySelectorAll("#conversation .turn")];
+            return {
+              phase: window.webtensorApp.state.phase,
+              result: window.webtensorApp.state.lastResult,
+              runError: window.webtensorApp.state.runError,
+              errorText: err.textContent,
+              errorShown: getComputedStyle(err).display !== "none",
+              turns: turns.map((t) => ({ role: t.dataset.role, text: t.textContent })),
+              messages: window.webtensorApp.state.messages,
+              speed: document.getElementById("speed").textContent,
+              status: document.getElementById("status").textContent,
+            };
+          }));
+          if (task.expectFail ? res.phase !== "failed" : res.phase !== "done") {
+            throw new Error(`chat ${task.expectFail ? "did not fail" : "failed"}: ${res.status} ${res.errorText}`);
+          }
+        } else if (task.type === "new_chat") {
+          await page.click("#new-chat");
+          res.turns = await page.evaluate(() => document.querySelectorAll("#conversation .turn").length);
+        } else if (task.type === "dtype" || task.type === "model") {
           const loads = await page.evaluate(() => window.webtensorApp.state.loads);
-          await page.selectOption("#dtype", task.dtype);
+          await page.selectOption(task.type === "dtype" ? "#dtype" : "#model", task[task.type]);
           await page.waitForFunction((n) => window.webtensorApp.state.loads > n && !window.webtensorApp.state.busy,
                                      loads);
           Object.assign(res, await page.evaluate(() => ({
             phase: window.webtensorApp.state.phase, model: window.webtensorApp.state.model,
             error: window.webtensorApp.state.error, weights: document.getElementById("weights").textContent,
-            dtype: document.getElementById("dtype").value,
+            dtype: document.getElementById("dtype").value, mode: document.body.dataset.mode,
           })));
-          if (res.phase !== "ready") throw new Error(`loading ${task.dtype} failed: ${JSON.stringify(res.error)}`);
+          if (res.phase !== "ready") throw new Error(`loading ${task[task.type]} failed: ${JSON.stringify(res.error)}`);
         } else if (task.type === "screenshot") {
           await page.screenshot({ path: task.path, fullPage: true });
           res.path = task.path;

@@ -1,10 +1,11 @@
 """Run the web page in real headless Chromium (Debian's `chromium`, driven by the npm package
 `playwright-core` through `drive.cjs`), for the tests and the browser benchmark.
 
-    python -m webtensor.web.headless [--model DIR] [--dtype float32|float16|int8] [--bench]
-        [--screenshot out/page.png] [--prompt TEXT] [--tokens N]
+    python -m webtensor.web.headless [--model DIR|FILE.gguf|ID] [--dtype float32|float16|int8] [--bench]
+        [--chat] [--screenshot out/page.png] [--prompt TEXT] [--tokens N]
 
-prints the adapter, the generated text, tokens/s and (with --bench) the per-dispatch cost.
+prints the adapter, the generated text (with --chat: the model's reply to the prompt as a chat message),
+tokens/s and (with --bench) the per-dispatch cost.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +54,14 @@ def find_node_modules() -> Path:
     return nm
 
 
-def run_page(tasks: list[dict[str, Any]], model_dir: Path | None = None, timeout_s: float = 240,
+def run_page(tasks: list[dict[str, Any]], models: Sequence[Any] = (), timeout_s: float = 240,
              work_dir: Path | None = None, **options: Any) -> dict[str, Any]:
-    """Serve the page on 127.0.0.1, open it in headless Chromium, run `tasks` (see drive.cjs) and
-    return the results. `options` go to the driver (webgpu=False, expectError=True). Raises
-    SetupError when Chromium, Node or the npm packages are missing."""
+    """Serve the page on 127.0.0.1 with `models` (sources as `webtensor web --model` takes them; the shipped
+    model is served too), open it in headless Chromium, run `tasks` (see drive.cjs) and return the results.
+    `options` go to the driver (query="?model=ID", webgpu=False, expectError=True). Raises SetupError when
+    Chromium, Node or the npm packages are missing."""
     chromium, node, nm = find_chromium(), find_node(), find_node_modules()
-    srv, url = serve_in_thread(model_dir=model_dir)
+    srv, url = serve_in_thread(models=models)
     with tempfile.TemporaryDirectory(prefix="webtensor-drive-", dir=work_dir) as td:
         cfg_path, res_path = Path(td) / "config.json", Path(td) / "results.json"
         cfg = dict(url=url, chromium=chromium, nodeModules=str(nm), results=str(res_path),
@@ -82,14 +85,17 @@ def run_page(tasks: list[dict[str, Any]], model_dir: Path | None = None, timeout
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m webtensor.web.headless", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default=None, help="checkpoint directory (default: the shipped model)")
+    p.add_argument("--model", default=None, help="a checkpoint directory, .gguf file or cached id (default: the "
+                                                 "shipped model)")
     p.add_argument("--prompt", default="It is a truth universally acknowledged")
     p.add_argument("--tokens", type=int, default=40)
     p.add_argument("--dtype", default=None, help="the weights' dtype (the page's ?dtype=; default: the server's)")
+    p.add_argument("--chat", action="store_true", help="send the prompt as a chat message instead")
     p.add_argument("--bench", action="store_true", help="also measure per-dispatch cost and decode tokens/s")
     p.add_argument("--screenshot", default=None, help="save a screenshot of the page after generation here")
     a = p.parse_args(argv)
     tasks: list[dict[str, Any]] = [
+        dict(type="chat_ui", message=a.prompt, maxNewTokens=a.tokens, temperature=0) if a.chat else
         dict(type="generate_ui", prompt=a.prompt, maxNewTokens=a.tokens, temperature=0)]
     if a.screenshot:
         Path(a.screenshot).parent.mkdir(parents=True, exist_ok=True)
@@ -98,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         opts = dict(gen=dict(prompt=a.prompt, max_new_tokens=a.tokens))
         tasks.append(dict(type="bench", options=json.dumps(opts)))
     try:
-        out = run_page(tasks, Path(a.model) if a.model else None, **({"query": f"?dtype={a.dtype}"} if a.dtype else {}))
+        out = run_page(tasks, [a.model] if a.model else [], **({"query": f"?dtype={a.dtype}"} if a.dtype else {}))
     except SetupError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -108,10 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     for t in out["tasks"]:
         if t.get("error"):
             print(f"[{t['type']}] FAILED: {t['error']}")
-        elif t["type"] == "generate_ui":
+        elif t["type"] in ("generate_ui", "chat_ui"):
             r = t["result"]
-            print(f"[generate] {r['new_tokens']} tokens, decode {r['tokens_per_s']:.2f} tokens/s, "
-                  f"prefill+first {r['prefill_s'] * 1000:.0f} ms\n{t['output']}")
+            print(f"[{t['type'][:-3]}] {r['new_tokens']} tokens, decode {r['tokens_per_s']:.2f} tokens/s, "
+                  f"prefill+first {r['prefill_s'] * 1000:.0f} ms\n{t.get('output') or r['text']}")
         elif t["type"] == "bench":
             print("[bench] " + json.dumps(t["results"], indent=1))
         elif t["type"] == "screenshot":

@@ -1,20 +1,24 @@
-"""`webtensor web`: serve the GPT-2 web page on 127.0.0.1.
+"""`webtensor web`: serve the web page (Pyodide + the browser's WebGPU) and the models it runs, on 127.0.0.1.
 
 What it serves:
     /                    index.html, app.js (this folder), gpu_helper.js (backends/wgpu)
     /pyodide/...         the Pyodide distribution from the npm package `setup.sh --web` installs
                          (node_modules/pyodide in the repository, or --pyodide DIR /
                          $WEBTENSOR_PYODIDE_DIR)
-    /webtensor.zip       webtensor's Python sources and WGSL kernels, zipped in memory (the page
-                         unpacks them into Pyodide's file system)
-    /model/manifest.json and /model/<file>
-                         the checkpoint: the model shipped with webtensor, or --model DIR
-    /model/manifest.json?dtype=int8 and /model/model.q8_0.gguf
-                         the same checkpoint for the page's int8: its matrices in llama.cpp's q8_0
-                         (a GGUF file written from the safetensors by `formats.gguf_writer` on the
-                         first request and kept in memory; ~0.27x the float32 bytes of the matrices)
-                         beside config.json and the tokenizer files
-Only files of those folders are served; nothing else on the machine is reachable through it.
+    /webtensor.zip       webtensor's Python sources and WGSL kernels, with jinja2 and markupsafe (the
+                         chat templates; pure Python, their BSD licenses beside them), zipped in memory:
+                         the page unpacks them into Pyodide's file system
+    /model/manifest.json the models (`--model`, as many as given, then the model shipped with webtensor):
+                         each one's id, name, format, the dtypes the page can load it in and the files
+                         (with sizes) each dtype downloads
+    /model/<id>/<file>   a file of a served model: a checkpoint directory's config, tokenizer, chat
+                         template and safetensors; a GGUF file itself; or model.q8_0.gguf, a float
+                         checkpoint's matrices in llama.cpp's q8_0 for the page's int8, written from
+                         the safetensors by `formats.gguf_writer` on its first request and kept in
+                         memory (~0.27x the float32 bytes of the matrices)
+A float checkpoint loads in float32, float16 (adapters with shader-f16) or int8; a GGUF file as stored
+(its quantized blocks uploaded as they are). Nothing but the files listed in the manifest (and the page's
+own) is reachable through the server.
 """
 
 from __future__ import annotations
@@ -24,15 +28,21 @@ import io
 import json
 import mimetypes
 import os
+import re
+import shutil
 import threading
 import webbrowser
 import zipfile
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from functools import cached_property
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import metadata
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 from .. import cmdline
 from ..errors import UsageError, WebtensorError
@@ -42,18 +52,22 @@ WEB_DIR = Path(__file__).resolve().parent
 PACKAGE_DIR = WEB_DIR.parent
 PAGE_FILES = {"index.html": WEB_DIR, "app.js": WEB_DIR,
               "gpu_helper.js": PACKAGE_DIR / "backends" / "wgpu"}  # name -> folder
-MODEL_FILES = ("config.json", "tokenizer.json", "vocab.json", "merges.txt")
-Q8_GGUF = "model.q8_0.gguf"  # the int8 weights, written at serve time
+# what the loader reads from a checkpoint directory besides its *.safetensors (and additional_chat_templates/)
+MODEL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "vocab.json", "merges.txt",
+               "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
+Q8_GGUF = "model.q8_0.gguf"  # a float checkpoint's int8 weights, written at serve time
+SHIPPED_ID = "webtensor-shipped"
+THIRD_PARTY = ("jinja2", "markupsafe")  # pure-Python packages the page's zip carries (chat templates)
 MIME = {".wasm": "application/wasm", ".mjs": "text/javascript", ".js": "text/javascript",
         ".json": "application/json", ".html": "text/html; charset=utf-8", ".zip": "application/zip",
-        ".map": "application/json", ".txt": "text/plain; charset=utf-8"}
+        ".map": "application/json", ".txt": "text/plain; charset=utf-8", ".jinja": "text/plain; charset=utf-8"}
 
 
 class SetupError(WebtensorError, RuntimeError):
     """Something the page needs is not installed or not found; the message says how to fix it."""
 
 
-def find_pyodide(explicit: str | os.PathLike | None = None) -> Path:
+def find_pyodide(explicit: str | os.PathLike[str] | None = None) -> Path:
     """The folder holding pyodide.js, pyodide.asm.wasm and python_stdlib.zip."""
     cands = []
     if explicit:
@@ -75,17 +89,20 @@ def default_model_dir() -> Path:
 
 
 def model_files(model_dir: Path) -> list[Path]:
-    """The files of a checkpoint the page needs: config, weights (safetensors), tokenizer."""
+    """The files of a checkpoint directory the page needs: config, tokenizer, chat templates, weights."""
     if not (model_dir / "config.json").is_file():
-        raise SetupError(f"{model_dir} is not a GPT-2 checkpoint (no config.json)")
+        raise SetupError(f"{model_dir} is not a checkpoint directory (no config.json)")
     weights = sorted(model_dir.glob("*.safetensors"))
     if not weights:
         raise SetupError(f"{model_dir} has no .safetensors weights")
-    return [model_dir / f for f in MODEL_FILES if (model_dir / f).is_file()] + weights
+    extra = sorted((model_dir / "additional_chat_templates").glob("*.jinja"))
+    return [model_dir / f for f in MODEL_FILES if (model_dir / f).is_file()] + extra + weights
 
 
 def package_zip() -> bytes:
-    """webtensor's sources for Pyodide: .py, .wgsl and the page's helper .js, not the model."""
+    """webtensor's sources for Pyodide (.py, .wgsl and the page's helper .js, not the model), and jinja2's and
+    markupsafe's .py files with their licenses (markupsafe's optional C speedups left out: its pure-Python
+    fallback runs)."""
     buf = io.BytesIO()
     root = PACKAGE_DIR.parent
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as z:
@@ -96,62 +113,177 @@ def package_zip() -> bytes:
                 continue
             if p.suffix in (".py", ".wgsl", ".js"):
                 z.write(p, p.relative_to(root).as_posix())
+        for name in THIRD_PARTY:
+            for arcname, data in third_party_files(name):
+                z.writestr(arcname, data)
     return buf.getvalue()
+
+
+def third_party_files(package: str) -> list[tuple[str, bytes]]:
+    """(path in the zip, bytes) of an installed pure-Python package: its .py files and its license as
+    `<package>/LICENSE.txt`. SetupError where it is not installed."""
+    try:
+        dist = metadata.distribution(package)
+    except metadata.PackageNotFoundError as e:
+        raise SetupError(f"the page's chat templates need {package}, which is not installed "
+                         f"(pip install {package})") from e
+    out = []
+    licenses = []
+    for f in dist.files or ():
+        parts = Path(str(f)).parts
+        if parts[0] == package and f.suffix == ".py":
+            out.append((Path(*parts).as_posix(), Path(str(dist.locate_file(f))).read_bytes()))
+        elif parts[0].endswith(".dist-info") and "LICENSE" in f.name.upper():
+            licenses.append(Path(str(dist.locate_file(f))).read_bytes())
+    if not out or not licenses:
+        raise SetupError(f"{package} {dist.version} is installed without its .py files or license")
+    return sorted(out) + [(f"{package}/LICENSE.txt", b"\n".join(licenses))]
+
+
+# -- the served models ---------------------------------------------------------------------------------
+@dataclass
+class ServedModel:
+    """One model the page may load: `files` (the names the page asks for -> the files served under them) are
+    all the server will read of it."""
+
+    id: str  # its address: /model/<id>/...; letters, digits, '.', '_', '-'
+    name: str  # shown in the page's menu
+    path: Path  # the checkpoint directory or the .gguf file
+    gguf: bool
+    files: dict[str, Path]
+    stored: str  # a GGUF file's weight type (its matrices' most common one by bytes); "float" otherwise
+    _q8: bytes | None = None
+    _q8_error: str | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def dtypes(self) -> list[str]:
+        """What the page can load it in: a float checkpoint in any of `DTYPES`, a GGUF file as stored."""
+        return [self.stored] if self.gguf else list(DTYPES)
+
+    def q8_gguf(self) -> bytes:
+        """The checkpoint as a q8_0 GGUF file, written once (SetupError when it cannot be: a bad checkpoint;
+        the message says why, every time)."""
+        from ..formats.gguf_writer import gguf_bytes
+
+        if self.gguf:
+            raise SetupError(f"{self.name} is a GGUF file: the page loads it as stored")
+        with self._lock:
+            if self._q8 is None and self._q8_error is None:
+                try:
+                    self._q8 = gguf_bytes(self.path, "q8_0")
+                except WebtensorError as e:
+                    self._q8_error = f"the int8 (q8_0) weights of {self.name} could not be written: {e}"
+            if self._q8 is None:
+                raise SetupError(self._q8_error)
+            return self._q8
+
+    def downloads(self, dtype: str) -> list[dict[str, Any]]:
+        """The files the page downloads for `dtype`: [{name, size}] (the int8 GGUF's size is None until the
+        server has written it)."""
+        if dtype == "int8" and not self.gguf:
+            return [dict(name=Q8_GGUF, size=None if self._q8 is None else len(self._q8))]
+        return [dict(name=n, size=p.stat().st_size) for n, p in self.files.items()]
+
+    def describe(self) -> dict[str, Any]:
+        return dict(id=self.id, name=self.name, format="gguf" if self.gguf else "safetensors", stored=self.stored,
+                    dtypes=self.dtypes, files={d: self.downloads(d) for d in self.dtypes})
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "model"
+
+
+def _gguf_stored_type(path: Path) -> str:
+    """A GGUF file's weight type: the ggml type of most of its matrices' bytes (Q4_1 for a Q4_1 file, whose
+    embedding may be Q8_0 and norms F32). CheckpointError for a file that is not GGUF."""
+    from ..formats.gguf_reader import GGUFCheckpoint
+
+    f = GGUFCheckpoint(path, "pure")
+    weight: Counter[str] = Counter()
+    for t in f.tensors.values():
+        if len(t.shape) == 2:
+            weight[t.type_name] += t.nbytes
+    return weight.most_common(1)[0][0] if weight else "F32"
+
+
+def served_model(source: Any) -> ServedModel:
+    """The ServedModel of `source`: None (the shipped model), a checkpoint directory, a .gguf file (or a
+    directory holding one) or an id in the local Hugging Face cache. CheckpointError / SetupError (one line)
+    where it is none of these; the checkpoint's contents are checked by `check_model`, not here."""
+    from ..formats.gguf_reader import find_gguf
+    from ..formats.safetensors_reader import resolve
+
+    if source is None:
+        d = default_model_dir()
+        return ServedModel(SHIPPED_ID, "webtensor shipped GPT-2", d, False, {p.name: p for p in model_files(d)},
+                           "float")
+    f = find_gguf(source)
+    if f is not None:
+        f = f.resolve()
+        return ServedModel(_slug(f.stem), f.name, f, True, {f.name: f}, _gguf_stored_type(f))
+    d = resolve(source)  # a directory, or an id's snapshot in the local cache
+    is_path = Path(source).expanduser().is_dir()
+    name = d.resolve().name if is_path else str(source)
+    files = {p.relative_to(d).as_posix(): p for p in model_files(d)}
+    return ServedModel(_slug(name.replace("/", "--")), name, d.resolve(), False, files, "float")
+
+
+def check_model(source: Any) -> None:
+    """Open `source` as the page will (the pure-Python readers) and check it: its family, config, tensors and
+    tokenizer (CheckpointError, one line)."""
+    from ..models import loader
+
+    loader.open_checkpoint(source, reader="pure")
 
 
 class WebApp:
     """What the handler serves; built once per server."""
 
-    def __init__(self, model_dir: Path | None = None, pyodide_dir: Path | None = None, dtype: str = "float32"):
+    def __init__(self, models: Sequence[Any] = (), pyodide_dir: Path | None = None, dtype: str = "float32"):
+        """`models`: sources (see `served_model`; CheckpointError / SetupError for one that cannot be served);
+        the shipped model is always served too, after them. The same checkpoint named twice is served once."""
         if dtype not in DTYPES:
             raise UsageError(f"the page's dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         self.pyodide_dir = find_pyodide(pyodide_dir)
-        self.model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
         self.default_dtype = dtype
-        self._q8: bytes | None = None
-        self._q8_error: str | None = None
-        self._q8_lock = threading.Lock()
-        self.model_error: str | None = None
-        try:
-            self.model = {p.name: p for p in model_files(self.model_dir)}
-        except SetupError as e:  # the page still loads and says so
-            self.model, self.model_error = {}, str(e)
+        self.models: dict[str, ServedModel] = {}
+        for src in [*models, None]:
+            m = served_model(src)
+            if any(m.path == other.path for other in self.models.values()):
+                continue
+            base, n = m.id, 2
+            while m.id in self.models:
+                m.id, n = f"{base}-{n}", n + 1
+            self.models[m.id] = m
 
     @cached_property
     def zip_bytes(self) -> bytes:
         return package_zip()
 
-    def q8_gguf(self) -> bytes:
-        """The checkpoint as a q8_0 GGUF file, written once (SetupError when it cannot be: a bad
-        checkpoint; the message says why)."""
-        from ..formats.gguf_writer import gguf_bytes
+    @property
+    def default(self) -> str:
+        """The model the page loads first: the first one given."""
+        return next(iter(self.models))
 
-        with self._q8_lock:
-            if self._q8 is None and self._q8_error is None:
-                try:
-                    self._q8 = gguf_bytes(self.model_dir, "q8_0")
-                except WebtensorError as e:
-                    self._q8_error = f"the int8 (q8_0) weights could not be written: {e}"
-            if self._q8 is None:
-                raise SetupError(self._q8_error)
-            return self._q8
+    def manifest(self) -> dict[str, Any]:
+        """What the page can load: {default: {model, dtype}, models: [ServedModel.describe(), ...]} (the default
+        dtype: `--dtype` for a float checkpoint, a GGUF file's stored type)."""
+        first = self.models[self.default]
+        return dict(default=dict(model=first.id, dtype=first.stored if first.gguf else self.default_dtype),
+                    models=[m.describe() for m in self.models.values()])
 
-    def manifest(self, dtype: str | None = None) -> dict[str, Any]:
-        """What the page downloads for `dtype` (None: the server's default): {name, dtype, dtypes,
-        files: [{name, size}], float32_bytes (the float download, to compare)}. SetupError when
-        there is no model (or no int8 file for it)."""
-        dtype = dtype or self.default_dtype
-        if dtype not in DTYPES:
-            raise SetupError(f"unknown dtype {dtype!r}: the page loads {', '.join(DTYPES)}")
-        if self.model_error:
-            raise SetupError(self.model_error)
-        name = "webtensor shipped GPT-2" if self.model_dir == default_model_dir() else self.model_dir.name
-        files = [dict(name=n, size=p.stat().st_size) for n, p in self.model.items()
-                 if dtype != "int8" or not n.endswith(".safetensors")]
-        if dtype == "int8":
-            files.append(dict(name=Q8_GGUF, size=len(self.q8_gguf())))
-        float32_bytes = sum(p.stat().st_size for p in self.model.values())
-        return dict(name=name, dtype=dtype, dtypes=list(DTYPES), files=files, float32_bytes=float32_bytes)
+    def model_file(self, model_id: str, name: str) -> Path | bytes:
+        """A served model's file (its path, or the int8 GGUF's bytes); SetupError for an unknown one."""
+        m = self.models.get(model_id)
+        if m is None:
+            raise SetupError(f"no model {model_id!r} is served")
+        if name == Q8_GGUF and not m.gguf:
+            return m.q8_gguf()
+        p = m.files.get(name)
+        if p is None:
+            raise SetupError(f"{m.name} has no file {name!r}")
+        return p
 
 
 def _handler(app: WebApp, quiet: bool) -> type[BaseHTTPRequestHandler]:
@@ -162,22 +294,28 @@ def _handler(app: WebApp, quiet: bool) -> type[BaseHTTPRequestHandler]:
             if not quiet:
                 super().log_message(fmt, *args)
 
-        def _send(self, status: int, body: bytes, ctype: str, cache: bool = False) -> None:
+        def _head(self, status: int, size: int, ctype: str, cache: bool) -> None:
             self.send_response(status)
             self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Content-Length", str(size))
             self.send_header("Cache-Control", "max-age=3600" if cache else "no-cache")
             # cross-origin isolation: finer performance.now() (the page's timings) and SharedArrayBuffer
             self.send_header("Cross-Origin-Resource-Policy", "same-origin")
             self.send_header("Cross-Origin-Opener-Policy", "same-origin")
             self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
             self.end_headers()
+
+        def _send(self, status: int, body: bytes, ctype: str, cache: bool = False) -> None:
+            self._head(status, len(body), ctype, cache)
             if self.command != "HEAD":
                 self.wfile.write(body)
 
         def _file(self, path: Path, cache: bool = False) -> None:
             ctype = MIME.get(path.suffix) or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-            self._send(200, path.read_bytes(), ctype, cache)
+            with path.open("rb") as f:  # streamed: a model file may be large
+                self._head(200, os.fstat(f.fileno()).st_size, ctype, cache)
+                if self.command != "HEAD":
+                    shutil.copyfileobj(f, self.wfile, 1 << 20)
 
         def _not_found(self, why: str = "not found") -> None:
             self._send(HTTPStatus.NOT_FOUND, why.encode(), "text/plain; charset=utf-8")
@@ -201,30 +339,27 @@ def _handler(app: WebApp, quiet: bool) -> type[BaseHTTPRequestHandler]:
                     return self._not_found()
                 return self._file(target, cache=True)
             if name == "model/manifest.json":
-                dtype = parse_qs(urlsplit(self.path).query).get("dtype", [None])[0]
-                try:
-                    man = app.manifest(dtype)
+                return self._send(200, json.dumps(app.manifest()).encode(), MIME[".json"])
+            if name.startswith("model/") and name.count("/") >= 2:
+                model_id, file = name[len("model/"):].split("/", 1)
+                try:  # only a served model's own files: exact names from its listing
+                    found = app.model_file(model_id, file)
                 except SetupError as e:
-                    return self._not_found(f"no model: {e}")
-                return self._send(200, json.dumps(man).encode(), MIME[".json"])
-            if name == f"model/{Q8_GGUF}":
-                try:
-                    return self._send(200, app.q8_gguf(), "application/octet-stream")
-                except SetupError as e:
-                    return self._not_found(f"no model: {e}")
-            if name.startswith("model/"):
-                p = app.model.get(name[len("model/"):])
-                return self._file(p) if p is not None else self._not_found()
+                    return self._not_found(f"no such model file: {e}")
+                if isinstance(found, Path):
+                    return self._file(found)
+                return self._send(200, found, "application/octet-stream")
             return self._not_found()
 
     return Handler
 
 
-def make_server(host: str = "127.0.0.1", port: int = 0, model_dir: Path | None = None,
+def make_server(host: str = "127.0.0.1", port: int = 0, models: Sequence[Any] = (),
                 pyodide_dir: Path | None = None, quiet: bool = True, dtype: str = "float32") -> ThreadingHTTPServer:
-    """A server for the page (not started); port 0 picks a free port (`server.server_address`).
-    `dtype`: what the page loads unless its address says (?dtype=float32 / float16 / int8)."""
-    app = WebApp(model_dir, pyodide_dir, dtype)
+    """A server for the page (not started); port 0 picks a free port (`server.server_address`). `models`: the
+    sources served besides the shipped model (the first is the page's default). `dtype`: what the page loads a
+    float checkpoint in unless its address says (?dtype=float32 / float16 / int8)."""
+    app = WebApp(models, pyodide_dir, dtype)
     srv = ThreadingHTTPServer((host, port), _handler(app, quiet))
     srv.daemon_threads = True
     srv.webtensor_app = app  # type: ignore[attr-defined]
@@ -235,26 +370,34 @@ def serve_in_thread(**kw: Any) -> tuple[ThreadingHTTPServer, str]:
     """Start a server on a background thread; returns it and its URL. Stop with `.shutdown()`."""
     srv = make_server(**kw)
     threading.Thread(target=srv.serve_forever, name="webtensor-web", daemon=True).start()
+    return srv, _url(srv)
+
+
+def _url(srv: ThreadingHTTPServer) -> str:
     host, port = srv.server_address[:2]
-    return srv, f"http://{host}:{port}/"
+    return f"http://{host.decode() if isinstance(host, bytes) else host}:{port}/"
 
 
 def add_parser(sub: Any) -> None:
     p = cmdline.add_command(sub, "web", run=cmd_web, check=check_web,
-                            help="serve the GPT-2 web page (Pyodide + the browser's WebGPU) on 127.0.0.1",
+                            help="serve the web page (Pyodide + the browser's WebGPU): completion and chat with "
+                                 "the models given, on 127.0.0.1",
                             description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--port", type=cmdline.integer("--port", 0, 65535), default=8765,
                    help="port (default 8765; 0 picks a free one)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--no-open", action="store_true", help="do not open the page in a browser")
-    p.add_argument("--model", default=None, help="GPT-2 checkpoint directory (default: the shipped model)")
+    p.add_argument("--model", "-m", action="append", default=[], metavar="MODEL",
+                   help="a model the page offers: a checkpoint directory, a .gguf file or an id in the local "
+                        "Hugging Face cache; repeat for several (the first is loaded first; the shipped model is "
+                        "always offered too)")
     p.add_argument("--pyodide", default=None,
                    help="Pyodide distribution folder (default: node_modules/pyodide)")
     p.add_argument("--dtype", choices=DTYPES, default="float32",
-                   help="the weights the page loads first (default float32; float16 needs the adapter's "
-                        "shader-f16; int8: q8_0 matrices, ~0.27x their float32 bytes to download); the page's dtype "
-                        "menu and its ?dtype= address switch")
+                   help="what the page loads a float checkpoint in first (default float32; float16 needs the "
+                        "adapter's shader-f16; int8: q8_0 matrices, ~0.27x their float32 bytes to download); the "
+                        "page's dtype menu and its ?dtype= address switch. A GGUF file loads as stored")
 
 
 def _is_pyodide(d: Path) -> bool:
@@ -262,31 +405,29 @@ def _is_pyodide(d: Path) -> bool:
 
 
 def check_web(args: argparse.Namespace) -> None:
-    """A Pyodide folder or checkpoint that was named explicitly must be one (no silent fallback)."""
+    """A Pyodide folder named explicitly must be one, and every --model a checkpoint the page can load
+    (no silent fallback)."""
     env = os.environ.get("WEBTENSOR_PYODIDE_DIR")
     for what, value in ((f"--pyodide {args.pyodide}", args.pyodide), (f"WEBTENSOR_PYODIDE_DIR={env}", env)):
         if value and not _is_pyodide(Path(value)):
             raise UsageError(f"{what}: not a Pyodide distribution (no pyodide.js and pyodide.asm.wasm)")
-    if args.model is not None:
-        if not Path(args.model).is_dir():
-            raise SetupError(f"checkpoint directory {args.model} does not exist")
-        model_files(Path(args.model))  # SetupError when it lacks config.json or weights
+    for source in args.model:
+        served_model(source)  # what the server will serve of it
+        check_model(source)  # and what the page will read
 
 
 def cmd_web(args: argparse.Namespace) -> int:
     srv = None
     try:
-        srv = make_server(args.host, args.port, Path(args.model) if args.model else None,
-                          Path(args.pyodide) if args.pyodide else None, quiet=False, dtype=args.dtype)
+        srv = make_server(args.host, args.port, args.model, Path(args.pyodide) if args.pyodide else None,
+                          quiet=False, dtype=args.dtype)
     except OSError as e:
         raise SetupError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}") from e
-    host, port = srv.server_address[:2]
-    url = f"http://{host}:{port}/"
+    url = _url(srv)
     app = srv.webtensor_app  # type: ignore[attr-defined]
-    print(f"webtensor web: serving {url}  (Pyodide from {app.pyodide_dir}; model {app.model_dir}; "
-          f"dtype {app.default_dtype})")
-    if app.model_error:
-        print(f"webtensor web: warning: {app.model_error}; the page will say the model failed to load")
+    print(f"webtensor web: serving {url}  (Pyodide from {app.pyodide_dir})")
+    for m in app.models.values():
+        print(f"  model {m.id}: {m.path} ({', '.join(m.dtypes)})")
     print("Open it in a browser with WebGPU (Chrome/Edge 113+, Safari 26+). Ctrl-C stops.", flush=True)
     if not args.no_open:
         threading.Timer(0.5, lambda: webbrowser.open(url)).start()
