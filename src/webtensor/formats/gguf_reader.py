@@ -40,7 +40,6 @@ class GGUFTensor:
 
 def _open_with_gguf(path: Path) -> tuple[dict[str, Any], list[tuple[str, str, tuple[int, ...], Callable[[], Any]]]]:
     import gguf
-    import numpy as np
 
     r = gguf.GGUFReader(str(path))
     meta = {k: f.contents() for k, f in r.fields.items() if not k.startswith("GGUF.")}
