@@ -229,7 +229,8 @@ def replay_steps(dev: Any, graph: Any, tokens: Tensor, rows: int, steps: int, ba
     """Replay a greedy graph (one step: argmax + advance_tokens into the ring `tokens`) `steps`
     times, yielding each step's `rows` tokens. Submits grow from 1 to `batch` steps; submit k+1 is
     queued before submit k's tokens are read back (double buffering)."""
-    queued, inflight, size = 0, [], 1
+    queued, size = 0, 1
+    inflight: list[tuple[Any, int]] = []  # (a readback's handle, its steps)
     try:
         while queued < steps or inflight:
             if queued < steps:
