@@ -32,14 +32,17 @@ page's Pyodide too, with both shipped in its zip."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, is_dataclass
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ChatTemplateError, CheckpointError
+
+if TYPE_CHECKING:  # (jinja2 is imported where a template is compiled)
+    import jinja2
 
 PLAIN_TEMPLATE = (
     "{% for m in messages %}"
@@ -150,7 +153,7 @@ def _messages(messages: Iterable[Any]) -> list[dict[str, Any]]:
 
 
 @lru_cache(maxsize=32)
-def _compile(source: str) -> Any:
+def _compile(source: str) -> jinja2.Template:
     """The compiled template, in transformers' environment (see the module docstring)."""
     try:
         import jinja2
@@ -172,7 +175,7 @@ def _compile(source: str) -> Any:
             body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
             return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
 
-        def _body(self, caller: Any) -> str:
+        def _body(self, caller: Callable[[], str]) -> str:
             return caller()
 
     def raise_exception(message: Any) -> None:

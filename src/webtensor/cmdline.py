@@ -57,7 +57,7 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
-def add_command(sub: Any, name: str, *, run: Callable[[argparse.Namespace], int],
+def add_command(sub: argparse._SubParsersAction[Parser], name: str, *, run: Callable[[argparse.Namespace], int],
                 check: Callable[[argparse.Namespace], None] | None = None, **kw: Any) -> Parser:
     """A subcommand of `sub` (an add_subparsers() result of a Parser): `check(args)` runs before
     `run(args)`; `run` returns the exit code."""
@@ -235,7 +235,8 @@ def run_main(build: Callable[[], argparse.ArgumentParser], argv: list[str] | Non
         check = getattr(args, "check", None)
         if check is not None:
             check(args)
-        return args.func(args)
+        code: int = args.func(args)  # (`add_command`'s run)
+        return code
     except KeyboardInterrupt:
         return _fail("interrupted", EXIT_INTERRUPT)
     except BrokenPipeError:

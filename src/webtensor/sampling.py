@@ -196,19 +196,20 @@ def sample(logits: Any, params: SamplingParams, position: int, state: SequenceSt
     the exact definition). `logits`: a 1-D numpy array (the fast path) or any sequence of floats (list,
     array.array; pure Python)."""
     np = sys.modules.get("numpy")  # never imported here: a numpy array means numpy is loaded already
-    fast = np is not None and isinstance(logits, np.ndarray)
-    if fast and logits.ndim != 1:
+    if np is not None and not isinstance(logits, np.ndarray):
+        np = None  # np: set on the fast path alone (numpy logits)
+    if np is not None and logits.ndim != 1:
         raise SamplingError(f"logits must be 1-D (one row), got shape {logits.shape}")
     if len(logits) == 0:
         raise SamplingError("cannot sample from empty logits")
     if params.moves_logits:
         state = state if state is not None else SequenceState()
-        logits = _moved_numpy(np, logits, params, state) if fast else _moved_python(logits, params, state)
+        logits = _moved_numpy(np, logits, params, state) if np is not None else _moved_python(logits, params, state)
     if params.greedy:
-        return int(np.argmax(logits)) if fast else _argmax(logits)
+        return int(np.argmax(logits)) if np is not None else _argmax(logits)
     seed = params.seed if params.seed is not None else secrets.randbits(64)
     u = uniform(seed, position)
-    if fast:
+    if np is not None:
         return _sample_numpy(np, logits, params, u)
     return _sample_python(logits, params, u)
 

@@ -11,59 +11,60 @@ API name and the value it got, and returns the value normalised (a plain int / f
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from numbers import Integral, Real
-from typing import Any
+from typing import Any, TypeGuard
 
 from .errors import ContextLengthError, SamplingError
 
 
-def _is_int(x: object) -> bool:
+def _is_int(x: object) -> TypeGuard[Integral]:
     return isinstance(x, Integral) and not isinstance(x, bool)
 
 
-def _is_real(x: object) -> bool:
+def _is_real(x: object) -> TypeGuard[Real]:
     return isinstance(x, Real) and not isinstance(x, bool)
 
 
 def check_temperature(t: object) -> float:
     """A finite number >= 0; 0 means greedy."""
-    if not _is_real(t) or not math.isfinite(float(t)) or float(t) < 0:  # type: ignore[arg-type]
+    if not _is_real(t) or not math.isfinite(float(t)) or float(t) < 0:
         raise SamplingError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}")
-    return float(t)  # type: ignore[arg-type]
+    return float(t)
 
 
 def check_top_k(k: object) -> int | None:
     """An integer >= 0, or None; 0 and None both mean no top-k (returned as None)."""
     if k is None:
         return None
-    if not _is_int(k) or int(k) < 0:  # type: ignore[call-overload]
+    if not _is_int(k) or int(k) < 0:
         raise SamplingError(f"top_k must be an integer >= 0 (0 or None = off), got {k!r}")
-    return int(k) or None  # type: ignore[call-overload]
+    return int(k) or None
 
 
 def check_top_p(p: object) -> float | None:
     """A number in (0, 1], or None (no nucleus cut; 1 keeps everything too)."""
     if p is None:
         return None
-    if not _is_real(p) or not 0 < float(p) <= 1:  # type: ignore[arg-type]
+    if not _is_real(p) or not 0 < float(p) <= 1:
         raise SamplingError(f"top_p must be in (0, 1] (or None = off), got {p!r}")
-    return float(p)  # type: ignore[arg-type]
+    return float(p)
 
 
 def check_seed(seed: object) -> int | None:
     """An integer >= 0, or None (a fresh random seed)."""
     if seed is None:
         return None
-    if not _is_int(seed) or int(seed) < 0:  # type: ignore[call-overload]
+    if not _is_int(seed) or int(seed) < 0:
         raise SamplingError(f"seed must be an integer >= 0 (or None = random), got {seed!r}")
-    return int(seed)  # type: ignore[call-overload]
+    return int(seed)
 
 
 def check_max_new_tokens(n: object) -> int:
     """An integer >= 1."""
-    if not _is_int(n) or int(n) < 1:  # type: ignore[call-overload]
+    if not _is_int(n) or int(n) < 1:
         raise SamplingError(f"max_new_tokens must be an integer >= 1, got {n!r}")
-    return int(n)  # type: ignore[call-overload]
+    return int(n)
 
 
 def check_sampling(temperature: object = 1.0, top_k: object = None, top_p: object = None,
@@ -74,16 +75,16 @@ def check_sampling(temperature: object = 1.0, top_k: object = None, top_p: objec
 
 def _check_range(name: str, v: object, lo: float, hi: float, lo_open: bool = False) -> float:
     if not _is_real(v) or not math.isfinite(float(v)) or not (lo < float(v) if lo_open else lo <= float(v)) \
-            or float(v) > hi:  # type: ignore[arg-type]
+            or float(v) > hi:
         interval = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
         raise SamplingError(f"{name} must be a number in {interval}, got {v!r}")
-    return float(v)  # type: ignore[arg-type]
+    return float(v)
 
 
 def _check_id_list(name: str, ids: object) -> tuple[int, ...]:
-    if isinstance(ids, str | bytes) or not hasattr(ids, "__iter__"):
+    if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
         raise SamplingError(f"{name} must be a sequence of token ids, got {ids!r}")
-    out = tuple(ids)  # type: ignore[arg-type]
+    out = tuple(ids)
     for i in out:
         if not _is_int(i) or int(i) < 0:
             raise SamplingError(f"{name} must hold token ids (integers >= 0), got {i!r}")
@@ -105,7 +106,9 @@ def check_transforms(min_p: object = 0.0, presence_penalty: object = 0.0, freque
     }
     items = logit_bias.items() if isinstance(logit_bias, dict) else logit_bias
     try:
-        pairs = [(i, b) for i, b in items]  # type: ignore[union-attr]
+        if not isinstance(items, Iterable):
+            raise TypeError
+        pairs = [(i, b) for i, b in items]
     except (TypeError, ValueError):
         raise SamplingError(f"logit_bias must map token ids to numbers, got {logit_bias!r}") from None
     bias: dict[int, float] = {}
@@ -114,9 +117,9 @@ def check_transforms(min_p: object = 0.0, presence_penalty: object = 0.0, freque
             raise SamplingError(f"logit_bias keys must be token ids (integers >= 0), got {i!r}")
         bias[int(i)] = _check_range(f"logit_bias[{int(i)}]", b, -100.0, 100.0)
     out["logit_bias"] = tuple(sorted(bias.items()))
-    if not _is_int(min_tokens) or int(min_tokens) < 0:  # type: ignore[call-overload]
+    if not _is_int(min_tokens) or int(min_tokens) < 0:
         raise SamplingError(f"min_tokens must be an integer >= 0, got {min_tokens!r}")
-    out["min_tokens"] = int(min_tokens)  # type: ignore[call-overload]
+    out["min_tokens"] = int(min_tokens)
     out["stop_token_ids"] = _check_id_list("stop_token_ids", stop_token_ids)
     return out
 

@@ -231,11 +231,11 @@ class _SlowTokenizer:
     def __init__(self, seconds: float):
         self.seconds = seconds
 
-    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
         time.sleep(self.seconds)
         return [1] * min(len(text), 3)
 
-    def token_bytes(self, i: int) -> bytes:
+    def token_bytes(self, i: int, *, skip_special_tokens: bool = True) -> bytes:
         return b"x"
 
 

@@ -14,11 +14,11 @@ from webtensor.serve.engine import Row, Sampling
 from webtensor.serve.scheduler import Generation, Scheduler
 
 
-class _Tok:
-    def encode(self, text: str) -> list[int]:
+class _Tok:  # (serve.engine.Tokenizer)
+    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
         return [ord(c) for c in text]
 
-    def token_bytes(self, i: int) -> bytes:
+    def token_bytes(self, i: int, *, skip_special_tokens: bool = True) -> bytes:
         return b"x"
 
 
@@ -108,7 +108,7 @@ def test_events_a_slow_consumer_missed_arrive_joined():
 
 
 class _Letters(_Tok):
-    def token_bytes(self, i: int) -> bytes:
+    def token_bytes(self, i: int, *, skip_special_tokens: bool = True) -> bytes:
         return bytes([ord("a") + i])
 
 

@@ -14,14 +14,16 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import DeviceMismatchError, GraphCaptureError, ShapeError
 from .base import replay_times
 
 F32 = np.float32
+F32_DTYPE = np.dtype(F32)
 
 
-def _f32(x: np.ndarray) -> np.ndarray:
+def _f32(x: np.ndarray) -> npt.NDArray[np.float32]:
     return x.astype(F32, copy=False)
 
 
@@ -44,7 +46,7 @@ def div(a: np.ndarray, b: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
 
 def matmul(a: np.ndarray, b: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
     # a: (..., M, K), b: (..., K, N) -> (..., M, N)
-    return np.matmul(_f32(a), _f32(b)).astype(out_dtype)
+    return (_f32(a) @ _f32(b)).astype(out_dtype)
 
 
 def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, act: str | None, residual: np.ndarray | None,
@@ -54,7 +56,7 @@ def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, act: str | None, 
 
 
 def quant_linear(x: np.ndarray, w: Any, b: np.ndarray | None, act: str | None, residual: np.ndarray | None,
-                 out_dtype: np.dtype = F32) -> np.ndarray:
+                 out_dtype: np.dtype = F32_DTYPE) -> np.ndarray:
     # `linear` with a quantized weight w (a QuantWeight of shape (N, K)): x (..., K) @ dequantize(w).T
     # in float32 (the dequantized matrix computed once per weight and kept: quant.weight.dequantized),
     # then the same epilogue
@@ -86,13 +88,13 @@ def gelu(x: np.ndarray) -> np.ndarray:
     return y.astype(x.dtype)
 
 
-def _erfc(x: np.ndarray) -> np.ndarray:
+def _erfc(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     # erfc to ~1.2e-7 relative, the Chebyshev fit epilogue.wgsl uses (numpy has no erf); in float64
     z = np.abs(x)
     t = 1.0 / (1.0 + 0.5 * z)
     poly = -1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806 + t * (
         0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))))
-    r = t * np.exp(-z * z + poly)
+    r: npt.NDArray[np.float64] = t * np.exp(-z * z + poly)
     return np.where(x >= 0, r, 2.0 - r)
 
 
@@ -104,11 +106,12 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * x))  # no overflow of exp(-x)
 
 
-def _gelu_erf(v: np.ndarray) -> np.ndarray:
+def _gelu_erf(v: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     return 0.5 * v * _erfc(-v / np.sqrt(2.0))
 
 
-_ACTS = {  # the activations of webtensor.activations.CODES (gelu_tanh is `gelu` above), in float64
+# the activations of webtensor.activations.CODES (gelu_tanh is `gelu` above), in float64
+_ACTS: dict[str, Callable[[npt.NDArray[np.float64]], np.ndarray]] = {
     "gelu_erf": _gelu_erf,
     "gelu_erf_clip10": lambda v: np.clip(_gelu_erf(v), -10.0, 10.0),
     "quick_gelu": lambda v: v * _sigmoid(1.702 * v),
@@ -140,7 +143,7 @@ def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.nd
     v = x.astype(np.float64)
     mean = v.mean(axis=-1, keepdims=True)
     var = ((v - mean) ** 2).mean(axis=-1, keepdims=True)
-    y = (v - mean) / np.sqrt(var + eps)
+    y: npt.NDArray[np.float64] = (v - mean) / np.sqrt(var + eps)
     return (y * w.astype(np.float64) + b.astype(np.float64)).astype(x.dtype)
 
 
@@ -150,7 +153,8 @@ def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     v = x.astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # (inf and NaN: docs/numerics.md)
         ms = (v * v).mean(axis=-1, keepdims=True)
-        return (v / np.sqrt(ms + eps) * w.astype(np.float64)).astype(x.dtype)
+        y: npt.NDArray[np.float64] = v / np.sqrt(ms + eps)
+        return (y * w.astype(np.float64)).astype(x.dtype)
 
 
 def swiglu(g: np.ndarray, u: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
@@ -158,7 +162,8 @@ def swiglu(g: np.ndarray, u: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
     # order: exp(-g) overflowing to inf gives sigmoid 0, so silu(-large) = -0)
     gv = _f32(g)
     with np.errstate(over="ignore", invalid="ignore"):
-        return (gv * (F32(1.0) / (F32(1.0) + np.exp(-gv))) * _f32(u)).astype(out_dtype)
+        sig: npt.NDArray[np.float32] = F32(1.0) / (F32(1.0) + np.exp(-gv))
+        return (gv * sig * _f32(u)).astype(out_dtype)
 
 
 def _check_positions(pos: np.ndarray, P: int) -> None:
@@ -186,8 +191,9 @@ def rope(x: np.ndarray, pos: np.ndarray, cos: np.ndarray, sin: np.ndarray, inter
 
 def softmax(x: np.ndarray) -> np.ndarray:
     v = _f32(x)
-    e = np.exp(v - v.max(axis=-1, keepdims=True))
-    return (e / e.sum(axis=-1, keepdims=True)).astype(x.dtype)
+    e: npt.NDArray[np.float32] = np.exp(v - v.max(axis=-1, keepdims=True))
+    total: npt.NDArray[np.float32] = e.sum(axis=-1, keepdims=True)
+    return (e / total).astype(x.dtype)
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float) -> np.ndarray:
@@ -209,7 +215,8 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: 
 
 def embedding(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
     # table: (V, C), ids: (...) -> (..., C)
-    return table[ids]
+    rows: np.ndarray = table[ids]
+    return rows
 
 
 def _check_ids(ids: np.ndarray, V: int) -> None:
@@ -231,7 +238,8 @@ def _host_weight(op: str, w: Any, other: str) -> None:
 
 
 def argmax(x: np.ndarray) -> np.ndarray:
-    return np.argmax(x, axis=-1).astype(np.int32)
+    ids: np.ndarray = np.argmax(x, axis=-1)
+    return ids.astype(np.int32)
 
 
 def token_mask(x: np.ndarray, bits: np.ndarray) -> np.ndarray:
@@ -300,7 +308,11 @@ def advance_tokens(new: np.ndarray, ids: np.ndarray, pos: np.ndarray, tokens: np
     count[0] = n + 1
 
 
-def _normed(x: np.ndarray, ln: tuple | None, rms: tuple | None) -> np.ndarray:
+LnArgs = tuple[np.ndarray, np.ndarray, float]  # layer_norm's (w, b, eps)
+RmsArgs = tuple[np.ndarray, float]  # rms_norm's (w, eps)
+
+
+def _normed(x: np.ndarray, ln: LnArgs | None, rms: RmsArgs | None) -> np.ndarray:
     # linear's prologue: x layer-normalised (ln = (w, b, eps)), RMS-normalised (rms = (w, eps)) or as is
     if ln is not None:
         return layer_norm(_f32(x), *ln)
@@ -424,18 +436,23 @@ def _rope_step(out: np.ndarray, x: np.ndarray, pos: np.ndarray, cos: np.ndarray,
 
 
 def _linear_step(out: np.ndarray, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, act: str | None,
-                 residual: np.ndarray | None, ln: tuple | None, rms: tuple | None = None) -> Callable[[], None] | None:
+                 residual: np.ndarray | None, ln: LnArgs | None,
+                 rms: RmsArgs | None = None) -> Callable[[], None] | None:
     """linear (with its layer-norm or RMS-norm prologue) into float32 `out`, or None where this form
     does not apply (other dtypes or activations, a non-contiguous input to the norm)."""
-    arrays = [a for a in (x, w, b, residual, *(ln or ())[:2], *(rms or ())[:1]) if a is not None]
+    norm_arrays = ln[:2] if ln is not None else rms[:1] if rms is not None else ()
+    arrays = [a for a in (x, w, b, residual, *norm_arrays) if a is not None]
     norm = ln is not None or rms is not None
     if any(a.dtype != F32 for a in arrays) or out.dtype != F32 or act not in (None, "gelu_tanh") or \
             (norm and not x.flags.c_contiguous):
         return None
-    parts = []
+    parts: list[Callable[[], object]] = []
     if norm:
         xn = np.empty(x.shape, F32)
-        parts.append(_layer_norm_step(xn, x, *ln) if ln is not None else _rms_norm_step(xn, x, *rms))
+        if ln is not None:
+            parts.append(_layer_norm_step(xn, x, *ln))
+        elif rms is not None:
+            parts.append(_rms_norm_step(xn, x, *rms))
         x = xn
     parts.append(lambda: np.matmul(x, w, out=out))
     if b is not None:
@@ -518,12 +535,13 @@ class CpuGraph:
     results written in place into the arrays of the tensors fn returned (and of its intermediates)."""
 
     def __init__(self, steps: list[Callable[[], Any]], names: list[str], outputs: Any):
-        self.steps, self.names, self.outputs = steps, names, outputs
+        self.steps: list[Callable[[], Any]] | None = steps  # (None once released)
+        self.names, self.outputs = names, outputs
         self._lock = threading.Lock()  # (its intermediates are shared: one replay at a time)
 
     @property
     def n_dispatches(self) -> int:
-        return len(self.steps)
+        return 0 if self.steps is None else len(self.steps)  # (released: none, as the WebGPU graph's)
 
     def replay(self, times: int = 1) -> Any:
         times = replay_times(times)
@@ -663,7 +681,11 @@ class CpuBackend:
             if out.dtype != F32:
                 return None
             g = _gelu_step(out)
-            return lambda: (np.copyto(out, xa), g())
+
+            def step() -> None:
+                np.copyto(out, xa)
+                g()
+            return step
         return self._op("gelu", x.device, x.shape, xa.dtype, lambda: gelu(xa), into)
 
     def swiglu(self, gate: Any, up: Any, out_dtype: Any) -> Any:
@@ -757,7 +779,8 @@ class CpuBackend:
 
         def compute() -> np.ndarray:
             _check_ids(idx, table.shape[0])
-            return table.dequantize(idx.reshape(-1)).reshape(*idx.shape, table.shape[1])  # float32
+            rows: np.ndarray = table.dequantize(idx.reshape(-1))  # float32 (ids, C)
+            return rows.reshape(*idx.shape, table.shape[1])
         return self._op("quant_embedding", ids.device, ids.shape + (table.shape[1],), F32, compute)
 
     def attention(self, q: Any, k: Any, v: Any, causal: bool, scale: float) -> Any:

@@ -12,6 +12,7 @@ import platform
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -275,7 +276,7 @@ def _run_processes(args: argparse.Namespace) -> int:
     return _finish(args, report)
 
 
-def print_spread(report: dict) -> None:
+def print_spread(report: dict[str, Any]) -> None:
     n = len(report.get("processes", []))
     print(f"\nmin / median / max over {n} fresh processes:")
     for engine, sp in report.get("spread", {}).items():
@@ -287,7 +288,7 @@ def print_spread(report: dict) -> None:
 
 
 # the anchors webtensor's figures are divided by: report key -> (name printed, which result)
-ANCHORS = {
+ANCHORS: dict[str, tuple[str, Callable[[str], bool]]] = {
     "ratios_webtensor_over_hf": ("hf", lambda e: e == "hf-transformers"),
     "ratios_webtensor_over_torch_step": ("torch step", lambda e: e.startswith("torch")),
     "ratios_webtensor_over_llama_cpp": ("llama.cpp", lambda e: e.startswith("llama.cpp")),
@@ -313,7 +314,7 @@ def _ratios(a: dict[str, Any], b: dict[str, Any]) -> dict[str, float]:
             **{f"prefill_{k}_tok_s": a["prefill_tok_s"][k] / b["prefill_tok_s"][k] for k in a["prefill_tok_s"]}}
 
 
-def print_table(report: dict) -> None:
+def print_table(report: dict[str, Any]) -> None:
     rows = report["results"]
     cols = ["engine", "device", "dtype", *[f"prefill {k} tok/s" for k in rows[0]["prefill_tok_s"]], "TTFT ms",
             "decode tok/s", "ms/token", "disp/step", "submits/step", "readbacks/step", "mem MB"]
@@ -347,7 +348,7 @@ def print_table(report: dict) -> None:
             print(f"  {'total':40s} {prof['total_us']:9.1f} us")
 
 
-def plot(report: dict, path: str) -> None:
+def plot(report: dict[str, Any], path: str) -> None:
     try:
         import matplotlib
 

@@ -122,7 +122,7 @@ def bench_webtensor(model: Any, prompts: list[int], decode_tokens: int, repeats:
     batch_ids = [rng.integers(0, V, 8).tolist() for _ in range(batch)]
 
     def decode() -> tuple[float, dict[str, int]]:
-        if batch > 1:  # B sequences decoding together (runtime.generate.generate_batch): a column a step
+        if runner is not None:  # B > 1 sequences decoding together (runtime.generate.generate_batch): a column a step
             gen: Any = generate_batch(runner, batch_ids, n + 1)
         else:
             gen = ([t] for t in model.generate_ids(ids, n + 1, temperature=0.0, stop_at_eos=False))
@@ -180,10 +180,12 @@ def hf_model(source: Source, model: Any, dtype: str | None) -> Any:
         raw = dict(source.preset[2])
         cfg = transformers.AutoConfig.for_model(raw.pop("model_type"), **raw)
         with torch.device(dev):  # its random init runs there (seconds for gpt2-xl on a GPU), then is overwritten
-            hf = transformers.AutoModelForCausalLM.from_config(cfg)
+            # (transformers leaves from_config unannotated)
+            hf = transformers.AutoModelForCausalLM.from_config(cfg)  # type: ignore[no-untyped-call]
         _load_arrays(hf, model)
     else:
         ck = source.checkpoint
+        assert ck is not None  # (a Source is a preset or a checkpoint)
         path = Path(ck.where)
         kw: dict[str, Any] = dict(dtype=tdtype, device_map=dev)
         if ck.gguf:
@@ -382,7 +384,10 @@ class Source:
 
     @property
     def spec(self) -> Any:
-        return (self.preset[1] if self.preset is not None else self.checkpoint.config).spec  # type: ignore[union-attr]
+        if self.preset is not None:
+            return self.preset[1].spec
+        assert self.checkpoint is not None  # (a Source is a preset or a checkpoint)
+        return self.checkpoint.config.spec
 
     @property
     def is_gguf(self) -> bool:

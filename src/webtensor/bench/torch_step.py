@@ -139,7 +139,7 @@ class TorchStep:
         """Capture `_step` as a CUDA graph. The warm-up steps run on a side stream at positions
         0..2 and leave junk there; `prefill` rewrites all of it."""
         self.pos.zero_()
-        side = torch.cuda.Stream(self.device)
+        side = torch.cuda.Stream(self.device)  # type: ignore[no-untyped-call]  # (torch leaves Stream unannotated)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
             for _ in range(3):

@@ -126,7 +126,8 @@ def _value(cur: _Cursor, vtype: int, what: str) -> tuple[Any, tuple[int, ...]]:
     min_item = 8 if itype == _STRING else 12
     if count * min_item > len(cur.view) - cur.pos:  # refuse an absurd count before looping over it
         raise GGUFFormatError(f"file is truncated: {what} claims {count} items at byte {cur.pos}")
-    items, sub = [], (itype,)
+    items: list[Any] = []
+    sub: tuple[int, ...] = (itype,)
     for i in range(count):
         v, sub = _value(cur, itype, f"{what}[{i}]")
         items.append(v)

@@ -9,6 +9,7 @@ Shapes are in numpy order (GGUF lists dimensions innermost first): a matrix of `
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,25 +40,31 @@ class GGUFTensor:
 
 def _open_with_gguf(path: Path) -> tuple[dict[str, Any], list[tuple[str, str, tuple[int, ...], Callable[[], Any]]]]:
     import gguf
-    import numpy as np
 
     r = gguf.GGUFReader(str(path))
     meta = {k: f.contents() for k, f in r.fields.items() if not k.startswith("GGUF.")}
-    tensors = []
+    tensors: list[tuple[str, str, tuple[int, ...], Callable[[], Any]]] = []
     for t in r.tensors:
         shape = tuple(int(s) for s in reversed(t.shape.tolist()))
         data = t.data
         if data.nbytes != t.n_bytes:
             raise CheckpointError(f"tensor {t.name!r} has {data.nbytes} of its {t.n_bytes} bytes (truncated file?)")
-        tensors.append((t.name, t.tensor_type.name, shape, lambda d=data: d.reshape(-1).view(np.uint8)))
+        tensors.append((t.name, t.tensor_type.name, shape, functools.partial(_bytes_of, data)))
     return meta, tensors
+
+
+def _bytes_of(data: Any) -> Any:
+    """A gguf-py tensor's data (a numpy memmap of its stored type) as its bytes (uint8, flat)."""
+    import numpy as np
+
+    return data.reshape(-1).view(np.uint8)
 
 
 def _open_pure(path: Path) -> tuple[dict[str, Any], list[tuple[str, str, tuple[int, ...], Callable[[], Any]]]]:
     from .gguf_pure import GGUFFile
 
     f = GGUFFile.from_path(path)
-    return f.metadata, [(n, t.type_name, t.shape, lambda n=n: f.raw(n)) for n, t in f.tensors.items()]
+    return f.metadata, [(n, t.type_name, t.shape, functools.partial(f.raw, n)) for n, t in f.tensors.items()]
 
 
 class GGUFCheckpoint:

@@ -24,7 +24,7 @@ OUTTYPES = {"f32": ("F32", 0), "f16": ("F16", 1), "bf16": ("BF16", 32), "q8_0": 
             "q4_1": ("Q4_1", 3)}  # -> (ggml type, general.file_type: llama.cpp's LLAMA_FTYPE_*)
 
 
-def write_gguf(model_dir: str | os.PathLike, out: str | os.PathLike, outtype: str = "q8_0",
+def write_gguf(model_dir: str | os.PathLike[str], out: str | os.PathLike[str], outtype: str = "q8_0",
                embedding_outtype: str | None = None) -> Path:
     """Convert the HF checkpoint in `model_dir` (config.json, *.safetensors, tokenizer) — or any source the loader
     opens: a GGUF file too, its quantized tensors dequantized first — to GGUF file `out`, its matrices in `outtype`
@@ -107,7 +107,7 @@ def _add_tokenizer(w: Any, tok: Any, vocab_size: int, eos: frozenset[int], bos: 
         _add_value(w, key, value)
 
 
-def gguf_bytes(model_dir: str | os.PathLike, outtype: str = "q8_0") -> bytes:
+def gguf_bytes(model_dir: str | os.PathLike[str], outtype: str = "q8_0") -> bytes:
     """`write_gguf` into memory: the GGUF file's bytes (written to a temporary file, then read)."""
     with tempfile.TemporaryDirectory(prefix="webtensor-gguf-") as td:
         path = write_gguf(model_dir, Path(td) / f"model.{outtype}.gguf", outtype)

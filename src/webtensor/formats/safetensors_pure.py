@@ -279,24 +279,24 @@ class SafetensorsFile:
         # previous one ended, the last one ending at the end of the file.
         ordered = sorted(entries.items(), key=lambda kv: (kv[1].begin, kv[1].end))
         pos, prev = 0, None
-        for name, e in ordered:
-            if e.end > data_len:
+        for name, ent in ordered:
+            if ent.end > data_len:
                 raise SafetensorsFormatError(
-                    f"tensor {name!r}: data_offsets [{e.begin}, {e.end}] reach past the end of the "
+                    f"tensor {name!r}: data_offsets [{ent.begin}, {ent.end}] reach past the end of the "
                     f"data section ({data_len} bytes): the file is truncated or the offsets are wrong"
                 )
-            if e.begin < pos:
+            if ent.begin < pos:
                 raise SafetensorsFormatError(
-                    f"tensor {name!r}: data_offsets [{e.begin}, {e.end}] overlap tensor {prev!r} "
+                    f"tensor {name!r}: data_offsets [{ent.begin}, {ent.end}] overlap tensor {prev!r} "
                     f"which ends at {pos}"
                 )
-            if e.begin > pos:
+            if ent.begin > pos:
                 after = f"after tensor {prev!r}" if prev is not None else "at the start of the data"
                 raise SafetensorsFormatError(
-                    f"tensor {name!r}: data_offsets [{e.begin}, {e.end}] leave a gap of "
-                    f"{e.begin - pos} bytes {after} (expected it to begin at {pos})"
+                    f"tensor {name!r}: data_offsets [{ent.begin}, {ent.end}] leave a gap of "
+                    f"{ent.begin - pos} bytes {after} (expected it to begin at {pos})"
                 )
-            pos, prev = e.end, name
+            pos, prev = ent.end, name
         if pos != data_len:
             last = f"the last tensor {prev!r}" if prev is not None else "the header (no tensors)"
             raise SafetensorsFormatError(
@@ -442,7 +442,7 @@ class SafetensorsFile:
         info = self._float_info(name)
         arr = np.empty(info.shape, _NUMPY_DTYPES[info.dtype])
         if arr.nbytes:
-            self._read_into(name, memoryview(arr.reshape(-1).view(np.uint8)))
+            self._read_into(name, arr.reshape(-1).view(np.uint8).data)
         elif self._closed:
             raise ValueError("safetensors file is closed")
         if info.dtype == "BF16":

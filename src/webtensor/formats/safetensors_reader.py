@@ -11,9 +11,12 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckpointError
+
+if TYPE_CHECKING:  # (safetensors_pure is imported where a file is opened)
+    from .safetensors_pure import SafetensorsFile, TensorInfo
 
 SHIPPED = Path(__file__).resolve().parent.parent / "models" / "shipped"  # the small model that ships with webtensor
 
@@ -26,7 +29,7 @@ def hf_cache_dir() -> Path:
     return Path(home) / "hub"
 
 
-def resolve(model: str | os.PathLike | None) -> Path:
+def resolve(model: str | os.PathLike[str] | None) -> Path:
     """A checkpoint directory for `model`: None (the shipped model), a path, or a Hugging Face id
     ("gpt2", "openai-community/gpt2-xl", ...) looked up in the local cache only."""
     if model is None:
@@ -91,7 +94,7 @@ class SafetensorsReader:
     def __init__(self, files: list[Path], canonical: Callable[[str], str | None] = lambda k: k,
                  pure: bool | None = None):
         self.where = str(files[0].parent) if files else ""
-        self._where: dict[str, tuple[Any, str]] = {}
+        self._where: dict[str, tuple[SafetensorsFile | _LibraryFile, str]] = {}
         use_pure = not _have_library() if pure is None else pure
         for f in files:
             handle = _open_pure(f) if use_pure else _LibraryFile(f)
@@ -140,7 +143,7 @@ def _have_library() -> bool:
     return True
 
 
-def _open_pure(f: Path) -> Any:
+def _open_pure(f: Path) -> SafetensorsFile:
     from .safetensors_pure import SafetensorsFile
 
     try:
@@ -161,10 +164,10 @@ class _LibraryFile:
         from .safetensors_pure import DTYPE_BITS, TensorInfo
 
         self.path = path
-        self._pure: Any = None  # the pure reader's view of the file (BF16 tensors), opened on demand
+        self._pure: SafetensorsFile | None = None  # the pure reader's view of the file (BF16 tensors), opened on demand
         try:
             with safe_open(str(path), framework="numpy") as h:
-                self._info = {}
+                self._info: dict[str, TensorInfo] = {}
                 for k in h.keys():
                     s = h.get_slice(k)
                     get_dtype = getattr(s, "get_dtype", None)  # (not in every safetensors release)
@@ -174,7 +177,7 @@ class _LibraryFile:
         except Exception as e:
             raise _refused(path, e) from e
 
-    def _pure_file(self) -> Any:
+    def _pure_file(self) -> SafetensorsFile:
         if self._pure is None:
             self._pure = _open_pure(self.path)
         return self._pure
@@ -182,7 +185,7 @@ class _LibraryFile:
     def keys(self) -> list[str]:
         return list(self._info)
 
-    def info(self, key: str) -> Any:
+    def info(self, key: str) -> TensorInfo:
         return self._info[key]
 
     def raw(self, key: str) -> memoryview:

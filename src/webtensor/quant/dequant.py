@@ -16,14 +16,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+import numpy.typing as npt
 
 
-def _f16(b: np.ndarray, off: int) -> np.ndarray:
+def _f16(b: np.ndarray, off: int) -> npt.NDArray[np.float32]:
     """The float16 at byte `off` of each block, as float32 (B, 1)."""
     return np.ascontiguousarray(b[:, off : off + 2]).view("<f2").astype(np.float32)
 
 
-def _nibbles(qs: np.ndarray) -> np.ndarray:
+def _nibbles(qs: np.ndarray) -> npt.NDArray[np.uint8]:
     """(B, 16) bytes -> (B, 32) values: the low nibbles, then the high nibbles (ggml's 32-block)."""
     return np.concatenate([qs & 0x0F, qs >> 4], axis=1)
 
@@ -41,7 +42,7 @@ def q4_1(b: np.ndarray) -> np.ndarray:
     return _f16(b, 0) * _nibbles(b[:, 4:20]).astype(np.float32) + _f16(b, 2)
 
 
-def _fifth_bits(b: np.ndarray, off: int) -> np.ndarray:
+def _fifth_bits(b: np.ndarray, off: int) -> npt.NDArray[np.uint8]:
     """(B, 32) the fifth bit (0 / 16) of each value: bit j of the little-endian u32 at byte `off`."""
     qh = np.ascontiguousarray(b[:, off : off + 4]).view("<u4")  # (B, 1)
     return (((qh >> np.arange(32, dtype=np.uint32)) & 1) << 4).astype(np.uint8)
@@ -81,8 +82,8 @@ def q6_k(b: np.ndarray) -> np.ndarray:
     # ql[64 h + 32 (t % 2) + l], high 2 bits from bits 2t of qh[32 h + l]; scale (value // 16)
     n = b.shape[0]
     d = (_f16(b, 208) * b[:, 192:208].view(np.int8).astype(np.float32))[:, :, None]  # (B, 16, 1)
-    ql = b[:, :128].reshape(n, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
-    ql = (ql & 0x0F).reshape(n, 2, 4, 32)
+    ql4 = b[:, :128].reshape(n, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
+    ql = (ql4 & 0x0F).reshape(n, 2, 4, 32)
     qh = b[:, 128:192].reshape(n, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)
     q = (ql | ((qh & 0x03) << 4)).astype(np.int8) - np.int8(32)
     return (d * q.reshape(n, 16, 16).astype(np.float32)).reshape(n, 256)

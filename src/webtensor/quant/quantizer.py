@@ -20,7 +20,10 @@ why it is never read against real inputs).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import ArgumentError
 from .types import QUANTIZABLE, block_type
@@ -32,7 +35,8 @@ def _round_half_away(v: np.ndarray) -> np.ndarray:
     instead would round 0.49999997 up in float32)."""
     a = np.abs(v)
     whole = np.floor(a)
-    return np.copysign(whole + (a - whole >= 0.5), v)
+    out: npt.NDArray[np.floating[Any]] = np.copysign(whole + (a - whole >= 0.5), v)  # (numpy types ufuncs Any)
+    return out
 
 
 def _inverse(d: np.ndarray) -> np.ndarray:
@@ -52,8 +56,8 @@ def _half(v: np.ndarray, what: str, qtype: str) -> np.ndarray:
 
 def _pack_nibbles(q: np.ndarray) -> np.ndarray:
     """(B, 32) values 0..15 -> (B, 16) bytes: value j in the low nibble of byte j, j + 16 in its high."""
-    q = q.astype(np.uint8)
-    return q[:, :16] | (q[:, 16:] << np.uint8(4))
+    b = q.astype(np.uint8)
+    return b[:, :16] | (b[:, 16:] << np.uint8(4))
 
 
 def _fifth_bits(q: np.ndarray) -> np.ndarray:

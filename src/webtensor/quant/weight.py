@@ -16,6 +16,7 @@ import weakref
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import ArgumentError
 from .dequant import DEQUANTIZE
@@ -81,11 +82,11 @@ class QuantWeight(Quantized):
         return f"QuantWeight({self.qtype}, shape={self.shape}, {self.nbytes:,} bytes)"
 
 
-_F32: weakref.WeakKeyDictionary[QuantWeight, np.ndarray] = weakref.WeakKeyDictionary()
+_F32: weakref.WeakKeyDictionary[QuantWeight, npt.NDArray[np.float32]] = weakref.WeakKeyDictionary()
 _F32_LOCK = threading.Lock()
 
 
-def dequantized(w: QuantWeight) -> np.ndarray:
+def dequantized(w: QuantWeight) -> npt.NDArray[np.float32]:
     """`w.dequantize()` transposed, (K, N) contiguous: computed once per weight and kept while the weight lives
     (the CPU reference's products: 4 bytes a value, so a model's quantized matrices cost float32 memory there).
     (K, N) is the layout the CPU device keeps float matrices in: numpy's stacked products of one-row matrices
@@ -104,12 +105,12 @@ def dequantized(w: QuantWeight) -> np.ndarray:
 def quant_matmul(x: np.ndarray, w: QuantWeight) -> np.ndarray:
     """``x @ w.dequantize().T`` in float32: x (..., K) -> (..., N), the reference for the quantized
     kernels (a linear layer, or a tied LM head with w the embedding table)."""
-    x = np.asarray(x, np.float32)
+    x32 = np.asarray(x, np.float32)
     n, k = w.shape
-    if x.ndim < 1 or x.shape[-1] != k:
-        raise ArgumentError(f"quant_matmul: x has shape {x.shape}, expected (..., {k}) for a {w.qtype} weight of "
+    if x32.ndim < 1 or x32.shape[-1] != k:
+        raise ArgumentError(f"quant_matmul: x has shape {x32.shape}, expected (..., {k}) for a {w.qtype} weight of "
                             f"shape {w.shape}")
-    return x @ dequantized(w)
+    return x32 @ dequantized(w)
 
 
 __all__ = ["QuantWeight", "quant_matmul", "dequantized", "padded"]

@@ -31,7 +31,7 @@ import logging
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -40,6 +40,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import chat
 from ..errors import ChatTemplateError, SamplingError
@@ -57,6 +58,7 @@ from .protocol import (
     ChatRequest,
     Completion,
     CompletionChoice,
+    CompletionLogprobs,
     CompletionRequest,
     DetokenizeRequest,
     DetokenizeResponse,
@@ -144,11 +146,11 @@ def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
         lps = [_CompletionLogprobs(engine) if k is not None else None for _ in seqs]
 
         def chunk(index: int, ev: Event) -> dict[str, Any]:  # (usage: on the last chunk alone)
-            text, lp = ev.text, None
+            text, lp, lp_index = ev.text, None, lps[index]
             if prompt_texts[index] and not sent[index]:
                 text = prompt_texts[index] + text
-            if lps[index] is not None:
-                lp = lps[index].part(seqs[index], ev, first=not sent[index])  # type: ignore[union-attr]
+            if lp_index is not None:
+                lp = lp_index.part(seqs[index], ev, first=not sent[index])
             sent[index] = True
             return {"id": rid, "object": "text_completion", "created": created, "model": name,
                     "choices": [{"index": index, "text": text, "logprobs": lp, "finish_reason": ev.finish}]}
@@ -164,7 +166,8 @@ def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
         outs = await _collect(sched, seqs)
         choices = []
         for i, (t, f) in enumerate(outs):
-            lp = lps[i].whole(seqs[i]) if lps[i] is not None else None  # type: ignore[union-attr]
+            lp_i = lps[i]
+            lp = CompletionLogprobs.model_validate(lp_i.whole(seqs[i])) if lp_i is not None else None
             choices.append(CompletionChoice(index=i, text=prompt_texts[i] + t, logprobs=lp, finish_reason=f))
         return Completion(id=rid, model=name, created=created, usage=_usage(seqs, n),
                           choices=choices).model_dump()
@@ -204,7 +207,8 @@ def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
         outs = await _collect(sched, seqs)
         return ChatCompletion(id=rid, model=name, created=created, usage=_usage(seqs, n), choices=[
             ChatChoice(index=i, message=ChatMessageOut(content=t), finish_reason=f,
-                       logprobs=None if k is None else ChatLogprobs(content=_chat_logprobs(engine, seqs[i].reported)))
+                       logprobs=None if k is None else ChatLogprobs.model_validate(
+                           {"content": _chat_logprobs(engine, seqs[i].reported)}))
             for i, (t, f) in enumerate(outs)]).model_dump()
 
     @_get(app, "/tokenizer_info")
@@ -473,8 +477,8 @@ async def _collect(sched: Scheduler, seqs: list[Generation]) -> list[tuple[str, 
 async def _events(seqs: list[Generation]) -> AsyncIterator[tuple[int, Event]]:
     """(choice index, event) as they come, from every sequence (one: its stream as it is)."""
     if len(seqs) == 1:
-        async for ev in seqs[0].stream():
-            yield 0, ev
+        async for one in seqs[0].stream():
+            yield 0, one
         return
     queue: asyncio.Queue[tuple[int, Event | None]] = asyncio.Queue()
 
@@ -501,12 +505,15 @@ def _sse(sched: Scheduler, seqs: list[Generation], include_usage: bool,
          first: Callable[[int], list[dict[str, Any]]], chunk: Callable[[int, Event], dict[str, Any]],
          usage_chunk: Callable[[Usage], dict[str, Any]], n: int = 1, plain: bool = True) -> StreamingResponse:
     """`plain`: chunks carry text alone (no log-probabilities, no echo): made from a template (`_framer`)."""
+    def text_chunk(i: int) -> Callable[[str], dict[str, Any]]:
+        return lambda text: chunk(i, Event(text))
+
     async def events() -> AsyncIterator[str]:
         try:
             for i in range(len(seqs)):
                 for c in first(i):
                     yield _data(c)
-            frames = [_framer(lambda text, i=i: chunk(i, Event(text))) if plain else None for i in range(len(seqs))]
+            frames = [_framer(text_chunk(i)) if plain else None for i in range(len(seqs))]
             left = len(seqs)
             async for i, ev in _events(seqs):
                 if ev.error is not None:
@@ -570,19 +577,19 @@ class _Guard:
     """ASGI middleware: the API key, the body's limits (size, stalls), a 500 in OpenAI's shape for
     anything that raised, and a request count by route and status."""
 
-    def __init__(self, app: Callable[..., Awaitable[None]], api_key: str | None, metrics: Metrics, max_body: int,
+    def __init__(self, app: ASGIApp, api_key: str | None, metrics: Metrics, max_body: int,
                  body_timeout: float):
         self.app, self.api_key, self.metrics = app, api_key, metrics
         self.max_body, self.body_timeout = max_body, body_timeout
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         path: str = scope.get("path", "")
         route = path if path in _ROUTES else "/v1/models/{id}" if path.startswith("/v1/models/") else "other"
         status = {"code": 500, "started": False}
 
-        async def counting_send(message: dict[str, Any]) -> None:
+        async def counting_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status["code"], status["started"] = message["status"], True
             await send(message)
@@ -607,7 +614,7 @@ class _Guard:
         finally:
             self.metrics.requests.labels(route, str(status["code"])).inc()
 
-    async def _body(self, scope: dict[str, Any], receive: Any) -> bytes | APIError:
+    async def _body(self, scope: Scope, receive: Receive) -> bytes | APIError:
         """The whole body; or a 413 as soon as it is known to pass max_body (from its Content-Length,
         before reading any; else while reading), or a 408 when it stalls for body_timeout seconds.
         What is left unread, uvicorn discards."""
@@ -634,7 +641,7 @@ class _Guard:
                 break
         return b"".join(parts)
 
-    def _authorized(self, scope: dict[str, Any]) -> bool:
+    def _authorized(self, scope: Scope) -> bool:
         headers = dict(scope.get("headers") or [])
         got = headers.get(b"authorization", b"").decode("latin-1")
         return secrets.compare_digest(got.encode("latin-1"), f"Bearer {self.api_key}".encode())
@@ -644,11 +651,11 @@ def _needs_key(path: str) -> bool:
     return path.startswith("/v1/") or path in ("/tokenize", "/detokenize", "/tokenizer_info")
 
 
-def _replay(body: bytes, receive: Any) -> Any:
+def _replay(body: bytes, receive: Receive) -> Receive:
     """A `receive` that gives the body read already, then whatever comes next (a disconnect)."""
     sent = False
 
-    async def replay() -> dict[str, Any]:
+    async def replay() -> Message:
         nonlocal sent
         if not sent:
             sent = True

@@ -21,6 +21,7 @@ import platform
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -82,12 +83,12 @@ class Client:
 
     def shared_prefix(self, n: int) -> str:
         """A text of exactly `n` tokens by the server's /tokenize (PREFIX_TEXT repeated, cut by /detokenize)."""
-        def post(path: str, body: dict) -> dict:
+        def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
             c = self._conn()
             try:
                 c.request("POST", path, json.dumps(body), headers=self.headers)
                 r = c.getresponse()
-                out = json.loads(r.read())
+                out: dict[str, Any] = json.loads(r.read())
             finally:
                 c.close()
             if r.status != 200:
@@ -113,7 +114,8 @@ class Client:
             c.close()
         if r.status != 200:
             raise WebtensorError(f"GET /v1/models: HTTP {r.status}: {body}")
-        return body["data"][0]["id"]
+        model_id: str = body["data"][0]["id"]
+        return model_id
 
     def _engine(self) -> str:
         c = self._conn()
@@ -222,11 +224,13 @@ def hf_tok_s(model_spec: str | None, c: int, max_tokens: int, device: str = "cpu
     from transformers import AutoModelForCausalLM
 
     from ..formats.safetensors_reader import resolve
-    from ..text.tokenizer import GPT2Tokenizer
+    from ..text.tokenizer import Tokenizer
 
     d = resolve(model_spec)
-    model = AutoModelForCausalLM.from_pretrained(str(d), dtype=getattr(torch, dtype)).to(device).eval()
-    tok = GPT2Tokenizer.from_dir(d)
+    model = AutoModelForCausalLM.from_pretrained(str(d), dtype=getattr(torch, dtype))
+    # (transformers wraps `to` in functools.wraps(nn.Module.to): its stub reads `device` as `self`)
+    model = model.to(device).eval()  # type: ignore[arg-type]
+    tok = Tokenizer.from_dir(d)
     ids = [tok.encode(prompt(k)) for k in range(c)]
     width = max(len(x) for x in ids)
     pad = model.config.eos_token_id or 0
@@ -234,7 +238,11 @@ def hf_tok_s(model_spec: str | None, c: int, max_tokens: int, device: str = "cpu
     mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=device)
     kw = dict(attention_mask=mask, max_new_tokens=max_tokens, min_new_tokens=max_tokens, do_sample=False,
               pad_token_id=pad)
-    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
+
+    def no_sync() -> None:
+        pass
+
+    sync = torch.cuda.synchronize if str(device).startswith("cuda") else no_sync
     with torch.inference_mode():
         model.generate(inp, **{**kw, "max_new_tokens": 4, "min_new_tokens": 4})  # warm-up
         sync()
@@ -242,7 +250,8 @@ def hf_tok_s(model_spec: str | None, c: int, max_tokens: int, device: str = "cpu
         out = model.generate(inp, **kw)
         sync()
         dt = time.perf_counter() - t0
-    return (out.shape[1] - width) * c / dt
+    new_tokens: int = out.shape[1] - width  # (out: (c, width + new tokens))
+    return new_tokens * c / dt
 
 
 def main(url: str, levels: list[int], max_tokens: int, rounds: int, model: str | None, api_key: str | None,
@@ -269,9 +278,10 @@ def main(url: str, levels: list[int], max_tokens: int, rounds: int, model: str |
             lv.ratio_vs_hf = lv.tok_s / lv.hf_tok_s
     if hf_only:
         print(f"HF transformers batched generate ({hf_device}, {hf_dtype}), {max_tokens} new tokens a prompt")
-        for c, r in hf_rate.items():
-            print(f"  batch {c:4d}: {r:9.1f} tok/s")
-        report = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": platform.platform(),
+        for conc, r in hf_rate.items():
+            print(f"  batch {conc:4d}: {r:9.1f} tok/s")
+        report: dict[str, Any] = {
+                  "date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": platform.platform(),
                   "model": model, "max_tokens": max_tokens, "hf_device": hf_device, "hf_dtype": hf_dtype,
                   "hf_threads": hf_threads,
                   "hf_tok_s": {str(c): r for c, r in hf_rate.items()}}

@@ -37,18 +37,27 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from ..errors import ArgumentError
 from ..runtime.logprobs import TokenLogprob, report, report_rows
-from ..runtime.runner import Collected, RunRow
+from ..runtime.runner import Collected, Launched, RunRow
 from ..sampling import SamplingParams, SequenceState, sample
+
+if TYPE_CHECKING:
+    from ..models.base import LanguageModel
 
 
 class Tokenizer(Protocol):
-    def encode(self, text: str) -> list[int]: ...
+    """What the server asks of a tokenizer (`webtensor.text.Tokenizer` has it)."""
 
-    def token_bytes(self, i: int) -> bytes: ...
+    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+        """`add_special_tokens`: with the tokenizer's own special tokens (a BOS), as HF's tokenizer(text)."""
+        ...
+
+    def token_bytes(self, i: int, *, skip_special_tokens: bool = True) -> bytes:
+        """The bytes token `i` stands for; b"" for a special token unless `skip_special_tokens=False`."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -170,6 +179,36 @@ class Engine(Protocol):
         ...
 
 
+class LaunchingEngine(Engine, Protocol):
+    """An engine whose steps are started and collected apart (the device works on one while the scheduler
+    plans the next); `step(rows)` is `collect(launch(rows))[0]`. The handle is the engine's own."""
+
+    def launch(self, rows: Sequence[Row]) -> Any: ...
+
+    def collect(self, handle: Any) -> list[list[Token]]:
+        """The launched work's tokens, per step (one, unless followed steps)."""
+        ...
+
+
+class FollowingEngine(LaunchingEngine, Protocol):
+    """A launching engine that can follow a launched step with `steps` more, each fed the last one's argmax on
+    the device (greedy decode rows: `followable`)."""
+
+    def can_follow(self, rows: Sequence[Row], steps: int = 1) -> bool: ...
+
+    def follow(self, prev: Any, rows: Sequence[Row], steps: int = 1) -> Any: ...
+
+
+def launches(engine: Engine) -> TypeGuard[LaunchingEngine]:
+    """Whether `engine` launches and collects its steps apart (else: `step` alone)."""
+    return hasattr(engine, "launch")
+
+
+def follows(engine: Engine) -> TypeGuard[FollowingEngine]:
+    """Whether `engine` can follow its launched steps on the device."""
+    return hasattr(engine, "can_follow")
+
+
 def followable(rows: Sequence[Row], n_ctx: int, steps: int = 1) -> bool:
     """Whether `rows` can start `steps` followed steps (an engine's `follow`: each step's argmax fed back on the
     device as the next one's input): greedy one-token decode rows, each step's token within the context."""
@@ -192,7 +231,7 @@ class _Handle:
     """Launched work: the rows and the runner's handles (one for a batched step, one per row for the reference)."""
 
     rows: list[Row]
-    launched: list[Any]
+    launched: list[Launched]
 
     @property
     def steps(self) -> int:
@@ -203,7 +242,7 @@ class _Handle:
 class ModelEngine:
     """A model's sequences served from one runner of `max_batch` slots (see the module docstring)."""
 
-    def __init__(self, model: Any, max_batch: int, name: str | None = None, engine: str = "batched",
+    def __init__(self, model: LanguageModel, max_batch: int, name: str | None = None, engine: str = "batched",
                  use_graph: bool | None = None, prefix_reuse: bool = True):
         """`prefix_reuse`: the scheduler may start a prompt after the tokens a slot's cache already holds
         (`release(slot, keep)`); False: every prompt is computed whole."""

@@ -24,13 +24,16 @@ import json
 import threading
 import weakref
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import WebtensorError
 
-JSON_OPTIONS = {"whitespace_flexible": False}
+if TYPE_CHECKING:  # (llguidance is imported only when a request asks for structured output)
+    from llguidance._lib import JsonCompileOptions
+
+JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False}
 
 
 class GrammarError(WebtensorError, ValueError):

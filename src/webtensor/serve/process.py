@@ -130,7 +130,8 @@ class ProcessEngine:
 
     def _recv(self) -> tuple[str, Any]:
         try:
-            return self._conn.recv()
+            msg: tuple[str, Any] = self._conn.recv()  # (the child sends (kind, value) pairs)
+            return msg
         except (EOFError, OSError) as e:
             raise EngineProcessError(f"the engine process is gone (exit code {self._proc.exitcode})") from e
 
@@ -168,7 +169,8 @@ class ProcessEngine:
 
     def collect(self, ticket: int) -> list[list[Token]]:
         """The tokens of a launched step or followed steps: per step, per row."""
-        return self._answer(ticket)
+        tokens: list[list[Token]] = self._answer(ticket)
+        return tokens
 
     def step(self, rows: Sequence[Row]) -> list[Token]:
         return self.collect(self.launch(rows))[0]

@@ -269,7 +269,7 @@ class CompletionRequest(SamplingRequest):
         if p is None:
             return [""]
         if isinstance(p, list) and p and isinstance(p[0], str | list):
-            return list(p)  # type: ignore[arg-type]
+            return list(p)
         return [p]  # type: ignore[list-item]
 
 

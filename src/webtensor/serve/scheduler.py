@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..runtime.logprobs import TokenLogprob
-from .engine import Engine, Picked, Row, RowError, Sampling, Token
+from .engine import Engine, Picked, Row, RowError, Sampling, Token, follows, launches
 from .metrics import Metrics
 from .protocol import APIError, FinishReason
 from .textstream import TextStream
@@ -317,8 +317,9 @@ class Scheduler:
                     self.metrics.step_tokens.observe(sum(len(row.ids) for _, row in cur.work))
                 for (req, row), tok in zip(_moved_on(cur.work, i), tokens, strict=True):
                     if self._commit(req, row, tok):
-                        tok = tok.token if isinstance(tok, Picked) else tok
-                        done.append((req, tok, req.ending))  # (the ending this token brought, if any)
+                        kept = tok.token if isinstance(tok, Picked) else tok
+                        if not isinstance(kept, RowError):  # (_commit takes none: it fails the sequence)
+                            done.append((req, kept, req.ending))  # (the ending this token brought, if any)
             if nxt is not None:
                 cur = nxt
             else:
@@ -347,10 +348,11 @@ class Scheduler:
                 else:
                     self.engine.release(slot)
             rows = [row for _, row in step.work]
-            if prev is not None:
-                step.handle = self.engine.follow(prev.handle, rows, step.steps)  # type: ignore[attr-defined]
-            elif rows and hasattr(self.engine, "launch"):
-                step.handle = self.engine.launch(rows)  # type: ignore[attr-defined]
+            engine = self.engine
+            if prev is not None and follows(engine):  # (prev: only where `_follow_steps` found it can)
+                step.handle = engine.follow(prev.handle, rows, step.steps)
+            elif rows and launches(engine):
+                step.handle = engine.launch(rows)
             else:
                 step.tokens = self.engine.step(rows) if rows else []
         except Exception as e:  # raised by _finish, on the scheduler's side
@@ -360,17 +362,16 @@ class Scheduler:
         """On the engine thread, after `_start`: the tokens, per step (one, unless followed steps)."""
         if step.error is not None:
             raise step.error
-        if step.tokens is not None:
-            return [step.tokens]
-        return self.engine.collect(step.handle)  # type: ignore[attr-defined]
+        if step.tokens is not None or not launches(self.engine):
+            return [step.tokens or []]
+        return self.engine.collect(step.handle)
 
     def _follow_steps(self, cur: _Step) -> int:
         """How many steps to follow `cur` with (0: none): the same sequences moved on, whatever
         their tokens, when nobody waits to join or to be released and no sequence may end by its
         length within them (an EOS or stop string may still end one: the tokens after it are
         dropped)."""
-        can = getattr(self.engine, "can_follow", None)
-        if can is None or not cur.work or self._waiting or self._to_release:
+        if not follows(self.engine) or not cur.work or self._waiting or self._to_release:
             return 0
         k = FOLLOW_STEPS if len(cur.work) >= FOLLOW_STEPS_MIN_ROWS else 1
         for req, row in cur.work:
@@ -380,7 +381,7 @@ class Scheduler:
                 return 0
             k = min(k, req.max_tokens - len(req.generated) - cur.steps)  # (cur's tokens not yet in)
         rows = [row for _, row in _moved_on(cur.work, cur.steps)]
-        while k >= 1 and not can(rows, k):
+        while k >= 1 and not self.engine.can_follow(rows, k):
             k //= 2
         return max(k, 0)
 
@@ -422,7 +423,7 @@ class Scheduler:
     def _plan(self) -> list[tuple[Generation, Row]]:
         work: list[tuple[Generation, Row]] = []
         budget = self.prefill_budget
-        for req in list(self._active.values()):
+        for slot, req in list(self._active.items()):  # (slot: req.slot, set when admitted)
             if req.cancelled:
                 self._retire(req, None, "abort")
                 continue
@@ -437,14 +438,14 @@ class Scheduler:
                     continue  # over this step's prefill budget: next step (at least one chunk always runs)
                 budget -= len(chunk)
                 first = req.fed == req.reused
-                row = Row(req.slot, chunk, req.fed, req.sampling, sample=end == n_prompt and req.max_tokens > 0,
+                row = Row(slot, chunk, req.fed, req.sampling, sample=end == n_prompt and req.max_tokens > 0,
                           new=first, prompt=req.prompt if first and req.sampling.repetition_penalty != 1 else (),
                           targets=req.prompt[req.fed + 1:end + 1] if req.echo else None,
                           grammar=req.grammar if first else None)
             else:
                 pos = n_prompt + len(req.generated) - 1
-                row = Row(req.slot, (req.generated[-1],), pos, req.sampling)
-            work.append((req, row))  # type: ignore[arg-type]
+                row = Row(slot, (req.generated[-1],), pos, req.sampling)
+            work.append((req, row))
         self.metrics.active.set(len(self._active))
         return work
 
@@ -460,7 +461,8 @@ class Scheduler:
         lp = None
         if isinstance(tok, Picked):
             req.prompt_logprobs.extend(tok.prompt)
-            tok, lp = tok.token, tok.logprob
+            lp = tok.logprob
+            tok = tok.token
         if tok is None:
             if req.max_tokens == 0 and req.fed >= len(req.prompt):  # (echo: the prompt's log-probabilities)
                 req.ending = "length"

@@ -21,7 +21,6 @@ import signal
 import socket
 from collections.abc import Sequence
 from types import FrameType
-from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -55,7 +54,7 @@ class _HeadDeadline(HttpToolsProtocol):
 
     head_timeout = IDLE_TIMEOUT
 
-    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # (as uvicorn's)
         super().connection_made(transport)
         self._head_timer: asyncio.TimerHandle | None = None
         self._arm()
@@ -65,8 +64,9 @@ class _HeadDeadline(HttpToolsProtocol):
         self._head_timer = self.loop.call_later(self.head_timeout, self._expire)
 
     def _disarm(self) -> None:
-        if getattr(self, "_head_timer", None) is not None:
-            self._head_timer.cancel()  # type: ignore[union-attr]
+        timer: asyncio.TimerHandle | None = getattr(self, "_head_timer", None)
+        if timer is not None:
+            timer.cancel()
             self._head_timer = None
 
     def _expire(self) -> None:
@@ -130,5 +130,8 @@ def serve(engine: Engine, host: str, port: int, max_queue: int = 256, api_key: s
     app = create_app(engine, max_queue, api_key, prefill_budget=prefill_budget, max_body=max_body,
                      cors_origins=cors_origins, body_timeout=idle_timeout)
     config = uvicorn.Config(app, log_level=log_level, access_log=False, http=_protocol(idle_timeout),
-                            timeout_keep_alive=keep_alive, timeout_graceful_shutdown=grace + 5)
+                            # (uvicorn annotates these int, but hands them to loop.call_later and asyncio.timeout,
+                            # which take float seconds: `--keep-alive 0.5` is meant as it is, not rounded)
+                            timeout_keep_alive=keep_alive,  # type: ignore[arg-type]
+                            timeout_graceful_shutdown=grace + 5)  # type: ignore[arg-type]
     DrainingServer(config, app.state.scheduler, grace).run(sockets=[sock])

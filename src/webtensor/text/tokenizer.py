@@ -128,7 +128,8 @@ class Tokenizer:
         if self.kind == "tokenizers":  # (encode_batch releases the GIL, encode holds it: a server's
             # event loop goes on serving while another thread tokenizes a long prompt; the same ids)
             return list(self._tok.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids)
-        return self._tok.encode(text, add_special_tokens=add_special_tokens)
+        ids: list[int] = self._tok.encode(text, add_special_tokens=add_special_tokens)  # (ByteLevelBPE's)
+        return ids
 
     def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = True) -> str:
         """Text for `ids` like `tokenizers`' decode (invalid UTF-8 becomes U+FFFD). Special tokens

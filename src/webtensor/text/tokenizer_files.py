@@ -339,12 +339,13 @@ class _Reader:
         if value is None:
             raise self.fail("pre_tokenizer is null (need ByteLevel: this is not a byte-level BPE)")
         d = self.obj(value, where, None)
-        items = [d]
+        items: list[Any] = [d]
         if self.typed(d, where) == "Sequence":
             self.obj(d, where, {"type", "pretokenizers"})
-            items = d.get("pretokenizers")
-            if not isinstance(items, list):
+            listed = d.get("pretokenizers")
+            if not isinstance(listed, list):
                 raise self.fail(f"{where}.pretokenizers must be a list")
+            items = listed
             where = f"{where}.pretokenizers"
         steps: list[PreStep] = []
         for i, item in enumerate(items):
@@ -371,7 +372,7 @@ class _Reader:
     def split(self, d: dict[str, Any], at: str) -> RegexSplit:
         pattern = d.get("pattern")
         regex = pattern.get("Regex") if isinstance(pattern, dict) and len(pattern) == 1 else None
-        if regex not in SPLIT_PATTERNS.values():
+        if not isinstance(regex, str) or regex not in SPLIT_PATTERNS.values():
             raise self.fail(f"{at}.pattern {pattern!r:.80} is not supported (need the regex of "
                             f"{', '.join(SPLIT_PATTERNS)})")
         if d.get("behavior") != "Isolated":
@@ -518,8 +519,9 @@ def _token_content(value: Any, where: str, source: str) -> str | None:
     """A special token as tokenizer_config.json spells it: a string, an AddedToken object or null."""
     if value is None or isinstance(value, str):
         return value
-    if isinstance(value, dict) and isinstance(value.get("content"), str):
-        return value["content"]
+    content = value.get("content") if isinstance(value, dict) else None
+    if isinstance(content, str):
+        return content
     raise _fail(source, f"{where} must be a string, an object with a 'content' string, or null; got {value!r:.60}")
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
+from typing import Literal, TypeGuard, get_args
 
 __all__ = ["lowercase", "make_normalizer", "normalize"]
 
@@ -62,7 +63,15 @@ _LOWER_PATCH: dict[int, str] = {
 }
 
 
-def normalize(form: str, text: str) -> str:
+Form = Literal["NFC", "NFD", "NFKC", "NFKD"]
+
+
+def is_form(name: str) -> TypeGuard[Form]:
+    """Whether `name` is one of the four Unicode normalization forms."""
+    return name in get_args(Form)
+
+
+def normalize(form: Form, text: str) -> str:
     """Unicode normalization ``form`` (NFC, NFD, NFKC, NFKD) as ``tokenizers`` does it."""
     if text.isascii():
         return text
@@ -93,9 +102,7 @@ def lowercase(text: str) -> str:
 
 def make_normalizer(steps: Sequence[str]) -> Callable[[str], str]:
     """One function applying the normalizer chain ``steps`` (names from ``NORMALIZERS``)."""
-    funcs: list[Callable[[str], str]] = [
-        lowercase if name == "Lowercase" else (lambda text, form=name: normalize(form, text)) for name in steps
-    ]
+    funcs = [_step(name) for name in steps]
     if not funcs:
         return _identity
 
@@ -105,6 +112,15 @@ def make_normalizer(steps: Sequence[str]) -> Callable[[str], str]:
         return text
 
     return run
+
+
+def _step(name: str) -> Callable[[str], str]:
+    if name == "Lowercase":
+        return lowercase
+    if not is_form(name):
+        raise ValueError(f"unknown normalizer {name!r} (need NFC, NFD, NFKC, NFKD or Lowercase)")
+    form = name
+    return lambda text: normalize(form, text)
 
 
 def _identity(text: str) -> str:

@@ -76,7 +76,7 @@ def run_page(tasks: list[dict[str, Any]], models: Sequence[Any] = (), timeout_s:
         if not res_path.is_file():
             raise RuntimeError(f"the Chromium driver wrote no results (exit {proc.returncode}):\n"
                                f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-        out = json.loads(res_path.read_text())
+        out: dict[str, Any] = json.loads(res_path.read_text())
     out["exit_code"] = proc.returncode
     out["driver_stderr"] = proc.stderr[-4000:]
     return out
@@ -104,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         opts = dict(gen=dict(prompt=a.prompt, max_new_tokens=a.tokens))
         tasks.append(dict(type="bench", options=json.dumps(opts)))
     try:
-        out = run_page(tasks, [a.model] if a.model else [], **({"query": f"?dtype={a.dtype}"} if a.dtype else {}))
+        models = [a.model] if a.model else []
+        out = run_page(tasks, models, query=f"?dtype={a.dtype}") if a.dtype else run_page(tasks, models)
     except SetupError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -8,6 +8,7 @@ block of rows at a time; the planners themselves see operands and results of one
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ... import dtypes as dt
@@ -101,7 +102,7 @@ class WgpuBackend:
 
         return by_rows(op, a.device, shape, out_dtype, run, [a if ra else None, b if rb else None])
 
-    def _by_rows(self, what: str, x: Tensor, out_dtype: DType, fn: Any) -> Tensor:
+    def _by_rows(self, what: str, x: Tensor, out_dtype: DType, fn: Callable[[Tensor], Tensor]) -> Tensor:
         if not x.shape:
             return fn(x)
         return by_rows(what, x.device, x.shape, out_dtype, lambda r0, r1: fn(x[r0:r1]), [x])

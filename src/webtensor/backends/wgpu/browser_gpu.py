@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import GPUError, NoAdapterError
-from .gpu_api import AdapterInfo
+from .gpu_api import AdapterInfo, Command
 
 HELPER_JS = Path(__file__).with_name("gpu_helper.js")
 _DISPATCH, _COPY = 0, 1
@@ -150,7 +150,7 @@ class BrowserGpu:
         bg = int(self._ctx.createBindGroup(pipeline, uniform, *storage))
         return BindGroupHandle(bg, self._release_js)
 
-    def encode(self, commands: list[tuple]) -> array.array:
+    def encode(self, commands: list[Command]) -> array.array[int]:
         """The command list as the helper's flat uint32 words."""
         words = array.array("I")
         for c in commands:
@@ -163,11 +163,11 @@ class BrowserGpu:
                 raise GPUError(f"the browser backend does not support {kind!r} commands")
         return words
 
-    def submit(self, commands: list[tuple], read: tuple[Any, int, int] | None = None) -> memoryview | None:
+    def submit(self, commands: list[Command], read: tuple[Any, int, int] | None = None) -> memoryview | None:
         token = self.submit_async(commands, read)
         return None if token is None else self.finish(token)
 
-    def submit_async(self, commands: list[tuple], read: tuple[Any, int, int] | None = None) -> Any:
+    def submit_async(self, commands: list[Command], read: tuple[Any, int, int] | None = None) -> Any:
         """Submit without waiting; with `read`, a token (the readback's promise) for `finish`."""
         words = self.encode(commands)
         if read is None or read[2] == 0:
@@ -187,7 +187,7 @@ class BrowserGpu:
         err = self._ctx.popError()
         return str(err) if err else None
 
-    def timestamps(self, commands: list[tuple]) -> list[float] | None:
+    def timestamps(self, commands: list[Command]) -> list[float] | None:
         return None  # (timestamp queries are not wired through the helper)
 
     # -- browser specifics ----------------------------------------------------------------------

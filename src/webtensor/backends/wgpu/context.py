@@ -21,19 +21,22 @@ Thread model: one re-entrant lock serialises every use of the device; scopes nes
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from ...errors import BufferLimitError, DeviceReleasedError, GPUError, GraphCaptureError
-from .gpu_api import STORAGE_USAGE, UNIFORM_USAGE, GpuApi
+from .gpu_api import STORAGE_USAGE, UNIFORM_USAGE, AdapterInfo, Command, GpuApi
 from .policy import KernelPolicy
 from .signatures import SIGNATURES, Signature
 
 KERNEL_DIR = Path(__file__).parent / "kernels"
+_T = TypeVar("_T")
 PARAM_BYTES = 128  # one kernel's uniform parameters: 32 scalars
 ARENA_SLOTS = 2048  # dispatches per submit before an early flush
 BIND_GROUP_CACHE = 4096
@@ -58,7 +61,8 @@ def kernel_source(file: str, defines: dict[str, str] | None = None) -> str:
 
 
 def _preprocess(text: str, defines: dict[str, str], file: str) -> str:
-    out, stack = [], []  # stack of (keeping this block, keeping the enclosing block)
+    out: list[str] = []
+    stack: list[tuple[bool, bool]] = []  # (keeping this block, keeping the enclosing block)
     for line in text.split("\n"):
         m = re.match(r"^\s*// #(if|else|endif)\b\s*(\w*)", line)  # (indented ones too)
         if m is None:
@@ -113,7 +117,7 @@ class Launch:
     grid: tuple[int, int, int]
 
 
-def fixed_subgroup_size(info: Any) -> int:
+def fixed_subgroup_size(info: AdapterInfo) -> int:
     """The subgroup size every kernel gets on this adapter, or 0 if it may vary. WebGPU reports only
     a range (wgpu-py 0.32 says 4..128 everywhere), so a single reported size is taken, and else the
     vendors whose compute subgroups are fixed by the hardware: NVIDIA (32-wide warps) and Apple
@@ -163,10 +167,10 @@ class WgpuContext:
         self.lock = threading.RLock()
         self._local = threading.local()
         self.released = False
-        self._pipelines: dict[tuple, Kernel] = {}
-        self._bind_groups: OrderedDict[tuple, Any] = OrderedDict()
+        self._pipelines: dict[tuple[Any, ...], Kernel] = {}
+        self._bind_groups: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._pool: dict[int, list[GpuBuffer]] = {}
-        self._pending: list[tuple] = []
+        self._pending: list[Command] = []
         self._pending_names: list[str] = []
         align = int(api.info.limits.get("min-uniform-buffer-offset-alignment", 256))
         self._slot = max(PARAM_BYTES, align)  # bytes between two dispatches' parameters
@@ -311,7 +315,7 @@ class WgpuContext:
             return out[lead:]
 
     # -- launches -------------------------------------------------------------------------------
-    def launch(self, kernel: Kernel, params: dict[str, Any], buffers: dict[str, GpuBuffer | None],
+    def launch(self, kernel: Kernel, params: Mapping[str, Any], buffers: Mapping[str, GpuBuffer | None],
                groups: tuple[int, int, int]) -> None:
         """Plan one dispatch of `kernel`: parameters by field name, buffers by binding name (an
         optional input left out or None is bound to a dummy buffer), `groups` workgroups. Runs now
@@ -394,7 +398,7 @@ class WgpuContext:
                                     "write its inputs and read its outputs between replays")
 
     # -- submission -----------------------------------------------------------------------------
-    def enqueue(self, commands: list[tuple], names: str = "graph") -> None:
+    def enqueue(self, commands: list[Command], names: str = "graph") -> None:
         """Append prebuilt commands to the pending batch (submitted with the next flush)."""
         with self.lock:
             self.check_alive()
@@ -414,6 +418,8 @@ class WgpuContext:
             self.counters["bytes_read"] += nbytes
             if not hasattr(self.api, "submit_async"):
                 data = self._guard(",".join(names), lambda: self.api.submit(commands, (buf.handle, offset, nbytes)))
+                if data is None:
+                    raise GPUError(f"WebGPU error in {','.join(names)}: the readback returned no bytes")
                 return _Ready(data)
             token = self._guard(",".join(names), lambda: self.api.submit_async(commands, (buf.handle, offset, nbytes)))
             return _Ticket(self, token)
@@ -423,7 +429,7 @@ class WgpuContext:
             if self._pending:
                 self._submit()
 
-    def take_pending(self) -> tuple[list[tuple], list[str]]:
+    def take_pending(self) -> tuple[list[Command], list[str]]:
         """Hand over the pending batch (commands, op names) for submission, uploading the parameter
         arena its dispatches point into; the context starts an empty batch."""
         commands, names = self._pending, self._pending_names
@@ -434,7 +440,14 @@ class WgpuContext:
             self._guard(",".join(names), lambda: self.api.write_buffer(self._uniform, 0, arena))
         return commands, names
 
-    def _submit(self, read: tuple | None = None) -> Any:
+    @overload
+    def _submit(self, read: None = None) -> None: ...
+
+    @overload
+    def _submit(self, read: tuple[Any, int, int]) -> memoryview: ...
+
+    def _submit(self, read: tuple[Any, int, int] | None = None) -> memoryview | None:
+        """Submit the pending batch; with `read` = (buffer, offset, nbytes), that range's bytes after it."""
         commands, names = self.take_pending()
         try:
             out = self.api.submit(commands, read)
@@ -446,7 +459,7 @@ class WgpuContext:
         self.counters["submits"] += 1
         return out
 
-    def _guard(self, what: str, fn: Any) -> Any:
+    def _guard(self, what: str, fn: Callable[[], _T]) -> _T:
         try:
             return fn()
         except GPUError:
@@ -502,13 +515,15 @@ class _Ready:
 
 class _Ticket:
     def __init__(self, ctx: WgpuContext, token: Any):
-        self.ctx, self.token, self.data = ctx, token, None
+        self.ctx, self.token = ctx, token
+        self.data: memoryview | None = None
 
     def wait(self) -> memoryview:
-        if self.data is None:
+        data = self.data
+        if data is None:
             with self.ctx.lock:
-                self.data = self.ctx._guard("readback", lambda: self.ctx.api.finish(self.token))
-        return self.data
+                data = self.data = self.ctx._guard("readback", lambda: self.ctx.api.finish(self.token))
+        return data
 
 
 class DispatchScope:
@@ -553,8 +568,9 @@ class Graph:
 
     def __init__(self, ctx: WgpuContext):
         self.ctx = ctx
-        self.launches: list[Launch | tuple] = []  # a Launch, or ("copy", src, soff, dst, doff, n)
-        self.commands: list[tuple] = []
+        self.launches: list[Launch | tuple[str, GpuBuffer, int, GpuBuffer, int, int]] = []  # or a copy:
+        # ("copy", src, soff, dst, doff, n)
+        self.commands: list[Command] = []
         self.names: list[str] = []
         self._pinned: list[GpuBuffer] = []
         self._uniform: Any = None
@@ -603,16 +619,17 @@ class Graph:
         self._uniform = ctx._guard("graph", lambda: ctx.api.create_buffer(len(data), UNIFORM_USAGE, "webtensor-graph"))
         ctx.api.write_buffer(self._uniform, 0, data)
         i = 0
-        for ln in self.launches:
-            if isinstance(ln, Launch):
-                bg = ctx._guard(ln.kernel.name, lambda ln=ln: ctx.api.create_bind_group(
-                    ln.kernel.pipeline, self._uniform, [b.handle for b in ln.buffers]))
+        for item in self.launches:
+            if isinstance(item, Launch):
+                ln = item
+                bg = ctx._guard(ln.kernel.name, functools.partial(ctx.api.create_bind_group, ln.kernel.pipeline,
+                                                                  self._uniform, [b.handle for b in ln.buffers]))
                 ctx.counters["bind_groups_created"] += 1
                 self.commands.append(("dispatch", ln.kernel.pipeline, bg, i * slot, *ln.grid))
                 self.names.append(ln.kernel.name)
                 i += 1
             else:
-                _, src, soff, dst, doff, n = ln
+                _, src, soff, dst, doff, n = item
                 self.commands.append(("copy", src.handle, soff, dst.handle, doff, n))
                 self.names.append("copy")
 

@@ -57,6 +57,11 @@ class AdapterInfo:
         )
 
 
+# One recorded GPU command: ("dispatch", pipeline, bind group, uniform offset, x, y, z) or
+# ("copy", src buffer, src offset, dst buffer, dst offset, bytes) (handles are the API's own objects).
+Command = tuple[Any, ...]
+
+
 class GpuApi(Protocol):
     """What webtensor needs from a WebGPU implementation; nothing more."""
 
@@ -81,11 +86,11 @@ class GpuApi(Protocol):
         storage binding per entry of `read_only` (True: `read-only-storage` in the layout)."""
         ...
     def create_bind_group(self, pipeline: Any, uniform: Any, storage: list[Any]) -> Any: ...
-    def submit(self, commands: list[tuple], read: tuple[Any, int, int] | None = None) -> memoryview | None:
+    def submit(self, commands: list[Command], read: tuple[Any, int, int] | None = None) -> memoryview | None:
         """Encode `commands` into one command buffer, submit it once; if `read` = (buffer, offset,
         nbytes) is given, copy that range out after the commands and return its bytes."""
         ...
-    def submit_async(self, commands: list[tuple], read: tuple[Any, int, int] | None = None) -> Any:
+    def submit_async(self, commands: list[Command], read: tuple[Any, int, int] | None = None) -> Any:
         """Like `submit` without waiting: a token whose bytes `finish(token)` returns, so the CPU
         can encode more work while the GPU runs."""
         ...
@@ -93,7 +98,7 @@ class GpuApi(Protocol):
     def pop_error(self) -> str | None:
         """The first validation/out-of-memory error since the last call, as text, else None."""
         ...
-    def timestamps(self, commands: list[tuple]) -> list[float] | None:
+    def timestamps(self, commands: list[Command]) -> list[float] | None:
         """GPU microseconds of each dispatch in `commands`, each in its own pass (None: no
         timestamp-query feature on this device)."""
         ...
@@ -136,7 +141,8 @@ class NativeGpu:
         self.features = frozenset(device.features)
         self.queue = device.queue
         self._staging: dict[int, list[Any]] = {}  # size -> free MAP_READ buffers, reused across readbacks
-        self._layouts: dict[tuple[int, int], tuple[Any, Any]] = {}
+        # (read_only, uniform_size) -> (bind group layout, pipeline layout)
+        self._layouts: dict[tuple[tuple[bool, ...], int], tuple[Any, Any]] = {}
         self._raw = _RawEncoder.load()
         self._offsets: dict[int, Any] = {}  # dynamic-offset arrays for the raw path, by offset
         self._trusted = None if shader_checks else _TrustedModules.load()
@@ -164,7 +170,7 @@ class NativeGpu:
             return []
 
     @staticmethod
-    def adapter_key(adapter: Any) -> tuple:
+    def adapter_key(adapter: Any) -> tuple[str, ...]:
         """What identifies an adapter across enumerations (each enumeration makes new objects)."""
         i = adapter.info
         return tuple(str(i.get(k, "")) for k in ("vendor_id", "device_id", "device", "backend_type",
@@ -264,11 +270,11 @@ class NativeGpu:
         ]
         return self.device.create_bind_group(layout=bgl, entries=entries)
 
-    def submit(self, commands: list[tuple], read: tuple[Any, int, int] | None = None) -> memoryview | None:
+    def submit(self, commands: list[Command], read: tuple[Any, int, int] | None = None) -> memoryview | None:
         token = self.submit_async(commands, read)
         return None if token is None else self.finish(token)
 
-    def submit_async(self, commands: list[tuple], read: tuple[Any, int, int] | None = None) -> Any:
+    def submit_async(self, commands: list[Command], read: tuple[Any, int, int] | None = None) -> Any:
         """Submit without waiting; with `read`, the range is copied to a staging buffer whose bytes
         `finish(token)` returns (waiting only then), so the CPU can go on encoding meanwhile."""
         enc = self.device.create_command_encoder()
@@ -344,7 +350,7 @@ class NativeGpu:
     def pop_error(self) -> str | None:
         return None  # wgpu-py raises validation errors as exceptions at the call site
 
-    def timestamps(self, commands: list[tuple]) -> list[float] | None:
+    def timestamps(self, commands: list[Command]) -> list[float] | None:
         if "timestamp-query" not in self.features:
             return None
         wgpu = self._wgpu

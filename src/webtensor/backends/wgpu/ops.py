@@ -37,7 +37,7 @@ def _rows_grid(rows: int) -> tuple[int, int]:
 
 
 def _ctx(t: Tensor) -> WgpuContext:
-    ctx = t.device.ctx
+    ctx: WgpuContext = t.device.ctx
     ctx.check_alive()
     return ctx
 
@@ -96,7 +96,8 @@ def to_bytes(t: Tensor) -> bytes:
     st: WgpuStorage = t._storage
     if len(st.chunks) > 1:
         if not t.is_contiguous():  # a transposed view of chunked rows: read its span, stride on the host
-            return to_numpy(t).tobytes()
+            raw: bytes = to_numpy(t).tobytes()
+            return raw
         return _read_span(t, t._offset, t._offset + t.size - 1)
     if not t.is_contiguous():
         t = copy(t)
@@ -601,14 +602,14 @@ def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor,
         acc = 1 if k0 > 0 else 0
         last = i == len(parts) - 1 or n0 > 0 or parts[-1][2] > 0  # K-chunks: epilogue on the last only
         bufs = dict(a=_buf(a), c=_buf(out), **epi.buffers())
-        prm = dict(M=M, N=nn, acc=acc, c_off=n0, ldc=N, **epi.params(n0, last))
+        prm: dict[str, float] = dict(M=M, N=nn, acc=acc, c_off=n0, ldc=N, **epi.params(n0, last))
         if gemv:  # (kn == K here: k-major chunks split N, never K)
-            x, y, _ = _grid(math.ceil(nn / rows_per_wg), ctx)
-            if fuse_ln:
+            gx, gy, _ = _grid(math.ceil(nn / rows_per_wg), ctx)
+            if fuse_ln and ln is not None:  # (fuse_ln: ln is given)
                 bufs.update(lnw=_buf(ln[0]), lnb=None if ln[1] is None else _buf(ln[1]))
                 prm["eps"] = ln[2]
             ctx.launch(k, dict(prm, K4=K // 4, a_off4=a._offset // 4, lda4=lda // 4, b_off4=b_off // 4),
-                       dict(bufs, w=buf), (x, y, math.ceil(M / mr)))
+                       dict(bufs, w=buf), (gx, gy, math.ceil(M / mr)))
         elif regs:
             ctx.launch(k, dict(prm, K4=K // 4, a_off4=a._offset // 4, lda4=lda // 4, b_off4=b_off // 4),
                        dict(bufs, w=buf), (math.ceil(nn / 256), math.ceil(M / 4), 1))

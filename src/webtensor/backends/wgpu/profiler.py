@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from .gpu_api import Command
+
 
 def kernel_kind(name: str) -> str:
     """A kernel variant's label ("gemv-32u-true-...") shortened to its file, "+ln" for fused norms."""
@@ -14,11 +16,11 @@ def kernel_kind(name: str) -> str:
     return base + ("+ln" if base == "gemv" and "-true" in name else "")
 
 
-def time_commands(ctx: Any, commands: list[tuple]) -> list[float]:
+def time_commands(ctx: Any, commands: list[Command]) -> list[float]:
     """Microseconds of GPU time for each dispatch in `commands` (one submit, then a readback)."""
     with ctx.lock:
         ctx.flush()
-        times = ctx.api.timestamps([c for c in commands if c[0] == "dispatch"])
+        times: list[float] | None = ctx.api.timestamps([c for c in commands if c[0] == "dispatch"])
     if times is None:
         raise RuntimeError(f"{ctx.info.name} has no timestamp-query feature: no GPU profile")
     return times
@@ -88,6 +90,7 @@ def keep_busy(device: Any, seconds: float = GATE_SECONDS) -> None:
     import time
 
     from ... import ops
+    from ...tensor import tensor
 
     ctx = device.ctx
     if ctx.info.is_software:
@@ -96,7 +99,7 @@ def keep_busy(device: Any, seconds: float = GATE_SECONDS) -> None:
     if x is None:
         import numpy as np
 
-        x = ctx.__dict__["_busy_operand"] = ops.tensor(
+        x = ctx.__dict__["_busy_operand"] = tensor(
             np.random.default_rng(0).standard_normal((1024, 1024), np.float32) * 0.03, device=device)
     t0 = time.perf_counter()
     if "_sm_clock" not in ctx.__dict__:

@@ -238,7 +238,8 @@ def _upload_chunks(device: Any, qtype: str, shape: tuple[int, int], parts: Any) 
     ctx: WgpuContext = device.ctx
     n = shape[0]
     rows_per = _chunk_rows(ctx, qtype, shape)
-    q_chunks, s_chunks = [], []
+    q_chunks: list[GpuBuffer] = []
+    s_chunks: list[GpuBuffer] = []
     for r0 in range(0, max(n, 1), rows_per):
         for data, out in zip(parts(r0, min(n, r0 + rows_per)), (q_chunks, s_chunks), strict=True):
             nbytes = memoryview(data).nbytes
@@ -388,10 +389,10 @@ def quant_linear(x: Tensor, qweight: QuantWeight | QuantGpu, bias: Tensor | None
     kern, which, mr, nr = kernel_for(ctx, w.qtype, M, K, (2 if rms is not None else 1) if fuse else 0, stack)
     sw = scale_words(w.qtype, K)
     for n0, nn, qbuf, sbuf in w.chunks():
-        params = dict(M=M, N=nn, K=K, a_off4=x2._offset // 4, lda4=lda // 4, d_ld=sw, c_off=n0, ldc=N, epi=bits,
-                      bias_off=b_off + n0, r_off=r_off + n0, r_ld=r_ld)
+        params: dict[str, float] = dict(M=M, N=nn, K=K, a_off4=x2._offset // 4, lda4=lda // 4, d_ld=sw, c_off=n0,
+                                        ldc=N, epi=bits, bias_off=b_off + n0, r_off=r_off + n0, r_ld=r_ld)
         bufs = dict(a=gops._buf(x2), qs=qbuf, scales=sbuf, bias=b_buf, res=r_buf, c=gops._buf(out))
-        if fuse:
+        if fuse and norm is not None:  # (fuse: norm is given)
             params["eps"] = norm[2]
             bufs.update(lnw=gops._buf(norm[0]), lnb=None if norm[1] is None else gops._buf(norm[1]))
         if which == "gemv":

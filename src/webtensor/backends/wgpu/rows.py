@@ -71,7 +71,7 @@ def crosses(t: Tensor | None) -> bool:
 
 
 def elementwise_any_view(what: str, x: Tensor, out_dtype: dt.DType,
-                         write: Callable[[Tensor, Tensor], None]) -> Tensor:
+                         write: Callable[[Tensor, Tensor], object]) -> Tensor:
     """An elementwise op (`write(src, dst)`: dst = op(src), both views of one buffer) of a view
     whose rows cross row chunks, such as `x.T` of a chunked x: the result (rows of its own axis 0
     in chunks) is written in blocks that are rows of one result chunk and, along an axis of x that

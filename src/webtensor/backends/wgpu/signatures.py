@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ...errors import GPUError
 
@@ -64,8 +66,9 @@ class Signature:
                               + [Binding(n, True, False) for n in outs.split()])
         self.read_only = tuple(not b.writes for b in self.bindings)
 
-    def pack(self, values: dict[str, float | int | tuple], into: bytearray | None = None, at: int = 0) -> bytes:
-        """The uniform bytes for `values` (by field name); unknown or missing names are errors."""
+    def pack(self, values: Mapping[str, Any], into: bytearray | None = None, at: int = 0) -> bytes:
+        """The uniform bytes for `values` (by field name: numbers, numpy's too, or sequences of them for the
+        vector fields); unknown or missing names are errors, a value that does not fit its field is a GPUError."""
         unknown = set(values) - set(self._by_name)
         if unknown:
             raise GPUError(f"{self.file}: no parameter(s) {sorted(unknown)}; it takes {[f.name for f in self.fields]}")
@@ -82,7 +85,7 @@ class Signature:
                     struct.pack_into("<f", out, at + f.offset, float(v))
                 else:
                     cast = float if code == "4f" else int
-                    struct.pack_into("<" + code, out, at + f.offset, *(cast(x) for x in v))  # type: ignore[union-attr]
+                    struct.pack_into("<" + code, out, at + f.offset, *(cast(x) for x in v))
             except (struct.error, TypeError, ValueError) as e:
                 raise GPUError(f"{self.file}: parameter {f.name}={v!r} does not fit {f.type}: {e}") from e
         return bytes(out) if into is None else b""
