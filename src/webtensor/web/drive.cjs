@@ -34,6 +34,13 @@ async function fillSampling(page, task) {
   }
 }
 
+// Clicks the button that starts a run (`sel`) and waits until that run has ended.
+async function runAndWait(page, sel) {
+  const runs = await page.evaluate(() => window.webtensorApp.state.runs);
+  await page.click(sel);
+  await page.waitForFunction((r) => window.webtensorApp.state.runs > r && !window.webtensorApp.state.busy, runs);
+}
+
 async function main() {
   const cfg = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
   const { chromium } = require(path.join(cfg.nodeModules, "playwright-core"));
@@ -85,9 +92,7 @@ async function main() {
           await page.fill("#prompt", task.prompt);
           await fillSampling(page, task);
           if (task.truncate !== undefined) await page.setChecked("#truncate", !!task.truncate);
-          const runs = await page.evaluate(() => window.webtensorApp.state.runs);
-          await page.click("#generate");
-          await page.waitForFunction((r) => window.webtensorApp.state.runs > r && !window.webtensorApp.state.busy, runs);
+          await runAndWait(page, "#generate");
           Object.assign(res, await page.evaluate(() => {
             const gen = document.querySelector("#output .generated");
             const err = document.getElementById("gen-error");
@@ -116,9 +121,7 @@ async function main() {
           await page.click("#mode-chat");
           await page.fill("#message", task.message);
           await fillSampling(page, task);
-          const runs = await page.evaluate(() => window.webtensorApp.state.runs);
-          await page.click("#send");
-          await page.waitForFunction((r) => window.webtensorApp.state.runs > r && !window.webtensorApp.state.busy, runs);
+          await runAndWait(page, "#send");
           Object.assign(res, await page.evaluate(() => {
             const err = document.getElementById("gen-error");
             const turns = [...document.querySelectorAll("#conversation .turn")];
