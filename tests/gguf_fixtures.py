@@ -108,3 +108,20 @@ def write_gguf(d: Path, out: Path, outtype: str = "f32", *, metadata: dict[str, 
     w.write_tensors_to_file()
     w.close()
     return out
+
+
+def write_gguf_metadata(path: Path, meta: dict[str, Any], arch: str = "llama") -> Path:
+    """A GGUF file holding only metadata (no tensors): what a tokenizer or config reader needs."""
+    import gguf
+
+    from webtensor.formats.gguf_writer import add_value
+
+    w = gguf.GGUFWriter(str(path), arch)
+    for key, value in meta.items():
+        if key != "general.architecture":
+            add_value(w, key, value)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -10,6 +10,7 @@ import pytest
 from conftest import rel_err, set_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from op_fixtures import append_and_attend, on, rnd
 
 import webtensor as wt
 
@@ -21,14 +22,6 @@ seeds = st.integers(0, 2**32 - 1)
 def style(request, monkeypatch, gpu):
     set_policy(monkeypatch, gpu, gpu_style=request.param)
     return request.param
-
-
-def rnd(seed, *shape):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-
-
-def on(dev, *arrays):
-    return [wt.tensor(a, device=dev) for a in arrays]
 
 
 @SETTINGS
@@ -45,12 +38,7 @@ def test_cache_write_and_cached_attention(gpu, style, seed, slots, n_ctx, h, d, 
     for dev in (wt.Device.cpu(), gpu):
         kc, vc, qkvt, pt, st_ = on(dev, cache, cache * 0.5, qkv, pos, slot)
         q, k, v = qkvt[:, 0], qkvt[:, 1], qkvt[:, 2]
-        if fused:
-            a = wt.cached_attention(q, kc, vc, pt, st_, scale=0.3, k_new=k, v_new=v)
-        else:
-            wt.cache_write(kc, k, pt, st_)
-            wt.cache_write(vc, v, pt, st_)
-            a = wt.cached_attention(q, kc, vc, pt, st_, scale=0.3)
+        a = append_and_attend(q, kc, vc, pt, st_, k, v, 0.3, fused)
         outs.append((a.numpy(), kc.numpy(), vc.numpy()))
     (a0, k0, v0), (a1, k1, v1) = outs
     assert np.array_equal(k0, k1) and np.array_equal(v0, v1)
@@ -95,20 +83,10 @@ def test_bad_slots_and_positions_touch_nothing(gpu, style, seed, slots, n_ctx, b
     k, v = rnd(seed, len(slot), 2, 4), rnd(seed + 1, len(slot), 2, 4)
     cache = rnd(seed + 2, slots, n_ctx, 2, 4)
     kc, vc, kt, vt, pt, st_ = on(gpu, cache, cache * 0.5, k, v, pos, slot)
-    if fused:
-        a = wt.cached_attention(kt, kc, vc, pt, st_, scale=0.5, k_new=kt, v_new=vt).numpy()
-    else:
-        wt.cache_write(kc, kt, pt, st_)
-        wt.cache_write(vc, vt, pt, st_)
-        a = wt.cached_attention(kt, kc, vc, pt, st_, scale=0.5).numpy()
+    a = append_and_attend(kt, kc, vc, pt, st_, kt, vt, 0.5, fused).numpy()
     n = len(good)  # the reference on the good rows alone
     kc0, vc0, kt0, vt0, pt0, st0 = on(wt.Device.cpu(), cache, cache * 0.5, k[:n], v[:n], pos[:n], slot[:n])
-    if fused:
-        want = wt.cached_attention(kt0, kc0, vc0, pt0, st0, scale=0.5, k_new=kt0, v_new=vt0).numpy()
-    else:
-        wt.cache_write(kc0, kt0, pt0, st0)
-        wt.cache_write(vc0, vt0, pt0, st0)
-        want = wt.cached_attention(kt0, kc0, vc0, pt0, st0, scale=0.5).numpy()
+    want = append_and_attend(kt0, kc0, vc0, pt0, st0, kt0, vt0, 0.5, fused).numpy()
     assert np.array_equal(kc.numpy(), kc0.numpy()) and np.array_equal(vc.numpy(), vc0.numpy())
     assert rel_err(a[:n], want) <= 1e-5
     assert np.isnan(a[n]).all()  # attended to nothing

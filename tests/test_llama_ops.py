@@ -15,6 +15,7 @@ import pytest
 from conftest import rel_err, set_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from op_fixtures import append_and_attend, on, rnd
 
 import webtensor as wt
 from webtensor.quant import quantize
@@ -29,14 +30,6 @@ HEAD_DIMS = [32, 64, 80, 96, 128]  # the Llama family's (64: SmolLM2, Llama 3.2 
 def style(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, gpu: wt.Device) -> bool:
     set_policy(monkeypatch, gpu, gpu_style=request.param)
     return request.param
-
-
-def rnd(seed: int, *shape: int, scale: float = 1.0) -> np.ndarray:
-    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
-
-
-def on(dev: wt.Device, *arrays: np.ndarray) -> list[wt.Tensor]:
-    return [wt.tensor(a, device=dev) for a in arrays]
 
 
 def devices(gpu: wt.Device) -> list[wt.Device]:
@@ -465,12 +458,7 @@ def test_gqa_cache_write_and_cached_attention(gpu: wt.Device, seed: int, slots: 
     for dev in devices(gpu):
         kc, vc, qkvt, pt, st_ = on(dev, cache, cache * 0.5, qkv, pos, slot)
         q, k, v = qkvt[:, :h], qkvt[:, h:h + kvh], qkvt[:, h + kvh:]
-        if fused:
-            a = wt.cached_attention(q, kc, vc, pt, st_, scale=0.3, k_new=k, v_new=v)
-        else:
-            wt.cache_write(kc, k, pt, st_)
-            wt.cache_write(vc, v, pt, st_)
-            a = wt.cached_attention(q, kc, vc, pt, st_, scale=0.3)
+        a = append_and_attend(q, kc, vc, pt, st_, k, v, 0.3, fused)
         outs.append((a.numpy(), kc.numpy(), vc.numpy()))
     (a0, k0, v0), (a1, k1, v1) = outs
     assert np.array_equal(k0, k1) and np.array_equal(v0, v1)

@@ -8,6 +8,7 @@ import pytest
 from conftest import rel_err
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from op_fixtures import rnd
 
 import webtensor as wt
 
@@ -28,10 +29,6 @@ def check(gpu, fn, *arrays, tol=TOL):
     assert got.shape == want.shape and got.dtype == want.dtype
     assert rel_err(got, want) <= tol, rel_err(got, want)
     return got, want
-
-
-def rnd(seed, *shape, scale=1.0):
-    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
 
 
 @SETTINGS

@@ -16,6 +16,7 @@ import pytest
 from conftest import rel_err, set_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from op_fixtures import expected_kernel, spy_kernels
 
 import webtensor as wt
 from webtensor import quant
@@ -34,22 +35,12 @@ def style(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, gpu: 
     """The kernel family under test (GPU variants forced on a CPU adapter), and the kernels that ran."""
     gpu_style = request.param == "gpu-style"
     set_policy(monkeypatch, gpu, gpu_small, gpu_style=gpu_style)
-    ran: list[str] = []
-    pick = quant_ops.kernel_for
-
-    def spy(ctx: Any, qtype: str, M: int, K: int, norm: int = 0, stack: bool = False) -> tuple[Any, str, int, int]:
-        k, which, mr, nr = pick(ctx, qtype, M, K, norm, stack)
-        ran.append(which)
-        return k, which, mr, nr
-
-    monkeypatch.setattr(quant_ops, "kernel_for", spy)
-    return {"gpu_style": gpu_style, "ran": ran}
+    return {"gpu_style": gpu_style, "ran": spy_kernels(monkeypatch)}
 
 
-def expected_kernel(dev: wt.Device, M: int, gpu_style: bool) -> str:
-    if M <= dev.kernel_policy.gemv_max_rows:
-        return "gemv"
-    return "tiled" if gpu_style or not dev.ctx.info.is_software else "regs"
+def ran(style: dict[str, Any]) -> list[str]:
+    """The kernels that ran since the list was last cleared."""
+    return [which for which, _, _ in style["ran"]]
 
 
 def weight(rng: np.random.Generator, N: int, K: int) -> QuantWeight:
@@ -216,7 +207,7 @@ def test_q8_linear_matches_reference(gpu: wt.Device, cpu: wt.Device, style: dict
                                      seed: int) -> None:
     style["ran"].clear()
     check(gpu, cpu, np.random.default_rng(seed), M, N, 32 * blocks, 0, has_bias, act, has_res, 0)
-    assert style["ran"] == [expected_kernel(gpu, M, style["gpu_style"])]
+    assert ran(style) == [expected_kernel(gpu, M, style["gpu_style"])]
 
 
 @pytest.mark.parametrize("M", [1, 3, 8, 9, 33])
@@ -224,9 +215,9 @@ def test_strided_and_batched_activations(gpu: wt.Device, cpu: wt.Device, style: 
     rng = np.random.default_rng(M)
     check(gpu, cpu, rng, M, 70, 96, 0, True, "gelu", True, 4)  # rows 100 apart: read in place
     check(gpu, cpu, rng, M, 70, 96, 0, False, None, False, 3)  # rows 99 apart: copied first
-    assert style["ran"] == [expected_kernel(gpu, M, style["gpu_style"])] * 2
+    assert ran(style) == [expected_kernel(gpu, M, style["gpu_style"])] * 2
     check(gpu, cpu, rng, M, 45, 64, 2, True, "relu", True, 0)  # (2, M, K): the batch folds into the rows
-    assert style["ran"][-1] == expected_kernel(gpu, 2 * M, style["gpu_style"])
+    assert ran(style)[-1] == expected_kernel(gpu, 2 * M, style["gpu_style"])
 
 
 @pytest.mark.parametrize("M", [1, 4, 9])  # (M = 8 runs in the strided test: each variant costs lavapipe seconds)
@@ -234,7 +225,7 @@ def test_long_rows(gpu: wt.Device, cpu: wt.Device, style: dict[str, Any], M: int
     """K = 3072 (GPT-2's MLP down-projection): 192 units of 16 quants, 64 lanes per output on GPUs."""
     assert quant_ops.gemv_lanes(gpu.ctx, 3072) == (64 if style["gpu_style"] or not gpu.ctx.info.is_software else 1)
     check(gpu, cpu, np.random.default_rng(M), M, 40, 3072, 0, True, None, True, 0)
-    assert style["ran"] == [expected_kernel(gpu, M, style["gpu_style"])]
+    assert ran(style) == [expected_kernel(gpu, M, style["gpu_style"])]
 
 
 @pytest.mark.parametrize("M", [1, 4, 20])
@@ -246,7 +237,7 @@ def test_row_chunked_weight(gpu_small: wt.Device, cpu: wt.Device, style: dict[st
     assert len(quant_ops.on_device(gpu_small, qw).chunks()) == 2
     check(gpu_small, cpu, rng, M, 300, 256, 0, True, "gelu", True, 0, qw)
     check(gpu_small, cpu, rng, M, 300, 256, 0, False, None, False, 0, qw)
-    assert style["ran"] == [expected_kernel(gpu_small, M, style["gpu_style"])] * 2
+    assert ran(style) == [expected_kernel(gpu_small, M, style["gpu_style"])] * 2
 
 
 def test_upload_is_kept_per_device(gpu: wt.Device) -> None:

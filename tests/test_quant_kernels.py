@@ -18,6 +18,7 @@ import pytest
 from conftest import rel_err, set_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from op_fixtures import expected_kernel, spy_kernels
 
 import webtensor as wt
 from webtensor import quant
@@ -54,22 +55,7 @@ def style(request: pytest.FixtureRequest, gpu: wt.Device, monkeypatch: pytest.Mo
         if not gpu.ctx.has_subgroups:
             pytest.skip("this adapter has no subgroups")
         monkeypatch.setattr(gpu.ctx, "subgroup_size", 8)
-    ran: list[tuple[str, int, int]] = []
-    pick = quant_ops.kernel_for
-
-    def spy(ctx: Any, qtype: str, M: int, K: int, norm: int = 0, stack: bool = False) -> tuple[Any, str, int, int]:
-        k, which, mr, nr = pick(ctx, qtype, M, K, norm, stack)
-        ran.append((which, mr, norm))
-        return k, which, mr, nr
-
-    monkeypatch.setattr(quant_ops, "kernel_for", spy)
-    return {"gpu_style": gpu_style, "ran": ran}
-
-
-def expected(dev: wt.Device, M: int, gpu_style: bool) -> str:
-    if M <= dev.kernel_policy.gemv_max_rows:
-        return "gemv"
-    return "tiled" if gpu_style or not dev.ctx.info.is_software else "regs"
+    return {"gpu_style": gpu_style, "ran": spy_kernels(monkeypatch)}
 
 
 def linear_both(dev: wt.Device, cpu: wt.Device, qw: Any, x: np.ndarray, b: np.ndarray | None = None,
@@ -153,7 +139,7 @@ def test_linear_matches_reference(gpu: wt.Device, cpu: wt.Device, style: dict[st
     r = rng.standard_normal((M, N)).astype(np.float32) if has_res else None
     got, want = linear_both(gpu, cpu, qw, x, b, act, r)
     assert rel_err(got, want) <= TOL, (qtype, M, N, K)
-    assert [w for w, _, _ in style["ran"]] == [expected(gpu, M, style["gpu_style"])]
+    assert [w for w, _, _ in style["ran"]] == [expected_kernel(gpu, M, style["gpu_style"])]
 
 
 @pytest.mark.parametrize("qtype", TYPES)

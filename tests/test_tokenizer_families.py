@@ -19,13 +19,13 @@ pytest.importorskip("transformers")
 pytest.importorskip("gguf")
 pytestmark = pytest.mark.hf  # against transformers (the parity tier)
 
+from gguf_fixtures import write_gguf_metadata  # noqa: E402
 from text_fixtures import (  # noqa: E402
     Family,
     corpus,
     families,
     gguf_tokenizer_metadata,
     write_family_tokenizer,
-    write_gguf_metadata,
 )
 
 from webtensor.errors import CheckpointError, TokenizerError  # noqa: E402

@@ -308,12 +308,7 @@ def test_shipped_tokenizer_is_read_by_hf_and_matches() -> None:
 
 # --- the page's own Python (Pyodide, another Unicode version) -----------------------------------
 
-_PYODIDE_SCRIPT = """
-import { loadPyodide } from "%(pyodide)s/pyodide.mjs";
-const py = await loadPyodide({ indexURL: "%(pyodide)s/" });
-py.FS.mkdirTree("/src"); py.FS.mount(py.FS.filesystems.NODEFS, { root: "%(src)s" }, "/src");
-py.FS.mkdirTree("/cases"); py.FS.mount(py.FS.filesystems.NODEFS, { root: "%(cases)s" }, "/cases");
-py.runPython(`
+_PYODIDE_CODE = """
 import json, sys, unicodedata
 sys.path.insert(0, "/src")
 from webtensor.text.tokenizer import GPT2Tokenizer
@@ -325,7 +320,6 @@ for name in data["names"]:
     out["ids"][name] = [tok.encode(t) for t in data["texts"]]
     out["text"][name] = [tok.decode(ids, skip_special_tokens=False) for ids in data["ids"][name]]
 json.dump(out, open("/cases/out.json", "w"))
-`);
 """
 
 
@@ -353,17 +347,9 @@ def test_page_python_matches_tokenizers(tmp_path: Path, checkpoints: dict[str, P
     """The pure-Python BPE inside Pyodide (the page's Python and Unicode database) gives
     `tokenizers`' ids and text on the normalizer variants, added tokens and the shipped model."""
     import shutil
-    import subprocess
 
-    from webtensor.web.server import find_pyodide
+    from text_fixtures import run_in_pyodide
 
-    node = shutil.which("node")
-    try:
-        pyodide = find_pyodide()
-    except Exception as e:  # noqa: BLE001 - SetupError: Pyodide is not installed here
-        pytest.skip(str(e))
-    if node is None or not (pyodide / "pyodide.mjs").is_file():
-        pytest.skip("node or pyodide.mjs missing")
     names = [n for n in ("NFKC+Lowercase", "NFD", "NFKD", "added tokens", "split + prefix + regex",
                          "transformers legacy_format=False", "shipped") if n in checkpoints]
     texts = _page_texts(120, seed=11)
@@ -373,11 +359,7 @@ def test_page_python_matches_tokenizers(tmp_path: Path, checkpoints: dict[str, P
         shutil.copytree(checkpoints[name], cases / str(i), ignore=shutil.ignore_patterns("*.safetensors"))
         ids[str(i)] = [loaded[name][1]._tok.encode(t, add_special_tokens=False).ids for t in texts]
     (cases / "cases.json").write_text(json.dumps({"names": list(ids), "texts": texts, "ids": ids}), encoding="utf-8")
-    script = tmp_path / "run.mjs"
-    src = Path(__file__).resolve().parents[1] / "src"
-    script.write_text(_PYODIDE_SCRIPT % {"pyodide": pyodide, "src": src, "cases": cases}, encoding="utf-8")
-    run = subprocess.run([node, str(script)], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
+    run_in_pyodide(_PYODIDE_CODE, {"/src": Path(__file__).resolve().parents[1] / "src", "/cases": cases}, tmp_path)
     out = json.loads((cases / "out.json").read_text(encoding="utf-8"))
     for i, name in enumerate(names):
         hf = loaded[name][1]._tok

@@ -142,29 +142,6 @@ def gguf_tokenizer_metadata(d: Path, fam: Family) -> dict[str, Any]:
     return meta
 
 
-def write_gguf_metadata(path: Path, meta: dict[str, Any], arch: str = "llama") -> Path:
-    """A GGUF file holding only metadata (no tensors): what a tokenizer reader needs."""
-    import gguf
-
-    w = gguf.GGUFWriter(str(path), arch)
-    for key, value in meta.items():
-        if key == "general.architecture":
-            continue
-        if isinstance(value, bool):
-            w.add_bool(key, value)
-        elif isinstance(value, int):
-            w.add_uint32(key, value)
-        elif isinstance(value, str):
-            w.add_string(key, value)
-        else:
-            w.add_array(key, value)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
-
-
 _PYODIDE_JS = """
 import { loadPyodide } from "%(pyodide)s/pyodide.mjs";
 const py = await loadPyodide({ indexURL: "%(pyodide)s/" });

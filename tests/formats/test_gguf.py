@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 from conftest import rel_err  # noqa: E402
-from gguf_fixtures import hf_tensors, write_gguf  # noqa: E402
+from gguf_fixtures import hf_tensors, write_gguf, write_gguf_metadata  # noqa: E402
 from gpt2_fixtures import CORPUS, make_checkpoint  # noqa: E402
 
 import webtensor as wt  # noqa: E402
@@ -189,22 +189,10 @@ def test_bad_contents_refused(files, tmp_path, kw, match) -> None:
 
 
 def test_wrong_architecture_and_tokenizer_refused(files, tmp_path) -> None:
-    f = tmp_path / "llama.gguf"
-    w = gguf.GGUFWriter(str(f), "llama")
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
     with pytest.raises(CheckpointError, match="'llama.embedding_length' is missing"):
-        open_checkpoint(f)
-    f = tmp_path / "bert.gguf"
-    w = gguf.GGUFWriter(str(f), "bert")
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+        open_checkpoint(write_gguf_metadata(tmp_path / "llama.gguf", {}, "llama"))
     with pytest.raises(CheckpointError, match="general.architecture 'bert' is not supported"):
-        open_checkpoint(f)
+        open_checkpoint(write_gguf_metadata(tmp_path / "bert.gguf", {}, "bert"))
     f = write_gguf(files["hf"], tmp_path / "spm.gguf", "f32", metadata={"tokenizer.ggml.model": "llama"})
     with pytest.raises(TokenizerError, match="tokenizer.ggml.model is 'llama'"):
         open_checkpoint(f)

@@ -296,12 +296,7 @@ def test_mutated_files_are_judged_alike(monkeypatch, blob) -> None:
 
 # --- inside Pyodide (the page's Python: no safetensors, no numpy) ----------------------------------
 
-_PYODIDE_SCRIPT = """
-import { loadPyodide } from "%(pyodide)s/pyodide.mjs";
-const py = await loadPyodide({ indexURL: "%(pyodide)s/" });
-py.FS.mkdirTree("/src"); py.FS.mount(py.FS.filesystems.NODEFS, { root: "%(src)s" }, "/src");
-py.FS.mkdirTree("/cases"); py.FS.mount(py.FS.filesystems.NODEFS, { root: "%(cases)s" }, "/cases");
-py.runPython(`
+_PYODIDE_CODE = """
 import hashlib, json, os, sys
 sys.path.insert(0, "/src")
 from webtensor.errors import CheckpointError
@@ -317,7 +312,6 @@ for name in sorted(os.listdir("/cases")):
         out[name] = str(e).replace("/cases/", "")
 assert "numpy" not in sys.modules and "safetensors" not in sys.modules
 json.dump(out, open("/cases/out.json", "w"))
-`);
 """
 
 
@@ -326,17 +320,9 @@ def test_pure_reader_inside_pyodide(tmp_path) -> None:
     (shipped model, and a file of F16 / BF16 / F64), and the same errors."""
     import hashlib
     import shutil
-    import subprocess
 
-    from webtensor.web.server import find_pyodide
+    from text_fixtures import run_in_pyodide
 
-    node = shutil.which("node")
-    try:
-        pyodide = find_pyodide()
-    except Exception as e:  # noqa: BLE001 - SetupError: Pyodide is not installed here
-        pytest.skip(str(e))
-    if node is None or not (pyodide / "pyodide.mjs").is_file():
-        pytest.skip("node or pyodide.mjs missing")
     cases = tmp_path / "cases"
     cases.mkdir()
     shutil.copy(SHIPPED / "model.safetensors", cases / "shipped.safetensors")
@@ -348,11 +334,7 @@ def test_pure_reader_inside_pyodide(tmp_path) -> None:
     _write(cases / "mixed.safetensors", mixed, {"k": "v"})
     for case in ("truncated", "overlap", "unknown-dtype"):
         (cases / f"{case}.safetensors").write_bytes(MALFORMED[case][0])
-    script = tmp_path / "run.mjs"
-    src = Path(__file__).resolve().parents[2] / "src"
-    script.write_text(_PYODIDE_SCRIPT % {"pyodide": pyodide, "src": src, "cases": cases}, encoding="utf-8")
-    run = subprocess.run([node, str(script)], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
+    run_in_pyodide(_PYODIDE_CODE, {"/src": Path(__file__).resolve().parents[2] / "src", "/cases": cases}, tmp_path)
     out = json.loads((cases / "out.json").read_text(encoding="utf-8"))
     for name in ("shipped", "mixed"):
         path = cases / f"{name}.safetensors"

@@ -49,7 +49,7 @@ def write_gguf(model_dir: str | os.PathLike[str], out: str | os.PathLike[str], o
         w.add_name(Path(model_dir).name)
         w.add_file_type(file_type)
         for key, value in fam.gguf_metadata(cfg).items():
-            _add_value(w, key, value)
+            add_value(w, key, value)
         _add_tokenizer(w, ck.tokenizer, spec.vocab_size, ck.eos_ids, spec.bos_id)
         if ck.chat_template:
             w.add_chat_template(ck.chat_template)
@@ -80,7 +80,9 @@ def write_gguf(model_dir: str | os.PathLike[str], out: str | os.PathLike[str], o
     return Path(out)
 
 
-def _add_value(w: Any, key: str, value: Any) -> None:
+def add_value(w: Any, key: str, value: Any) -> None:
+    """Metadata `key` = `value` on GGUFWriter `w`, typed by the Python value: bool, uint32, float32, string, or an
+    array of the items of any other iterable."""
     if isinstance(value, bool):
         w.add_bool(key, value)
     elif isinstance(value, int):
@@ -104,7 +106,7 @@ def _add_tokenizer(w: Any, tok: Any, vocab_size: int, eos: frozenset[int], bos: 
     if bos is not None:
         meta.setdefault("tokenizer.ggml.bos_token_id", bos)
     for key, value in meta.items():
-        _add_value(w, key, value)
+        add_value(w, key, value)
 
 
 def gguf_bytes(model_dir: str | os.PathLike[str], outtype: str = "q8_0") -> bytes:

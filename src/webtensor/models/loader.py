@@ -25,7 +25,6 @@ their output rows into one matrix.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from ..formats.safetensors_reader import SafetensorsReader, resolve, weight_file
 from ..quant import TYPES as _QUANT
 from ..tensor import from_buffer
 from . import registry
+from .config_reader import read_json_object, token_ids
 from .spec import Family, TensorSpec
 
 QUANT_TYPES = tuple(_QUANT)  # ggml block types the kernels read as stored
@@ -110,14 +110,15 @@ def open_checkpoint(source: Any = None, reader: str = "auto") -> Checkpoint:
 
 def _open_hf(d: Path, reader: str, source: Any) -> Checkpoint:
     path = d / "config.json"
-    raw = _json(path, required=True)
+    raw = read_json_object(path, missing="a checkpoint directory needs config.json")
     family = registry.for_hf(raw.get("model_type"), str(path))
     cfg = family.config_from_hf(raw, str(path))
     from ..text.tokenizer import GPT2Tokenizer
 
     tok = GPT2Tokenizer.from_dir(d, native=None if reader == "auto" else reader != "pure")
-    gen = _json(d / "generation_config.json", required=False)
-    eos = set(cfg.spec.eos_ids) | set(_id_list(gen.get("eos_token_id"), d / "generation_config.json"))
+    gen_path = d / "generation_config.json"
+    gen = read_json_object(gen_path, missing=None)
+    eos = set(cfg.spec.eos_ids) | set(token_ids(gen.get("eos_token_id"), "eos_token_id", str(gen_path)))
     st = SafetensorsReader(weight_files(d), family.canonical, pure=None if reader == "auto" else reader == "pure")
     name = "webtensor-shipped" if source is None else str(source)
     return Checkpoint(family, cfg, tok, find_chat_template(d), frozenset(eos), str(d), name, st.names(), st.shape,
@@ -371,29 +372,6 @@ def _progress(progress: Progress | bool | None, total: int, label: str) -> Calla
 
 
 # -- small readers ------------------------------------------------------------------------------------------
-def _json(path: Path, required: bool) -> dict[str, Any]:
-    if not path.is_file():
-        if required:
-            raise CheckpointError(f"{path} is missing: a checkpoint directory needs config.json")
-        return {}
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{path} is not valid JSON: {e}") from e
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"{path} must hold a JSON object, got {type(raw).__name__}")
-    return raw
-
-
-def _id_list(v: Any, where: Path) -> list[int]:
-    if v is None:
-        return []
-    ids = v if isinstance(v, list) else [v]
-    if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        raise CheckpointError(f"{where}: eos_token_id must be a token id or a list of them, got {v!r}")
-    return ids
-
-
 def _gguf_tokenizer(meta: Mapping[str, Any], vocab_size: int, src: str, reader: str) -> Any:
     """The byte-level BPE a GGUF file's `tokenizer.ggml.*` metadata describes (llama.cpp's meaning of each field)."""
     from ..text.tokenizer import Tokenizer

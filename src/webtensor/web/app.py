@@ -138,15 +138,22 @@ def _field(x: Any, parse: type, blank: Any = "") -> Any:
         return x
 
 
+def _sampling_fields(max_new_tokens: Any, temperature: Any, top_k: Any, top_p: Any,
+                     seed: Any) -> tuple[int, float, int | None, float | None, int | None]:
+    """The page's sampling fields parsed (`_field`) and checked as the CLI checks its flags: (max_new_tokens,
+    temperature, top_k, top_p, seed)."""
+    n_new = validate.check_max_new_tokens(_field(max_new_tokens, int))
+    return (n_new, *validate.check_sampling(_field(temperature, float), _field(top_k, int, None),
+                                            _field(top_p, float, None), _field(seed, int, None)))
+
+
 def check_request(model: Any, prompt: Any, max_new_tokens: Any, temperature: Any, top_k: Any = None,
                   top_p: Any = None, seed: Any = None, truncate_prompt: Any = False) -> dict[str, Any]:
     """The page's inputs checked with `webtensor generate`'s checks and messages (validate.py):
     the sampling parameters, the prompt's text, its ids, and its fit in the context (refused, or its
     last tokens kept when `truncate_prompt`, as --truncate-prompt). SamplingError /
     ContextLengthError on the first bad input; else the normalised request."""
-    n_new = validate.check_max_new_tokens(_field(max_new_tokens, int))
-    t, k, p, s = validate.check_sampling(_field(temperature, float), _field(top_k, int, None),
-                                         _field(top_p, float, None), _field(seed, int, None))
+    n_new, t, k, p, s = _sampling_fields(max_new_tokens, temperature, top_k, top_p, seed)
     text = validate.check_text(_opt(prompt))
     ids = validate.check_ids(model.encode(text), model.vocab_size)
     run_ids = validate.fit_context(ids, n_new, model.n_ctx, bool(_opt(truncate_prompt)))
@@ -203,9 +210,7 @@ def check_chat(model: Any, messages: Any, max_new_tokens: Any, temperature: Any,
     """A chat turn's inputs checked: the sampling fields as `check_request` checks them, each message's text,
     the conversation rendered with the model's chat template (its ids), and its fit: the reply gets at most
     `max_new_tokens` and at least one position of the context (ContextLengthError when none is left)."""
-    n_new = validate.check_max_new_tokens(_field(max_new_tokens, int))
-    t, k, p, s = validate.check_sampling(_field(temperature, float), _field(top_k, int, None),
-                                         _field(top_p, float, None), _field(seed, int, None))
+    n_new, t, k, p, s = _sampling_fields(max_new_tokens, temperature, top_k, top_p, seed)
     if not isinstance(messages, list) or not messages:
         raise SamplingError("a chat needs a list of messages ({role, content})")
     for m in messages:

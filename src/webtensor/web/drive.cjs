@@ -25,6 +25,22 @@
 const fs = require("fs");
 const path = require("path");
 
+// The sampling fields of a generate_ui / chat_ui task typed into the page (null: an emptied field; absent: left).
+async function fillSampling(page, task) {
+  await page.fill("#max-tokens", String(task.maxNewTokens));
+  await page.fill("#temperature", String(task.temperature || 0));
+  for (const [key, sel] of [["topK", "#top-k"], ["topP", "#top-p"], ["seed", "#seed"]]) {
+    if (task[key] !== undefined) await page.fill(sel, task[key] === null ? "" : String(task[key]));
+  }
+}
+
+// Clicks the button that starts a run (`sel`) and waits until that run has ended.
+async function runAndWait(page, sel) {
+  const runs = await page.evaluate(() => window.webtensorApp.state.runs);
+  await page.click(sel);
+  await page.waitForFunction((r) => window.webtensorApp.state.runs > r && !window.webtensorApp.state.busy, runs);
+}
+
 async function main() {
   const cfg = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
   const { chromium } = require(path.join(cfg.nodeModules, "playwright-core"));
@@ -74,15 +90,9 @@ async function main() {
         if (task.type === "generate_ui") {
           await page.click("#mode-complete");
           await page.fill("#prompt", task.prompt);
-          await page.fill("#max-tokens", String(task.maxNewTokens));
-          await page.fill("#temperature", String(task.temperature || 0));
-          for (const [key, sel] of [["topK", "#top-k"], ["topP", "#top-p"], ["seed", "#seed"]]) {
-            if (task[key] !== undefined) await page.fill(sel, task[key] === null ? "" : String(task[key]));
-          }
+          await fillSampling(page, task);
           if (task.truncate !== undefined) await page.setChecked("#truncate", !!task.truncate);
-          const runs = await page.evaluate(() => window.webtensorApp.state.runs);
-          await page.click("#generate");
-          await page.waitForFunction((r) => window.webtensorApp.state.runs > r && !window.webtensorApp.state.busy, runs);
+          await runAndWait(page, "#generate");
           Object.assign(res, await page.evaluate(() => {
             const gen = document.querySelector("#output .generated");
             const err = document.getElementById("gen-error");
@@ -110,14 +120,8 @@ async function main() {
         } else if (task.type === "chat_ui") {
           await page.click("#mode-chat");
           await page.fill("#message", task.message);
-          await page.fill("#max-tokens", String(task.maxNewTokens));
-          await page.fill("#temperature", String(task.temperature || 0));
-          for (const [key, sel] of [["topK", "#top-k"], ["topP", "#top-p"], ["seed", "#seed"]]) {
-            if (task[key] !== undefined) await page.fill(sel, task[key] === null ? "" : String(task[key]));
-          }
-          const runs = await page.evaluate(() => window.webtensorApp.state.runs);
-          await page.click("#send");
-          await page.waitForFunction((r) => window.webtensorApp.state.runs > r && !window.webtensorApp.state.busy, runs);
+          await fillSampling(page, task);
+          await runAndWait(page, "#send");
           Object.assign(res, await page.evaluate(() => {
             const err = document.getElementById("gen-error");
             const turns = [...document.querySelectorAll("#conversation .turn")];

@@ -14,10 +14,10 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ...errors import CheckpointError
+from ..config_reader import GGUFMetadata, JSONConfig, token_id, token_ids
 from ..spec import ModelSpec
 
 # The four released sizes, for benchmarks with random weights (no download).
@@ -212,18 +212,6 @@ class GPT2Config:
         return cls(**sizes)
 
     @classmethod
-    def from_file(cls, path: Path) -> GPT2Config:
-        if not path.is_file():
-            raise CheckpointError(f"{path} is missing: a GPT-2 checkpoint directory needs config.json")
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise CheckpointError(f"{path} is not valid JSON: {e}") from e
-        if not isinstance(raw, dict):
-            raise CheckpointError(f"{path} must hold a JSON object, got {type(raw).__name__}")
-        return cls.from_dict(raw, str(path))
-
-    @classmethod
     def from_dict(cls, raw: dict[str, Any], where: str = "config.json") -> GPT2Config:
         """Parse and validate a config.json's object; CheckpointError names the key and value refused."""
         if raw.get("model_type", "gpt2") != "gpt2":
@@ -239,16 +227,20 @@ class GPT2Config:
         if act not in ACTIVATIONS:
             raise CheckpointError(f"{where}: activation_function {act!r} is not supported: expected one of "
                                   f"{', '.join(ACTIVATIONS)}")
+        req = JSONConfig(raw, where)
+        eos = raw.get("eos_token_id")
+        eos_ids = token_ids(eos, "eos_token_id", where)
         cfg = cls(
-            vocab_size=_int(raw, "vocab_size", where), n_positions=_int(raw, "n_positions", where, 1024),
-            n_embd=_int(raw, "n_embd", where), n_layer=_int(raw, "n_layer", where),
-            n_head=_int(raw, "n_head", where), layer_norm_epsilon=_float(raw, "layer_norm_epsilon", where, 1e-5),
-            eos_token_id=_eos(raw.get("eos_token_id"), where), bos_token_id=_token(raw, "bos_token_id", where),
-            n_inner=_int(raw, "n_inner", where, None), activation_function=act,
-            scale_attn_weights=_bool(raw, "scale_attn_weights", where, True),
-            scale_attn_by_inverse_layer_idx=_bool(raw, "scale_attn_by_inverse_layer_idx", where, False),
-            reorder_and_upcast_attn=_bool(raw, "reorder_and_upcast_attn", where, False),
-            tie_word_embeddings=_bool(raw, "tie_word_embeddings", where, True),
+            vocab_size=req.int("vocab_size"), n_positions=req.int("n_positions", 1024), n_embd=req.int("n_embd"),
+            n_layer=req.int("n_layer"), n_head=req.int("n_head"),
+            layer_norm_epsilon=req.float("layer_norm_epsilon", 1e-5),
+            eos_token_id=eos_ids if isinstance(eos, list) else (eos_ids[0] if eos_ids else None),
+            bos_token_id=token_id(raw.get("bos_token_id"), "bos_token_id", where),
+            n_inner=req.int("n_inner", None), activation_function=act,
+            scale_attn_weights=req.bool("scale_attn_weights", True),
+            scale_attn_by_inverse_layer_idx=req.bool("scale_attn_by_inverse_layer_idx", False),
+            reorder_and_upcast_attn=req.bool("reorder_and_upcast_attn", False),
+            tie_word_embeddings=req.bool("tie_word_embeddings", True),
         )
         cfg._check_sizes(raw, where)
         return cfg
@@ -256,37 +248,18 @@ class GPT2Config:
     @classmethod
     def from_gguf(cls, meta: Mapping[str, Any], tensor_names: Sequence[str], where: str) -> GPT2Config:
         """The config of a GGUF file's `gpt2.*` metadata (llama.cpp's converter's keys)."""
-        def get(key: str, kind: type, required: bool = True) -> Any:
-            v = meta.get(key)
-            if v is None:
-                if required:
-                    raise CheckpointError(f"{where}: metadata key {key!r} is missing")
-                return None
-            if kind is float and isinstance(v, int) and not isinstance(v, bool):
-                v = float(v)
-            if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
-                raise CheckpointError(f"{where}: metadata {key!r} should be {kind.__name__}, got {v!r}")
-            return v
-
-        vocab = get("gpt2.vocab_size", int, required=False)
-        if vocab is None:
-            tokens = meta.get("tokenizer.ggml.tokens")
-            if not isinstance(tokens, list):
-                raise CheckpointError(f"{where}: neither gpt2.vocab_size nor tokenizer.ggml.tokens gives the "
-                                      "vocabulary size")
-            vocab = len(tokens)
-        cfg = cls(vocab_size=vocab, n_positions=get("gpt2.context_length", int),
-                  n_embd=get("gpt2.embedding_length", int),
-                  n_layer=get("gpt2.block_count", int), n_head=get("gpt2.attention.head_count", int),
-                  layer_norm_epsilon=get("gpt2.attention.layer_norm_epsilon", float),
-                  eos_token_id=get("tokenizer.ggml.eos_token_id", int, required=False),
-                  bos_token_id=get("tokenizer.ggml.bos_token_id", int, required=False))
+        m = GGUFMetadata(meta, "gpt2", where)
+        cfg = cls(vocab_size=m.vocab_size(), n_positions=m.int("context_length"), n_embd=m.int("embedding_length"),
+                  n_layer=m.int("block_count"), n_head=m.int("attention.head_count"),
+                  layer_norm_epsilon=m.float("attention.layer_norm_epsilon"),
+                  eos_token_id=m.token_id("tokenizer.ggml.eos_token_id"),
+                  bos_token_id=m.token_id("tokenizer.ggml.bos_token_id"))
         if min(cfg.vocab_size, cfg.n_positions, cfg.n_embd, cfg.n_layer, cfg.n_head) <= 0 or cfg.n_embd % cfg.n_head:
             raise CheckpointError(f"{where}: inconsistent sizes (embedding_length={cfg.n_embd} must be a positive "
                                   f"multiple of head_count={cfg.n_head}, all sizes > 0)")
         if not 0 <= cfg.layer_norm_epsilon < math.inf:
             raise CheckpointError(f"{where}: layer_norm_epsilon must be finite and >= 0, got {cfg.layer_norm_epsilon}")
-        ff = get("gpt2.feed_forward_length", int, required=False)
+        ff = m.int("feed_forward_length", None)
         if ff is not None and ff != 4 * cfg.n_embd:
             raise CheckpointError(f"{where}: feed_forward_length {ff} is not 4 x embedding_length "
                                   f"({4 * cfg.n_embd}) as GPT-2 needs")
@@ -325,47 +298,3 @@ def _check_known(key: str, value: Any, where: str) -> None:
 def _show(value: Any) -> str:
     text = json.dumps(value)
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _wrong_type(key: str, want: str, value: Any, where: str) -> CheckpointError:
-    return CheckpointError(f"{where}: a hyper-parameter has the wrong type: {key} must be {want}, got {value!r}")
-
-
-def _int(raw: dict[str, Any], key: str, where: str, default: Any = ...) -> Any:
-    value = raw.get(key, default)
-    if value is ...:
-        raise CheckpointError(f"{where} lacks required key {key}")
-    if value is None and default is None:
-        return None
-    if isinstance(value, float) and value.is_integer():  # 32.0, as some tools write it
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _wrong_type(key, "an integer", value, where)
-    return value
-
-
-def _float(raw: dict[str, Any], key: str, where: str, default: float) -> float:
-    value = raw.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _wrong_type(key, "a number", value, where)
-    return float(value)
-
-
-def _bool(raw: dict[str, Any], key: str, where: str, default: bool) -> bool:
-    value = raw.get(key, default)
-    if not isinstance(value, bool):
-        raise _wrong_type(key, "true or false", value, where)
-    return value
-
-
-def _token(raw: dict[str, Any], key: str, where: str) -> int | None:
-    v = raw.get(key)
-    if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
-        raise CheckpointError(f"{where}: {key} must be an integer token id or null, got {v!r}")
-    return v
-
-
-def _eos(v: Any, where: str) -> int | tuple[int, ...] | None:
-    if isinstance(v, list) and v and all(isinstance(i, int) and not isinstance(i, bool) for i in v):
-        return tuple(v)
-    return _token({"eos_token_id": v}, "eos_token_id", where)

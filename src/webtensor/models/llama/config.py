@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import CheckpointError
+from ..config_reader import GGUFMetadata, JSONConfig, token_id, token_ids
 from ..spec import ModelSpec
 
 ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")
@@ -79,7 +80,7 @@ class LlamaConfig:
         arch = raw.get("model_type")
         if arch not in ARCHITECTURES:
             raise CheckpointError(f"{where}: model_type {arch!r} is not a Llama-family architecture")
-        req = _Reader(raw, where)
+        req = JSONConfig(raw, where, null_as_default=True)
         C = req.int("hidden_size")
         H = req.int("num_attention_heads")
         KV = H if raw.get("num_key_value_heads") is None else req.int("num_key_value_heads")
@@ -91,7 +92,7 @@ class LlamaConfig:
         if arch in ("qwen2", "qwen3") and (raw.get("use_sliding_window") or "sliding_attention" in
                                            (raw.get("layer_types") or [])):
             raise CheckpointError(f"{where}: use_sliding_window = true: sliding-window attention is not supported")
-        window = raw.get("sliding_window")
+        window = req.int("sliding_window", None)
         max_pos = req.int("max_position_embeddings", 2048 if arch == "llama" else 32768)
         if arch == "mistral" and window is not None and window < max_pos:
             raise CheckpointError(f"{where}: sliding_window = {window}: sliding-window attention is not supported "
@@ -110,8 +111,8 @@ class LlamaConfig:
             qkv_bias=True if arch == "qwen2" else attention_bias, o_bias=attention_bias and arch != "qwen2",
             mlp_bias=req.bool("mlp_bias", False), qk_norm=arch == "qwen3",
             tie_word_embeddings=req.bool("tie_word_embeddings", False),
-            eos_token_id=_ids(raw.get("eos_token_id"), "eos_token_id", where),
-            bos_token_id=_id(raw.get("bos_token_id"), "bos_token_id", where))
+            eos_token_id=token_ids(raw.get("eos_token_id"), "eos_token_id", where),
+            bos_token_id=token_id(raw.get("bos_token_id"), "bos_token_id", where))
         cfg.check(where)
         return cfg
 
@@ -121,17 +122,10 @@ class LlamaConfig:
         arch = meta.get("general.architecture")
         if arch not in ARCHITECTURES:
             raise CheckpointError(f"{where}: general.architecture {arch!r} is not a Llama-family architecture")
-        m = _Meta(meta, arch, where)
+        m = GGUFMetadata(meta, arch, where)
         C, H = m.int("embedding_length"), m.int("attention.head_count")
         KV = m.int("attention.head_count_kv", H)
         D = m.int("attention.key_length", C // H if H else 0)
-        vocab = m.int("vocab_size", None)
-        if vocab is None:
-            tokens = meta.get("tokenizer.ggml.tokens")
-            if not isinstance(tokens, list):
-                raise CheckpointError(f"{where}: neither {arch}.vocab_size nor tokenizer.ggml.tokens gives the "
-                                      "vocabulary size")
-            vocab = len(tokens)
         rot = m.int("rope.dimension_count", D)
         kind = meta.get(f"{arch}.rope.scaling.type", "none")
         if kind not in ("none", "linear"):
@@ -141,9 +135,9 @@ class LlamaConfig:
             raise CheckpointError(f"{where}: {arch}.attention.sliding_window is set: sliding-window attention is "
                                   "not supported")
         names = set(tensor_names)
-        eos = meta.get("tokenizer.ggml.eos_token_id")
         cfg = cls(
-            architecture=arch, vocab_size=vocab, hidden_size=C, intermediate_size=m.int("feed_forward_length"),
+            architecture=arch, vocab_size=m.vocab_size(), hidden_size=C,
+            intermediate_size=m.int("feed_forward_length"),
             num_hidden_layers=m.int("block_count"), num_attention_heads=H, num_key_value_heads=KV, head_dim=D,
             max_position_embeddings=m.int("context_length"),
             rms_norm_eps=m.float("attention.layer_norm_rms_epsilon"),
@@ -154,8 +148,8 @@ class LlamaConfig:
             qkv_bias="blk.0.attn_q.bias" in names, o_bias="blk.0.attn_output.bias" in names,
             mlp_bias="blk.0.ffn_up.bias" in names, qk_norm="blk.0.attn_q_norm.weight" in names,
             tie_word_embeddings="output.weight" not in names,
-            eos_token_id=_ids(eos, "tokenizer.ggml.eos_token_id", where),
-            bos_token_id=_id(meta.get("tokenizer.ggml.bos_token_id"), "tokenizer.ggml.bos_token_id", where))
+            eos_token_id=m.token_ids("tokenizer.ggml.eos_token_id"),
+            bos_token_id=m.token_id("tokenizer.ggml.bos_token_id"))
         cfg.check(where)
         return cfg
 
@@ -225,72 +219,6 @@ def _rope_from_hf(raw: dict[str, Any], where: str) -> tuple[float, RopeScaling, 
     if isinstance(partial, bool) or not isinstance(partial, int | float) or not 0 < partial <= 1:
         raise CheckpointError(f"{where}: partial_rotary_factor must be in (0, 1], got {partial!r}")
     return float(theta), scaling, float(partial)
-
-
-class _Reader:
-    """Typed reads of config.json keys, refusing a wrong type with one line naming the key."""
-
-    def __init__(self, raw: dict[str, Any], where: str):
-        self.raw, self.where = raw, where
-
-    def _get(self, key: str, default: Any) -> Any:
-        v = self.raw.get(key, default)
-        if v is ...:
-            raise CheckpointError(f"{self.where} lacks required key {key}")
-        return v
-
-    def int(self, key: str, default: Any = ...) -> Any:
-        v = self._get(key, default)
-        if v is None and default is None:
-            return None
-        if isinstance(v, float) and v.is_integer():
-            v = int(v)
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise CheckpointError(f"{self.where}: {key} must be an integer, got {v!r}")
-        return v
-
-    def float(self, key: str, default: Any = ...) -> float:
-        v = self._get(key, default)
-        if isinstance(v, bool) or not isinstance(v, int | float):
-            raise CheckpointError(f"{self.where}: {key} must be a number, got {v!r}")
-        return float(v)
-
-    def bool(self, key: str, default: bool) -> bool:
-        v = self._get(key, default)
-        if v is None:
-            return default
-        if not isinstance(v, bool):
-            raise CheckpointError(f"{self.where}: {key} must be true or false, got {v!r}")
-        return v
-
-
-class _Meta(_Reader):
-    """Typed reads of GGUF metadata keys under `<arch>.`."""
-
-    def __init__(self, meta: Mapping[str, Any], arch: str, where: str):
-        super().__init__(dict(meta), where)
-        self.arch = arch
-
-    def _get(self, key: str, default: Any) -> Any:
-        v = self.raw.get(f"{self.arch}.{key}", default)
-        if v is ...:
-            raise CheckpointError(f"{self.where}: metadata key '{self.arch}.{key}' is missing")
-        return v
-
-
-def _id(v: Any, key: str, where: str) -> int | None:
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise CheckpointError(f"{where}: {key} must be an integer token id or null, got {v!r}")
-    return v
-
-
-def _ids(v: Any, key: str, where: str) -> tuple[int, ...]:
-    if isinstance(v, list):
-        return tuple(_id(i, key, where) for i in v)  # type: ignore[misc]
-    one = _id(v, key, where)
-    return () if one is None else (one,)
 
 
 # -- rotary tables ------------------------------------------------------------------------------------------

@@ -1,0 +1,56 @@
+"""Helpers the op parity tests share: random float32 inputs, tensors of them on a device, a spy on the kernel the
+quantized linear picks (and the one the policy should pick), and a KV-cache append followed by cached attention
+(the append fused into the attention, or written first with cache_write)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import webtensor as wt
+
+
+def rnd(seed: int, *shape: int, scale: float = 1.0) -> np.ndarray:
+    """Standard normal float32 values of `shape` (times `scale`) from `seed`."""
+    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
+
+
+def on(dev: wt.Device, *arrays: np.ndarray) -> list[wt.Tensor]:
+    return [wt.tensor(a, device=dev) for a in arrays]
+
+
+def spy_kernels(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, int]]:
+    """The quantized-linear kernels picked from now on, as (which, MR, norm prologue) in order."""
+    from webtensor.backends.wgpu import quant_ops
+
+    ran: list[tuple[str, int, int]] = []
+    pick = quant_ops.kernel_for
+
+    def spy(ctx: Any, qtype: str, M: int, K: int, norm: int = 0, stack: bool = False) -> tuple[Any, str, int, int]:
+        k, which, mr, nr = pick(ctx, qtype, M, K, norm, stack)
+        ran.append((which, mr, norm))
+        return k, which, mr, nr
+
+    monkeypatch.setattr(quant_ops, "kernel_for", spy)
+    return ran
+
+
+def expected_kernel(dev: wt.Device, M: int, gpu_style: bool) -> str:
+    """The quantized-linear kernel the policy should pick for M rows: GEMV up to gemv_max_rows, then the tiled
+    kernel (GPU-style, or a hardware adapter) or the register-blocked one (a software adapter's CPU-style)."""
+    if M <= dev.kernel_policy.gemv_max_rows:
+        return "gemv"
+    return "tiled" if gpu_style or not dev.ctx.info.is_software else "regs"
+
+
+def append_and_attend(q: wt.Tensor, k_cache: wt.Tensor, v_cache: wt.Tensor, pos: wt.Tensor, slot: wt.Tensor,
+                      k: wt.Tensor, v: wt.Tensor, scale: float, fused: bool) -> wt.Tensor:
+    """Row t's k, v appended to slot[t]'s caches at pos[t], then cached attention of q over them: the append fused
+    into cached_attention (`fused`), or written first by cache_write."""
+    if fused:
+        return wt.cached_attention(q, k_cache, v_cache, pos, slot, scale=scale, k_new=k, v_new=v)
+    wt.cache_write(k_cache, k, pos, slot)
+    wt.cache_write(v_cache, v, pos, slot)
+    return wt.cached_attention(q, k_cache, v_cache, pos, slot, scale=scale)
