@@ -117,6 +117,9 @@ def int_list(what: str, minimum: int = 1) -> Callable[[str], list[int]]:
     return convert
 
 
+DTYPE_CHOICES = ("auto", "float32", "float16", "q8_0", "int8")  # a model's --dtype (models.loader.check_dtype)
+
+
 def device_name(text: str) -> str:
     """An argparse type: a device name (auto, cpu, wgpu, lavapipe and aliases), checked without
     creating the device; returns the kind."""

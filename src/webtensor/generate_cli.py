@@ -16,8 +16,6 @@ from typing import Any
 from . import cmdline, validate
 from .errors import UsageError
 
-DTYPE_CHOICES = ("auto", "float32", "float16", "q8_0", "int8")
-
 
 def _model_args(p: argparse.ArgumentParser, default_temperature: float) -> None:
     p.add_argument("--model", "-m", default=None,
@@ -25,7 +23,7 @@ def _model_args(p: argparse.ArgumentParser, default_temperature: float) -> None:
                         "(default: the shipped model)")
     p.add_argument("--device", "-d", default="auto", type=cmdline.device_name,
                    help="auto (default), cpu, wgpu, lavapipe")
-    p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES,
+    p.add_argument("--dtype", default="auto", choices=cmdline.DTYPE_CHOICES,
                    help="auto (default: as stored; quantized GGUF tensors stay quantized), float32, float16 (devices "
                         "with shader-f16) or q8_0 / int8 (q8_0 matrices, every device)")
     p.add_argument("--ctx-size", "-c", type=cmdline.integer("--ctx-size", 1), default=None,

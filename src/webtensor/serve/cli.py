@@ -12,12 +12,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .. import cmdline
 from ..errors import WebtensorError
 
 MAX_BODY = 8 * 1024 * 1024  # (app.MAX_BODY: not imported here, so --help loads no server code)
 KEEP_ALIVE, IDLE_TIMEOUT = 5.0, 30.0  # (server.KEEP_ALIVE, server.IDLE_TIMEOUT)
 
-DEVICES = ("auto", "cpu", "wgpu", "lavapipe")
 ENGINES = ("batched", "reference")
 
 
@@ -26,9 +26,11 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--model", "-m", default=None,
                    help="a checkpoint directory, a .gguf file, or a Hugging Face id in the local cache (default: the "
                         "shipped model)")
-    p.add_argument("--device", "-d", default="auto", help="auto (default), cpu, wgpu, lavapipe")
-    p.add_argument("--dtype", default="auto",
-                   help="auto (default: as stored; GPT-2 safetensors in float32), float32, float16 or q8_0 (int8)")
+    p.add_argument("--device", "-d", default="auto", type=cmdline.device_name,
+                   help="auto (default), cpu, wgpu, lavapipe")
+    p.add_argument("--dtype", default="auto", choices=cmdline.DTYPE_CHOICES,
+                   help="auto (default: as stored; quantized GGUF tensors stay quantized), float32, float16 or "
+                        "q8_0 / int8")
     p.add_argument("--ctx-size", "-c", type=int, default=None,
                    help="positions per sequence slot (default: the model's context, at most 4096)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
@@ -93,10 +95,6 @@ def _origins(value: str | None) -> list[str]:
 
 
 def _check_serve(a: argparse.Namespace) -> str | None:
-    if a.device.lower() not in DEVICES:
-        return f"--device must be one of {', '.join(DEVICES)}, got {a.device!r}"
-    if a.dtype not in ("auto", "float32", "float16", "int8", "q8_0"):
-        return f"--dtype must be auto, float32, float16 or q8_0 (int8), got {a.dtype!r}"
     if a.ctx_size is not None and a.ctx_size < 2:
         return f"--ctx-size must be >= 2, got {a.ctx_size}"
     if not 0 <= a.port <= 65535:
