@@ -160,14 +160,14 @@ class WgpuBackend:
 
     def linear(self, x: Tensor, w: Tensor, bias: Tensor | None, act: str | None, residual: Tensor | None,
                ln: tuple[Tensor, Tensor, float] | None, out_dtype: DType,
-               rms: tuple[Tensor, float] | None = None) -> Tensor:
-        # x: (..., K) as rows (M, K) -> (..., N)
+               rms: tuple[Tensor, float] | None = None, glu: str | None = None) -> Tensor:
+        # x: (..., K) (glu: (..., 2K)) as rows (M, K) -> (..., N)
         N = w.shape[1]
 
         def run(x: Tensor, residual: Tensor | None) -> Tensor:
             x2 = x.reshape(1, x.shape[0]) if x.ndim == 1 else x
             res = None if residual is None else residual.reshape(x2.shape[:-1] + (N,))
-            out = plan.matmul(x2, w, out_dtype, bias=bias, act=act, residual=res, ln=ln, rms=rms)
+            out = plan.matmul(x2, w, out_dtype, bias=bias, act=act, residual=res, ln=ln, rms=rms, glu=glu is not None)
             return out.reshape((*x.shape[:-1], N))
 
         if x.ndim == 1:
@@ -176,14 +176,15 @@ class WgpuBackend:
                        lambda r0, r1: run(x[r0:r1], _rows_of(residual, r0, r1)), [x, residual])
 
     def quant_linear(self, x: Tensor, w: Any, bias: Tensor | None, act: str | None, residual: Tensor | None,
-                     ln: tuple[Tensor, Tensor, float] | None, rms: tuple[Tensor, float] | None = None) -> Tensor:
+                     ln: tuple[Tensor, Tensor, float] | None, rms: tuple[Tensor, float] | None = None,
+                     glu: str | None = None) -> Tensor:
         from . import quant_ops
 
         if x.ndim == 1:
-            return quant_ops.quant_linear(x, w, bias, act, residual, ln, rms)
+            return quant_ops.quant_linear(x, w, bias, act, residual, ln, rms, glu)
         return by_rows("linear", x.device, (*x.shape[:-1], w.shape[0]), dt.float32,
                        lambda r0, r1: quant_ops.quant_linear(x[r0:r1], w, bias, act, _rows_of(residual, r0, r1),
-                                                             ln, rms),
+                                                             ln, rms, glu),
                        [x, residual])
 
     def quant_embedding(self, table: Any, ids: Tensor) -> Tensor:

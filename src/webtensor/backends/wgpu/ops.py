@@ -394,21 +394,22 @@ def argmax(x: Tensor) -> Tensor:
 # -- matmul -------------------------------------------------------------------------------------
 def matmul(a: Tensor, b: Tensor, out_dtype: dt.DType, bias: Tensor | None = None, act: str | None = None,
            residual: Tensor | None = None, ln: tuple[Tensor, Tensor, float] | None = None,
-           rms: tuple[Tensor, float] | None = None) -> Tensor:
+           rms: tuple[Tensor, float] | None = None, glu: bool = False) -> Tensor:
     """a: (..., M, K) @ b: (K, N) or (..., K, N) with the same batch dims -> (..., M, N).
     With b 2-d, the fused epilogue may add `bias` (N,), apply the activation `act` (a canonical
     name of `webtensor.activations`), then add `residual` (..., M, N); `ln` = (weight, bias, eps)
     layer-normalises a's rows first, `rms` = (weight, eps) RMS-normalises them (fused into the
-    GEMV's prologue where it can be)."""
+    GEMV's prologue where it can be); `glu` (b 2-d): a is (..., M, 2K), the product's input is
+    swiglu of its halves (in the GEMV's prologue where it can be, else one elementwise launch first)."""
     ctx = _ctx(a)
-    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    M, K, N = a.shape[-2], a.shape[-1] // (2 if glu else 1), b.shape[-1]
     batch_shape = a.shape[:-2]
     out = _out(a.device, (*batch_shape, M, N), out_dtype)
     if out.size == 0:
         return out
     if K == 0:
         return zeros(out.device, out.shape, out.dtype)
-    if a._strides[-1] != 1 and K > 1:
+    if a._strides[-1] != 1 and (K > 1 or glu):
         a = a.contiguous()
     batch = math.prod(batch_shape)
     if b.ndim == 2:
@@ -421,7 +422,7 @@ def matmul(a: Tensor, b: Tensor, out_dtype: dt.DType, bias: Tensor | None = None
             shape, (st,) = _collapse(a.shape[:-1], a._strides[:-1])
         lda = st[0] if st else K
         norm = ln if rms is None else (rms[0], None, rms[1])
-        _matmul_2d(ctx, a, lda, batch * M, K, b, out, _Epilogue(out, bias, act, residual), norm, stack)
+        _matmul_2d(ctx, a, lda, batch * M, K, b, out, _Epilogue(out, bias, act, residual), norm, stack, glu)
         return out
     # batched b: same batch dims as a, each operand one batch stride
     a = a if _one_batch_stride(a) else a.contiguous()
@@ -491,9 +492,10 @@ def gemv_group(ctx: WgpuContext, M: int, stack: bool) -> int:
 
 
 def gemv_kernel(ctx: WgpuContext, a_dtype: dt.DType, w_dtype: dt.DType, out_dtype: dt.DType, bias_dtype: dt.DType,
-                K: int, ln: bool = False, mr: int = 1, rms: bool = False) -> tuple[Any, int]:
+                K: int, ln: bool = False, mr: int = 1, rms: bool = False, glu: bool = False) -> tuple[Any, int]:
     """The gemv variant for these dtypes and K, taking `mr` rows of A a workgroup, and how many
-    outputs one workgroup computes; `ln`: a norm prologue, an RMS norm if `rms`, else a layer norm.
+    outputs one workgroup computes; `ln`: a norm prologue, an RMS norm if `rms`, else a layer norm;
+    `glu`: the SwiGLU prologue (A's rows are 2K wide, [gate | up]).
     The subgroup reduction is built in only on devices with the feature and a fixed subgroup size."""
     lanes = gemv_lanes(ctx, K, ln)
     if ln and lanes == 1:
@@ -503,7 +505,7 @@ def gemv_kernel(ctx: WgpuContext, a_dtype: dt.DType, w_dtype: dt.DType, out_dtyp
     k = ctx.kernel("gemv", {"TA": a_dtype.wgsl, "TB": "u32" if pack else w_dtype.wgsl, "TC": out_dtype.wgsl,
                             "TBIAS": bias_dtype.wgsl, "LN": "true" if ln else "false", "LANES": f"{lanes}u",
                             "SG": f"{sg}u", "WPACK": "true" if pack else "false", "MR": f"{mr}u",
-                            "RMS": "true" if ln and rms else "false"})
+                            "RMS": "true" if ln and rms else "false", "GLU": "true" if glu else "false"})
     return k, 256 // lanes
 
 
@@ -565,10 +567,12 @@ def norm_fusable(norm: tuple[Tensor, Tensor | None, float]) -> bool:
 
 
 def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor, out: Tensor,
-               epi: _Epilogue, ln: tuple[Tensor, Tensor | None, float] | None, stack: bool = False) -> None:
+               epi: _Epilogue, ln: tuple[Tensor, Tensor | None, float] | None, stack: bool = False,
+               glu: bool = False) -> None:
     """out (M, N) = epilogue(norm(a) @ b), a's rows `lda` apart; `ln` = (weight, bias, eps) a layer
     norm, (weight, None, eps) an RMS norm; `stack`: the rows are a stack of one-row products (see
-    gemv_group)."""
+    gemv_group); `glu`: a's rows are 2K wide and the input is swiglu of their halves (the GEMV's
+    prologue, else one elementwise launch first)."""
     N = b.shape[1]
     parts = _parts(b, K, N)
     kmajor = parts[0][5] == 1
@@ -577,6 +581,12 @@ def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor,
     mr = gemv_group(ctx, M, stack)
     gemv = mr > 0 and vec_ok
     fuse_ln = ln is not None and gemv and gemv_lanes(ctx, K, True) > 1 and norm_fusable(ln)
+    if glu and not gemv:  # the gated input as its own launch: swiglu of the halves, (M, K) contiguous
+        x = Tensor(a.device, (M, 2 * K), a.dtype, storage=a._storage, strides=(lda, 1), offset=a._offset)
+        a = binary("swiglu", x[:, :K], x[:, K:], (M, K), a.dtype)
+        lda, glu = K, False
+        vec_ok = vec_ok or (kmajor and K % 4 == 0 and all(pt[4] % 4 == 0 and pt[6] == K for pt in parts))
+        gemv = mr > 0 and vec_ok
     if ln is not None and not fuse_ln:  # a separate norm, then the product of its output
         x = Tensor(a.device, (M, K), a.dtype, storage=a._storage, strides=(lda, 1), offset=a._offset)
         a = normalize(x, ln)
@@ -589,7 +599,7 @@ def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor,
         return
     if gemv:
         k, rows_per_wg = gemv_kernel(ctx, a.dtype, b.dtype, out.dtype, epi.bias_dtype, K, fuse_ln, mr,
-                                     rms=ln is not None and ln[1] is None)
+                                     rms=ln is not None and ln[1] is None, glu=glu)
     elif regs:  # CPU-backed adapters: no workgroup memory, no barriers
         k = ctx.kernel("matmul_regs", {"TA": a.dtype.wgsl, "TB": b.dtype.wgsl, "TC": out.dtype.wgsl,
                                        "TBIAS": epi.bias_dtype.wgsl})

@@ -13,6 +13,10 @@ fn gelu_tanh(v: f32) -> f32 {
   return v / (1.0 + exp(-2.0 * u));
 }
 
+// SwiGLU of four gate and up values: silu(g) * u = g * sigmoid(g) * u, sigmoid as 1 / (1 + exp(-g))
+// (elementwise.wgsl's swiglu, the same operations: exp(-g) overflowing to inf gives silu(-large) = -0).
+fn swiglu4(g: vec4<f32>, u: vec4<f32>) -> vec4<f32> { return g * (1.0 / (1.0 + exp(-g))) * u; }
+
 // Index (i0, i1, i2, i3) of element i of a row-major tensor of (up to 4-d, left-padded) `shape`.
 fn unflatten4(i: u32, shape: vec4<u32>) -> vec4<u32> {
   var r = i;
