@@ -208,6 +208,44 @@ def test_linear_with_rms_norm_and_q8_weights(gpu: wt.Device, style: bool, monkey
     assert ("rms_norm" not in spy.names) == (style and m <= gpu.kernel_policy.gemv_max_rows)
 
 
+@SETTINGS
+@given(seed=seeds, m=st.integers(1, 12), f=st.sampled_from([4, 8, 36, 64, 100]), n=st.integers(1, 40),
+       wtype=st.sampled_from(["float32", "float16"]), bias=st.booleans(), res=st.booleans(), stack=st.booleans())
+def test_linear_with_swiglu_prologue(gpu: wt.Device, style: bool, monkeypatch: pytest.MonkeyPatch, seed: int, m: int,
+                                     f: int, n: int, wtype: str, bias: bool, res: bool, stack: bool) -> None:
+    """linear(gu, w, glu="swiglu") = swiglu(gu[..., :F], gu[..., F:]) @ w (+ bias) (+ residual), gu the
+    (rows, 2F) output of a fused gate_up product; the GEMV (decode rows, both kernel styles) reads its
+    input through the gate: one launch; other products run a swiglu launch first."""
+    if wtype == "float16" and not gpu.has_f16:
+        pytest.skip("this adapter has no shader-f16")
+    gu, w, b = rnd(seed, m, 2 * f, scale=2.0), rnd(seed + 1, f, n).astype(wtype), rnd(seed + 2, n)
+    r = rnd(seed + 3, m, n)
+    want = ref_swiglu(gu[:, :f], gu[:, f:]) @ w.astype(np.float64) + (b if bias else 0.0) + (r if res else 0.0)
+    spy = Launches(gpu, monkeypatch)
+    for dev in devices(gpu):
+        gut, wk, bt, rt = on(dev, gu, w.T.copy(), b, r)  # k-major weight, as models store it
+        shape = (m, 1) if stack else (m,)
+        got = wt.linear(gut.reshape(*shape, 2 * f), wk.T, bt if bias else None,
+                        residual=rt.reshape(*shape, n) if res else None, glu="swiglu")
+        assert got.shape == (*shape, n) and got.dtype is wt.float32
+        assert rel_err(got.numpy().reshape(m, n), want) <= TOL, (dev.describe(), rel_err(got.numpy(), want))
+    gemv = stack or m <= gpu.kernel_policy.gemv_max_rows
+    assert (spy.names == ["gemv"]) if gemv else (spy.names[0] == "elementwise")
+
+
+def test_linear_refuses_bad_glu(device: wt.Device) -> None:
+    x, w, g = on(device, rnd(0, 2, 8), rnd(1, 4, 3), rnd(2, 8))
+    with pytest.raises(wt.ArgumentError, match="linear: glu must be None or 'swiglu', got 'geglu'"):
+        wt.linear(x, w, glu="geglu")
+    with pytest.raises(wt.ArgumentError, match="does not combine with a norm prologue"):
+        wt.linear(x, w, rms=(g, 1e-5), glu="swiglu")
+    with pytest.raises(wt.ShapeError, match=r"needs weight \(K, N\) with 2K = x.shape\[-1\]"):
+        wt.linear(x, wt.tensor(rnd(3, 8, 3), device=device), glu="swiglu")
+    q = quantize(rnd(4, 3, 32), "Q8_0")
+    with pytest.raises(wt.ShapeError, match="needs 2K = x.shape"):
+        wt.linear(wt.tensor(rnd(5, 2, 32), device=device), q, glu="swiglu")
+
+
 def test_linear_refuses_bad_norms(device: wt.Device) -> None:
     x, w, g, b = on(device, rnd(0, 2, 8), rnd(1, 8, 4), rnd(2, 8), rnd(3, 8))
     with pytest.raises(wt.ArgumentError, match="ln .* or rms .*, not both"):
