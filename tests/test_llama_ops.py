@@ -521,6 +521,68 @@ def test_gqa_cache_write_and_cached_attention(gpu: wt.Device, seed: int, slots: 
             assert np.array_equal(k0[slot[t], pos[t]], qkv[t, h:h + kvh])
 
 
+@SETTINGS
+@given(seed=seeds, slots=st.integers(1, 4), kvh=st.integers(1, 3), group=st.integers(1, 3),
+       d=st.sampled_from([2, 6, 8, *HEAD_DIMS]), part=st.sampled_from([1.0, 0.5]), interleaved=st.booleans(),
+       fused=st.booleans(), one_table=st.booleans(), data=st.data())
+def test_cached_attention_with_rope(gpu: wt.Device, seed: int, slots: int, kvh: int, group: int, d: int, part: float,
+                                    interleaved: bool, fused: bool, one_table: bool, data: st.DataObject) -> None:
+    """cached_attention(..., rope=(cos, sin, interleaved)) = rope q and k_new at the rows' positions,
+    then cached_attention (the rotated key stored); with the keys written first by cache_write(...,
+    rope=...) (rows sharing slots). One launch a call where the tables are views of one tensor, rope
+    launches first where they are not; against float64 numpy and the CPU device."""
+    h, n_ctx = kvh * group, 12
+    half = max(1, int(d // 2 * part))
+    rng = np.random.default_rng(seed)
+    rows = data.draw(st.integers(1, slots if fused else 5))
+    slot = (rng.permutation(slots)[:rows] if fused else rng.integers(0, slots, rows)).astype(np.int32)
+    pos = rng.permutation(n_ctx)[:rows].astype(np.int32)  # (distinct: no two rows store one place)
+    cos, sin = rope_tables(n_ctx + 3, half)
+    qkv = rnd(seed, rows, h + 2 * kvh, d)
+    cache = rnd(seed + 1, slots, n_ctx, kvh, d)
+    qr, kr = (ref_rope(x, pos, cos, sin, interleaved) for x in (qkv[:, :h], qkv[:, h:h + kvh]))
+    kref = cache.astype(np.float64)
+    for t in range(rows):
+        kref[slot[t], pos[t]] = kr[t]
+    outs = []
+    for dev in devices(gpu):
+        kc, vc, qkvt, pt, st_, tab = on(dev, cache, cache * 0.5, qkv, pos, slot, np.stack([cos, sin]))
+        cs = (tab[0], tab[1]) if one_table else tuple(on(dev, cos, sin))
+        rope = (*cs, interleaved)
+        q, k, v = qkvt[:, :h], qkvt[:, h:h + kvh], qkvt[:, h + kvh:]
+        before = dev.stats()["dispatches"]
+        if fused:
+            a = wt.cached_attention(q, kc, vc, pt, st_, scale=0.3, k_new=k, v_new=v, rope=rope)
+        else:
+            wt.cache_write(kc, k, pt, st_, rope=rope)
+            wt.cache_write(vc, v, pt, st_)
+            a = wt.cached_attention(q, kc, vc, pt, st_, scale=0.3, rope=rope)
+        if dev.backend.name == "wgpu" and one_table:
+            assert dev.stats()["dispatches"] - before == (1 if fused else 3)
+        outs.append((a.numpy(), kc.numpy()))
+    (a0, k0), (a1, k1) = outs
+    for got in (k0, k1):  # the stored keys: rotated; the rest of the cache untouched
+        assert rel_err(got, kref) <= TOL
+    assert rel_err(a1, a0) <= TOL
+    for t in range(rows):
+        n = pos[t] + 1
+        vals = (cache * 0.5).astype(np.float64)
+        for r in range(rows):
+            vals[slot[r], pos[r]] = qkv[r, h + kvh:]
+        want = ref_attention(qr[t:t + 1], kref[slot[t], :n], vals[slot[t], :n], False, 0.3)
+        assert rel_err(a0[t:t + 1], want) <= TOL and rel_err(a1[t:t + 1], want) <= TOL
+
+
+def test_rope_fusion_refuses_bad_tables(device: wt.Device) -> None:
+    q, kc = on(device, rnd(0, 2, 2, 8), rnd(1, 1, 4, 2, 8))
+    pos = wt.tensor(np.zeros(2, np.int32), device=device)
+    cos, sin = on(device, *rope_tables(4, 4))
+    with pytest.raises(wt.ArgumentError, match=r"cached_attention: rope must be \(cos, sin, interleaved\)"):
+        wt.cached_attention(q, kc, kc, pos, pos, rope=(cos, sin))
+    with pytest.raises(wt.ShapeError, match="rotate R = 10 dims, more than the head dim 8"):
+        wt.cache_write(kc, q, pos, pos, rope=(*on(device, *rope_tables(4, 5)), False))
+
+
 def test_cache_views_with_an_offset(gpu: wt.Device) -> None:
     """Caches that are views into a larger tensor (one layer of (layers, n_slots, n_ctx, KVH, D))."""
     big = rnd(0, 3, 2, 6, 2, 16)

@@ -211,14 +211,16 @@ class WgpuBackend:
         return by_rows("embedding", table.device, (*ids.shape, table.shape[1]), table.dtype,
                        lambda r0, r1: plan.embedding(table, ids[r0:r1]), [ids])
 
-    def cache_write(self, cache: Tensor, src: Tensor, pos: Tensor, slot: Tensor) -> None:
-        plan.cache_write(cache, src, pos, slot)
+    def cache_write(self, cache: Tensor, src: Tensor, pos: Tensor, slot: Tensor,
+                    rope: tuple[Tensor, Tensor, bool] | None = None) -> None:
+        plan.cache_write(cache, src, pos, slot, rope)
 
     def cached_attention(self, q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float,
-                         k_new: Tensor | None = None, v_new: Tensor | None = None) -> Tensor:
+                         k_new: Tensor | None = None, v_new: Tensor | None = None,
+                         rope: tuple[Tensor, Tensor, bool] | None = None) -> Tensor:
         def run(r0: int, r1: int) -> Tensor:
             return plan.cached_attention(q[r0:r1], kc, vc, pos[r0:r1], slot[r0:r1], scale,
-                                         _rows_of(k_new, r0, r1), _rows_of(v_new, r0, r1))
+                                         _rows_of(k_new, r0, r1), _rows_of(v_new, r0, r1), rope)
 
         return by_rows("cached_attention", q.device, q.shape, dt.float32, run, [q, pos, slot, k_new, v_new])
 

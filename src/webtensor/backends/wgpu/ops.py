@@ -896,28 +896,57 @@ def _at0(t: Tensor) -> Tensor:
     return t if t._offset == 0 and t.is_contiguous() else unary("copy", t)
 
 
-def cache_write(cache: Tensor, src: Tensor, pos: Tensor, slot: Tensor) -> None:
-    """cache (n_slots, n_ctx, KVH, D) f32, contiguous; src (T, KVH, D); pos, slot (T,) int32."""
+def _rope_code(rope: tuple[Tensor, Tensor, bool] | None) -> str:
+    """The kernels' const ROPE: 0 none, 1 rotate_half, 2 interleaved."""
+    return "0u" if rope is None else "2u" if rope[2] else "1u"
+
+
+def cache_write(cache: Tensor, src: Tensor, pos: Tensor, slot: Tensor,
+                rot: tuple[Tensor, Tensor, bool] | None = None) -> None:
+    """cache (n_slots, n_ctx, KVH, D) f32, contiguous; src (T, KVH, D); pos, slot (T,) int32; rot =
+    (cos, sin, interleaved): src stored rotated (the same launch)."""
     ctx = _ctx(cache)
     if src._strides[-1] != 1:
         src = src.contiguous()
     pos, slot = _at0(pos), _at0(slot)
     T, H, D = src.shape
     n_slots, n_ctx = cache.shape[:2]
-    kern = ctx.kernel("cache_write", {"TS": src.dtype.wgsl})
-    ctx.launch(kern, dict(T=T, H=H, D=D, src_off=src._offset, src_ts=src._strides[0], src_hs=src._strides[1],
-                          n_ctx=n_ctx, slot_stride=n_ctx * H * D, n_slots=n_slots, c_off=cache._offset),
-               dict(src=_buf(src), pos=_buf(pos), slot=_buf(slot), cache=_buf(cache)),
-               _grid(math.ceil(T * H * D / WG), ctx))
+    prm = dict(T=T, H=H, D=D, src_off=src._offset, src_ts=src._strides[0], src_hs=src._strides[1],
+               n_ctx=n_ctx, slot_stride=n_ctx * H * D, n_slots=n_slots, c_off=cache._offset)
+    bufs = dict(src=_buf(src), pos=_buf(pos), slot=_buf(slot), cache=_buf(cache))
+    if rot is not None:
+        cos, sin = rot[0].contiguous(), rot[1].contiguous()
+        prm.update(half=cos.shape[1], P=cos.shape[0], tc_off=cos._offset, ts_off=sin._offset)
+        bufs.update(cos_t=_buf(cos), sin_t=_buf(sin))
+    kern = ctx.kernel("cache_write", {"TS": src.dtype.wgsl, "ROPE": _rope_code(rot)})
+    ctx.launch(kern, prm, bufs, _grid(math.ceil(T * H * D / WG), ctx))
+
+
+def _one_buffer(*ts: Tensor) -> bool:
+    """Whether the tensors are views of one unchunked buffer (bound once, read at their offsets)."""
+    return all(len(t._storage.chunks) == 1 and _buf(t) is _buf(ts[0]) for t in ts)
 
 
 def cached_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float,
-                     k_new: Tensor | None = None, v_new: Tensor | None = None) -> Tensor:
+                     k_new: Tensor | None = None, v_new: Tensor | None = None,
+                     rot: tuple[Tensor, Tensor, bool] | None = None) -> Tensor:
     """q (T, H, D) against caches (n_slots, n_ctx, KVH, D) f32: row t sees positions 0..pos[t] of
     slot[t], query head h cache head h // (H // KVH) -> (T, H, D) f32, one workgroup per (head, row).
     With k_new, v_new (T, KVH, D) the rows' keys and values are stored at their positions by the
-    same launch and attended to from k_new, v_new (see cached_attention.wgsl)."""
+    same launch and attended to from k_new, v_new (see cached_attention.wgsl). rot = (cos, sin,
+    interleaved): q and k_new rotated first, in the launch (cached_attention_rope.wgsl) where the
+    tables are views of one buffer and so are k_new and v_new, of q's dtype (8 storage bindings),
+    else by rope launches."""
     ctx = _ctx(q)
+    if rot is not None:
+        cos, sin = (t if t.is_contiguous() else t.contiguous() for t in rot[:2])
+        news = [t for t in (k_new, v_new) if t is not None]
+        if _one_buffer(cos, sin) and (not news or (_one_buffer(*news) and all(t.dtype is q.dtype for t in news))):
+            rot = (cos, sin, rot[2])
+        else:
+            q = rope(q, pos, cos, sin, rot[2])
+            k_new = None if k_new is None else rope(k_new, pos, cos, sin, rot[2])
+            rot = None
     views = [t if t._strides[-1] == 1 else t.contiguous() for t in (q, k_new, v_new) if t is not None]
     q = views[0]
     pos, slot = _at0(pos), _at0(slot)
@@ -942,7 +971,16 @@ def cached_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tenso
         prm.update(write=1, k_off4=k_new._offset // u, k_ts4=k_new._strides[0] // u, k_hs4=k_new._strides[1] // u,
                    v_off4=v_new._offset // u, v_ts4=v_new._strides[0] // u, v_hs4=v_new._strides[1] // u)
         bufs.update(kn=_buf(k_new), vn=_buf(v_new))
-    kern = ctx.kernel("cached_attention", {"TQ": q.dtype.wgsl, "VEC4": "true" if vec4 else "false"})
+    defs = {"TQ": q.dtype.wgsl, "VEC4": "true" if vec4 else "false"}
+    if rot is not None:
+        cos, sin = rot[0], rot[1]
+        prm.update(half=cos.shape[1], P=cos.shape[0], tc_off=cos._offset, ts_off=sin._offset)
+        kn = bufs.pop("kn", None)
+        bufs.pop("vn", None)
+        bufs.update(kv=kn, tab=_buf(cos))
+        kern = ctx.kernel("cached_attention_rope", dict(defs, ROPE=_rope_code(rot)))
+    else:
+        kern = ctx.kernel("cached_attention", defs)
     y, z = _rows_grid(T)
     ctx.launch(kern, prm, bufs, (H, y, z))
     return out
