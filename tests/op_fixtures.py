@@ -22,15 +22,17 @@ def on(dev: wt.Device, *arrays: np.ndarray) -> list[wt.Tensor]:
 
 
 def spy_kernels(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, int]]:
-    """The quantized-linear kernels picked from now on, as (which, MR, norm prologue) in order."""
+    """The quantized-linear kernels picked from now on, as (which, MR, prologue) in order (prologue: the norm's
+    code, 3 for the SwiGLU one)."""
     from webtensor.backends.wgpu import quant_ops
 
     ran: list[tuple[str, int, int]] = []
     pick = quant_ops.kernel_for
 
-    def spy(ctx: Any, qtype: str, M: int, K: int, norm: int = 0, stack: bool = False) -> tuple[Any, str, int, int]:
-        k, which, mr, nr = pick(ctx, qtype, M, K, norm, stack)
-        ran.append((which, mr, norm))
+    def spy(ctx: Any, qtype: str, M: int, K: int, norm: int = 0, stack: bool = False,
+            glu: bool = False) -> tuple[Any, str, int, int]:
+        k, which, mr, nr = pick(ctx, qtype, M, K, norm, stack, glu=glu)
+        ran.append((which, mr, 3 if glu else norm))
         return k, which, mr, nr
 
     monkeypatch.setattr(quant_ops, "kernel_for", spy)

@@ -201,6 +201,44 @@ def test_linear_with_rms_norm_and_q8_weights(gpu: wt.Device, style: bool, monkey
     assert ("rms_norm" not in spy.names) == (style and m <= gpu.kernel_policy.gemv_max_rows)
 
 
+@SETTINGS
+@given(seed=seeds, m=st.integers(1, 12), f=st.sampled_from([4, 8, 36, 64, 100]), n=st.integers(1, 40),
+       wtype=st.sampled_from(["float32", "float16"]), bias=st.booleans(), res=st.booleans(), stack=st.booleans())
+def test_linear_with_swiglu_prologue(gpu: wt.Device, style: bool, monkeypatch: pytest.MonkeyPatch, seed: int, m: int,
+                                     f: int, n: int, wtype: str, bias: bool, res: bool, stack: bool) -> None:
+    """linear(gu, w, glu="swiglu") = swiglu(gu[..., :F], gu[..., F:]) @ w (+ bias) (+ residual), gu the
+    (rows, 2F) output of a fused gate_up product; the GEMV (decode rows, both kernel styles) reads its
+    input through the gate: one launch; other products run a swiglu launch first."""
+    if wtype == "float16" and not gpu.has_f16:
+        pytest.skip("this adapter has no shader-f16")
+    gu, w, b = rnd(seed, m, 2 * f, scale=2.0), rnd(seed + 1, f, n).astype(wtype), rnd(seed + 2, n)
+    r = rnd(seed + 3, m, n)
+    want = ref_swiglu(gu[:, :f], gu[:, f:]) @ w.astype(np.float64) + (b if bias else 0.0) + (r if res else 0.0)
+    spy = Launches(gpu, monkeypatch)
+    for dev in devices(gpu):
+        gut, wk, bt, rt = on(dev, gu, w.T.copy(), b, r)  # k-major weight, as models store it
+        shape = (m, 1) if stack else (m,)
+        got = wt.linear(gut.reshape(*shape, 2 * f), wk.T, bt if bias else None,
+                        residual=rt.reshape(*shape, n) if res else None, glu="swiglu")
+        assert got.shape == (*shape, n) and got.dtype is wt.float32
+        assert rel_err(got.numpy().reshape(m, n), want) <= TOL, (dev.describe(), rel_err(got.numpy(), want))
+    gemv = stack or m <= gpu.kernel_policy.gemv_max_rows
+    assert (spy.names == ["gemv"]) if gemv else (spy.names[0] == "elementwise")
+
+
+def test_linear_refuses_bad_glu(device: wt.Device) -> None:
+    x, w, g = on(device, rnd(0, 2, 8), rnd(1, 4, 3), rnd(2, 8))
+    with pytest.raises(wt.ArgumentError, match="linear: glu must be None or 'swiglu', got 'geglu'"):
+        wt.linear(x, w, glu="geglu")
+    with pytest.raises(wt.ArgumentError, match="does not combine with a norm prologue"):
+        wt.linear(x, w, rms=(g, 1e-5), glu="swiglu")
+    with pytest.raises(wt.ShapeError, match=r"needs weight \(K, N\) with 2K = x.shape\[-1\]"):
+        wt.linear(x, wt.tensor(rnd(3, 8, 3), device=device), glu="swiglu")
+    q = quantize(rnd(4, 3, 32), "Q8_0")
+    with pytest.raises(wt.ShapeError, match="needs 2K = x.shape"):
+        wt.linear(wt.tensor(rnd(5, 2, 32), device=device), q, glu="swiglu")
+
+
 def test_linear_refuses_bad_norms(device: wt.Device) -> None:
     x, w, g, b = on(device, rnd(0, 2, 8), rnd(1, 8, 4), rnd(2, 8), rnd(3, 8))
     with pytest.raises(wt.ArgumentError, match="ln .* or rms .*, not both"):
@@ -469,6 +507,68 @@ def test_gqa_cache_write_and_cached_attention(gpu: wt.Device, seed: int, slots: 
         assert rel_err(a0[t:t + 1], want) <= TOL and rel_err(a1[t:t + 1], want) <= TOL
         if pos[t] < n_ctx and (fused or list(slot).count(slot[t]) == 1):
             assert np.array_equal(k0[slot[t], pos[t]], qkv[t, h:h + kvh])
+
+
+@SETTINGS
+@given(seed=seeds, slots=st.integers(1, 4), kvh=st.integers(1, 3), group=st.integers(1, 3),
+       d=st.sampled_from([2, 6, 8, *HEAD_DIMS]), part=st.sampled_from([1.0, 0.5]), interleaved=st.booleans(),
+       fused=st.booleans(), one_table=st.booleans(), data=st.data())
+def test_cached_attention_with_rope(gpu: wt.Device, seed: int, slots: int, kvh: int, group: int, d: int, part: float,
+                                    interleaved: bool, fused: bool, one_table: bool, data: st.DataObject) -> None:
+    """cached_attention(..., rope=(cos, sin, interleaved)) = rope q and k_new at the rows' positions,
+    then cached_attention (the rotated key stored); with the keys written first by cache_write(...,
+    rope=...) (rows sharing slots). One launch a call where the tables are views of one tensor, rope
+    launches first where they are not; against float64 numpy and the CPU device."""
+    h, n_ctx = kvh * group, 12
+    half = max(1, int(d // 2 * part))
+    rng = np.random.default_rng(seed)
+    rows = data.draw(st.integers(1, slots if fused else 5))
+    slot = (rng.permutation(slots)[:rows] if fused else rng.integers(0, slots, rows)).astype(np.int32)
+    pos = rng.permutation(n_ctx)[:rows].astype(np.int32)  # (distinct: no two rows store one place)
+    cos, sin = rope_tables(n_ctx + 3, half)
+    qkv = rnd(seed, rows, h + 2 * kvh, d)
+    cache = rnd(seed + 1, slots, n_ctx, kvh, d)
+    qr, kr = (ref_rope(x, pos, cos, sin, interleaved) for x in (qkv[:, :h], qkv[:, h:h + kvh]))
+    kref = cache.astype(np.float64)
+    for t in range(rows):
+        kref[slot[t], pos[t]] = kr[t]
+    outs = []
+    for dev in devices(gpu):
+        kc, vc, qkvt, pt, st_, tab = on(dev, cache, cache * 0.5, qkv, pos, slot, np.stack([cos, sin]))
+        cs = (tab[0], tab[1]) if one_table else tuple(on(dev, cos, sin))
+        rope = (*cs, interleaved)
+        q, k, v = qkvt[:, :h], qkvt[:, h:h + kvh], qkvt[:, h + kvh:]
+        before = dev.stats()["dispatches"]
+        if fused:
+            a = wt.cached_attention(q, kc, vc, pt, st_, scale=0.3, k_new=k, v_new=v, rope=rope)
+        else:
+            wt.cache_write(kc, k, pt, st_, rope=rope)
+            wt.cache_write(vc, v, pt, st_)
+            a = wt.cached_attention(q, kc, vc, pt, st_, scale=0.3, rope=rope)
+        if dev.backend.name == "wgpu" and one_table:
+            assert dev.stats()["dispatches"] - before == (1 if fused else 3)
+        outs.append((a.numpy(), kc.numpy()))
+    (a0, k0), (a1, k1) = outs
+    for got in (k0, k1):  # the stored keys: rotated; the rest of the cache untouched
+        assert rel_err(got, kref) <= TOL
+    assert rel_err(a1, a0) <= TOL
+    for t in range(rows):
+        n = pos[t] + 1
+        vals = (cache * 0.5).astype(np.float64)
+        for r in range(rows):
+            vals[slot[r], pos[r]] = qkv[r, h + kvh:]
+        want = ref_attention(qr[t:t + 1], kref[slot[t], :n], vals[slot[t], :n], False, 0.3)
+        assert rel_err(a0[t:t + 1], want) <= TOL and rel_err(a1[t:t + 1], want) <= TOL
+
+
+def test_rope_fusion_refuses_bad_tables(device: wt.Device) -> None:
+    q, kc = on(device, rnd(0, 2, 2, 8), rnd(1, 1, 4, 2, 8))
+    pos = wt.tensor(np.zeros(2, np.int32), device=device)
+    cos, sin = on(device, *rope_tables(4, 4))
+    with pytest.raises(wt.ArgumentError, match=r"cached_attention: rope must be \(cos, sin, interleaved\)"):
+        wt.cached_attention(q, kc, kc, pos, pos, rope=(cos, sin))
+    with pytest.raises(wt.ShapeError, match="rotate R = 10 dims, more than the head dim 8"):
+        wt.cache_write(kc, q, pos, pos, rope=(*on(device, *rope_tables(4, 5)), False))
 
 
 def test_cache_views_with_an_offset(gpu: wt.Device) -> None:

@@ -197,6 +197,38 @@ def test_rms_norm_prologue(gpu: wt.Device, cpu: wt.Device, style: dict[str, Any]
         assert style["ran"][-1][2] == (2 if fused else 0)
 
 
+@SETTINGS
+@given(qtype=st.sampled_from(TYPES), M=st.sampled_from([1, 3, 8, 12]), N=st.integers(1, 70), blocks=st.integers(1, 3),
+       stack=st.booleans(), has_res=st.booleans(), has_bias=st.booleans(), seed=seeds)
+def test_swiglu_prologue(gpu: wt.Device, cpu: wt.Device, style: dict[str, Any], qtype: str, M: int, N: int,
+                         blocks: int, stack: bool, has_res: bool, has_bias: bool, seed: int) -> None:
+    """linear(gu, W, glu="swiglu") with gu = [gate | up] (M, 2K): silu(gate) * up in gemv_quant's
+    prologue wherever the GEMV runs (every style: no reduction needed), else a swiglu launch first;
+    against float64 numpy and the CPU device (swiglu, then the product)."""
+    style["ran"].clear()
+    rng = np.random.default_rng(seed)
+    K = blocks * quant.TYPES[qtype].values
+    qw = weight(rng, qtype, N, K)
+    gu = rng.standard_normal((M, 1, 2 * K) if stack else (M, 2 * K)).astype(np.float32) * 2
+    b = rng.standard_normal(N).astype(np.float32) if has_bias else None
+    r = rng.standard_normal((*gu.shape[:-1], N)).astype(np.float32) if has_res else None
+    g64, u64 = gu[..., :K].astype(np.float64), gu[..., K:].astype(np.float64)
+    want = (g64 / (1.0 + np.exp(-g64)) * u64) @ qw.dequantize().astype(np.float64).T
+    want = want + (0.0 if b is None else b) + (0.0 if r is None else r)
+    outs = []
+    for dev in (gpu, cpu):
+        bt = None if b is None else wt.tensor(b, device=dev)
+        rt = None if r is None else wt.tensor(r, device=dev)
+        got = wt.linear(wt.tensor(gu, device=dev), qw, bt, residual=rt, glu="swiglu")
+        assert got.shape == want.shape and got.dtype is wt.float32
+        outs.append(got.numpy())
+        assert rel_err(outs[-1], want) <= TOL, (dev.describe(), qtype, M, N, K)
+    assert rel_err(outs[0], outs[1]) <= TOL
+    fused = stack or M <= gpu.kernel_policy.gemv_max_rows
+    assert style["ran"] == [("gemv" if fused else expected_kernel(gpu, M, style["gpu_style"]), style["ran"][0][1],
+                             3 if fused else 0)]
+
+
 @pytest.mark.parametrize("qtype", TYPES)
 @pytest.mark.parametrize("M", [1, 4, 20])
 def test_row_chunked_weight(gpu_small: wt.Device, cpu: wt.Device, qtype: str, M: int,

@@ -251,14 +251,17 @@ def matmul(a: Any, b: Any) -> Tensor:
 
 def linear(x: Tensor, weight: Any, bias: Tensor | None = None, act: str | None = None,
            residual: Tensor | None = None, ln: tuple[Tensor, Tensor, float] | None = None,
-           rms: tuple[Tensor, float] | None = None) -> Tensor:
-    """Fused (layer_norm(x) if ln, rms_norm(x) if rms) @ weight (+ bias) (-> act) (+ residual), one
-    kernel where the device can (the GEMV of a decode step takes the norm in its prologue).
+           rms: tuple[Tensor, float] | None = None, glu: str | None = None) -> Tensor:
+    """Fused (layer_norm(x) if ln, rms_norm(x) if rms, swiglu of x's halves if glu) @ weight (+ bias)
+    (-> act) (+ residual), one kernel where the device can (the GEMV of a decode step takes the norm
+    or the gating in its prologue; elsewhere they run as their own launch first, with the same result).
 
     x: (..., K), weight: (K, N) (HF Conv1D layout; pass `w.T` for torch Linear's (N, K)),
     bias: (N,), residual: (..., N), ln: (weight (K,), bias (K,), eps), rms: (weight (K,), eps)
     (at most one of ln and rms). act: None or a name in `webtensor.activations.CODES` ("gelu" is
-    "gelu_tanh").
+    "gelu_tanh"). glu="swiglu": x is (..., 2K), the gate and up halves [g | u] of a fused gate_up
+    product, and the product's input is swiglu(g, u) = silu(g) * u (..., K) (the gated MLP's down
+    projection; not with ln or rms).
 
     weight may also be a quantized weight of shape (N, K), nn.Linear's layout, in any of
     `quant.TYPES` (`quant.QuantWeight`, or its upload `backends.wgpu.quant_ops.QuantGpu`):
@@ -266,6 +269,11 @@ def linear(x: Tensor, weight: Any, bias: Tensor | None = None, act: str | None =
     quantized = _is_quant("linear", "weight", weight)
     if not isinstance(x, Tensor):
         raise DTypeError(f"linear: x must be a Tensor, got {type(x).__name__}")
+    if glu is not None and glu != "swiglu":
+        raise ArgumentError(f"linear: glu must be None or 'swiglu', got {glu!r}")
+    if glu is not None and (ln is not None or rms is not None):
+        raise ArgumentError("linear: glu (a gated input) does not combine with a norm prologue (ln, rms)")
+    width = 2 if glu is not None else 1  # x's last axis: K values a row, 2K with glu (gate | up)
     ts = [t for t in (x, None if quantized else weight, bias, residual) if t is not None]
     if ln is not None and rms is not None:
         raise ArgumentError("linear: give ln (a layer-norm prologue) or rms (an RMS-norm one), not both")
@@ -281,12 +289,13 @@ def linear(x: Tensor, weight: Any, bias: Tensor | None = None, act: str | None =
     _need_float("linear", *ts)
     if quantized:
         N, K = weight.shape
-        if x.ndim < 1 or x.shape[-1] != K:
+        if x.ndim < 1 or x.shape[-1] != width * K:
             raise ShapeError(f"linear: x {x.shape} @ a {weight.qtype} weight of shape {weight.shape} (N, K): "
-                             "needs K = x.shape[-1]")
+                             f"needs {'2K' if glu else 'K'} = x.shape[-1]")
     else:
-        if x.ndim < 1 or weight.ndim != 2 or x.shape[-1] != weight.shape[0]:
-            raise ShapeError(f"linear: x {x.shape} @ weight {weight.shape}: needs weight (K, N) with K = x.shape[-1]")
+        if x.ndim < 1 or weight.ndim != 2 or x.shape[-1] != width * weight.shape[0]:
+            raise ShapeError(f"linear: x {x.shape} @ weight {weight.shape}: needs weight (K, N) with "
+                             f"{'2K' if glu else 'K'} = x.shape[-1]")
         K, N = weight.shape
     if bias is not None and bias.shape != (N,):
         raise ShapeError(f"linear: bias must have shape ({N},), got {bias.shape}")
@@ -302,9 +311,9 @@ def linear(x: Tensor, weight: Any, bias: Tensor | None = None, act: str | None =
             raise ShapeError(f"linear: rms weight must have shape ({K},), got {rms[0].shape}")
         rms = (rms[0], _check_eps("linear", rms[1]))
     if quantized:
-        return dev.backend.quant_linear(x, weight, bias, activations.canonical(act), residual, ln, rms)
+        return dev.backend.quant_linear(x, weight, bias, activations.canonical(act), residual, ln, rms, glu)
     act = activations.canonical(act)
-    return dev.backend.linear(x, weight, bias, act, residual, ln, _result_dtype(x, weight), rms)
+    return dev.backend.linear(x, weight, bias, act, residual, ln, _result_dtype(x, weight), rms, glu)
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, scale: float | None = None) -> Tensor:
@@ -404,12 +413,37 @@ def _check_cache(op: str, cache: Tensor, H: int, D: int) -> None:
                          f"got {cache.dtype.name} {cache.shape}")
 
 
-def cache_write(cache: Tensor, src: Tensor, pos: Tensor, slot: Tensor) -> None:
+Rope = tuple[Tensor, Tensor, bool]  # (cos, sin, interleaved): `rope`'s tables and pairing
+
+
+def _check_rope(op: str, rope: Any, D: int, x: Tensor) -> Rope | None:
+    """A fused rotary embedding's (cos, sin, interleaved), checked as `rope` checks them."""
+    if rope is None:
+        return None
+    if not (isinstance(rope, tuple) and len(rope) == 3 and isinstance(rope[0], Tensor)
+            and isinstance(rope[1], Tensor) and isinstance(rope[2], bool)):
+        raise ArgumentError(f"{op}: rope must be (cos, sin, interleaved): two float32 tables and a bool")
+    cos, sin, interleaved = rope
+    check_same_device(op, x, cos, sin)
+    if cos.dtype is not dt.float32 or sin.dtype is not dt.float32:
+        raise DTypeError(f"{op}: rope's cos and sin must be float32 tables, got {cos.dtype.name} and {sin.dtype.name}")
+    if cos.ndim != 2 or sin.shape != cos.shape or cos.shape[0] < 1 or cos.shape[1] < 1:
+        raise ShapeError(f"{op}: rope's cos and sin must be tables of one shape (P, R/2) with P, R/2 >= 1, "
+                         f"got {cos.shape} and {sin.shape}")
+    if 2 * cos.shape[1] > D:
+        raise ShapeError(f"{op}: rope tables of {cos.shape[1]} columns rotate R = {2 * cos.shape[1]} dims, "
+                         f"more than the head dim {D}")
+    return cos, sin, interleaved
+
+
+def cache_write(cache: Tensor, src: Tensor, pos: Tensor, slot: Tensor, rope: Rope | None = None) -> None:
     """cache[slot[t], pos[t]] = src[t] for each row t: src (T, KVH, D) into a KV cache
     (n_slots, n_ctx, KVH, D) float32; pos, slot: int32 (T,) tensors on the device (so a replayed
     graph writes where they say). Rows whose position is >= n_ctx are skipped; a slot must be in
     range: the CPU raises a ShapeError for one that is not, a WebGPU kernel skips its row (slots on
-    the device are not read back)."""
+    the device are not read back). With rope = (cos, sin, interleaved), src is stored rotated:
+    `rope(src, pos, cos, sin, interleaved)` (its rules for the tables and positions), in the same
+    launch."""
     check_same_device("cache_write", cache, src, pos, slot)
     _need_float("cache_write", src)
     if src.ndim != 3:
@@ -418,11 +452,12 @@ def cache_write(cache: Tensor, src: Tensor, pos: Tensor, slot: Tensor) -> None:
     _check_cache("cache_write", cache, H, D)
     _int_vector("cache_write", "pos", pos, T)
     _int_vector("cache_write", "slot", slot, T)
-    cache.device.backend.cache_write(cache, src, pos, slot)
+    cache.device.backend.cache_write(cache, src, pos, slot, _check_rope("cache_write", rope, D, src))
 
 
 def cached_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor, slot: Tensor,
-                     scale: float | None = None, k_new: Tensor | None = None, v_new: Tensor | None = None) -> Tensor:
+                     scale: float | None = None, k_new: Tensor | None = None, v_new: Tensor | None = None,
+                     rope: Rope | None = None) -> Tensor:
     """Attention of query rows against KV caches: q (T, H, D), caches (n_slots, n_ctx, KVH, D) with
     H % KVH == 0 (query head h reads cache head h // (H // KVH)); row t sees positions 0..pos[t] of
     cache slot slot[t] (the rows may belong to different sequences) -> (T, H, D) float32.
@@ -430,7 +465,13 @@ def cached_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor, s
     With `k_new`, `v_new` (T, KVH, D), each row's key and value are stored at its position of its
     slot (`cache_write`) by the same launch, and the row attends to them; the rows must then have
     distinct slots (a decode step over several sequences), since no row waits for another's store.
-    Slots out of range: as in `cache_write`."""
+    Slots out of range: as in `cache_write`.
+
+    With rope = (cos, sin, interleaved), q and k_new are rotated at their rows' positions first
+    (`rope(q, pos, cos, sin, interleaved)`, its rules for the tables and positions), so the rotated
+    key is the one stored and attended to; the cache's rows are taken as they are (stored rotated).
+    One launch on WebGPU where the tables are views of one buffer (e.g. of one (2, P, R/2) tensor),
+    else rope launches first."""
     news = [t for t in (k_new, v_new) if t is not None]
     if len(news) == 1:
         raise ArgumentError("cached_attention: give both k_new and v_new, or neither")
@@ -452,7 +493,8 @@ def cached_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor, s
                          f"got {[t.shape for t in news]}")
     _int_vector("cached_attention", "pos", pos, T)
     _int_vector("cached_attention", "slot", slot, T)
-    return q.device.backend.cached_attention(q, k_cache, v_cache, pos, slot, _scale(scale, D), k_new, v_new)
+    rope = _check_rope("cached_attention", rope, D, q)
+    return q.device.backend.cached_attention(q, k_cache, v_cache, pos, slot, _scale(scale, D), k_new, v_new, rope)
 
 
 def advance_tokens(new: Tensor, ids: Tensor, pos: Tensor, tokens: Tensor, count: Tensor) -> None:

@@ -312,12 +312,16 @@ LnArgs = tuple[np.ndarray, np.ndarray, float]  # layer_norm's (w, b, eps)
 RmsArgs = tuple[np.ndarray, float]  # rms_norm's (w, eps)
 
 
-def _normed(x: np.ndarray, ln: LnArgs | None, rms: RmsArgs | None) -> np.ndarray:
-    # linear's prologue: x layer-normalised (ln = (w, b, eps)), RMS-normalised (rms = (w, eps)) or as is
+def _normed(x: np.ndarray, ln: LnArgs | None, rms: RmsArgs | None, glu: str | None = None) -> np.ndarray:
+    # linear's prologue: x layer-normalised (ln = (w, b, eps)), RMS-normalised (rms = (w, eps)),
+    # gated (glu: swiglu of x's halves (..., 2K) -> (..., K), in x's dtype as `swiglu` gives it) or as is
     if ln is not None:
         return layer_norm(_f32(x), *ln)
     if rms is not None:
         return rms_norm(_f32(x), *rms)
+    if glu is not None:
+        K = x.shape[-1] // 2
+        return swiglu(x[..., :K], x[..., K:], x.dtype)
     return x
 
 
@@ -436,10 +440,10 @@ def _rope_step(out: np.ndarray, x: np.ndarray, pos: np.ndarray, cos: np.ndarray,
 
 
 def _linear_step(out: np.ndarray, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, act: str | None,
-                 residual: np.ndarray | None, ln: LnArgs | None,
-                 rms: RmsArgs | None = None) -> Callable[[], None] | None:
-    """linear (with its layer-norm or RMS-norm prologue) into float32 `out`, or None where this form
-    does not apply (other dtypes or activations, a non-contiguous input to the norm)."""
+                 residual: np.ndarray | None, ln: LnArgs | None, rms: RmsArgs | None = None,
+                 glu: str | None = None) -> Callable[[], None] | None:
+    """linear (with its layer-norm, RMS-norm or SwiGLU prologue) into float32 `out`, or None where this
+    form does not apply (other dtypes or activations, a non-contiguous input to the norm)."""
     norm_arrays = ln[:2] if ln is not None else rms[:1] if rms is not None else ()
     arrays = [a for a in (x, w, b, residual, *norm_arrays) if a is not None]
     norm = ln is not None or rms is not None
@@ -454,6 +458,11 @@ def _linear_step(out: np.ndarray, x: np.ndarray, w: np.ndarray, b: np.ndarray | 
         elif rms is not None:
             parts.append(_rms_norm_step(xn, x, *rms))
         x = xn
+    if glu is not None:  # swiglu of the halves into scratch (..., K)
+        K = x.shape[-1] // 2
+        xg = np.empty(x.shape[:-1] + (K,), F32)
+        parts.append(_swiglu_step(xg, x[..., :K], x[..., K:]))
+        x = xg
     parts.append(lambda: np.matmul(x, w, out=out))
     if b is not None:
         parts.append(lambda: np.add(out, b, out=out))
@@ -748,7 +757,7 @@ class CpuBackend:
         return self._op("matmul", a.device, a.shape[:-1] + b.shape[-1:], dtype, lambda: matmul(av, bv, dtype))
 
     def linear(self, x: Any, w: Any, bias: Any, act: str | None, residual: Any, ln: Any, out_dtype: Any,
-               rms: Any = None) -> Any:
+               rms: Any = None, glu: str | None = None) -> Any:
         xa, wa, dtype = view(x), view(w), out_dtype.name
         ba = None if bias is None else view(bias)
         ra = None if residual is None else view(residual)
@@ -756,12 +765,12 @@ class CpuBackend:
         rmsa = None if rms is None else (view(rms[0]), rms[1])
 
         def compute() -> np.ndarray:
-            return linear(_normed(xa, lna, rmsa), wa, ba, act, ra, dtype)
+            return linear(_normed(xa, lna, rmsa, glu), wa, ba, act, ra, dtype)
         return self._op("linear", x.device, x.shape[:-1] + w.shape[-1:], dtype, compute,
-                        lambda out: _linear_step(out, xa, wa, ba, act, ra, lna, rmsa))
+                        lambda out: _linear_step(out, xa, wa, ba, act, ra, lna, rmsa, glu))
 
     def quant_linear(self, x: Any, w: Any, bias: Any, act: str | None, residual: Any, ln: Any,
-                     rms: Any = None) -> Any:
+                     rms: Any = None, glu: str | None = None) -> Any:
         _host_weight("linear", w, "the input")
         xa = view(x)
         ba = None if bias is None else view(bias)
@@ -770,7 +779,7 @@ class CpuBackend:
         rmsa = None if rms is None else (view(rms[0]), rms[1])
 
         def compute() -> np.ndarray:
-            return quant_linear(_normed(xa, lna, rmsa), w, ba, act, ra)
+            return quant_linear(_normed(xa, lna, rmsa, glu), w, ba, act, ra)
         return self._op("quant_linear", x.device, x.shape[:-1] + (w.shape[0],), F32, compute)
 
     def quant_embedding(self, table: Any, ids: Any) -> Any:
@@ -795,12 +804,17 @@ class CpuBackend:
             return embedding(ta, idx)
         return self._op("embedding", table.device, ids.shape + ta.shape[1:], ta.dtype, compute)
 
-    def cache_write(self, cache: Any, src: Any, pos: Any, slot: Any) -> None:
+    def cache_write(self, cache: Any, src: Any, pos: Any, slot: Any, rope: Any = None) -> None:
+        if rope is not None:  # the reference of the fused form: rope, then the store
+            src = self.rope(src, pos, *rope)
         c, s, p, sl = view(cache), view(src), view(pos), view(slot)
         self._inplace("cache_write", lambda: cache_write(c, s, p, sl), lambda: _cache_write_step(c, s, p, sl))
 
     def cached_attention(self, q: Any, kc: Any, vc: Any, pos: Any, slot: Any, scale: float,
-                         k_new: Any = None, v_new: Any = None) -> Any:
+                         k_new: Any = None, v_new: Any = None, rope: Any = None) -> Any:
+        if rope is not None:  # the reference of the fused form: q and the new key rotated first
+            q = self.rope(q, pos, *rope)
+            k_new = None if k_new is None else self.rope(k_new, pos, *rope)
         if k_new is not None:
             self.cache_write(kc, k_new, pos, slot)
             self.cache_write(vc, v_new, pos, slot)

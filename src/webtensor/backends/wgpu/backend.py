@@ -161,14 +161,14 @@ class WgpuBackend:
 
     def linear(self, x: Tensor, w: Tensor, bias: Tensor | None, act: str | None, residual: Tensor | None,
                ln: tuple[Tensor, Tensor, float] | None, out_dtype: DType,
-               rms: tuple[Tensor, float] | None = None) -> Tensor:
-        # x: (..., K) as rows (M, K) -> (..., N)
+               rms: tuple[Tensor, float] | None = None, glu: str | None = None) -> Tensor:
+        # x: (..., K) (glu: (..., 2K)) as rows (M, K) -> (..., N)
         N = w.shape[1]
 
         def run(x: Tensor, residual: Tensor | None) -> Tensor:
             x2 = x.reshape(1, x.shape[0]) if x.ndim == 1 else x
             res = None if residual is None else residual.reshape(x2.shape[:-1] + (N,))
-            out = plan.matmul(x2, w, out_dtype, bias=bias, act=act, residual=res, ln=ln, rms=rms)
+            out = plan.matmul(x2, w, out_dtype, bias=bias, act=act, residual=res, ln=ln, rms=rms, glu=glu is not None)
             return out.reshape((*x.shape[:-1], N))
 
         if x.ndim == 1:
@@ -177,14 +177,15 @@ class WgpuBackend:
                        lambda r0, r1: run(x[r0:r1], _rows_of(residual, r0, r1)), [x, residual])
 
     def quant_linear(self, x: Tensor, w: Any, bias: Tensor | None, act: str | None, residual: Tensor | None,
-                     ln: tuple[Tensor, Tensor, float] | None, rms: tuple[Tensor, float] | None = None) -> Tensor:
+                     ln: tuple[Tensor, Tensor, float] | None, rms: tuple[Tensor, float] | None = None,
+                     glu: str | None = None) -> Tensor:
         from . import quant_ops
 
         if x.ndim == 1:
-            return quant_ops.quant_linear(x, w, bias, act, residual, ln, rms)
+            return quant_ops.quant_linear(x, w, bias, act, residual, ln, rms, glu)
         return by_rows("linear", x.device, (*x.shape[:-1], w.shape[0]), dt.float32,
                        lambda r0, r1: quant_ops.quant_linear(x[r0:r1], w, bias, act, _rows_of(residual, r0, r1),
-                                                             ln, rms),
+                                                             ln, rms, glu),
                        [x, residual])
 
     def quant_embedding(self, table: Any, ids: Tensor) -> Tensor:
@@ -211,14 +212,16 @@ class WgpuBackend:
         return by_rows("embedding", table.device, (*ids.shape, table.shape[1]), table.dtype,
                        lambda r0, r1: plan.embedding(table, ids[r0:r1]), [ids])
 
-    def cache_write(self, cache: Tensor, src: Tensor, pos: Tensor, slot: Tensor) -> None:
-        plan.cache_write(cache, src, pos, slot)
+    def cache_write(self, cache: Tensor, src: Tensor, pos: Tensor, slot: Tensor,
+                    rope: tuple[Tensor, Tensor, bool] | None = None) -> None:
+        plan.cache_write(cache, src, pos, slot, rope)
 
     def cached_attention(self, q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float,
-                         k_new: Tensor | None = None, v_new: Tensor | None = None) -> Tensor:
+                         k_new: Tensor | None = None, v_new: Tensor | None = None,
+                         rope: tuple[Tensor, Tensor, bool] | None = None) -> Tensor:
         def run(r0: int, r1: int) -> Tensor:
             return plan.cached_attention(q[r0:r1], kc, vc, pos[r0:r1], slot[r0:r1], scale,
-                                         _rows_of(k_new, r0, r1), _rows_of(v_new, r0, r1))
+                                         _rows_of(k_new, r0, r1), _rows_of(v_new, r0, r1), rope)
 
         return by_rows("cached_attention", q.device, q.shape, dt.float32, run, [q, pos, slot, k_new, v_new])
 

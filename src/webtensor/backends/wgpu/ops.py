@@ -395,21 +395,22 @@ def argmax(x: Tensor) -> Tensor:
 # -- matmul -------------------------------------------------------------------------------------
 def matmul(a: Tensor, b: Tensor, out_dtype: dt.DType, bias: Tensor | None = None, act: str | None = None,
            residual: Tensor | None = None, ln: tuple[Tensor, Tensor, float] | None = None,
-           rms: tuple[Tensor, float] | None = None) -> Tensor:
+           rms: tuple[Tensor, float] | None = None, glu: bool = False) -> Tensor:
     """a: (..., M, K) @ b: (K, N) or (..., K, N) with the same batch dims -> (..., M, N).
     With b 2-d, the fused epilogue may add `bias` (N,), apply the activation `act` (a canonical
     name of `webtensor.activations`), then add `residual` (..., M, N); `ln` = (weight, bias, eps)
     layer-normalises a's rows first, `rms` = (weight, eps) RMS-normalises them (fused into the
-    GEMV's prologue where it can be)."""
+    GEMV's prologue where it can be); `glu` (b 2-d): a is (..., M, 2K), the product's input is
+    swiglu of its halves (in the GEMV's prologue where it can be, else one elementwise launch first)."""
     ctx = _ctx(a)
-    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    M, K, N = a.shape[-2], a.shape[-1] // (2 if glu else 1), b.shape[-1]
     batch_shape = a.shape[:-2]
     out = _out(a.device, (*batch_shape, M, N), out_dtype)
     if out.size == 0:
         return out
     if K == 0:
         return zeros(out.device, out.shape, out.dtype)
-    if a._strides[-1] != 1 and K > 1:
+    if a._strides[-1] != 1 and (K > 1 or glu):
         a = a.contiguous()
     batch = math.prod(batch_shape)
     if b.ndim == 2:
@@ -422,7 +423,7 @@ def matmul(a: Tensor, b: Tensor, out_dtype: dt.DType, bias: Tensor | None = None
             shape, (st,) = _collapse(a.shape[:-1], a._strides[:-1])
         lda = st[0] if st else K
         norm = ln if rms is None else (rms[0], None, rms[1])
-        _matmul_2d(ctx, a, lda, batch * M, K, b, out, _Epilogue(out, bias, act, residual), norm, stack)
+        _matmul_2d(ctx, a, lda, batch * M, K, b, out, _Epilogue(out, bias, act, residual), norm, stack, glu)
         return out
     # batched b: same batch dims as a, each operand one batch stride
     a = a if _one_batch_stride(a) else a.contiguous()
@@ -492,9 +493,10 @@ def gemv_group(ctx: WgpuContext, M: int, stack: bool) -> int:
 
 
 def gemv_kernel(ctx: WgpuContext, a_dtype: dt.DType, w_dtype: dt.DType, out_dtype: dt.DType, bias_dtype: dt.DType,
-                K: int, ln: bool = False, mr: int = 1, rms: bool = False) -> tuple[Any, int]:
+                K: int, ln: bool = False, mr: int = 1, rms: bool = False, glu: bool = False) -> tuple[Any, int]:
     """The gemv variant for these dtypes and K, taking `mr` rows of A a workgroup, and how many
-    outputs one workgroup computes; `ln`: a norm prologue, an RMS norm if `rms`, else a layer norm.
+    outputs one workgroup computes; `ln`: a norm prologue, an RMS norm if `rms`, else a layer norm;
+    `glu`: the SwiGLU prologue (A's rows are 2K wide, [gate | up]).
     The subgroup reduction is built in only on devices with the feature and a fixed subgroup size."""
     lanes = gemv_lanes(ctx, K, ln)
     if ln and lanes == 1:
@@ -504,7 +506,7 @@ def gemv_kernel(ctx: WgpuContext, a_dtype: dt.DType, w_dtype: dt.DType, out_dtyp
     k = ctx.kernel("gemv", {"TA": a_dtype.wgsl, "TB": "u32" if pack else w_dtype.wgsl, "TC": out_dtype.wgsl,
                             "TBIAS": bias_dtype.wgsl, "LN": "true" if ln else "false", "LANES": f"{lanes}u",
                             "SG": f"{sg}u", "WPACK": "true" if pack else "false", "MR": f"{mr}u",
-                            "RMS": "true" if ln and rms else "false"})
+                            "RMS": "true" if ln and rms else "false", "GLU": "true" if glu else "false"})
     return k, 256 // lanes
 
 
@@ -566,10 +568,12 @@ def norm_fusable(norm: tuple[Tensor, Tensor | None, float]) -> bool:
 
 
 def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor, out: Tensor,
-               epi: _Epilogue, ln: tuple[Tensor, Tensor | None, float] | None, stack: bool = False) -> None:
+               epi: _Epilogue, ln: tuple[Tensor, Tensor | None, float] | None, stack: bool = False,
+               glu: bool = False) -> None:
     """out (M, N) = epilogue(norm(a) @ b), a's rows `lda` apart; `ln` = (weight, bias, eps) a layer
     norm, (weight, None, eps) an RMS norm; `stack`: the rows are a stack of one-row products (see
-    gemv_group)."""
+    gemv_group); `glu`: a's rows are 2K wide and the input is swiglu of their halves (the GEMV's
+    prologue, else one elementwise launch first)."""
     N = b.shape[1]
     parts = _parts(b, K, N)
     kmajor = parts[0][5] == 1
@@ -578,6 +582,12 @@ def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor,
     mr = gemv_group(ctx, M, stack)
     gemv = mr > 0 and vec_ok
     fuse_ln = ln is not None and gemv and gemv_lanes(ctx, K, True) > 1 and norm_fusable(ln)
+    if glu and not gemv:  # the gated input as its own launch: swiglu of the halves, (M, K) contiguous
+        x = Tensor(a.device, (M, 2 * K), a.dtype, storage=a._storage, strides=(lda, 1), offset=a._offset)
+        a = binary("swiglu", x[:, :K], x[:, K:], (M, K), a.dtype)
+        lda, glu = K, False
+        vec_ok = vec_ok or (kmajor and K % 4 == 0 and all(pt[4] % 4 == 0 and pt[6] == K for pt in parts))
+        gemv = mr > 0 and vec_ok
     if ln is not None and not fuse_ln:  # a separate norm, then the product of its output
         x = Tensor(a.device, (M, K), a.dtype, storage=a._storage, strides=(lda, 1), offset=a._offset)
         a = normalize(x, ln)
@@ -590,7 +600,7 @@ def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor,
         return
     if gemv:
         k, rows_per_wg = gemv_kernel(ctx, a.dtype, b.dtype, out.dtype, epi.bias_dtype, K, fuse_ln, mr,
-                                     rms=ln is not None and ln[1] is None)
+                                     rms=ln is not None and ln[1] is None, glu=glu)
     elif regs:  # CPU-backed adapters: no workgroup memory, no barriers
         k = ctx.kernel("matmul_regs", {"TA": a.dtype.wgsl, "TB": b.dtype.wgsl, "TC": out.dtype.wgsl,
                                        "TBIAS": epi.bias_dtype.wgsl})
@@ -887,28 +897,57 @@ def _at0(t: Tensor) -> Tensor:
     return t if t._offset == 0 and t.is_contiguous() else unary("copy", t)
 
 
-def cache_write(cache: Tensor, src: Tensor, pos: Tensor, slot: Tensor) -> None:
-    """cache (n_slots, n_ctx, KVH, D) f32, contiguous; src (T, KVH, D); pos, slot (T,) int32."""
+def _rope_code(rope: tuple[Tensor, Tensor, bool] | None) -> str:
+    """The kernels' const ROPE: 0 none, 1 rotate_half, 2 interleaved."""
+    return "0u" if rope is None else "2u" if rope[2] else "1u"
+
+
+def cache_write(cache: Tensor, src: Tensor, pos: Tensor, slot: Tensor,
+                rot: tuple[Tensor, Tensor, bool] | None = None) -> None:
+    """cache (n_slots, n_ctx, KVH, D) f32, contiguous; src (T, KVH, D); pos, slot (T,) int32; rot =
+    (cos, sin, interleaved): src stored rotated (the same launch)."""
     ctx = _ctx(cache)
     if src._strides[-1] != 1:
         src = src.contiguous()
     pos, slot = _at0(pos), _at0(slot)
     T, H, D = src.shape
     n_slots, n_ctx = cache.shape[:2]
-    kern = ctx.kernel("cache_write", {"TS": src.dtype.wgsl})
-    ctx.launch(kern, dict(T=T, H=H, D=D, src_off=src._offset, src_ts=src._strides[0], src_hs=src._strides[1],
-                          n_ctx=n_ctx, slot_stride=n_ctx * H * D, n_slots=n_slots, c_off=cache._offset),
-               dict(src=_buf(src), pos=_buf(pos), slot=_buf(slot), cache=_buf(cache)),
-               _grid(math.ceil(T * H * D / WG), ctx))
+    prm = dict(T=T, H=H, D=D, src_off=src._offset, src_ts=src._strides[0], src_hs=src._strides[1],
+               n_ctx=n_ctx, slot_stride=n_ctx * H * D, n_slots=n_slots, c_off=cache._offset)
+    bufs = dict(src=_buf(src), pos=_buf(pos), slot=_buf(slot), cache=_buf(cache))
+    if rot is not None:
+        cos, sin = rot[0].contiguous(), rot[1].contiguous()
+        prm.update(half=cos.shape[1], P=cos.shape[0], tc_off=cos._offset, ts_off=sin._offset)
+        bufs.update(cos_t=_buf(cos), sin_t=_buf(sin))
+    kern = ctx.kernel("cache_write", {"TS": src.dtype.wgsl, "ROPE": _rope_code(rot)})
+    ctx.launch(kern, prm, bufs, _grid(math.ceil(T * H * D / WG), ctx))
+
+
+def _one_buffer(*ts: Tensor) -> bool:
+    """Whether the tensors are views of one unchunked buffer (bound once, read at their offsets)."""
+    return all(len(t._storage.chunks) == 1 and _buf(t) is _buf(ts[0]) for t in ts)
 
 
 def cached_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float,
-                     k_new: Tensor | None = None, v_new: Tensor | None = None) -> Tensor:
+                     k_new: Tensor | None = None, v_new: Tensor | None = None,
+                     rot: tuple[Tensor, Tensor, bool] | None = None) -> Tensor:
     """q (T, H, D) against caches (n_slots, n_ctx, KVH, D) f32: row t sees positions 0..pos[t] of
     slot[t], query head h cache head h // (H // KVH) -> (T, H, D) f32, one workgroup per (head, row).
     With k_new, v_new (T, KVH, D) the rows' keys and values are stored at their positions by the
-    same launch and attended to from k_new, v_new (see cached_attention.wgsl)."""
+    same launch and attended to from k_new, v_new (see cached_attention.wgsl). rot = (cos, sin,
+    interleaved): q and k_new rotated first, in the launch (cached_attention_rope.wgsl) where the
+    tables are views of one buffer and so are k_new and v_new, of q's dtype (8 storage bindings),
+    else by rope launches."""
     ctx = _ctx(q)
+    if rot is not None:
+        cos, sin = (t if t.is_contiguous() else t.contiguous() for t in rot[:2])
+        news = [t for t in (k_new, v_new) if t is not None]
+        if _one_buffer(cos, sin) and (not news or (_one_buffer(*news) and all(t.dtype is q.dtype for t in news))):
+            rot = (cos, sin, rot[2])
+        else:
+            q = rope(q, pos, cos, sin, rot[2])
+            k_new = None if k_new is None else rope(k_new, pos, cos, sin, rot[2])
+            rot = None
     views = [t if t._strides[-1] == 1 else t.contiguous() for t in (q, k_new, v_new) if t is not None]
     q = views[0]
     pos, slot = _at0(pos), _at0(slot)
@@ -933,7 +972,16 @@ def cached_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tenso
         prm.update(write=1, k_off4=k_new._offset // u, k_ts4=k_new._strides[0] // u, k_hs4=k_new._strides[1] // u,
                    v_off4=v_new._offset // u, v_ts4=v_new._strides[0] // u, v_hs4=v_new._strides[1] // u)
         bufs.update(kn=_buf(k_new), vn=_buf(v_new))
-    kern = ctx.kernel("cached_attention", {"TQ": q.dtype.wgsl, "VEC4": "true" if vec4 else "false"})
+    defs = {"TQ": q.dtype.wgsl, "VEC4": "true" if vec4 else "false"}
+    if rot is not None:
+        cos, sin = rot[0], rot[1]
+        prm.update(half=cos.shape[1], P=cos.shape[0], tc_off=cos._offset, ts_off=sin._offset)
+        kn = bufs.pop("kn", None)
+        bufs.pop("vn", None)
+        bufs.update(kv=kn, tab=_buf(cos))
+        kern = ctx.kernel("cached_attention_rope", dict(defs, ROPE=_rope_code(rot)))
+    else:
+        kern = ctx.kernel("cached_attention", defs)
     y, z = _rows_grid(T)
     ctx.launch(kern, prm, bufs, (H, y, z))
     return out

@@ -303,18 +303,18 @@ def gemv_outputs(ctx: WgpuContext, K: int, mr: int) -> int:
 
 
 def kernel_for(ctx: WgpuContext, qtype: str, M: int, K: int, norm: int = 0,
-               stack: bool = False) -> tuple[Any, str, int, int]:
+               stack: bool = False, glu: bool = False) -> tuple[Any, str, int, int]:
     """(kernel, which, MR, NR): which is "gemv" (MR rows of A a workgroup, NR outputs a thread),
     "tiled" or "regs". `norm`: gemv_quant's prologue, 1 layer norm, 2 RMS norm (only where it has
     lanes to reduce with: norm_fusable). `stack`: the rows are a stack of one-row products
-    (`ops.gemv_group`)."""
+    (`ops.gemv_group`). `glu`: gemv_quant's SwiGLU prologue (asked for only where the GEMV runs)."""
     mr = gops.gemv_group(ctx, M, stack)
     if mr:
         lanes = gemv_lanes(ctx, K)
         nr = gemv_outputs(ctx, K, mr)
         sg = ctx.subgroup_size if lanes > 1 and 1 < ctx.subgroup_size <= lanes else 0
         defs = {qtype: "true", "LANES": f"{lanes}u", "MR": f"{mr}u", "NR": f"{nr}u", "NORM": f"{norm}u",
-                "SG": f"{sg}u"}
+                "SG": f"{sg}u", "GLU": "true" if glu else "false"}
         return ctx.kernel("gemv_quant", defs), "gemv", mr, nr
     if not gops._gpu_style(ctx):
         return ctx.kernel("matmul_quant_regs", {qtype: "true"}), "regs", 0, 0
@@ -345,21 +345,23 @@ def norm_fusable(ctx: WgpuContext, M: int, K: int, norm: tuple[Tensor, Tensor | 
 
 def quant_linear(x: Tensor, qweight: QuantWeight | QuantGpu, bias: Tensor | None = None, act: str | None = None,
                  residual: Tensor | None = None, ln: tuple[Tensor, Tensor, float] | None = None,
-                 rms: tuple[Tensor, float] | None = None) -> Tensor:
+                 rms: tuple[Tensor, float] | None = None, glu: str | None = None) -> Tensor:
     """Fused epilogue(x @ W.T) with a quantized weight W (N, K) (nn.Linear's layout; a `QuantWeight`
     or `QuantGpu`), like `webtensor.ops.linear`: + bias (N,), then the activation `act` (a name of
     `webtensor.activations`), then + residual (..., N). x: (..., K) on a WebGPU device, K whole
     blocks. Returns a new float32 tensor (..., N); float16 inputs are widened first. `ln` =
     (weight, bias, eps) layer-normalises x's rows first, `rms` = (weight, eps) RMS-normalises them
     (at most one of the two; in gemv_quant's prologue where it can, else as a layer_norm / rms_norm
-    launch)."""
+    launch). glu="swiglu": x is (..., 2K), [gate | up], and the input is silu(gate) * up (in
+    gemv_quant's prologue where the GEMV runs, else as one elementwise launch first)."""
     device = x.device
     ctx = gops._ctx(x)
     w = on_device(device, qweight)
     N, K = w.shape
-    if x.ndim < 1 or x.shape[-1] != K:
+    width = 2 * K if glu is not None else K
+    if x.ndim < 1 or x.shape[-1] != width:
         raise ShapeError(f"quant_linear: x {x.shape} against a {w.qtype} weight of shape {w.shape} (N, K): needs "
-                         f"x.shape[-1] == {K}")
+                         f"x.shape[-1] == {width}")
     if not x.dtype.is_float:
         raise DTypeError(f"quant_linear needs float activations, got {x.dtype.name}")
     out_shape = (*x.shape[:-1], N)
@@ -377,6 +379,10 @@ def quant_linear(x: Tensor, qweight: QuantWeight | QuantGpu, bias: Tensor | None
     fuse = norm is not None and norm_fusable(ctx, M, K, norm, stack)
     if norm is not None and not fuse:
         x2, M, _, lda = _f32_rows(gops.normalize(x2, norm))
+    fuse_glu = glu is not None and gops.gemv_group(ctx, M, stack) > 0
+    if glu is not None and not fuse_glu:  # the gate as its own launch: (M, K) = swiglu of the halves
+        gu = Tensor(device, (M, 2 * K), dt.float32, storage=x2._storage, strides=(lda, 1), offset=x2._offset)
+        x2, M, _, lda = _f32_rows(gops.binary("swiglu", gu[:, :K], gu[:, K:], (M, K), dt.float32))
     bits = gops.epilogue_bits(bias is not None, act, residual is not None)
     b_buf, b_off = None, 0
     if bias is not None:
@@ -386,7 +392,8 @@ def quant_linear(x: Tensor, qweight: QuantWeight | QuantGpu, bias: Tensor | None
     if residual is not None:
         r, _, _, r_ld = _f32_rows(residual)
         r_buf, r_off = gops._buf(r), r._offset
-    kern, which, mr, nr = kernel_for(ctx, w.qtype, M, K, (2 if rms is not None else 1) if fuse else 0, stack)
+    kern, which, mr, nr = kernel_for(ctx, w.qtype, M, K, (2 if rms is not None else 1) if fuse else 0, stack,
+                                     glu=fuse_glu)
     sw = scale_words(w.qtype, K)
     for n0, nn, qbuf, sbuf in w.chunks():
         params: dict[str, float] = dict(M=M, N=nn, K=K, a_off4=x2._offset // 4, lda4=lda // 4, d_ld=sw, c_off=n0,

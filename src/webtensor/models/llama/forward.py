@@ -3,13 +3,14 @@ step, a batched server step; the CPU reference and WebGPU; natively and in the p
 
     x = embed[ids]
     per layer:  h = rms_norm(x);  q, k, v = h @ Wqkv (+ bias);  (Qwen3: q, k = rms_norm per head)
-                q, k = rope(q, k at the rows' positions);  a = attention over the KV cache (grouped-query)
+                a = attention over the KV cache (grouped-query) of q, k rotated at the rows' positions
                 x = x + a @ Wo;  h = rms_norm(x);  x = x + (silu(h @ Wgate) * (h @ Wup)) @ Wdown
     logits = rms_norm(x) @ lm_head.T   (lm_head: the embedding when tied)
 
 Matrices arrive as the loader hands them: float matrices as (K, N) views (x @ W), quantized ones as (N, K)
 `QuantWeight`s; q, k, v (and gate, up) fused into one matrix where they were stored alike. The rms norms run in
-the products' prologues, rope over the q and k heads of the fused output in one launch.
+the products' prologues, the rotary embedding inside the attention step (`StepBatch.attend`), the gate
+silu(g) * u of a fused gate_up output in the down product's prologue (`ops.linear(..., glu="swiglu")`).
 """
 
 from __future__ import annotations
@@ -63,8 +64,10 @@ class LlamaWeights:
         factors = params.get("rope_freqs.weight")
         freqs = inv_freq(cfg, None if factors is None else _floats(factors))
         cos, sin = rope_tables(freqs, n_ctx)
-        self.cos = from_buffer(cos, (n_ctx, len(freqs)), dt.float32, device)
-        self.sin = from_buffer(sin, (n_ctx, len(freqs)), dt.float32, device)
+        # the cos and sin tables (n_ctx, R/2) as views of one (2, n_ctx, R/2) tensor: one binding in the
+        # fused attention kernel
+        tables = from_buffer(cos + sin, (2, n_ctx, len(freqs)), dt.float32, device)
+        self.rope: ops.Rope = (tables[0], tables[1], cfg.rope_interleaved)
         self.blocks = [self._block(params, f"layers.{i}.") for i in range(cfg.num_hidden_layers)]
 
     @staticmethod
@@ -83,7 +86,7 @@ class LlamaWeights:
     def forward(self, batch: StepBatch, cache: KVCache) -> Tensor:
         """Rows of (token, position, slot) -> logits (rows needing them, V) float32."""
         cfg = self.config
-        T, C, F = batch.T, cfg.hidden_size, cfg.intermediate_size
+        T, C = batch.T, cfg.hidden_size
         H, KV, D, eps = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.rms_norm_eps
         x = ops.embedding(self.embed, batch.ids)  # (T, C)
         if x.dtype is not dt.float32:
@@ -99,25 +102,17 @@ class LlamaWeights:
                            for w, bias, n in ((b.q, b.q_bias, H), (b.k, b.k_bias, KV), (b.v, b.v_bias, KV)))
             if b.q_norm is not None and b.k_norm is not None:  # Qwen3's QK-norm: each head of q and k
                 q, k = ops.rms_norm(q, b.q_norm, eps), ops.rms_norm(k, b.k_norm, eps)
-            if b.qkv is not None and b.q_norm is None:  # q and k: the first H + KV heads, one launch
-                qk = self._rope(qkv[:, :H + KV], batch)  # (T, H + KV, D)
-                q, k = qk[:, :H], qk[:, H:]
-            else:
-                q, k = self._rope(q, batch), self._rope(k, batch)
-            a = batch.attend(kc, vc, q, k, v, D ** -0.5)  # (T, H, D)
+            a = batch.attend(kc, vc, q, k, v, D ** -0.5, rope=self.rope)  # (T, H, D)
             x = ops.linear(a.reshape(batch.rows(H * D)), b.o, b.o_bias, residual=x)
             norm = (b.mlp_norm, eps)
-            if b.gate_up is not None:
-                gu = ops.linear(x, b.gate_up, b.gate_up_bias, rms=norm)  # (..., 2F)
-                h = ops.swiglu(gu[..., :F], gu[..., F:])
+            if b.gate_up is not None:  # (..., 2F) [gate | up]; the down product takes silu(gate) * up
+                gu = ops.linear(x, b.gate_up, b.gate_up_bias, rms=norm)
+                x = ops.linear(gu, b.down, b.down_bias, residual=x, glu="swiglu")
             else:
                 h = ops.swiglu(ops.linear(x, b.gate, b.gate_bias, rms=norm), ops.linear(x, b.up, b.up_bias, rms=norm))
-            x = ops.linear(h, b.down, b.down_bias, residual=x)
+                x = ops.linear(h, b.down, b.down_bias, residual=x)
         return batch.logits(ops.linear(batch.head_input(x), self.head, rms=(self.norm, eps)))
 
-
-    def _rope(self, x: Tensor, batch: StepBatch) -> Tensor:
-        return ops.rope(x, batch.pos, self.cos, self.sin, interleaved=self.config.rope_interleaved)
 
 
 def _floats(t: Tensor) -> list[float]:

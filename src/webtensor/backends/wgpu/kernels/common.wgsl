@@ -13,6 +13,24 @@ fn gelu_tanh(v: f32) -> f32 {
   return v / (1.0 + exp(-2.0 * u));
 }
 
+// SwiGLU of four gate and up values: silu(g) * u = g * sigmoid(g) * u, sigmoid as 1 / (1 + exp(-g))
+// (elementwise.wgsl's swiglu, the same operations: exp(-g) overflowing to inf gives silu(-large) = -0).
+fn swiglu4(g: vec4<f32>, u: vec4<f32>) -> vec4<f32> { return g * (1.0 / (1.0 + exp(-g))) * u; }
+
+// Rotary embedding of one dim d < R = 2 half of a head, as rope.wgsl computes it: its pair is (a, b) =
+// dims (i, i + half) (rotate_half) or (2i, 2i + 1) (interleaved), rotated by the angle of table column
+// i to (a c - b s, b c + a s). rope_pair(d): (its partner dim, the column i, 1 if d is the pair's a);
+// rope_rot(x, y, c, s, first): the rotated value of a dim holding x whose partner holds y.
+fn rope_pair(d: u32, half: u32, interleaved: bool) -> vec3<u32> {
+  if (interleaved) { return vec3<u32>(d ^ 1u, d / 2u, 1u - d % 2u); }
+  if (d < half) { return vec3<u32>(d + half, d, 1u); }
+  return vec3<u32>(d - half, d - half, 0u);
+}
+fn rope_rot(x: f32, y: f32, c: f32, s: f32, first: bool) -> f32 {
+  if (first) { return x * c - y * s; }
+  return x * c + y * s;
+}
+
 // Index (i0, i1, i2, i3) of element i of a row-major tensor of (up to 4-d, left-padded) `shape`.
 fn unflatten4(i: u32, shape: vec4<u32>) -> vec4<u32> {
   var r = i;

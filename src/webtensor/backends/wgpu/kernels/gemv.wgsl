@@ -12,17 +12,21 @@
 // launch over any number of rows is bit for bit that row alone).
 // With const LN (LANES > 1 only), A' = LayerNorm(A) (weights lnw, lnb; eps in p.eps) is computed in
 // the prologue, so "layer norm -> linear" is one dispatch; with LN and RMS, A' = RMSNorm(A)
-// (A / sqrt(mean(A^2) + eps) * lnw; lnb is not read, the dummy buffer stands in). Epilogue: + bias[n], GELU, + residual
+// (A / sqrt(mean(A^2) + eps) * lnw; lnb is not read, the dummy buffer stands in). With const GLU
+// (any LANES; not with LN), A's rows are 2K wide, [gate | up], and A'[m, k] = silu(gate) * up =
+// swiglu4 (common.wgsl) of A[m, k] and A[m, K + k]: the gated MLP's down projection reads its input
+// through the gate in one dispatch. Epilogue: + bias[n], GELU, + residual
 // (p.epi bits 1 / 2 / 4). With p.acc, C is read and added to (a K-chunked product).
 // Needs K % 4 == 0 and 4-aligned offsets. Built with SG > 0 (the adapter's fixed subgroup
 // size, at most LANES; only on devices with the `subgroup` feature) the reductions use subgroupAdd
 // and a single barrier instead of a tree; otherwise the source has no subgroup call at all.
 // With WPACK, float16 weights are read as u32 pairs and widened with unpack2x16float (the H200's
 // Vulkan driver reads 16-bit storage far slower). Header: alias TA, TB, TC, TBIAS; const LN,
-// LANES, SG, WPACK, MR (1..8: rows per workgroup; LANES >= MR where LANES > 1), RMS.
+// LANES, SG, WPACK, MR (1..8: rows per workgroup; LANES >= MR where LANES > 1), RMS, GLU.
 // Bounds (the kernels run without the compiler's runtime checks): the planner builds it only for K
 // % 4 == 0 and 4-aligned rows (vec_ok): w[wb + k] for n < N and k < K4 is row n of this part of W;
-// a[(m0 + m) lda4 + k] only for m < rows <= M - m0; lnw / lnb [k < K4] (the layer norm's (K,)
+// a[(m0 + m) lda4 + k] only for m < rows <= M - m0 (with GLU also a[... + K4 + k]: the planner's rows
+// then hold 2 K4 vec4s, lda4 >= 2 K4); lnw / lnb [k < K4] (the layer norm's (K,)
 // weights); red[m 256 + li] with m < MR <= 8 (MR x 256 entries); with SG red[lane 256 + r LANES +
 // k] with lane < rows <= MR and r LANES + k < 256; red2 by li < 256 and li + st < 256. Loops end:
 // each runs to a uniform or constant bound in steps that cannot wrap (sizes stay under 2^31).
@@ -51,6 +55,12 @@ fn wvec(v: WV) -> vec4<f32> { return vec4<f32>(v); }
 
 
 const ROWS: u32 = 256u / LANES;
+
+// vec4 k of A's row starting at ab, through the SwiGLU prologue when GLU
+fn arow(ab: u32, k: u32) -> vec4<f32> {
+  if (GLU) { return swiglu4(vec4<f32>(a[ab + k]), vec4<f32>(a[ab + p.K4 + k])); }
+  return vec4<f32>(a[ab + k]);
+}
 
 // the prologue's normalisation of A's vec4 k of a row with statistics (mean, rstd)
 fn norm4(x: vec4<f32>, mean: f32, rstd: f32, k: u32) -> vec4<f32> {
@@ -125,8 +135,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
       for (var m = 0u; m < MR; m = m + 1u) {
         if (m < rows) {
           let ab = p.a_off4 + (m0 + m) * p.lda4;
-          var x0 = vec4<f32>(a[ab + k]);
-          var x1 = vec4<f32>(a[ab + k + LANES]);
+          var x0 = arow(ab, k);
+          var x1 = arow(ab, k + LANES);
           if (LN) {
             x0 = norm4(x0, mean[m], rstd[m], k);
             x1 = norm4(x1, mean[m], rstd[m], k + LANES);
@@ -140,7 +150,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
       let w0 = wvec(w[wb + k]);
       for (var m = 0u; m < MR; m = m + 1u) {
         if (m < rows) {
-          var x0 = vec4<f32>(a[p.a_off4 + (m0 + m) * p.lda4 + k]);
+          var x0 = arow(p.a_off4 + (m0 + m) * p.lda4, k);
           if (LN) { x0 = norm4(x0, mean[m], rstd[m], k); }
           s[m] = s[m] + dot(x0, w0);
         }

@@ -1,12 +1,13 @@
 // The normalising prologue of a GEMV (included where gemv_quant.wgsl says `// #include
 // gemv_norm.wgsl`): with const NORM = 1 the rows of A are layer-normalised, A' = (A - mean) rstd lnw
 // + lnb (rstd = 1 / sqrt(var + eps)); with NORM = 2 RMS-normalised, A' = A rstd lnw (rstd = 1 /
-// sqrt(mean(A^2) + eps)); NORM = 0 reads A as it is. `norm_stats` computes each of the workgroup's
+// sqrt(mean(A^2) + eps)); NORM = 0 reads A as it is. With const GLU (NORM = 0; any LANES) A's rows
+// are 2K wide, [gate | up], and A' = swiglu4 (common.wgsl) of the halves: silu(gate) * up. `norm_stats` computes each of the workgroup's
 // rows' statistics with all 256 threads (one pass; the layer norm's shifted by the row's first value
 // against cancellation, as gemv.wgsl) into workgroup memory; `arow` reads a vec4 of a row through
 // it. Uses the including kernel's p (a_off4, lda4, K, eps), a, lnw, lnb, and SG (the subgroup
-// reduction where > 0). Bounds: rows m0 + m < p.M (m < rows), vec4s i < K / 4 of A's rows and of
-// lnw / lnb (K values each).
+// reduction where > 0), GLU. Bounds: rows m0 + m < p.M (m < rows), vec4s i < K / 4 of A's rows and
+// of lnw / lnb (K values each); with GLU also K / 4 + i < K / 2 of A's rows (2K values each).
 var<workgroup> red2: array<vec2<f32>, 256>;
 var<workgroup> stats: array<vec2<f32>, 8>;  // (mean, rstd) of each row of the group (RMS: mean 0)
 
@@ -58,7 +59,9 @@ fn norm_stats(li: u32, m0: u32, rows: u32) {
 
 // vec4 i of row m0 + m of A (m: the row within the group), normalised when NORM
 fn arow(m0: u32, m: u32, i: u32) -> vec4<f32> {
-  let x = a[p.a_off4 + (m0 + m) * p.lda4 + i];
+  let ab = p.a_off4 + (m0 + m) * p.lda4;
+  let x = a[ab + i];
+  if (GLU) { return swiglu4(x, a[ab + p.K / 4u + i]); }
   if (NORM == 0u) { return x; }
   let st = stats[m];
   if (NORM == 1u) { return (x - st.x) * st.y * lnw[i] + lnb[i]; }

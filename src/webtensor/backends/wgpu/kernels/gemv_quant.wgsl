@@ -20,14 +20,15 @@
 // order: the same bits. It works one run at a time (16 activations live, not 32: CPU registers), the
 // unit's weights taken twice, each time only the run's half used (the rest is dead code).
 // Prologue (gemv_norm.wgsl, LANES > 1 only): NORM = 1 layer norm, 2 RMS norm, 0 none, so
-// "norm -> linear" is one dispatch. Epilogue (epilogue.wgsl): + bias[n], the activation,
+// "norm -> linear" is one dispatch; GLU (any LANES): A's rows are [gate | up], 2K wide, read through
+// silu(gate) * up. Epilogue (epilogue.wgsl): + bias[n], the activation,
 // + residual[m, n], chosen by p.epi.
-// Header: the type define, const LANES, MR (1..8, a power of two), NR (MR NR <= 8), NORM, SG.
+// Header: the type define, const LANES, MR (1..8, a power of two), NR (MR NR <= 8), NORM, SG, GLU.
 //
 // Bounds (runtime checks may be off): threads with n0 >= N compute nothing and write nothing; an
 // output n0 + j past N (NR > 1) reads row N - 1 instead and is never written; rows m < rows only
 // (m0 + m < M); units u < K / 32 (see quant_dequant.wgsl for the weight reads); activation vec4s
-// unit_k4(u, r) + 0 .. 3 < K / 4 of rows m0 + m < M; workgroup arrays: red [MR NR][256] with
+// unit_k4(u, r) + 0 .. 3 < K / 4 of rows m0 + m < M (with GLU the same + K / 4 in rows of K / 2); workgroup arrays: red [MR NR][256] with
 // MR NR <= 8, stats[m] with m < MR <= 8; the output c[c_off + (m0 + m) ldc + n] with n < N, m < rows.
 alias TC = f32;
 // #include epilogue.wgsl
