@@ -978,7 +978,8 @@ def cached_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tenso
         prm.update(half=cos.shape[1], P=cos.shape[0], tc_off=cos._offset, ts_off=sin._offset)
         kn = bufs.pop("kn", None)
         bufs.pop("vn", None)
-        bufs.update(kv=kn, tab=_buf(cos))
+        # kv: k_new and v_new's one buffer; without them (write=0) the kernel never reads it: q's stands in
+        bufs.update(kv=kn if kn is not None else bufs["q"], tab=_buf(cos))
         kern = ctx.kernel("cached_attention_rope", dict(defs, ROPE=_rope_code(rot)))
     else:
         kern = ctx.kernel("cached_attention", defs)
