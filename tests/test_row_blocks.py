@@ -99,12 +99,14 @@ def test_llama_row_ops(dev, seed, H, half, interleaved):
     F = 2 * H * D
     gu = rng.standard_normal((T, 2 * F), np.float32)
     wl, g = rng.standard_normal((H * D, 7), np.float32), rng.standard_normal(H * D, np.float32)
+    wg = rng.standard_normal((F, 5), np.float32)
     cases = {
         "rms_norm": lambda d: wt.rms_norm(*on(d, x, w), 1e-5),
         "rope": lambda d: wt.rope(*on(d, x, pos, cos, sin), interleaved=interleaved),
         "swiglu": lambda d: (lambda t: wt.swiglu(t[:, :F], t[:, F:]))(on(d, gu)[0]),
         "linear-rms": lambda d: wt.linear(on(d, x.reshape(T, H * D))[0], on(d, wl)[0],
                                           rms=(on(d, g)[0], 1e-5)),
+        "linear-swiglu": lambda d: wt.linear(*on(d, gu, wg), glu="swiglu"),  # (the GEMV's SwiGLU prologue)
     }
     for name, f in cases.items():
         got = f(dev)
@@ -172,6 +174,10 @@ def test_quantized_linear_and_embedding(dev, qtype):
     got = wt.linear(wt.tensor(x, device=dev), w, residual=wt.tensor(res, device=dev))
     assert chunks(got) > 1
     close(got, wt.linear(wt.tensor(x), w, residual=wt.tensor(res)))
+    gu = rng.standard_normal((M, 2 * K), np.float32)  # the SwiGLU prologue: (gate | up) halves of 2K
+    got = wt.linear(wt.tensor(gu, device=dev), w, glu="swiglu")
+    assert chunks(got) > 1
+    close(got, wt.linear(wt.tensor(gu), w, glu="swiglu"))
     table = quantize(rng.standard_normal((40, K)).astype(np.float32), qtype)
     ids = rng.integers(0, 40, rows_over(dev, K * 4)).astype(np.int32)
     emb = wt.embedding(table, wt.tensor(ids, device=dev))
@@ -232,6 +238,17 @@ def test_cached_attention_rows_in_blocks(dev):
     res = [wt.cached_attention(*on(d, q[:2]), *on(d, cache, cache), *on(d, pos[:2], s2), k_new=on(d, kn[:2])[0],
                                v_new=on(d, vn[:2])[0]) for d in (dev, CPU)]
     close(*res)
+    # rotated at the rows' positions inside the launch (one (2, n_ctx, D/2) table: cos, sin), rows in blocks
+    ang = np.outer(np.arange(n_ctx), 1.0 / 10_000 ** (np.arange(D // 2) / (D // 2))).astype(np.float32)
+    table = np.stack([np.cos(ang), np.sin(ang)])
+    for interleaved in (False, True):
+        res = []
+        for d in (dev, CPU):
+            tab = on(d, table)[0]
+            res.append(wt.cached_attention(*on(d, q), *on(d, cache, cache[::-1].copy()), *on(d, pos, slot),
+                                           rope=(tab[0], tab[1], interleaved)))
+        assert chunks(res[0]) > 1
+        close(*res)
 
 
 def test_chunked_logits_downstream(dev):
