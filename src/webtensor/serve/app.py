@@ -367,8 +367,8 @@ def _sequence(engine: Engine, ids: list[int], body: SamplingRequest, max_tokens:
     if max_tokens is None:
         max_tokens = room if default_max is None else min(default_max, room)
     elif len(ids) + max_tokens > engine.n_ctx:
-        raise APIError(400, f"the prompt ({len(ids)} tokens) plus {max_param} ({max_tokens}) exceeds this model's "
-                       f"context of {engine.n_ctx} tokens", param=max_param, code="context_length_exceeded")
+        raise APIError(400, f"{max_param}: the prompt ({len(ids)} tokens) plus {max_tokens} new tokens exceeds this "
+                       f"model's context of {engine.n_ctx} tokens", param=max_param, code="context_length_exceeded")
     seed = choice_seed(body.seed if body.seed is not None else secrets.randbits(63), choice)
     temperature, top_k, top_p = body.sampling_values()
     bias = body.bias()

@@ -68,7 +68,7 @@ class Reply:
         out = [self.item(status, text)] if status in ("completed", "incomplete") and text is not None else []
         err = None if error is None else ResponseErrorInfo(
             code="server_error" if error.status >= 500 else "invalid_prompt", message=error.message)
-        return ResponseObject(
+        resp = ResponseObject(
             id=self.id, created_at=self.created_at, status=status,
             completed_at=int(time.time()) if status == "completed" else None, error=err,
             incomplete_details=IncompleteDetails(reason="max_output_tokens") if status == "incomplete" else None,
@@ -76,7 +76,8 @@ class Reply:
             parallel_tool_calls=True if b.parallel_tool_calls is None else b.parallel_tool_calls,
             temperature=1.0 if b.temperature is None else b.temperature, top_p=1.0 if b.top_p is None else b.top_p,
             text=text_param, tool_choice=b.tool_choice or "auto", metadata=b.metadata or {},
-            usage=self.usage() if ended and error is None else None).model_dump()
+            usage=self.usage() if ended and error is None else None)
+        return resp.model_dump(exclude={"usage"} if resp.usage is None else None)  # (the spec's usage: no null)
 
     def whole(self, text: str, finish: str) -> dict[str, Any]:
         return self.response(_status(finish), text)
