@@ -300,10 +300,10 @@ def test_bad_requests_beside_a_live_stream_leave_it_whole(url):
 def test_an_error_mid_stream_is_an_error_event_then_response_failed():
     """The stream's own code (responses.stream) fed a sequence whose engine step fails after one piece of text:
     an `error` event with the error's code and message, then response.failed, each valid; nothing after."""
+    from webtensor.serve.engine import Sampling
     from webtensor.serve.protocol import APIError, ResponsesRequest
     from webtensor.serve.responses import Reply, stream
     from webtensor.serve.scheduler import Event, Generation
-    from webtensor.serve.engine import Sampling
 
     class Sched:
         cancelled: list = []

@@ -1,4 +1,5 @@
-"""OpenAI's request and response shapes for /v1/completions, /v1/chat/completions and /v1/models
+"""OpenAI's request and response shapes for /v1/completions, /v1/chat/completions, /v1/responses
+(text in and text out: ResponsesRequest says what is accepted, ignored and refused) and /v1/models
 (as its published OpenAPI document has them), vLLM's for /tokenize and /detokenize, and OpenAI's
 error body.
 
