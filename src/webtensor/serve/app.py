@@ -1,5 +1,5 @@
-"""The HTTP routes (FastAPI): /v1/completions, /v1/chat/completions, /v1/models(/{id}), /tokenize,
-/detokenize, /tokenizer_info, /health, /metrics, /openapi.json.
+"""The HTTP routes (FastAPI): /v1/completions, /v1/chat/completions, /v1/responses, /v1/models(/{id}),
+/tokenize, /detokenize, /tokenizer_info, /health, /metrics, /openapi.json.
 
 Streams are server-sent events, `data: {json}` per token and `data: [DONE]` at the end; an error
 during a stream arrives as `data: {"error": {...}}`, then `data: [DONE]`. Every error, malformed JSON
@@ -46,6 +46,7 @@ from .. import chat
 from ..errors import ChatTemplateError, SamplingError
 from ..runtime.logprobs import TokenLogprob
 from ..sampling import choice_seed
+from . import responses
 from .engine import Engine, Sampling
 from .metrics import CONTENT_TYPE, Metrics
 from .protocol import (
@@ -65,6 +66,8 @@ from .protocol import (
     ModelCard,
     ModelList,
     ResponseFormat,
+    ResponseObject,
+    ResponsesRequest,
     SamplingRequest,
     TokenizeRequest,
     TokenizeResponse,
@@ -176,7 +179,7 @@ def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
     async def chat_completions(body: ChatRequest) -> Any:
         _check_model(engine, body.model)
         ids = await prompts.ids(_render_chat(engine, body.messages), "messages", special=False)
-        stops = list(dict.fromkeys([*body.stops(), *([] if engine.chat_template else chat.PLAIN_STOPS)]))
+        stops = _chat_stops(engine, body.stops())
         k = (body.top_logprobs or 0) if body.logprobs else None
         n = body.choices()
         grammar = await _grammar(engine, body.response_format)
@@ -210,6 +213,22 @@ def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
                        logprobs=None if k is None else ChatLogprobs.model_validate(
                            {"content": _chat_logprobs(engine, seqs[i].reported)}))
             for i, (t, f) in enumerate(outs)]).model_dump()
+
+    @app.post("/v1/responses", responses={200: {"model": ResponseObject}})
+    async def create_response(body: ResponsesRequest) -> Any:
+        """The Responses API, text in and text out: the prompt and the sequence are chat's for the same messages
+        (responses.py: the answer, whole or streamed)."""
+        _check_model(engine, body.model)
+        ids = await prompts.ids(_render_chat(engine, body.messages(), param="input"), "input", special=False)
+        grammar = await _grammar(engine, body.response_format(), param="text.format")
+        seq = _sequence(engine, ids, body.sampling(), body.max_output_tokens, default_max=None,
+                        stops=_chat_stops(engine, []), grammar=grammar, max_param="max_output_tokens")
+        _start(sched, [seq])
+        reply = responses.Reply(body, engine.name, seq)
+        if body.stream:
+            return responses.stream(sched, reply)
+        [(text, finish)] = await _collect(sched, [seq])
+        return reply.whole(text, finish)
 
     @_get(app, "/tokenizer_info")
     async def tokenizer_info() -> dict[str, Any]:
@@ -266,13 +285,19 @@ def _check_model(engine: Engine, model: str, param: str = "model") -> None:
                        param=param, code="model_not_found")
 
 
-def _render_chat(engine: Engine, messages: Any, add_generation_prompt: bool = True) -> str:
+def _render_chat(engine: Engine, messages: Any, add_generation_prompt: bool = True, param: str = "messages") -> str:
     """The conversation through the model's chat template (webtensor's plain one where it has none)."""
     try:
         return chat.template_for(engine).render([{"role": m.role, "content": m.text()} for m in messages],
                                                 add_generation_prompt=add_generation_prompt)
     except ChatTemplateError as e:  # the template's raise_exception: the conversation is refused
-        raise APIError(400, f"messages: {e}", param="messages") from None
+        raise APIError(400, f"{param}: {e}", param=param) from None
+
+
+def _chat_stops(engine: Engine, stops: Sequence[str]) -> list[str]:
+    """A chat's stop strings: the request's, and the plain template's turn markers where the model has no
+    template of its own (its chat template ends turns with its EOS)."""
+    return list(dict.fromkeys([*stops, *([] if engine.chat_template else chat.PLAIN_STOPS)]))
 
 
 def _check_ids(engine: Engine, ids: Sequence[int], param: str) -> None:
@@ -333,7 +358,7 @@ class _Prompts:
 
 def _sequence(engine: Engine, ids: list[int], body: SamplingRequest, max_tokens: int | None,
               default_max: int | None, stops: list[str], choice: int = 0, logprobs: int | None = None,
-              echo: bool = False, grammar: str | None = None) -> Generation:
+              echo: bool = False, grammar: str | None = None, max_param: str = "max_tokens") -> Generation:
     """Choice `choice` of a request for prompt `ids`. Its seed: the request's (a fresh one where none is given),
     moved on for choices after the first by `sampling.choice_seed` (seed + choice * 2**64: each choice its own
     stream of draws, the first one's that of the same request with n = 1). `logprobs`: report each token's
@@ -342,8 +367,8 @@ def _sequence(engine: Engine, ids: list[int], body: SamplingRequest, max_tokens:
     if max_tokens is None:
         max_tokens = room if default_max is None else min(default_max, room)
     elif len(ids) + max_tokens > engine.n_ctx:
-        raise APIError(400, f"the prompt ({len(ids)} tokens) plus max_tokens ({max_tokens}) exceeds this model's "
-                       f"context of {engine.n_ctx} tokens", param="max_tokens", code="context_length_exceeded")
+        raise APIError(400, f"{max_param}: the prompt ({len(ids)} tokens) plus {max_tokens} new tokens exceeds this "
+                       f"model's context of {engine.n_ctx} tokens", param=max_param, code="context_length_exceeded")
     seed = choice_seed(body.seed if body.seed is not None else secrets.randbits(63), choice)
     temperature, top_k, top_p = body.sampling_values()
     bias = body.bias()
@@ -362,7 +387,7 @@ def _sequence(engine: Engine, ids: list[int], body: SamplingRequest, max_tokens:
     return Generation(ids, max_tokens, sampling, stops, ignore_eos=body.ignore_eos, echo=echo, grammar=grammar)
 
 
-async def _grammar(engine: Engine, fmt: ResponseFormat | None) -> str | None:
+async def _grammar(engine: Engine, fmt: ResponseFormat | None, param: str = "response_format") -> str | None:
     """The llguidance grammar of a chat request's response_format (None: free text), compiled and checked off the
     event loop; a schema it cannot compile is a 400."""
     if fmt is None or fmt.type == "text":
@@ -378,7 +403,7 @@ async def _grammar(engine: Engine, fmt: ResponseFormat | None) -> str | None:
     try:
         return await asyncio.to_thread(build)
     except g.GrammarError as e:
-        raise APIError(400, f"response_format: {e}", param="response_format", code="invalid_schema") from None
+        raise APIError(400, f"{param}: {e}", param=param, code="invalid_schema") from None
 
 
 def _start(sched: Scheduler, seqs: list[Generation]) -> None:
@@ -664,5 +689,5 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-_ROUTES = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/tokenize", "/detokenize", "/tokenizer_info",
-           "/health", "/metrics", "/openapi.json"}
+_ROUTES = {"/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/models", "/tokenize", "/detokenize",
+           "/tokenizer_info", "/health", "/metrics", "/openapi.json"}

@@ -1,4 +1,5 @@
-"""OpenAI's request and response shapes for /v1/completions, /v1/chat/completions and /v1/models
+"""OpenAI's request and response shapes for /v1/completions, /v1/chat/completions, /v1/responses
+(text in and text out: ResponsesRequest says what is accepted, ignored and refused) and /v1/models
 (as its published OpenAPI document has them), vLLM's for /tokenize and /detokenize, and OpenAI's
 error body.
 
@@ -481,3 +482,244 @@ class TokenizeResponse(BaseModel):
 
 class DetokenizeResponse(BaseModel):
     prompt: str
+
+
+# -- the Responses API (/v1/responses) -----------------------------------------------------------------
+class InputText(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["input_text"]
+    text: Text
+
+
+class OutputTextIn(BaseModel):
+    """An assistant's earlier output sent back in `input` (as the response gave it)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["output_text"]
+    text: Text
+    annotations: list[Any] | None = None
+    logprobs: list[Any] | None = None
+
+
+class InputMessage(BaseModel):
+    """One message of `input`: OpenAI's EasyInputMessage ({role, content}) or an input / output message item
+    ({"type": "message", ...}; an output message sent back carries its id and status)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["message"] | None = None
+    role: Literal["system", "developer", "user", "assistant"]
+    content: Text | list[Annotated[InputText | OutputTextIn, Field(discriminator="type")]]
+    id: Text | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _content(cls, v: str | list[InputText | OutputTextIn], info: ValidationInfo) -> Any:
+        role = info.data.get("role")
+        if isinstance(v, list) and role != "assistant" and any(p.type == "output_text" for p in v):
+            raise ValueError(f"output_text parts are an assistant's; a {role} message has input_text parts")
+        return v
+
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+
+class ResponseTextFormat(BaseModel):
+    """`text.format`: text; json_object; json_schema (name and schema beside the type, not nested as chat's)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    type: Literal["text", "json_object", "json_schema"]
+    name: Annotated[str, Field(strict=True, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")] | None = None
+    description: Text | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: StrictBool | None = None
+
+    @model_validator(mode="after")
+    def _fields(self) -> ResponseTextFormat:
+        schema_fields = {"name", "description", "schema_", "strict"} & self.model_fields_set
+        if self.type == "json_schema" and (self.name is None or self.schema_ is None):
+            raise ValueError("type json_schema needs name and schema")
+        if self.type != "json_schema" and schema_fields:
+            raise ValueError(f"name, description, schema and strict go with type json_schema, not {self.type}")
+        return self
+
+    def response_format(self) -> ResponseFormat:
+        """The same format as chat's response_format (one structured-output path)."""
+        js = None
+        if self.type == "json_schema":
+            js = JSONSchemaFormat.model_validate({"name": self.name, "description": self.description,
+                                                  "schema": self.schema_, "strict": self.strict})
+        return ResponseFormat(type=self.type, json_schema=js)
+
+
+class ResponseText(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    format: ResponseTextFormat | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None  # a hint to OpenAI's models; accepted and echoed
+
+
+class ResponseStreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    include_obfuscation: StrictBool | None = None  # accepted; no obfuscation field is ever added
+
+
+# fields of OpenAI's CreateResponse that concern what this server does not do: null (or their "off" value) is
+# accepted, anything else refused by name
+_RESPONSES_OFF: dict[str, tuple[Any, ...]] = {
+    "tools": (None, []), "reasoning": (None,), "include": (None, []), "background": (None, False),
+    "prompt": (None,), "conversation": (None,), "truncation": (None, "disabled"), "top_logprobs": (None, 0),
+    "context_management": (None,), "max_tool_calls": (None,)}
+
+
+class ResponsesRequest(BaseModel):
+    """OpenAI's CreateResponse, text in and text out. The prompt: `instructions` as a system message, then
+    `input` (a string: one user message), through the chat template as /v1/chat/completions renders the same
+    messages. Nothing is stored: `store` is accepted and ignored, `previous_response_id` refused (there is no
+    earlier response to continue: send the whole conversation in `input`). `metadata` is echoed in the
+    response. `seed` is an extension (as chat's)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: Text
+    input: Text | Annotated[list[InputMessage], Field(min_length=1)]
+    instructions: Text | None = None
+    max_output_tokens: MaxTokens | None = None  # None: up to the context's end
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    seed: Seed | None = None
+    stream: StrictBool | None = None
+    stream_options: ResponseStreamOptions | None = None
+    text: ResponseText | None = None
+    tool_choice: Literal["none", "auto"] | None = None  # (no tools: nothing to call either way)
+    parallel_tool_calls: StrictBool | None = None  # echoed
+    metadata: Annotated[dict[Annotated[str, Field(max_length=64)], Annotated[Text, Field(max_length=512)]],
+                        Field(max_length=16)] | None = None
+    previous_response_id: Text | None = None
+    # only OpenAI's service uses these: accepted and ignored
+    store: StrictBool | None = None
+    user: Text | None = None
+    safety_identifier: Text | None = None
+    prompt_cache_key: Text | None = None
+    prompt_cache_retention: Text | None = None
+    service_tier: Text | None = None
+    # refused unless off (_RESPONSES_OFF)
+    tools: Any = None
+    reasoning: Any = None
+    include: Any = None
+    background: Any = None
+    prompt: Any = None
+    conversation: Any = None
+    truncation: Any = None
+    top_logprobs: Any = None
+    context_management: Any = None
+    max_tool_calls: Any = None
+
+    @field_validator(*_RESPONSES_OFF)
+    @classmethod
+    def _off(cls, v: Any, info: ValidationInfo) -> Any:
+        name = str(info.field_name)
+        if not any(v == off and type(v) is type(off) for off in _RESPONSES_OFF[name]):
+            raise ValueError("not supported by this server (text in, text out)")
+        return v
+
+    @field_validator("previous_response_id")
+    @classmethod
+    def _previous(cls, v: str | None) -> str | None:
+        if v is not None:
+            raise ValueError("this server stores no responses, so there is none to continue: send the whole "
+                             "conversation in input")
+        return v
+
+    @field_validator("stream_options")
+    @classmethod
+    def _stream_options(cls, v: ResponseStreamOptions | None, info: ValidationInfo) -> ResponseStreamOptions | None:
+        if v is not None and not info.data.get("stream"):
+            raise ValueError("only allowed when stream is true")
+        return v
+
+    def messages(self) -> list[ChatMessage]:
+        """The conversation as chat messages: instructions (a system message) first, then the input."""
+        head = [ChatMessage(role="system", content=self.instructions)] if self.instructions is not None else []
+        if isinstance(self.input, str):
+            return [*head, ChatMessage(role="user", content=self.input)]
+        return [*head, *(ChatMessage(role=m.role, content=m.text()) for m in self.input)]
+
+    def sampling(self) -> SamplingRequest:
+        """The sampling fields as the other endpoints carry them."""
+        return SamplingRequest(model=self.model, temperature=self.temperature, top_p=self.top_p, seed=self.seed)
+
+    def response_format(self) -> ResponseFormat | None:
+        return self.text.format.response_format() if self.text and self.text.format else None
+
+
+class OutputText(BaseModel):
+    type: Literal["output_text"] = "output_text"
+    text: str
+    annotations: list[Any] = []
+    logprobs: list[Any] = []
+
+
+class OutputMessage(BaseModel):
+    type: Literal["message"] = "message"
+    id: str
+    status: Literal["in_progress", "completed", "incomplete"]
+    role: Literal["assistant"] = "assistant"
+    content: list[OutputText]
+
+
+class InputTokensDetails(BaseModel):
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+class OutputTokensDetails(BaseModel):
+    reasoning_tokens: int = 0
+
+
+class ResponseUsage(BaseModel):
+    input_tokens: int
+    input_tokens_details: InputTokensDetails = InputTokensDetails()
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails = OutputTokensDetails()
+    total_tokens: int
+
+    @classmethod
+    def of(cls, prompt: int, completion: int) -> ResponseUsage:
+        return cls(input_tokens=prompt, output_tokens=completion, total_tokens=prompt + completion)
+
+
+class IncompleteDetails(BaseModel):
+    reason: Literal["max_output_tokens"]
+
+
+class ResponseErrorInfo(BaseModel):
+    code: Literal["server_error", "invalid_prompt"]
+    message: str
+
+
+class ResponseObject(BaseModel):
+    """OpenAI's Response: the request's settings echoed, the output message and usage."""
+
+    id: str
+    object: Literal["response"] = "response"
+    created_at: int
+    status: Literal["in_progress", "completed", "incomplete", "failed"]
+    completed_at: int | None = None
+    error: ResponseErrorInfo | None = None
+    incomplete_details: IncompleteDetails | None = None
+    instructions: str | None
+    max_output_tokens: int | None
+    model: str
+    output: list[OutputMessage]
+    parallel_tool_calls: bool
+    previous_response_id: None = None
+    reasoning: None = None
+    temperature: float
+    top_p: float
+    text: dict[str, Any]
+    tool_choice: str
+    tools: list[Any] = []
+    truncation: Literal["disabled"] = "disabled"
+    background: bool = False
+    metadata: dict[str, str]
+    usage: ResponseUsage | None = None
