@@ -52,3 +52,20 @@ def test_devices_command_lists_adapters(gpu):
     out = r.stdout
     assert gpu.ctx.info.name in out and "backend=" in out and "type=" in out
     assert "max-storage-buffer-binding-size" in out and "features:" in out and "default device:" in out
+
+
+def test_cpu_auto_loads_float16_weights_as_float32_with_the_same_logits(tmp_path):
+    """The CPU reference widens every float16 product to float32 (`Backend.widens_f16`), so "auto" keeps a
+    float16 checkpoint's matrices in float32 there: the logits are those of dtype="float16", bit for bit."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    d = make_checkpoint(tmp_path / "f16", vocab_size=300, n_embd=32, n_layer=2, n_head=2)
+    weights = load_file(str(d / "model.safetensors"))
+    save_file({k: v.astype(np.float16) for k, v in weights.items()}, str(d / "model.safetensors"),
+              metadata={"format": "pt"})
+    auto = wt.load_model(d, device="cpu")
+    kept = wt.load_model(d, device="cpu", dtype="float16")
+    assert auto.weights.blocks[0].attn_w.dtype is wt.float32 and kept.weights.blocks[0].attn_w.dtype is wt.float16
+    ids = [5, 17, 42, 7, 99]
+    assert np.array_equal(auto.logits(ids), kept.logits(ids))

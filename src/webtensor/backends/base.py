@@ -29,6 +29,7 @@ class Backend(Protocol):
     name: str  # "cpu", "wgpu"
     host_memory: bool  # tensors live in host memory, so reading them costs nothing
     kmajor_weights: bool  # models store (K, N) matrices transposed, (N, K), for this backend's GEMV
+    widens_f16: bool  # every float16 product is computed by widening its operands to float32 first
 
     # -- memory ---------------------------------------------------------------------------------
     def empty(self, device: Any, shape: tuple[int, ...], dtype: DType) -> Tensor: ...

@@ -593,6 +593,7 @@ class CpuBackend:
 
     name = "cpu"
     kmajor_weights = False  # matrices as the checkpoint has them
+    widens_f16 = True  # numpy's float16 products have no BLAS: operands are widened to float32 each call
     host_memory = True  # tensors live in host memory (reading them is free)
 
     def __init__(self) -> None:

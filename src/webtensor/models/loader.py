@@ -12,8 +12,10 @@ Weights go to the device one tensor at a time from their stored bytes, numpy-fre
 too): floats are converted on the device where it can (float16 <-> float32 casts, transposes), quantized GGUF
 blocks are uploaded as they are (dequantized in registers by the kernels). `dtype`:
 
-- None ("auto"): as stored — float32 checkpoints in float32, float16 ones in float16 where the device has
-  shader-f16 (else float32), bfloat16 ones in float32; quantized tensors kept quantized;
+- None ("auto"): as stored — float32 checkpoints in float32, float16 ones in float16 where the device computes
+  in it (WebGPU with shader-f16; elsewhere float32: the CPU reference widens every float16 product to float32,
+  so float32 weights give it the same results several times faster), bfloat16 ones in float32; quantized
+  tensors kept quantized;
 - "float32" / "float16": every matrix and embedding in that type (quantized ones dequantized);
 - "q8_0" (or "int8"): float matrices and embeddings quantized to q8_0 at load; quantized ones kept.
 
@@ -259,7 +261,8 @@ def _upload_one(raw: memoryview, stored: str, shape: tuple[int, ...], spec: Tens
     nk = spec.kind != "conv1d" or gguf
     if dtype == "q8_0":
         return _quantize_q8(device, float32_bytes(stored, raw), shape, transpose=not nk)
-    want = dt.float16 if (dtype == "float16" or (dtype is None and stored == "F16" and device.has_f16)) else dt.float32
+    keep_f16 = stored == "F16" and device.has_f16 and not device.backend.widens_f16
+    want = dt.float16 if (dtype == "float16" or (dtype is None and keep_f16)) else dt.float32
     if want is dt.float16 and not device.has_f16:
         raise CheckpointError(f"{device.describe()} has no shader-f16 feature: use dtype float32")
     kmajor = device.backend.kmajor_weights

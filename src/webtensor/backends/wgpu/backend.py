@@ -61,6 +61,7 @@ class WgpuGraph:
 class WgpuBackend:
     name = "wgpu"
     kmajor_weights = True  # matrices stored (N, K): a GEMV reads rows
+    widens_f16 = False  # float16 weights are read as float16 by the kernels (half the bytes a step)
     host_memory = False
 
     def __init__(self, ctx: WgpuContext):
