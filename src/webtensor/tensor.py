@@ -12,6 +12,7 @@ Moving data in and out goes through the device's backend.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any, cast
@@ -22,10 +23,17 @@ from .errors import DeviceMismatchError, DTypeError, ShapeError, WebtensorError
 
 
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    return _strides_of(shape if type(shape) is tuple else tuple(shape))
+
+
+@functools.lru_cache(maxsize=1024)
+def _strides_of(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """(Cached: a pure function of the shape, asked for several times by every op; Python ints out
+    whatever ints come in, since equal shapes of numpy and Python ints share a cache entry.)"""
     strides, acc = [], 1
     for n in reversed(shape):
         strides.append(acc)
-        acc *= n
+        acc *= int(n)
     return tuple(reversed(strides))
 
 
@@ -34,7 +42,7 @@ class Tensor:
 
     def __init__(self, device: Device, shape: tuple[int, ...], dtype: dt.DType, *, storage: Any,
                  strides: tuple[int, ...] | None = None, offset: int = 0):
-        self.device, self.shape, self.dtype = device, tuple(int(s) for s in shape), dtype
+        self.device, self.shape, self.dtype = device, tuple(map(int, shape)), dtype
         self._storage, self._offset = storage, offset
         self._strides = contiguous_strides(self.shape) if strides is None else tuple(strides)
 
@@ -189,6 +197,12 @@ class Tensor:
 
     def __getitem__(self, index: Any) -> Tensor:
         """Basic indexing: ints and slices (positive steps), Ellipsis; a view on every device."""
+        if type(index) is slice and index.step is None and self.shape:
+            # rows a:b (what every row-wise op's block takes): _slice_view's result for this case
+            start, stop, _ = index.indices(self.shape[0])
+            count = max(0, stop - start)
+            offset = self._offset + start * self._strides[0] if count else self._offset
+            return self._view((count, *self.shape[1:]), self._strides, offset)
         shape, strides, offset = _slice_view(self.shape, self._strides, self._offset, index)
         return self._view(shape, strides, offset)
 
