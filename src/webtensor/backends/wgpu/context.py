@@ -167,6 +167,7 @@ class WgpuContext:
         self._local = threading.local()
         self.released = False
         self._pipelines: dict[tuple, Kernel] = {}
+        self._kernels_seen: dict[tuple, Kernel] = {}  # the same Kernels by their defines as given (`kernel`)
         self._bind_groups: OrderedDict[tuple, Any] = OrderedDict()
         self._pool: dict[int, list[GpuBuffer]] = {}
         self._pending: list[tuple] = []
@@ -194,6 +195,13 @@ class WgpuContext:
         API adds the `enable` directives the features used need. The declaration of `file` in
         `signatures.py` (or `signature`, for a kernel of one's own: a path to its .wgsl) is checked
         against the shader first."""
+        # first by the defines in the caller's order (a planner's dict literal gives the same order
+        # every call), which skips the sort; a miss looks up the sorted key, so an order not seen
+        # before finds the same Kernel
+        fast = (file, tuple(defines.items())) if defines else (file, ())
+        k = self._kernels_seen.get(fast)
+        if k is not None:
+            return k
         key = (file, tuple(sorted((defines or {}).items())))
         k = self._pipelines.get(key)
         if k is None:
@@ -223,6 +231,7 @@ class WgpuContext:
                 pipe = self._guard(label, lambda: self.api.create_pipeline(code, sig.read_only, label, PARAM_BYTES))
                 self.counters["pipelines_created"] += 1
             k = self._pipelines[key] = Kernel(label, pipe, sig)
+        self._kernels_seen[fast] = k
         return k
 
     # -- buffers --------------------------------------------------------------------------------
@@ -325,11 +334,11 @@ class WgpuContext:
         if not sig.binding_names.issuperset(buffers):
             raise GPUError(f"{kernel.name}: no binding(s) {sorted(set(buffers) - sig.binding_names)}")
         bound = []
-        for b in sig.bindings:
-            buf = buffers.get(b.name)
+        for name, optional in sig.binding_order:
+            buf = buffers.get(name)
             if buf is None:
-                if not b.optional:
-                    raise GPUError(f"{kernel.name}: binding {b.name!r} needs a buffer")
+                if not optional:
+                    raise GPUError(f"{kernel.name}: binding {name!r} needs a buffer")
                 buf = self._dummy_buffer
             bound.append(buf)
         if len(set(bound)) < len(bound):  # a buffer bound twice (x + x may; the check below says)

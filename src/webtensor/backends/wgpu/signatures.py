@@ -65,6 +65,7 @@ class Signature:
                               + [Binding(n, True, False) for n in outs.split()])
         self.read_only = tuple(not b.writes for b in self.bindings)
         self.binding_names = frozenset(b.name for b in self.bindings)
+        self.binding_order = tuple((b.name, b.optional) for b in self.bindings)  # (what `launch` walks)
         # `pack`'s fast path: the whole block as one struct.Struct (fields at their offsets, pad bytes
         # between them and up to `size`), the fields in order as (name, default, is a vec4)
         fmt, pos = ["<"], 0
