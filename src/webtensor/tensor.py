@@ -12,6 +12,7 @@ Moving data in and out goes through the device's backend.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any, cast
@@ -22,10 +23,17 @@ from .errors import DeviceMismatchError, DTypeError, ShapeError, WebtensorError
 
 
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    return _strides_of(shape if type(shape) is tuple else tuple(shape))
+
+
+@functools.lru_cache(maxsize=1024)
+def _strides_of(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """(Cached: a pure function of the shape, asked for several times by every op; Python ints out
+    whatever ints come in, since equal shapes of numpy and Python ints share a cache entry.)"""
     strides, acc = [], 1
     for n in reversed(shape):
         strides.append(acc)
-        acc *= n
+        acc *= int(n)
     return tuple(reversed(strides))
 
 
@@ -34,7 +42,7 @@ class Tensor:
 
     def __init__(self, device: Device, shape: tuple[int, ...], dtype: dt.DType, *, storage: Any,
                  strides: tuple[int, ...] | None = None, offset: int = 0):
-        self.device, self.shape, self.dtype = device, tuple(int(s) for s in shape), dtype
+        self.device, self.shape, self.dtype = device, tuple(map(int, shape)), dtype
         self._storage, self._offset = storage, offset
         self._strides = contiguous_strides(self.shape) if strides is None else tuple(strides)
 
@@ -57,7 +65,7 @@ class Tensor:
         return self._strides
 
     def is_contiguous(self) -> bool:
-        return self.strides == contiguous_strides(self.shape) or self.size <= 1
+        return self._strides == contiguous_strides(self.shape) or self.size <= 1
 
     def __repr__(self) -> str:
         return f"Tensor(shape={self.shape}, dtype={self.dtype.name}, device={self.device.describe()!r})"
@@ -160,7 +168,7 @@ class Tensor:
     # -- views ----------------------------------------------------------------------------------
     def reshape(self, *shape: int | Sequence[int]) -> Tensor:
         dims = tuple(shape[0]) if len(shape) == 1 and not isinstance(shape[0], int) else shape
-        new = _resolve_shape(cast(tuple[int, ...], dims), self.size, self.shape)
+        new = tuple(map(int, _resolve_shape(cast(tuple[int, ...], dims), self.size, self.shape)))
         t = self if self.is_contiguous() else self.contiguous()
         return t._view(new, contiguous_strides(new), t._offset)
 
@@ -189,6 +197,12 @@ class Tensor:
 
     def __getitem__(self, index: Any) -> Tensor:
         """Basic indexing: ints and slices (positive steps), Ellipsis; a view on every device."""
+        if type(index) is slice and index.step is None and self.shape:
+            # rows a:b (what every row-wise op's block takes): _slice_view's result for this case
+            start, stop, _ = index.indices(self.shape[0])
+            count = max(0, stop - start)
+            offset = self._offset + start * self._strides[0] if count else self._offset
+            return self._view((count, *self.shape[1:]), self._strides, offset)
         shape, strides, offset = _slice_view(self.shape, self._strides, self._offset, index)
         return self._view(shape, strides, offset)
 
@@ -200,7 +214,11 @@ class Tensor:
         if len(st.chunks) > 1 and all(shape):
             last = offset + sum((n - 1) * s for n, s in zip(shape, strides, strict=True))
             st, offset = st.narrow(offset, last)
-        return Tensor(self.device, shape, self.dtype, storage=st, strides=strides, offset=offset)
+        # (Tensor.__init__ without its conversions: every caller passes tuples of Python ints)
+        t = _new_tensor(Tensor)
+        t.device, t.shape, t.dtype, t._storage = self.device, shape, self.dtype, st
+        t._strides, t._offset = strides, offset
+        return t
 
     def contiguous(self) -> Tensor:
         if self.is_contiguous():
@@ -257,33 +275,36 @@ def _is_device_name(s: str) -> bool:
 
 
 def _resolve_shape(shape: tuple[int, ...], size: int, old: tuple[int, ...]) -> tuple[int, ...]:
-    if shape.count(-1) > 1:
-        raise ShapeError(f"reshape {old} -> {shape}: only one dim may be -1")
     if -1 in shape:
+        if shape.count(-1) > 1:
+            raise ShapeError(f"reshape {old} -> {shape}: only one dim may be -1")
         known = math.prod(s for s in shape if s != -1)
         if known == 0 or size % known:
             raise ShapeError(f"cannot reshape {old} ({size} elements) into {shape}")
         shape = tuple(size // known if s == -1 else s for s in shape)
-    if math.prod(shape) != size or any(s < 0 for s in shape):
+    if math.prod(shape) != size or min(shape, default=0) < 0:
         raise ShapeError(f"cannot reshape {old} ({size} elements) into {shape}")
     return shape
+
+
+_new_tensor = object.__new__
 
 
 def _slice_view(shape: tuple[int, ...], strides: tuple[int, ...], offset: int,
                 index: Any) -> tuple[tuple[int, ...], tuple[int, ...], int]:
     if not isinstance(index, tuple):
         index = (index,)
-    if index.count(Ellipsis) > 1:
-        raise ShapeError("an index can only have one Ellipsis")
     if Ellipsis in index:
+        if index.count(Ellipsis) > 1:
+            raise ShapeError("an index can only have one Ellipsis")
         i = index.index(Ellipsis)
         fill = len(shape) - (len(index) - 1)
         index = index[:i] + (slice(None),) * fill + index[i + 1:]
     if len(index) > len(shape):
         raise ShapeError(f"too many indices ({len(index)}) for shape {shape}")
     new_shape, new_strides = [], []
-    for d, (n, s) in enumerate(zip(shape, strides, strict=True)):
-        ix = index[d] if d < len(index) else slice(None)
+    for d, ix in enumerate(index):  # (the dims after the index's are kept whole: appended below)
+        n, s = shape[d], strides[d]
         if isinstance(ix, slice):
             start, stop, step = ix.indices(n)
             if step <= 0:
@@ -300,7 +321,8 @@ def _slice_view(shape: tuple[int, ...], strides: tuple[int, ...], offset: int,
         else:
             raise ShapeError(f"unsupported index {ix!r} ({type(ix).__name__}): tensors take ints, slices "
                              "and Ellipsis (no fancy or boolean indexing, on every device)")
-    return tuple(new_shape), tuple(new_strides), offset
+    k = len(index)
+    return (*new_shape, *shape[k:]), (*new_strides, *strides[k:]), offset
 
 
 def tensor(data: Any, device: Device | str | None = None, dtype: Any = None) -> Tensor:

@@ -2,7 +2,7 @@
 
 - a pipeline cache (one compute pipeline per kernel variant, compiled once, its declaration in
   `signatures.py` checked against the shader),
-- a bind-group cache keyed by the buffers bound (whole buffers are always bound; element offsets
+- a bind-group cache keyed by the kernel and the buffers bound (whole buffers are always bound; element offsets
   and sizes travel in the uniform parameters, so steady-state loops hit the cache every time),
 - a parameter arena: one uniform buffer with a slot per dispatch (128 bytes, or the adapter's uniform
   offset alignment if larger), bound with a dynamic offset and uploaded once per submit,
@@ -26,7 +26,6 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
@@ -86,7 +85,8 @@ def _preprocess(text: str, defines: dict[str, str], file: str) -> str:
 
 
 class GpuBuffer:
-    """A storage buffer owned by the pool; `id` is stable and keys the bind-group cache."""
+    """A storage buffer owned by the pool; the object itself (by identity) keys the bind-group cache,
+    `id` (unique, stable) names it."""
 
     __slots__ = ("handle", "size", "id", "pins", "orphaned", "__weakref__")
     _next = 0
@@ -107,14 +107,15 @@ class Kernel:
         self.name, self.pipeline, self.sig = name, pipeline, sig
 
 
-@dataclass(frozen=True)
 class Launch:
-    """One planned dispatch: a kernel, its packed parameters, its buffers (binding order), a grid."""
+    """One planned dispatch: a kernel, its packed parameters, its buffers (binding order), a grid.
+    (A slotted class, not a frozen dataclass: made once a dispatch, and a frozen dataclass's
+    __init__ sets each field through object.__setattr__; nothing assigns to one after.)"""
 
-    kernel: Kernel
-    params: bytes
-    buffers: tuple[GpuBuffer, ...]
-    grid: tuple[int, int, int]
+    __slots__ = ("kernel", "params", "buffers", "grid")
+
+    def __init__(self, kernel: Kernel, params: bytes, buffers: tuple[GpuBuffer, ...], grid: tuple[int, int, int]):
+        self.kernel, self.params, self.buffers, self.grid = kernel, params, buffers, grid
 
 
 def fixed_subgroup_size(info: AdapterInfo) -> int:
@@ -158,6 +159,8 @@ class WgpuContext:
         self.max_binding_bytes &= ~15
         self.max_buffer_bytes = int(lim.get("max-buffer-size", self.max_binding_bytes))
         self.max_workgroups = int(lim.get("max-compute-workgroups-per-dimension", 65535))
+        self._bucket_limit = min(self.max_binding_bytes, self.max_buffer_bytes) & ~15  # (alloc's, fixed)
+        self._buffer_alive = getattr(api, "buffer_alive", None)  # (alloc's check of pooled buffers)
         self.has_f16 = "shader-f16" in api.features
         self.has_subgroups = "subgroup" in api.features
         # a subgroup size the kernels may rely on: only when the adapter has exactly one
@@ -168,6 +171,7 @@ class WgpuContext:
         self._local = threading.local()
         self.released = False
         self._pipelines: dict[tuple[Any, ...], Kernel] = {}
+        self._kernels_seen: dict[tuple[Any, ...], Kernel] = {}  # the same Kernels by their defines as given (`kernel`)
         self._bind_groups: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._pool: dict[int, list[GpuBuffer]] = {}
         self._pending: list[Command] = []
@@ -195,6 +199,13 @@ class WgpuContext:
         API adds the `enable` directives the features used need. The declaration of `file` in
         `signatures.py` (or `signature`, for a kernel of one's own: a path to its .wgsl) is checked
         against the shader first."""
+        # first by the defines in the caller's order (a planner's dict literal gives the same order
+        # every call), which skips the sort; a miss looks up the sorted key, so an order not seen
+        # before finds the same Kernel
+        fast = (file, tuple(defines.items())) if defines else (file, ())
+        k = self._kernels_seen.get(fast)
+        if k is not None:
+            return k
         key = (file, tuple(sorted((defines or {}).items())))
         k = self._pipelines.get(key)
         if k is None:
@@ -224,12 +235,14 @@ class WgpuContext:
                 pipe = self._guard(label, lambda: self.api.create_pipeline(code, sig.read_only, label, PARAM_BYTES))
                 self.counters["pipelines_created"] += 1
             k = self._pipelines[key] = Kernel(label, pipe, sig)
+        self._kernels_seen[fast] = k
         return k
 
     # -- buffers --------------------------------------------------------------------------------
     def alloc(self, nbytes: int) -> GpuBuffer:
-        self.check_alive()
-        size = _bucket(nbytes, min(self.max_binding_bytes, self.max_buffer_bytes) & ~15)
+        if self.released:
+            self.check_alive()
+        size = _bucket(nbytes, self._bucket_limit)
         if size > self.max_buffer_bytes or size > self.max_binding_bytes:
             raise BufferLimitError(
                 f"a buffer of {nbytes:,} bytes is over this device's limit "
@@ -237,7 +250,7 @@ class WgpuContext:
             )
         with self.lock:
             free = self._pool.get(size)
-            alive = getattr(self.api, "buffer_alive", None)
+            alive = self._buffer_alive
             while free and alive is not None and not alive(free[-1].handle):
                 self._forget(free.pop())
                 self.bytes_pooled -= size
@@ -249,7 +262,8 @@ class WgpuContext:
                 buf = GpuBuffer(handle, size)
                 self.counters["buffers_created"] += 1
             self.bytes_in_use += size
-            self.peak_bytes_in_use = max(self.peak_bytes_in_use, self.bytes_in_use)
+            if self.bytes_in_use > self.peak_bytes_in_use:
+                self.peak_bytes_in_use = self.bytes_in_use
             return buf
 
     def release(self, buf: GpuBuffer) -> None:
@@ -270,7 +284,7 @@ class WgpuContext:
 
     def _forget(self, buf: GpuBuffer) -> None:
         """Drop the cached bind groups that bind `buf` (they would pin its memory)."""
-        for key in [k for k in self._bind_groups if buf.id in k[1]]:
+        for key in [k for k in self._bind_groups if buf in k[1]]:
             del self._bind_groups[key]
 
     def empty_cache(self) -> None:
@@ -283,7 +297,7 @@ class WgpuContext:
                     self.api.destroy_buffer(b.handle)
             self._pool.clear()
             self.bytes_pooled = 0
-            for key in [k for k in self._bind_groups if any(i in dead for i in k[1])]:
+            for key in [k for k in self._bind_groups if any(b.id in dead for b in k[1])]:
                 del self._bind_groups[key]
 
     def upload(self, buf: GpuBuffer, data: Any, offset: int = 0, fresh: bool = False) -> None:
@@ -321,21 +335,21 @@ class WgpuContext:
         optional input left out or None is bound to a dummy buffer), `groups` workgroups. Runs now
         (or when the enclosing scope ends), or is recorded when a graph is being captured."""
         sig = kernel.sig
-        unknown = set(buffers) - {b.name for b in sig.bindings}
-        if unknown:
-            raise GPUError(f"{kernel.name}: no binding(s) {sorted(unknown)}")
+        if not sig.binding_names.issuperset(buffers):
+            raise GPUError(f"{kernel.name}: no binding(s) {sorted(set(buffers) - sig.binding_names)}")
         bound = []
-        for b in sig.bindings:
-            buf = buffers.get(b.name)
+        for name, optional in sig.binding_order:
+            buf = buffers.get(name)
             if buf is None:
-                if not b.optional:
-                    raise GPUError(f"{kernel.name}: binding {b.name!r} needs a buffer")
+                if not optional:
+                    raise GPUError(f"{kernel.name}: binding {name!r} needs a buffer")
                 buf = self._dummy_buffer
             bound.append(buf)
-        for b, buf in zip(sig.bindings, bound, strict=True):  # WebGPU: a written binding aliases nothing
-            if b.writes and sum(x is buf for x in bound) > 1:
-                raise GPUError(f"{kernel.name}: buffer of binding {b.name!r} is also bound to another binding; "
-                               "a written binding may not alias any other (copy the input first)")
+        if len(set(bound)) < len(bound):  # a buffer bound twice (x + x may; the check below says)
+            for b, buf in zip(sig.bindings, bound, strict=True):  # WebGPU: a written binding aliases nothing
+                if b.writes and sum(x is buf for x in bound) > 1:
+                    raise GPUError(f"{kernel.name}: buffer of binding {b.name!r} is also bound to another binding; "
+                                   "a written binding may not alias any other (copy the input first)")
         x, y, z = groups
         if max(groups) > self.max_workgroups:
             raise GPUError(f"{kernel.name}: {groups} workgroups is over the limit {self.max_workgroups}")
@@ -343,7 +357,8 @@ class WgpuContext:
 
     def submit_launch(self, ln: Launch) -> None:
         with self.lock:
-            self.check_alive()
+            if self.released:
+                self.check_alive()
             if min(ln.grid) == 0:
                 return
             if self._capture is not None:
@@ -354,7 +369,9 @@ class WgpuContext:
             off = self._arena_used
             self._arena[off:off + len(ln.params)] = ln.params
             self._arena_used += self._slot
-            key = (id(ln.kernel), tuple(b.id for b in ln.buffers))
+            # keyed by the kernel and the buffers themselves (identity, as GpuBuffer and Kernel define no
+            # equality): whole buffers are bound, so these are everything a bind group is made of
+            key = (ln.kernel, ln.buffers)
             bg = self._bind_groups.get(key)
             if bg is None:
                 bg = self._guard(ln.kernel.name, lambda: self.api.create_bind_group(

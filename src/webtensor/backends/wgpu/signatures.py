@@ -65,10 +65,47 @@ class Signature:
         self.bindings = tuple([Binding(n.rstrip("?"), False, n.endswith("?")) for n in ins.split()]
                               + [Binding(n, True, False) for n in outs.split()])
         self.read_only = tuple(not b.writes for b in self.bindings)
+        self.binding_names = frozenset(b.name for b in self.bindings)
+        self.binding_order = tuple((b.name, b.optional) for b in self.bindings)  # (what `launch` walks)
+        # `pack`'s fast path: the whole block as one struct.Struct (fields at their offsets, pad bytes
+        # between them and up to `size`), the fields in order as (name, default, is a vec4)
+        fmt, pos = ["<"], 0
+        for f in fields:
+            code, size, _, _ = _TYPES[f.type]
+            fmt.append(f"{f.offset - pos}x{code}" if f.offset > pos else code)
+            pos = f.offset + size
+        fmt.append(f"{self.size - pos}x" if self.size > pos else "")
+        self._struct = struct.Struct("".join(fmt))
+        self._names = frozenset(self._by_name)
+        self._order = tuple((f.name, _typed(f), _TYPES[f.type][3] > 1) for f in fields)
 
     def pack(self, values: Mapping[str, Any], into: bytearray | None = None, at: int = 0) -> bytes:
         """The uniform bytes for `values` (by field name: numbers, numpy's too, or sequences of them for the
-        vector fields); unknown or missing names are errors, a value that does not fit its field is a GPUError."""
+        vector fields); unknown or missing names are errors, a value that does not fit its field is a GPUError.
+
+        A launch's parameters are packed by one struct.Struct call when every name is known, every
+        field has a value and each vec4 field gets 4 values: struct converts each value as the field
+        by field path below does (an int to f32 as float(v); an integer, or an object with __index__,
+        to u32 / i32 as is), and anything it does not take as it stands (a float for a u32 field, a
+        value out of range) goes to the field by field path, which converts or raises as it always
+        did: the bytes, and the errors, are the same either way (tests/test_core.py checks both)."""
+        if into is None and self._names.issuperset(values):
+            try:
+                args: list[Any] = []
+                for name, default, vec in self._order:
+                    v = values.get(name, default)
+                    if v is None:
+                        break
+                    if vec:
+                        if len(v) != 4:
+                            break
+                        args.extend(v)
+                    else:
+                        args.append(v)
+                else:
+                    return self._struct.pack(*args)
+            except Exception:
+                pass  # (the field by field path converts or raises)
         unknown = set(values) - set(self._by_name)
         if unknown:
             raise GPUError(f"{self.file}: no parameter(s) {sorted(unknown)}; it takes {[f.name for f in self.fields]}")
@@ -107,6 +144,13 @@ class Signature:
         if sorted(got) != want:
             raise GPUError(f"{self.file}: the declared bindings {want} (binding, name, written) differ from the "
                            f"shader's {sorted(got)}")
+
+
+def _typed(f: Field) -> float | int | None:
+    """A field's default as the field by field path packs it (int() for u32 / i32, float() for f32)."""
+    if f.default is None or _TYPES[f.type][3] > 1:
+        return f.default
+    return float(f.default) if f.type == "f32" else int(f.default)
 
 
 def _sig(file: str, params: str, bindings: str) -> Signature:
