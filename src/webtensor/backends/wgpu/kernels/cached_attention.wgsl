@@ -26,14 +26,7 @@
 // checks. Loops end: each runs to a uniform or constant bound in steps that cannot wrap.
 // Header: alias TQ; define VEC4. (cached_attention_rope.wgsl: the same with q and the new key rotated.)
 // #include cached_attention_lanes.wgsl
-struct P {
-  T: u32, H: u32, D4: u32, q_off4: u32,
-  q_ts4: u32, q_hs4: u32, k_off4: u32, k_ts4: u32,
-  k_hs4: u32, v_off4: u32, v_ts4: u32, v_hs4: u32,
-  n_ctx: u32, slot_stride4: u32, write: u32, scale: f32,
-  group: u32, n_slots: u32, kc_off4: u32, vc_off4: u32,
-  half: u32, P: u32, tc_off: u32, ts_off: u32,  // (cached_attention_rope.wgsl's; unused here)
-}
+// #include cached_attention_params.wgsl
 const ROPE: u32 = 0u;
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> q: array<VQ>;

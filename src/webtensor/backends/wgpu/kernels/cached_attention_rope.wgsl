@@ -11,14 +11,7 @@
 // tables' index tc_off (ts_off) + row half + i with the position clamped to row <= P - 1 and i < half.
 // Header: alias TQ; define VEC4; const ROPE (1 or 2).
 // #include cached_attention_lanes.wgsl
-struct P {
-  T: u32, H: u32, D4: u32, q_off4: u32,
-  q_ts4: u32, q_hs4: u32, k_off4: u32, k_ts4: u32,
-  k_hs4: u32, v_off4: u32, v_ts4: u32, v_hs4: u32,
-  n_ctx: u32, slot_stride4: u32, write: u32, scale: f32,
-  group: u32, n_slots: u32, kc_off4: u32, vc_off4: u32,
-  half: u32, P: u32, tc_off: u32, ts_off: u32,
-}
+// #include cached_attention_params.wgsl
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> q: array<VQ>;
 @group(0) @binding(2) var<storage, read> kv: array<VQ>;
