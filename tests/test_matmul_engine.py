@@ -31,7 +31,7 @@ from webtensor.backends.wgpu import ops as gops
 from webtensor.backends.wgpu.policy import KernelPolicy
 
 # the fixtures are set once per test (counters are read as differences), not per example
-SETTINGS = settings(max_examples=6, deadline=None, derandomize=False,
+SETTINGS = settings(max_examples=6, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 U16 = 2.0 ** -11
 H200 = KernelPolicy(gpu_style=True, compute_units=132)  # the rule's numbers as measured there

@@ -13,7 +13,7 @@ from op_fixtures import rnd
 import webtensor as wt
 
 TOL = 1e-5
-SETTINGS = settings(max_examples=20, deadline=None, derandomize=False)
+SETTINGS = settings(max_examples=20, deadline=None)  # (derandomized under CI=true: the `ci` profile)
 dim = st.integers(1, 70)
 seeds = st.integers(0, 2**32 - 1)
 
@@ -87,7 +87,23 @@ def test_softmax(gpu, seed, rows, cols):
 def test_attention(gpu, seed, t, extra, h, d, causal):
     s = t + extra
     q, k, v = rnd(seed, t, h, d), rnd(seed + 1, s, h, d), rnd(seed + 2, s, h, d)
-    check(gpu, lambda q, k, v: wt.attention(q, k, v, causal=causal), q, k, v)
+    check(gpu, lambda q, k, v: wt.attention(q, k, v, causal=causal), q, k, v, tol=TOL * _conditioning(q, k, v, causal))
+
+
+def _conditioning(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> float:
+    """||P |V| || / ||P V|| (P the softmax weights, in float64), at least 1: how much a float32 sum of weighted
+    values can lose to cancellation. Two float32 results (the reference's and the kernel's, summed in different
+    orders) differ by up to ~1e-7 of the terms' magnitude, and a few heads whose outputs cancel to near zero (a
+    head of one dim over hundreds of keys) make that a larger share of the result's norm."""
+    T, S = q.shape[0], k.shape[0]
+    scores = np.einsum("thd,shd->hts", q.astype(np.float64), k.astype(np.float64)) / np.sqrt(q.shape[-1])
+    if causal:
+        scores = np.where(np.arange(S)[None, :] <= np.arange(T)[:, None] + (S - T), scores, -np.inf)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    v64 = v.astype(np.float64)
+    exact, magnitude = np.einsum("hts,shd->thd", p, v64), np.einsum("hts,shd->thd", p, np.abs(v64))
+    return max(1.0, float(np.linalg.norm(magnitude) / max(np.linalg.norm(exact), 1e-300)))
 
 
 @SETTINGS
