@@ -2,7 +2,7 @@
 the logits first moved by the sequence's state (min_tokens, logit_bias, repetition / presence /
 frequency penalties).
 
-One sampler for every path: `GPT2.generate` (CPU and WebGPU), the server's engine and the web page
+One sampler for every path: `LanguageModel.generate` (CPU and WebGPU), the server's engine and the web page
 (Pyodide, where there is no numpy) all call `sample(logits, params, position)`, so the same seed gives
 the same tokens everywhere. This module needs only the standard library (and webtensor's numpy-free
 `errors` and `validate`).

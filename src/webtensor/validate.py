@@ -1,6 +1,6 @@
 """Checks on generation inputs: prompt ids, prompt text, sampling parameters, context fit.
 
-One place for the rules and their messages, shared by `GPT2` (the API), `webtensor generate` (the
+One place for the rules and their messages, shared by `LanguageModel` (the API), `webtensor generate` (the
 CLI, before it loads a model) and the page. It imports nothing but the standard library, so it runs
 in Pyodide too; numpy integers and floats pass because numpy registers them with `numbers`.
 

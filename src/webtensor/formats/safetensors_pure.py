@@ -1,6 +1,6 @@
 """The one pure-Python reader of the safetensors format (standard library only; numpy optional).
 
-Natively webtensor reads safetensors through the `safetensors` library (`models/gpt2/weights.py`);
+Natively webtensor reads safetensors through the `safetensors` library (`formats/safetensors_reader.py`);
 this reader stands in where the library is missing: the browser (Pyodide has neither the library
 nor, on the page, numpy), and any install without it. Tests check that it accepts and refuses the
 same files as the library, with the same messages on both paths, and reads the same values.

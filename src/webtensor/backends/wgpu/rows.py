@@ -107,12 +107,8 @@ def by_rows(what: str, device: Any, out_shape: tuple[int, ...], dtype: dt.DType,
     rows = out_shape[0] if out_shape else 1
     row_bytes = math.prod(out_shape[1:]) * dtype.itemsize if out_shape else dtype.itemsize
     per_row = max(row_bytes, scratch_row_bytes)
-    if rows * per_row <= limit:
-        for t in row_inputs:  # (not any(chunked(t) ...): a loop, as this runs for every op)
-            if t is not None and len(t._storage.chunks) > 1:
-                break
-        else:
-            return run(0, rows)
+    if rows * per_row <= limit and not any(map(chunked, row_inputs)):
+        return run(0, rows)
     if not out_shape or rows == 0:
         return run(0, rows)  # (nothing to split: the planner refuses what does not fit)
     if per_row > limit:

@@ -114,7 +114,6 @@ class LlamaWeights:
         return batch.logits(ops.linear(batch.head_input(x), self.head, rms=(self.norm, eps)))
 
 
-
 def _floats(t: Tensor) -> list[float]:
     import struct
 
