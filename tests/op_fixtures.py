@@ -1,5 +1,6 @@
-"""Helpers the op parity tests share: random float32 inputs, tensors of them on a device, a spy on the kernel the
-quantized linear picks (and the one the policy should pick), and a KV-cache append followed by cached attention
+"""Helpers the op parity tests share: random float32 inputs, tensors of them on a device, random quantized weights
+of every type, a spy on the kernel the quantized linear picks (and the one the policy should pick), and a KV-cache
+append followed by cached attention
 (the append fused into the attention, or written first with cache_write)."""
 
 from __future__ import annotations
@@ -19,6 +20,19 @@ def rnd(seed: int, *shape: int, scale: float = 1.0) -> np.ndarray:
 
 def on(dev: wt.Device, *arrays: np.ndarray) -> list[wt.Tensor]:
     return [wt.tensor(a, device=dev) for a in arrays]
+
+
+def quant_weight(rng: np.random.Generator, qtype: str, n: int, k: int) -> Any:
+    """A QuantWeight (n, k): quantized from normal floats (with an all-zero block) for the 32-value types,
+    random blocks with finite scales of about 2^-7 for the K-quants."""
+    from webtensor import quant
+
+    if qtype in quant.QUANTIZABLE:
+        w = rng.standard_normal((n, k)).astype(np.float32)
+        if n > 1 and k >= 64:
+            w[1, 32:64] = 0
+        return quant.quantize(w, qtype)
+    return quant.random_weight(qtype, (n, k), rng, -7)
 
 
 def spy_kernels(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, int]]:

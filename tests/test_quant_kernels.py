@@ -18,7 +18,7 @@ import pytest
 from conftest import rel_err, set_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from op_fixtures import expected_kernel, spy_kernels
+from op_fixtures import expected_kernel, quant_weight, spy_kernels
 
 import webtensor as wt
 from webtensor import quant
@@ -29,21 +29,6 @@ SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[Healt
 TYPES = sorted(quant.TYPES)
 TOL = 1e-5
 seeds = st.integers(0, 2**32 - 1)
-
-
-def weight(rng: np.random.Generator, qtype: str, n: int, k: int) -> QuantWeight:
-    """A weight (n, k): quantized from normal floats (with an all-zero block) for the 32-value types,
-    random blocks with finite scales of about 2^-7 for the K-quants."""
-    if qtype in quant.QUANTIZABLE:
-        w = rng.standard_normal((n, k)).astype(np.float32)
-        if n > 1 and k >= 64:
-            w[1, 32:64] = 0
-        return quant.quantize(w, qtype)
-    t = quant.TYPES[qtype]
-    raw = rng.integers(0, 256, (n, k // t.values, t.nbytes), dtype=np.uint8)
-    for off in {"Q4_K": (0, 2), "Q6_K": (208,)}[qtype]:
-        raw[:, :, off + 1] = 0x20 | (raw[:, :, off + 1] & 0x83)  # exponent 8 (or 0: subnormal), either sign
-    return QuantWeight.from_blocks(qtype, raw.reshape(n, -1), (n, k))
 
 
 @pytest.fixture(params=["cpu-adapter", "gpu-style", "gpu-subgroups"])
@@ -78,7 +63,7 @@ def test_numpy_free_packer_equals_numpy_pack(qtype: str, n: int, blocks: int, se
     """split_blocks (the page's, plain bytes) == pack (numpy), and unpack inverts both: odd and even
     block counts (the scales' last half-word), empty weights."""
     k = blocks * quant.TYPES[qtype].values
-    qw = weight(np.random.default_rng(seed), qtype, n, k) if n else QuantWeight(
+    qw = quant_weight(np.random.default_rng(seed), qtype, n, k) if n else QuantWeight(
         qtype, np.zeros((0, quant.row_bytes(qtype, k)), np.uint8), (0, k))
     quants, scales = quant_ops.pack(qw)
     assert quants.dtype == scales.dtype == np.dtype("<u4")
@@ -112,7 +97,7 @@ def test_upload_blocks_equals_upload_and_reads_back(gpu: wt.Device, gpu_small: w
     k = 2 * quant.TYPES[qtype].values
     big = 65536 * 2 // (4 * quant_ops.quant_words(qtype, k)) + 5
     for dev, n in ((gpu, 37), (gpu_small, big)):  # gpu_small: 64 KiB bindings, three row chunks
-        qw = weight(rng, qtype, n, k)
+        qw = quant_weight(rng, qtype, n, k)
         g = quant_ops.upload_blocks(dev, qtype, memoryview(qw.to_blocks().tobytes()), (n, k))
         ref = quant_ops.upload(dev, qw)
         assert g.qtype == qtype and g.shape == (n, k) and g.nbytes == ref.nbytes and g.chunk_rows == ref.chunk_rows
@@ -133,7 +118,7 @@ def test_linear_matches_reference(gpu: wt.Device, cpu: wt.Device, style: dict[st
     style["ran"].clear()
     rng = np.random.default_rng(seed)
     K = blocks * quant.TYPES[qtype].values
-    qw = weight(rng, qtype, N, K)
+    qw = quant_weight(rng, qtype, N, K)
     x = rng.standard_normal((M, K)).astype(np.float32)
     b = rng.standard_normal(N).astype(np.float32) if has_bias else None
     r = rng.standard_normal((M, N)).astype(np.float32) if has_res else None
@@ -149,7 +134,7 @@ def test_stack_rows_are_the_one_row_product(gpu: wt.Device, cpu: wt.Device, styl
     that row alone; with bias, GELU and residual."""
     rng = np.random.default_rng(5)
     T, N, K = 19, 45, 2 * quant.TYPES[qtype].values
-    qw = weight(rng, qtype, N, K)
+    qw = quant_weight(rng, qtype, N, K)
     x = rng.standard_normal((T, 1, K)).astype(np.float32)
     b, r = rng.standard_normal(N).astype(np.float32), rng.standard_normal((T, 1, N)).astype(np.float32)
     style["ran"].clear()
@@ -168,7 +153,7 @@ def test_layer_norm_prologue(gpu: wt.Device, cpu: wt.Device, style: dict[str, An
     K = 2 * quant.TYPES[qtype].values
     for M, N in ((1, 37), (5, 64), (8, 9), (12, 20)):
         style["ran"].clear()
-        qw = weight(rng, qtype, N, K)
+        qw = quant_weight(rng, qtype, N, K)
         x = rng.standard_normal((M, K)).astype(np.float32) * 3 + 1
         g, beta = rng.standard_normal(K).astype(np.float32), rng.standard_normal(K).astype(np.float32)
         got, want = linear_both(gpu, cpu, qw, x, ln=(g, beta))
@@ -185,7 +170,7 @@ def test_rms_norm_prologue(gpu: wt.Device, cpu: wt.Device, style: dict[str, Any]
     K, eps = 2 * quant.TYPES[qtype].values, 1e-5
     for M, N in ((1, 40), (3, 33), (8, 9), (12, 20)):
         style["ran"].clear()
-        qw = weight(rng, qtype, N, K)
+        qw = quant_weight(rng, qtype, N, K)
         x = rng.standard_normal((M, K)).astype(np.float32) * 2
         g = rng.standard_normal(K).astype(np.float32)
         x64 = x.astype(np.float64)
@@ -208,7 +193,7 @@ def test_swiglu_prologue(gpu: wt.Device, cpu: wt.Device, style: dict[str, Any], 
     style["ran"].clear()
     rng = np.random.default_rng(seed)
     K = blocks * quant.TYPES[qtype].values
-    qw = weight(rng, qtype, N, K)
+    qw = quant_weight(rng, qtype, N, K)
     gu = rng.standard_normal((M, 1, 2 * K) if stack else (M, 2 * K)).astype(np.float32) * 2
     b = rng.standard_normal(N).astype(np.float32) if has_bias else None
     r = rng.standard_normal((*gu.shape[:-1], N)).astype(np.float32) if has_res else None
@@ -238,7 +223,7 @@ def test_row_chunked_weight(gpu_small: wt.Device, cpu: wt.Device, qtype: str, M:
     rng = np.random.default_rng(M)
     K = 512  # 256 to 512 bytes of quants a row: 128 to 256 rows a chunk
     N = 65536 * 2 // (4 * quant_ops.quant_words(qtype, K)) + 37  # two full chunks and a ragged third
-    qw = weight(rng, qtype, N, K)
+    qw = quant_weight(rng, qtype, N, K)
     assert len(quant_ops.on_device(gpu_small, qw).chunks()) == 3
     x = rng.standard_normal((M, K)).astype(np.float32)
     b, r = rng.standard_normal(N).astype(np.float32), rng.standard_normal((M, N)).astype(np.float32)
@@ -255,7 +240,7 @@ def test_devices_without_optional_features(cpu: wt.Device, qtype: str, monkeypat
     assert not bare.ctx.has_subgroups and bare.ctx.subgroup_size == 0
     rng = np.random.default_rng(9)
     K = quant.TYPES[qtype].values
-    qw = weight(rng, qtype, 50, K)
+    qw = quant_weight(rng, qtype, 50, K)
     ids = np.array([[4, 49], [0, 4]], np.int32)
     for gpu_style in (False, True):
         set_policy(monkeypatch, bare, gpu_style=gpu_style)
@@ -273,7 +258,7 @@ def test_embedding_rows_are_the_reference_bit_for_bit(gpu: wt.Device, gpu_small:
     rng = np.random.default_rng(2)
     C = 2 * quant.TYPES[qtype].values
     for dev, V in ((gpu, 70), (gpu_small, 65536 * 2 // (4 * quant_ops.quant_words(qtype, C)) + 5)):
-        table = weight(rng, qtype, V, C)
+        table = quant_weight(rng, qtype, V, C)
         ids = rng.integers(0, V, (3, 7)).astype(np.int32)
         ids[0, :2] = [0, V - 1]
         got = wt.embedding(table, wt.tensor(ids, device=dev))
@@ -286,14 +271,14 @@ def test_embedding_rows_are_the_reference_bit_for_bit(gpu: wt.Device, gpu_small:
 
 # -- errors ---------------------------------------------------------------------------------------
 def test_bad_blocks_and_shapes_are_refused(gpu: wt.Device, cpu: wt.Device) -> None:
-    raw = weight(np.random.default_rng(0), "Q4_1", 4, 64).to_blocks().tobytes()
+    raw = quant_weight(np.random.default_rng(0), "Q4_1", 4, 64).to_blocks().tobytes()
     with pytest.raises(wt.CheckpointError, match=r"^a Q4_1 tensor of shape \(4, 64\) needs 160 bytes, got 159$"):
         quant_ops.upload_blocks(gpu, "Q4_1", raw[:-1], (4, 64))
     with pytest.raises(wt.CheckpointError, match=r"^a Q4_K tensor needs rows of a positive multiple of 256 values"):
         quant_ops.upload_blocks(gpu, "Q4_K", raw, (1, 160))
     with pytest.raises(wt.CheckpointError, match=r"^ggml type 'IQ4_NL' is not a quantized type webtensor runs"):
         quant_ops.upload_blocks(gpu, "IQ4_NL", raw, (10, 32))
-    qw = weight(np.random.default_rng(1), "Q6_K", 10, 256)
+    qw = quant_weight(np.random.default_rng(1), "Q6_K", 10, 256)
     x = wt.tensor(np.ones((2, 256), np.float32), device=gpu)
     with pytest.raises(wt.ShapeError, match=r"^linear: x \(2, 128\) @ a Q6_K weight of shape \(10, 256\)"):
         wt.linear(wt.tensor(np.ones((2, 128), np.float32), device=gpu), qw)

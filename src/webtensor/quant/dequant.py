@@ -1,8 +1,14 @@
-"""The numpy reference dequantizers: ggml blocks (uint8 (B, block bytes)) -> float32 (B, block
-values), one function per type (layouts in `quant.types`).
+"""The numpy reference of each block type's values: ggml blocks (uint8 (B, block bytes)) -> their
+integers and the scale and offset of each run of 16 values (`RUNS`), and the dequantized float32
+(B, block values) made from them (`DEQUANTIZE`), one function per type (layouts in `quant.types`).
 
-Each is bit-exact with `gguf.quants.dequantize` (tests/quant/test_quant_reference.py): the same
-float32 operations in the same order. Most dequantized values are exact products, so the order
+Every type's value is `scale (q - ZP) + min` with an integer q (`Runs.q` holds q - ZP) and one
+(scale, min) per run of 16 consecutive values (min 0 for the types without one); this is the form
+the WebGPU kernels read (`kernels/quant_dequant.wgsl`'s units) and the one the integer-dot product
+reference (`quant.q8`) sums exactly.
+
+`DEQUANTIZE` is bit-exact with `gguf.quants.dequantize` (tests/quant/test_quant_reference.py): the
+same float32 operations in the same order. Most dequantized values are exact products, so the order
 barely matters: d q (Q8_0, Q4_0, Q5_0; 11 x 8 significant bits), d sc and dmin mn (Q4_K; 11 x 6
 bits) and (d sc) q (Q4_K; 17 x 4 bits) are all exact in float32, leaving one rounding in the d q + m
 of Q4_1 and Q5_1 and Q4_K's (d sc) q - dmin mn, and one in Q6_K's (d sc) q (19 x 6 bits). The
@@ -14,9 +20,18 @@ weights.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
+
+
+class Runs(NamedTuple):
+    """A type's blocks as integers and per-run factors: value = scale * q + min, run by run."""
+
+    q: npt.NDArray[np.int8]  # (B, values): q - ZP, the integer each value scales
+    scale: npt.NDArray[np.float32]  # (B, values / 16)
+    min: npt.NDArray[np.float32] | None  # (B, values / 16), or None: no offset
 
 
 def _f16(b: np.ndarray, off: int) -> npt.NDArray[np.float32]:
@@ -29,17 +44,9 @@ def _nibbles(qs: np.ndarray) -> npt.NDArray[np.uint8]:
     return np.concatenate([qs & 0x0F, qs >> 4], axis=1)
 
 
-def q8_0(b: np.ndarray) -> np.ndarray:
-    return b[:, 2:34].view(np.int8).astype(np.float32) * _f16(b, 0)
-
-
-def q4_0(b: np.ndarray) -> np.ndarray:
-    q = _nibbles(b[:, 2:18]).astype(np.int8) - np.int8(8)
-    return _f16(b, 0) * q.astype(np.float32)
-
-
-def q4_1(b: np.ndarray) -> np.ndarray:
-    return _f16(b, 0) * _nibbles(b[:, 4:20]).astype(np.float32) + _f16(b, 2)
+def _per_run(v: np.ndarray, runs: int) -> npt.NDArray[np.float32]:
+    """(B, 1) or (B, g) factors -> (B, runs): each repeated over the runs it covers."""
+    return np.repeat(v.astype(np.float32), runs // v.shape[1], axis=1)
 
 
 def _fifth_bits(b: np.ndarray, off: int) -> npt.NDArray[np.uint8]:
@@ -48,13 +55,26 @@ def _fifth_bits(b: np.ndarray, off: int) -> npt.NDArray[np.uint8]:
     return (((qh >> np.arange(32, dtype=np.uint32)) & 1) << 4).astype(np.uint8)
 
 
-def q5_0(b: np.ndarray) -> np.ndarray:
+def q8_0(b: np.ndarray) -> Runs:
+    return Runs(b[:, 2:34].view(np.int8), _per_run(_f16(b, 0), 2), None)
+
+
+def q4_0(b: np.ndarray) -> Runs:
+    return Runs(_nibbles(b[:, 2:18]).astype(np.int8) - np.int8(8), _per_run(_f16(b, 0), 2), None)
+
+
+def q4_1(b: np.ndarray) -> Runs:
+    return Runs(_nibbles(b[:, 4:20]).astype(np.int8), _per_run(_f16(b, 0), 2), _per_run(_f16(b, 2), 2))
+
+
+def q5_0(b: np.ndarray) -> Runs:
     q = (_nibbles(b[:, 6:22]) | _fifth_bits(b, 2)).astype(np.int8) - np.int8(16)
-    return _f16(b, 0) * q.astype(np.float32)
+    return Runs(q, _per_run(_f16(b, 0), 2), None)
 
 
-def q5_1(b: np.ndarray) -> np.ndarray:
-    return _f16(b, 0) * (_nibbles(b[:, 8:24]) | _fifth_bits(b, 4)).astype(np.float32) + _f16(b, 2)
+def q5_1(b: np.ndarray) -> Runs:
+    q = (_nibbles(b[:, 8:24]) | _fifth_bits(b, 4)).astype(np.int8)
+    return Runs(q, _per_run(_f16(b, 0), 2), _per_run(_f16(b, 2), 2))
 
 
 def q4_k_scales(sc12: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -67,28 +87,43 @@ def q4_k_scales(sc12: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return sc, mn
 
 
-def q4_k(b: np.ndarray) -> np.ndarray:
+def q4_k(b: np.ndarray) -> Runs:
     n = b.shape[0]
     sc, mn = q4_k_scales(b[:, 4:16])
-    d = (_f16(b, 0) * sc.astype(np.float32))[:, :, None]  # (B, 8, 1)
-    dm = (_f16(b, 2) * mn.astype(np.float32))[:, :, None]
+    d = _f16(b, 0) * sc.astype(np.float32)  # (B, 8): d sc of each 32-value sub-block
+    dm = _f16(b, 2) * mn.astype(np.float32)
     qs = b[:, 16:144].reshape(n, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)  # chunk, nibble, byte
-    q = (qs & 0x0F).reshape(n, 8, 32).astype(np.float32)  # sub-block 2c + nibble
-    return (d * q - dm).reshape(n, 256)
+    q = (qs & 0x0F).reshape(n, 256).astype(np.int8)  # sub-block 2c + nibble
+    return Runs(q, _per_run(d, 16), _per_run(-dm, 16))
 
 
-def q6_k(b: np.ndarray) -> np.ndarray:
+def q6_k(b: np.ndarray) -> Runs:
     # value 128 h + 32 t + l (half h, quarter t, l < 32): low 4 bits from nibble t // 2 of
     # ql[64 h + 32 (t % 2) + l], high 2 bits from bits 2t of qh[32 h + l]; scale (value // 16)
     n = b.shape[0]
-    d = (_f16(b, 208) * b[:, 192:208].view(np.int8).astype(np.float32))[:, :, None]  # (B, 16, 1)
+    d = _f16(b, 208) * b[:, 192:208].view(np.int8).astype(np.float32)  # (B, 16)
     ql4 = b[:, :128].reshape(n, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
     ql = (ql4 & 0x0F).reshape(n, 2, 4, 32)
     qh = b[:, 128:192].reshape(n, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)
     q = (ql | ((qh & 0x03) << 4)).astype(np.int8) - np.int8(32)
-    return (d * q.reshape(n, 16, 16).astype(np.float32)).reshape(n, 256)
+    return Runs(q.reshape(n, 256), d, None)
 
 
-DEQUANTIZE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+RUNS: dict[str, Callable[[np.ndarray], Runs]] = {
     "Q8_0": q8_0, "Q4_0": q4_0, "Q4_1": q4_1, "Q5_0": q5_0, "Q5_1": q5_1, "Q4_K": q4_k, "Q6_K": q6_k}
 
+
+def dequantize_runs(r: Runs) -> npt.NDArray[np.float32]:
+    """float32 (B, values): scale * q (+ min), one rounding each (the types' own order)."""
+    n, v = r.q.shape
+    out = (r.scale[:, :, None] * r.q.reshape(n, v // 16, 16).astype(np.float32))
+    if r.min is not None:
+        out = out + r.min[:, :, None]
+    return out.reshape(n, v)
+
+
+def _dequantizer(runs: Callable[[np.ndarray], Runs]) -> Callable[[np.ndarray], np.ndarray]:
+    return lambda b: dequantize_runs(runs(b))
+
+
+DEQUANTIZE: dict[str, Callable[[np.ndarray], np.ndarray]] = {name: _dequantizer(f) for name, f in RUNS.items()}

@@ -41,6 +41,9 @@ TYPES: dict[str, BlockType] = {t.name: t for t in (
 )}
 # what `quant.quantize` makes (the K-quants need llama.cpp's quantizer)
 QUANTIZABLE = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
+# the byte offsets of each block's float16 numbers (d, and m / dmin where the type has one)
+HALVES: dict[str, tuple[int, ...]] = {"Q8_0": (0,), "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2),
+                                      "Q4_K": (0, 2), "Q6_K": (208,)}
 
 
 class Quantized:
@@ -93,5 +96,5 @@ def check_blocks(qtype: str, shape: tuple[int, ...], nbytes: int) -> tuple[int, 
     return n, k
 
 
-__all__ = ["TYPES", "QUANTIZABLE", "BlockType", "Quantized", "block_type", "row_bytes", "check_shape",
+__all__ = ["TYPES", "QUANTIZABLE", "HALVES", "BlockType", "Quantized", "block_type", "row_bytes", "check_shape",
            "check_blocks"]

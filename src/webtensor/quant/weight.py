@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from ..errors import ArgumentError
 from .dequant import DEQUANTIZE
-from .types import Quantized, block_type, check_blocks, row_bytes
+from .types import HALVES, Quantized, block_type, check_blocks, row_bytes
 
 
 def padded(k: int, qtype: str = "Q8_0") -> int:
@@ -113,4 +113,18 @@ def quant_matmul(x: np.ndarray, w: QuantWeight) -> np.ndarray:
     return x32 @ dequantized(w)
 
 
-__all__ = ["QuantWeight", "quant_matmul", "dequantized", "padded"]
+def random_weight(qtype: str, shape: tuple[int, int], rng: np.random.Generator, log2_scale: int = -7) -> QuantWeight:
+    """A weight of `shape` = (N, K) (K whole blocks) in `qtype` whose blocks are random bytes but for their float16
+    numbers (d, m, dmin: `types.HALVES`), each +-2^log2_scale times a random mantissa in [1, 1.5): valid blocks of
+    any type, K-quants included (for tests and benchmarks; webtensor quantizes only the 32-value types)."""
+    t = block_type(qtype, ArgumentError)
+    n, k = shape
+    if not -14 <= log2_scale <= 15 or k % t.values:
+        raise ArgumentError(f"random_weight: log2_scale {log2_scale} (-14 .. 15), K {k} (a multiple of {t.values})")
+    raw = rng.integers(0, 256, (n, k // t.values, t.nbytes), dtype=np.uint8)
+    for off in HALVES[qtype]:  # high byte: sign, the exponent, the mantissa's top two bits
+        raw[:, :, off + 1] = ((log2_scale + 15) << 2) | (raw[:, :, off + 1] & 0x80) | (raw[:, :, off + 1] & 0x01)
+    return QuantWeight.from_blocks(qtype, raw.reshape(n, -1), (n, k))
+
+
+__all__ = ["QuantWeight", "quant_matmul", "dequantized", "padded", "random_weight"]

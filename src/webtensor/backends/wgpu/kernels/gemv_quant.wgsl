@@ -1,10 +1,11 @@
-// Matrix-vector products with a quantized weight (decode: a few rows of float32 activations, or a
-// stack of one-row products): C[m, n] = sum_k A'[m, k] W[n, k], W (N, K) in webtensor's GPU layout of
-// one of ggml's block types (quant_dequant.wgsl; the type by its define), read one 32-value unit at
-// a time (a vec4 or two of quants, the block's scales once), its integers widened in registers and
-// dotted in f32 with each of the workgroup's rows, each 16-value run's sum scaled once (plus the
-// run's offset times the sum of its activations, for Q4_1 / Q4_K): MR consecutive rows of A from wg.z * MR (fewer in the last
-// group), so W is read once per group of MR rows. Each row has its own accumulator and reduction:
+// Matrix-vector products with a quantized weight and float32 activations (decode: a few rows, or a
+// stack of one-row products; the integer-dot variant is gemv_quant_dot4.wgsl): C[m, n] = sum_k
+// A'[m, k] W[n, k], W (N, K) in webtensor's GPU layout of one of ggml's block types
+// (quant_dequant.wgsl; the type by its define), read one 32-value unit at a time (unit_w: a vec4 or
+// two of quants, the block's scales once), its integers widened to f32 in registers and dotted with
+// each of the workgroup's rows, each 16-value run's sum scaled once (plus the run's offset times the
+// sum of its activations, for Q4_1 / Q5_1 / Q4_K): MR consecutive rows of A from wg.z * MR (fewer in
+// the last group), so W is read once per group of MR rows. Each row has its own accumulator and reduction:
 // a row's sum is computed in the same order whatever MR, its place in the group and the number of
 // rows, so a row of a stack is bit for bit that row alone.
 //
@@ -41,6 +42,8 @@ alias TC = f32;
 const ROWS: u32 = 256u * NR / LANES;  // outputs per workgroup
 var<workgroup> red: array<f32, 2048>;  // [m * NR + j][thread]: MR x NR x 256 partial sums
 
+struct Span { lo: mat4x4<f32>, hi: mat4x4<f32> }  // 32 values: two runs of 16, four vec4 each
+
 // the 16 activations of run r of unit u of row m0 + m (A' through the prologue)
 fn run_acts(m0: u32, m: u32, u: u32, r: u32) -> mat4x4<f32> {
   let k = unit_k4(u, r);
@@ -50,6 +53,9 @@ fn run_acts(m0: u32, m: u32, u: u32, r: u32) -> mat4x4<f32> {
 // the 32 activations of unit u of row m0 + m
 fn acts(m0: u32, m: u32, u: u32) -> Span { return Span(run_acts(m0, m, u, 0u), run_acts(m0, m, u, 1u)); }
 
+// a run's 16 stored bytes as q - ZP in f32 (column i: values 4i .. 4i + 3)
+fn runf(q: vec4<u32>) -> mat4x4<f32> { return mat4x4<f32>(bytes4f(q.x), bytes4f(q.y), bytes4f(q.z), bytes4f(q.w)); }
+
 // sum x q over a run of 16: the four dots pairwise
 fn rdot(x: mat4x4<f32>, q: mat4x4<f32>) -> f32 {
   return (dot(x[0], q[0]) + dot(x[1], q[1])) + (dot(x[2], q[2]) + dot(x[3], q[3]));
@@ -58,18 +64,18 @@ fn rdot(x: mat4x4<f32>, q: mat4x4<f32>) -> f32 {
 // sum x over a run of 16
 fn rsum(x: mat4x4<f32>) -> f32 { return dot((x[0] + x[1]) + (x[2] + x[3]), vec4<f32>(1.0)); }
 
-// a run's 16 products w x, summed: s sum(x q) (+ m sum(x))
-fn ulo(x: mat4x4<f32>, w: Unit) -> f32 {
-  if (HAS_MIN) { return w.s.x * rdot(x, w.q.lo) + w.s.y * rsum(x); }
-  return w.s.x * rdot(x, w.q.lo);
+// a run's 16 products w x, summed: scale sum(x (q - ZP)) (+ min sum(x))
+fn ulo(x: mat4x4<f32>, w: WUnit) -> f32 {
+  if (HAS_MIN) { return w.s.x * rdot(x, runf(w.lo)) + w.s.y * rsum(x); }
+  return w.s.x * rdot(x, runf(w.lo));
 }
-fn uhi(x: mat4x4<f32>, w: Unit) -> f32 {
-  if (HAS_MIN) { return w.s.z * rdot(x, w.q.hi) + w.s.w * rsum(x); }
-  return w.s.z * rdot(x, w.q.hi);
+fn uhi(x: mat4x4<f32>, w: WUnit) -> f32 {
+  if (HAS_MIN) { return w.s.z * rdot(x, runf(w.hi)) + w.s.w * rsum(x); }
+  return w.s.z * rdot(x, runf(w.hi));
 }
 
 // a unit's 32 products, summed: the two runs' sums added
-fn udot(x: Span, w: Unit) -> f32 { return ulo(x.lo, w) + uhi(x.hi, w); }
+fn udot(x: Span, w: WUnit) -> f32 { return ulo(x.lo, w) + uhi(x.hi, w); }
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -88,12 +94,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     if (n0 < p.N) {
       for (var u = 0u; u < units; u = u + 1u) {
         let xl = run_acts(m0, 0u, u, 0u);
-        let l0 = ulo(xl, unit_q(n0, u));
+        let l0 = ulo(xl, unit_w(n0, u));
         var l1 = 0.0;
-        if (NR == 2u) { l1 = ulo(xl, unit_q(n1, u)); }
+        if (NR == 2u) { l1 = ulo(xl, unit_w(n1, u)); }
         let xh = run_acts(m0, 0u, u, 1u);
-        s0 = s0 + (l0 + uhi(xh, unit_q(n0, u)));
-        if (NR == 2u) { s1 = s1 + (l1 + uhi(xh, unit_q(n1, u))); }
+        s0 = s0 + (l0 + uhi(xh, unit_w(n0, u)));
+        if (NR == 2u) { s1 = s1 + (l1 + uhi(xh, unit_w(n1, u))); }
       }
       let ci = p.c_off + m0 * p.ldc;
       write_out(ci + n0, m0, n0, s0);
@@ -104,8 +110,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   var s: array<f32, MR * NR>;  // [m][j]: row m of A against output n0 + j
   if (n0 < p.N) {
     for (var u = lane; u < units; u = u + LANES) {
-      var w: array<Unit, NR>;
-      for (var j = 0u; j < NR; j = j + 1u) { w[j] = unit_q(min(n0 + j, p.N - 1u), u); }
+      var w: array<WUnit, NR>;
+      for (var j = 0u; j < NR; j = j + 1u) { w[j] = unit_w(min(n0 + j, p.N - 1u), u); }
       for (var m = 0u; m < MR; m = m + 1u) {
         if (m < rows) {
           let x = acts(m0, m, u);

@@ -1,27 +1,33 @@
-// Dequantization in registers of webtensor's GPU layout of ggml's block types (see
-// backends/wgpu/quant_ops.py), included where gemv_quant.wgsl, matmul_quant.wgsl,
-// matmul_quant_regs.wgsl and embedding_quant.wgsl say `// #include quant_dequant.wgsl`. The including
-// kernel binds `qs` (array<vec4<u32>>: each row's block bodies, BV vec4 a block, rows one after the
-// other) and `scales` (array<u32>: each row's block heads (float16 scales / minimums, Q5's high bits),
-// p.d_ld words a row), and its struct P has K (values a row, a multiple of QK) and d_ld.
+// Reading webtensor's GPU layout of ggml's block types (see backends/wgpu/quant_ops.py), included
+// where gemv_quant.wgsl, gemv_quant_dot4.wgsl, matmul_quant.wgsl, matmul_quant_regs.wgsl and
+// embedding_quant.wgsl say `// #include quant_dequant.wgsl`. The including kernel binds `qs`
+// (array<vec4<u32>>: each row's quant planes, BV vec4 a block, rows one after the other) and `scales`
+// (array<u32>: each row's block heads (float16 scales / minimums, Q5's high bits, the K-quants'
+// packed sub-block scales), p.d_ld words a row), and its struct P has K (values a row, a multiple
+// of QK) and d_ld.
 //
 // The block type is chosen by a define naming it (exactly one of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
 // Q6_K), whose file supplies
-//   const QK (values a block), BV (vec4<u32> of body a block);
-//   const HAS_MIN: whether values carry an offset (x = s q + m: Q4_1, Q5_1, Q4_K);
-//   fn unit_k4(u, r) -> u32: the first activation vec4 (k / 4) of run r (0, 1) of GEMV unit u;
-//   fn unit_q(n, u) -> Unit:  unit u of row n: its integers q as f32 (lo: run 0, hi: run 1; column
-//                             i of each is values 4i .. 4i + 3 of its run of 16) and each run's
-//                             scale and offset, s = (s0, m0, s1, m1): value = s q + m;
+//   const QK (values a block), BV (vec4<u32> of quants a block);
+//   const ZP (an integer subtracted from every stored value), SIGNED (the stored bytes are int8,
+//         two's complement; else small unsigned integers < 128), HAS_MIN (values carry an offset):
+//         value = scale (q - ZP) + min, min = 0 unless HAS_MIN;
+//   fn unit_k4(u, r) -> u32: the first activation vec4 (k / 4) of run r (0, 1) of unit u;
+//   fn unit_w(n, u) -> WUnit: unit u of row n: its two runs of 16 values as 16 bytes each (byte i
+//                             of `lo` / `hi` is value i of run 0 / 1: q, an int8 if SIGNED) and
+//                             s = (scale0, min0, scale1, min1), each run's scale and offset;
 //   fn wvec(n, i) -> vec4<f32>: values 4i .. 4i + 3 of row n, dequantized (tiles, embedding rows).
-// A GEMV unit is 32 values of a row in two runs of 16 (the two nibbles of the same bytes, for the
-// 4-bit types), read with whole-vec4 loads, its scales once; units 0 .. K / 32 - 1 cover the row
-// once. The GEMV sums x q over a run and scales the sum once (s sum(x q) + m sum(x)), as llama.cpp
-// does: one multiply a value fewer than dequantizing first. wvec's values are exactly the numpy
-// reference's (quant/dequant.py): the same exact products and the same single rounding.
+// A unit is 32 values of a row in two runs of 16 (the two nibbles of the same bytes, for the 4-bit
+// types), read with whole-vec4 loads, its scales once; units 0 .. K / 32 - 1 cover the row once,
+// and consecutive units of a row lie in consecutive vec4s of its quants (so a warp's lanes on
+// consecutive units read one contiguous stretch). A run's bytes are what both GEMVs take: the
+// float one (gemv_quant.wgsl) widens them to f32 and scales each run's sum once (scale sum(x (q -
+// ZP)) + min sum(x)), the integer one (gemv_quant_dot4.wgsl) dots them with int8 activations
+// (dot4I8Packed). wvec's values are exactly the numpy reference's (quant/dequant.py): the same
+// exact products and the same single rounding.
 //
 // Bounds (no index leaves its buffer, for n < the rows bound in qs / scales, u < K / 32, i < K / 4):
-// row n's body is vec4s row_vec4(n) .. row_vec4(n) + K / QK * BV - 1 and its heads words
+// row n's quants are vec4s row_vec4(n) .. row_vec4(n) + K / QK * BV - 1 and its heads words
 // n * d_ld .. n * d_ld + d_ld - 1; each type file says why its indices stay inside those.
 //
 // Integers become f32 by the exponent trick: bitcast<f32>(v | 0x4B000000) is 2^23 + v exactly for
@@ -49,15 +55,16 @@
 // #include quant_q6_k.wgsl
 // #endif
 
-struct Span { lo: mat4x4<f32>, hi: mat4x4<f32> }  // 32 values: two runs of 16, four vec4 each
-struct Unit { q: Span, s: vec4<f32> }  // a GEMV unit: integers q, and (scale, offset) of each run
+// a GEMV unit: run 0 / run 1 as 16 bytes each, and (scale, min) of each run
+struct WUnit { lo: vec4<u32>, hi: vec4<u32>, s: vec4<f32> }
 
 // row n's first vec4 of qs
 fn row_vec4(n: u32) -> u32 { return n * (p.K / QK) * BV; }
 
-// float16 number j of row n's heads (two a word, the low half first)
-fn head16(n: u32, j: u32) -> f32 {
-  let h = unpack2x16float(scales[n * p.d_ld + j / 2u]);
+// float16 number j of the head section that starts at word `sec` of row n's heads (two a word,
+// the low half first)
+fn head16(n: u32, sec: u32, j: u32) -> f32 {
+  let h = unpack2x16float(scales[n * p.d_ld + sec + j / 2u]);
   return select(h.x, h.y, (j & 1u) == 1u);
 }
 
@@ -71,5 +78,28 @@ fn ufloat4(v: vec4<u32>, bias: f32) -> vec4<f32> {
   return bitcast<vec4<f32>>(v | vec4<u32>(0x4B000000u)) - vec4<f32>(8388608.0 + bias);
 }
 
-// the u32 at byte `byte` (a multiple of 4) of the body that starts at vec4 `base`
+// q - ZP of the four bytes of w as f32 (an int8 byte b is (b ^ 0x80) - 128)
+fn bytes4f(w: u32) -> vec4<f32> {
+  if (SIGNED) { return ufloat4(fields4(w ^ 0x80808080u, 0u, 0xFFu), 128.0); }
+  return ufloat4(fields4(w, 0u, 0xFFu), f32(ZP));
+}
+
+// the low / high nibbles of 16 bytes, one a byte
+fn nib_lo(q: vec4<u32>) -> vec4<u32> { return q & vec4<u32>(0x0F0F0F0Fu); }
+fn nib_hi(q: vec4<u32>) -> vec4<u32> { return (q >> vec4<u32>(4u)) & vec4<u32>(0x0F0F0F0Fu); }
+
+// bits b .. b + 3 of h (b = 0, 4, 8, 12 for the four words) moved to bit 4 of each byte: Q5's fifth
+// bits (each nibble times 0x00204081 puts its bits at 0, 8, 16, 24 without carries)
+fn fifth4(h: u32, b: vec4<u32>) -> vec4<u32> {
+  return (((vec4<u32>(h) >> b) & vec4<u32>(0xFu)) * vec4<u32>(0x00204081u) & vec4<u32>(0x01010101u)) << vec4<u32>(4u);
+}
+
+// Q5_0 / Q5_1: the 5-bit values of the four bytes of w (nibbles from bit `shift`) whose fifth bits are bits
+// hb .. hb + 3 of qh
+fn q5x4(w: u32, shift: u32, qh: u32, hb: u32) -> vec4<u32> {
+  return fields4(w, shift, 0xFu) | (((vec4<u32>(qh) >> (vec4<u32>(hb) + vec4<u32>(0u, 1u, 2u, 3u))) & vec4<u32>(1u))
+    << vec4<u32>(4u));
+}
+
+// the u32 at byte `byte` (a multiple of 4) of the quants that start at vec4 `base`
 fn body_word(base: u32, byte: u32) -> u32 { return qs[base + byte / 16u][(byte / 4u) % 4u]; }

@@ -1,27 +1,23 @@
-// Q4_0 (quant_dequant.wgsl): a block is 16 bytes of nibbles (one vec4 of body; byte j holds value j in
-// its low nibble, value j + 16 in its high one) and one float16 scale d (heads: two a word, d_ld =
+// Q4_0 (quant_dequant.wgsl): a block is 16 bytes of nibbles (one vec4 of quants; byte j holds value j
+// in its low nibble, value j + 16 in its high one) and one float16 scale d (heads: two a word, d_ld =
 // ceil(K / 64)); x = d (q - 8). A unit is one block: run 0 the low nibbles, run 1 the high ones.
-// Bounds: u < K / 32 blocks (body vec4 row_vec4(n) + u, head j = u); wvec: i / 8 < K / 32.
+// Bounds: u < K / 32 blocks (quant vec4 row_vec4(n) + u, head j = u); wvec: i / 8 < K / 32.
 const QK: u32 = 32u;
 const BV: u32 = 1u;
+const ZP: u32 = 8u;
+const SIGNED: bool = false;
 const HAS_MIN: bool = false;
-
-// q - 8 of the 16 nibbles (the low ones for shift 0, the high ones for 4)
-fn q4x16(q: vec4<u32>, shift: u32) -> mat4x4<f32> {
-  return mat4x4<f32>(ufloat4(fields4(q.x, shift, 0xFu), 8.0), ufloat4(fields4(q.y, shift, 0xFu), 8.0),
-                     ufloat4(fields4(q.z, shift, 0xFu), 8.0), ufloat4(fields4(q.w, shift, 0xFu), 8.0));
-}
 
 fn unit_k4(u: u32, r: u32) -> u32 { return u * 8u + r * 4u; }
 
-fn unit_q(n: u32, u: u32) -> Unit {
+fn unit_w(n: u32, u: u32) -> WUnit {
   let q = qs[row_vec4(n) + u];
-  let d = head16(n, u);
-  return Unit(Span(q4x16(q, 0u), q4x16(q, 4u)), vec4<f32>(d, 0.0, d, 0.0));
+  let d = head16(n, 0u, u);
+  return WUnit(nib_lo(q), nib_hi(q), vec4<f32>(d, 0.0, d, 0.0));
 }
 
 fn wvec(n: u32, i: u32) -> vec4<f32> {
   let b = i / 8u;
   let j = i % 8u;  // values 4j .. 4j + 3 of the block: word j % 4, low nibbles for j < 4
-  return ufloat4(fields4(qs[row_vec4(n) + b][j % 4u], (j / 4u) * 4u, 0xFu), 8.0) * head16(n, b);
+  return ufloat4(fields4(qs[row_vec4(n) + b][j % 4u], (j / 4u) * 4u, 0xFu), 8.0) * head16(n, 0u, b);
 }

@@ -1,38 +1,39 @@
-// Q4_K (quant_dequant.wgsl): the 144-byte block as stored, nine vec4 of body (no heads): vec4 0 is
-// (d, dmin) (float16 pair), then the 12 bytes of eight 6-bit (scale, min) pairs; vec4s 1 .. 8 the 128
-// bytes of nibbles (64-value chunk c: bytes 32c .. 32c + 31, low nibbles sub-block 2c = values
-// 64c .., high nibbles sub-block 2c + 1 = values 64c + 32 ..); x = (d sc) q - dmin mn (d sc, dmin mn
-// and (d sc) q exact: one rounding, as the reference's). Unit u: block u / 8, its quant vec4 j = u % 8
-// (16 bytes of chunk j / 2): run 0 the low nibbles, run 1 the high ones. Bounds: u < K / 32, so the
-// block u / 8 < K / 256 and its vec4s row_vec4(n) + 9 (u / 8) + 0 .. 8 are row n's; scale bytes
-// 0 .. 11 are words 1 .. 3 of vec4 0; wvec: i / 64 < K / 256, body bytes 16 .. 143.
+// Q4_K (quant_dequant.wgsl): a 256-value block's 128 bytes of nibbles are its eight vec4 of quants
+// (64-value chunk c: bytes 32c .. 32c + 31, low nibbles sub-block 2c = values 64c .., high nibbles
+// sub-block 2c + 1 = values 64c + 32 ..); its other 16 bytes, as stored, are one head section of four
+// words a block (d_ld = 4 K / 256): (d, dmin) as a float16 pair, then the 12 bytes of eight 6-bit
+// (scale, min) pairs. x = (d sc) q - dmin mn (d sc, dmin mn and (d sc) q exact: one rounding, as the
+// reference's). Unit u: block u / 8, its quant vec4 j = u % 8 (16 bytes of chunk j / 2): run 0 the
+// low nibbles, run 1 the high ones. Bounds: u < K / 32, so the block b = u / 8 < K / 256: quant vec4s
+// row_vec4(n) + 8b + 0 .. 7 and head words n d_ld + 4b + 0 .. 3 are row n's; wvec: i / 64 < K / 256,
+// quant bytes 32c + v % 32 < 128.
 const QK: u32 = 256u;
-const BV: u32 = 9u;
+const BV: u32 = 8u;
+const ZP: u32 = 0u;
+const SIGNED: bool = false;
 const HAS_MIN: bool = true;
 
-// byte i (0 .. 11) of the packed scales (h: the block's vec4 0)
+// the 16 head bytes of block b of row n
+fn k_head(n: u32, b: u32) -> vec4<u32> {
+  let o = n * p.d_ld + 4u * b;
+  return vec4<u32>(scales[o], scales[o + 1u], scales[o + 2u], scales[o + 3u]);
+}
+
+// byte i (0 .. 11) of the packed scales (h: the block's head)
 fn k_byte(h: vec4<u32>, i: u32) -> u32 { return (h[1u + i / 4u] >> (8u * (i % 4u))) & 0xFFu; }
 
 // (d sc, dmin mn) of sub-block s (0 .. 7): s < 4, the low six bits of bytes s and s + 4; else the
-// nibbles of byte s + 4 under the top two bits of bytes s - 4 (scale) and s (min)
+// nibbles of byte s + 4 under the top two bits of bytes s - 4 (scale) and s (min). Without a branch
+// (neighbouring lanes decode sub-blocks on both sides of 4): a, b, c are bytes s % 4, s % 4 + 4, s % 4 + 8.
 fn k_scale_min(h: vec4<u32>, s: u32) -> vec2<f32> {
-  var sc: u32;
-  var mn: u32;
-  if (s < 4u) {
-    sc = k_byte(h, s) & 63u;
-    mn = k_byte(h, s + 4u) & 63u;
-  } else {
-    sc = (k_byte(h, s + 4u) & 0xFu) | ((k_byte(h, s - 4u) >> 6u) << 4u);
-    mn = (k_byte(h, s + 4u) >> 4u) | ((k_byte(h, s) >> 6u) << 4u);
-  }
+  let a = k_byte(h, s % 4u);
+  let b = k_byte(h, s % 4u + 4u);
+  let c = k_byte(h, s % 4u + 8u);
+  let hi = s >= 4u;
+  let sc = select(a & 63u, (c & 0xFu) | ((a >> 6u) << 4u), hi);
+  let mn = select(b & 63u, (c >> 4u) | ((b >> 6u) << 4u), hi);
   let dd = unpack2x16float(h.x);
   return vec2<f32>(dd.x * f32(sc), dd.y * f32(mn));
-}
-
-// the 16 nibbles (the low ones for shift 0, the high ones for 4)
-fn q4k16(q: vec4<u32>, shift: u32) -> mat4x4<f32> {
-  return mat4x4<f32>(ufloat4(fields4(q.x, shift, 0xFu), 0.0), ufloat4(fields4(q.y, shift, 0xFu), 0.0),
-                     ufloat4(fields4(q.z, shift, 0xFu), 0.0), ufloat4(fields4(q.w, shift, 0xFu), 0.0));
 }
 
 fn unit_k4(u: u32, r: u32) -> u32 {
@@ -40,22 +41,22 @@ fn unit_k4(u: u32, r: u32) -> u32 {
   return (u / 8u) * 64u + (j / 2u) * 16u + (j % 2u) * 4u + r * 8u;
 }
 
-fn unit_q(n: u32, u: u32) -> Unit {
-  let base = row_vec4(n) + (u / 8u) * 9u;
+fn unit_w(n: u32, u: u32) -> WUnit {
+  let b = u / 8u;
   let j = u % 8u;
-  let h = qs[base];
-  let q = qs[base + 1u + j];
+  let h = k_head(n, b);
+  let q = qs[row_vec4(n) + b * 8u + j];
   let c = j / 2u;
   let s0 = k_scale_min(h, 2u * c);
   let s1 = k_scale_min(h, 2u * c + 1u);
-  return Unit(Span(q4k16(q, 0u), q4k16(q, 4u)), vec4<f32>(s0.x, -s0.y, s1.x, -s1.y));
+  return WUnit(nib_lo(q), nib_hi(q), vec4<f32>(s0.x, -s0.y, s1.x, -s1.y));
 }
 
 fn wvec(n: u32, i: u32) -> vec4<f32> {
-  let base = row_vec4(n) + (i / 64u) * 9u;
+  let b = i / 64u;
   let v = 4u * (i % 64u);  // the first of the four values within the block
   let c = v / 64u;
   let hi = (v % 64u) / 32u;
-  let s = k_scale_min(qs[base], 2u * c + hi);
-  return ufloat4(fields4(body_word(base, 16u + 32u * c + v % 32u), 4u * hi, 0xFu), 0.0) * s.x - s.y;
+  let s = k_scale_min(k_head(n, b), 2u * c + hi);
+  return ufloat4(fields4(body_word(row_vec4(n) + b * 8u, 32u * c + v % 32u), 4u * hi, 0xFu), 0.0) * s.x - s.y;
 }
