@@ -22,6 +22,7 @@ Thread model: one re-entrant lock serialises every use of the device; scopes nes
 from __future__ import annotations
 
 import functools
+import os
 import re
 import threading
 from collections import OrderedDict
@@ -40,6 +41,13 @@ PARAM_BYTES = 128  # one kernel's uniform parameters: 32 scalars
 ARENA_SLOTS = 2048  # dispatches per submit before an early flush
 BIND_GROUP_CACHE = 4096
 _INCLUDE_DEPTH = 4  # `// #include` levels expanded (an include cycle fails instead of looping)
+# the packed 4x8-bit integer builtins (a WGSL language extension, probed per device: WgpuContext.has_dot4)
+DOT4_PATTERN = r"\b(dot4[IU]8Packed|pack4x[IU]8(Clamp)?|unpack4x[IU]8)\s*\("
+DOT4_PROBE = """@group(0) @binding(0) var<uniform> p: vec4<u32>;
+@group(0) @binding(1) var<storage, read_write> o: array<i32>;
+@compute @workgroup_size(1)
+fn main() { o[0] = dot4I8Packed(p.x, p.y) + i32(pack4xI8(vec4<i32>(p.zzww))); }
+"""
 
 
 def kernel_source(file: str, defines: dict[str, str] | None = None) -> str:
@@ -167,6 +175,9 @@ class WgpuContext:
         self.subgroup_size = fixed_subgroup_size(api.info) if self.has_subgroups else 0
         # which kernel variants the planners pick here, and their numbers (Device.kernel_policy)
         self.policy = KernelPolicy.for_adapter(api.info)
+        overrides = os.environ.get("WEBTENSOR_POLICY", "")
+        if overrides.strip():
+            self.policy = self.policy.with_overrides(overrides)
         self.lock = threading.RLock()
         self._local = threading.local()
         self.released = False
@@ -224,6 +235,8 @@ class WgpuContext:
             uses = {f for f, pat in (("shader-f16", r"\bf16\b"), ("subgroup", r"\bsubgroup\w*\s*\("))
                     if re.search(pat, code_only)}
             missing = uses - set(self.api.features)
+            if re.search(DOT4_PATTERN, code_only) and not self.has_dot4:
+                missing.add("packed_4x8_integer_dot_product (a WGSL language extension)")
             if missing:
                 raise GPUError(f"kernel {label} needs the device feature(s) {sorted(missing)}, which "
                                f"{self.info.name} was created without")
@@ -237,6 +250,25 @@ class WgpuContext:
             k = self._pipelines[key] = Kernel(label, pipe, sig)
         self._kernels_seen[fast] = k
         return k
+
+    @property
+    def has_dot4(self) -> bool:
+        """Whether this device's WGSL has the packed 4x8-bit integer dot products (`dot4I8Packed`,
+        `pack4xI8`: the language extension packed_4x8_integer_dot_product). wgpu-py 0.32 reports no
+        language features, and a browser's `wgslLanguageFeatures` says only what its compiler parses,
+        so a probe kernel is compiled once per device: whether it builds is the answer."""
+        known: bool | None = self.__dict__.get("_has_dot4")
+        if known is None:
+            try:
+                with self.lock:
+                    self.api.create_pipeline(DOT4_PROBE, (False,), "webtensor-dot4-probe", PARAM_BYTES)
+                known = True
+            except Exception:  # a compile error: the extension is not there
+                known = False
+            if not known:
+                self.api.pop_error()  # (an error a failed compile may have left behind)
+            self.__dict__["_has_dot4"] = known
+        return known
 
     # -- buffers --------------------------------------------------------------------------------
     def alloc(self, nbytes: int) -> GpuBuffer:

@@ -8,7 +8,8 @@ from a table of known GPUs (WebGPU reports no unit count). Two devices in one pr
 browser on an integrated GPU, each get their own. `Device.kernel_policy` reads a device's policy;
 assigning `device.kernel_policy = device.kernel_policy.replace(...)` overrides fields for that
 device (what tests and benchmarks do to force a variant; launches planned afterwards follow it,
-graphs captured before keep theirs).
+graphs captured before keep theirs); the environment variable WEBTENSOR_POLICY ("field=value,...")
+overrides fields of every device a process opens (benchmarks comparing variants in fresh processes).
 """
 
 from __future__ import annotations
@@ -40,10 +41,10 @@ class KernelPolicy:
     gpu_style: bool = True
     # multiprocessors the matmul engine's tile and split-K rules count in (H200: 132 SMs)
     compute_units: int = 64
-    # GEMV (gemv.wgsl, gemv_q8.wgsl): up to gemv_max_rows rows of A a bandwidth-bound GEMV beats the
+    # GEMV (gemv.wgsl, gemv_quant.wgsl): up to gemv_max_rows rows of A a bandwidth-bound GEMV beats the
     # tiled kernels; a stack of one-row products takes gemv_group rows a workgroup; a stack of more
     # than gemv_stack_f16_max_rows rows with float16 weights goes to the engine on GPUs (None: never);
-    # float16 weights read as u32 pairs (gemv_packed_f16; H200: 4.5x faster LM-head GEMV); gemv_q8's
+    # float16 weights read as u32 pairs (gemv_packed_f16; H200: 4.5x faster LM-head GEMV); gemv_quant's
     # outputs a thread on CPU adapters and on GPUs (gemv_quant_nr, gemv_quant_nr_gpu)
     gemv_max_rows: int = 8
     gemv_group: int = 8
@@ -51,6 +52,21 @@ class KernelPolicy:
     gemv_packed_f16: bool = True
     gemv_quant_nr: int = 2
     gemv_quant_nr_gpu: int = 1
+    # quantized GEMV on GPUs (quant_ops.kernel_for): int8 activations and packed 4x8-bit integer dot
+    # products where the device's WGSL has them (gemv_quant_dot4.wgsl; else or when off the f32
+    # gemv_quant.wgsl), with gemv_dot4_nr outputs a thread, its workgroups capped at gemv_dot4_waves a
+    # compute unit (each quantizes the activations once, then loops over output groups), the
+    # activations staged in at most gemv_dot4_stage_bytes of workgroup memory (0: the device's limit),
+    # or quantized by a launch of their own first (gemv_dot4_prequant: quantize_q8.wgsl, then every
+    # workgroup reads them from memory), the loads of gemv_dot4_unroll units issued together;
+    # threads an output (gemv_quant_lanes; 0: quant_ops.quant_lanes' rule)
+    gemv_quant_dot4: bool = True
+    gemv_dot4_nr: int = 2
+    gemv_dot4_waves: int = 4
+    gemv_dot4_stage_bytes: int = 0
+    gemv_dot4_prequant: bool = False
+    gemv_dot4_unroll: int = 1
+    gemv_quant_lanes: int = 0
     # the matmul engine (matmul_engine.wgsl) for M > gemv_max_rows on GPUs (False: matmul.wgsl);
     # float16 operands read as u32 words, float16 outputs written as words, float16 x float16 math in
     # "f32" (f32 tiles and FMAs), "f16" (f16 tiles) or "chunked" (packed f16 FMAs a BK step)
@@ -84,6 +100,12 @@ class KernelPolicy:
             raise ValueError(f"engine_f16_math must be one of {ENGINE_F16_MATHS}, got {self.engine_f16_math!r}")
         if self.compute_units < 1:
             raise ValueError(f"compute_units must be positive, got {self.compute_units}")
+        if self.gemv_quant_lanes not in (0, 1, 2, 4, 8, 16, 32, 64, 128, 256):
+            raise ValueError(f"gemv_quant_lanes must be 0 (the rule) or a power of two in 1 .. 256, got "
+                             f"{self.gemv_quant_lanes}")
+        if self.gemv_dot4_nr not in (1, 2, 4, 8) or self.gemv_dot4_waves < 1 or self.gemv_dot4_unroll not in (1, 2):
+            raise ValueError(f"gemv_dot4_nr must be 1, 2, 4 or 8, gemv_dot4_waves positive and gemv_dot4_unroll 1 "
+                             f"or 2, got {self.gemv_dot4_nr}, {self.gemv_dot4_waves}, {self.gemv_dot4_unroll}")
 
     @classmethod
     def for_adapter(cls, info: Any) -> KernelPolicy:
@@ -93,7 +115,39 @@ class KernelPolicy:
         units = next((n for pat, n in KNOWN_UNITS if re.search(pat, name)), None)
         if units is None:
             units = DEFAULT_UNITS.get(str(info.adapter_type), DEFAULT_UNITS["IntegratedGPU"])
-        return cls(gpu_style=not info.is_software, compute_units=units)
+        # int8 activations: on GPUs (the H200: docs/performance-notes.md), not on CPU adapters, where
+        # the packed dot products are emulated and the f32 kernel was faster (lavapipe, measured)
+        return cls(gpu_style=not info.is_software, compute_units=units, gemv_quant_dot4=not info.is_software)
+
+    def with_overrides(self, spec: str) -> KernelPolicy:
+        """A copy with the fields `spec` names ("field=value,field=value": what WEBTENSOR_POLICY holds, for
+        benchmarks comparing variants process by process), each value read as its field's type (booleans
+        as 0 / 1 / true / false, "none" for None); ValueError naming the item for anything else."""
+        types = {f.name: f.type for f in dataclasses.fields(self)}
+        changes: dict[str, Any] = {}
+        for item in filter(None, (s.strip() for s in spec.split(","))):
+            name, eq, raw = item.partition("=")
+            name, raw = name.strip(), raw.strip()
+            kind = str(types.get(name, ""))
+            if not eq or not kind:
+                raise ValueError(f"WEBTENSOR_POLICY: {item!r} is not field=value for a KernelPolicy field")
+            low = raw.lower()
+            try:
+                if kind == "bool":
+                    if low not in ("0", "1", "true", "false"):
+                        raise ValueError
+                    changes[name] = low in ("1", "true")
+                elif low == "none" and "None" in kind:
+                    changes[name] = None
+                elif kind.startswith("int"):
+                    changes[name] = int(raw)
+                elif kind == "str":
+                    changes[name] = raw
+                else:
+                    raise ValueError
+            except ValueError:
+                raise ValueError(f"WEBTENSOR_POLICY: {item!r}: {raw!r} is not a value of {name} ({kind})") from None
+        return self.replace(**changes)
 
     def replace(self, **changes: Any) -> KernelPolicy:
         """A copy with `changes` (field names; ValueError for an unknown one or a bad value)."""

@@ -3,27 +3,29 @@
 `quant_linear` and `quant_embedding`.
 
 GPU layout of a weight (N, K) of block type T (K a multiple of T's block of QK values, nb = K / QK
-blocks a row). ggml's blocks (34, 18, 20, 22, 24, 144 and 210 bytes) are mostly not 4-byte aligned,
-so each is cut in two: its *body* (the quants, and for Q4_K / Q6_K their packed sub-block scales), a
-multiple of 16 bytes, and its *head* fields (the float16 numbers, Q5's high-bit word), each to its
-own array, byte for byte as stored:
+blocks a row). ggml's blocks (34, 18, 20, 22, 24, 144 and 210 bytes) are mostly not 16-byte aligned
+and mix quants with scales, so each is cut into planes: its *quants* (the packed integers), a
+multiple of 16 bytes, and its *head* fields (the float16 numbers, Q5's high-bit word, the K-quants'
+sub-block scales), each field to its own section, byte for byte as stored:
 
-    type  block  body: bytes of the block        head fields: bytes of the block    heads a row (u32 words)
-    Q8_0    34   2..33    (32 int8)               0..1 d                              ceil(nb / 2)
-    Q4_0    18   2..17    (16 bytes of nibbles)   0..1 d                              ceil(nb / 2)
-    Q4_1    20   4..19    (16 bytes of nibbles)   0..3 (d, m)                         nb
-    Q5_0    22   6..21    (16 bytes of nibbles)   0..1 d;  2..5 qh                    ceil(nb / 2) + nb
-    Q5_1    24   8..23    (16 bytes of nibbles)   0..3 (d, m);  4..7 qh               nb + nb
-    Q4_K   144   0..143   (the whole block)       none                                0
-    Q6_K   210   0..207   (ql, qh, scales)        208..209 d                          ceil(nb / 2)
+    type  block  quants: bytes of the block        head fields: bytes of the block        heads a row (u32 words)
+    Q8_0    34   2..33    (32 int8)                 0..1 d                                 ceil(nb / 2)
+    Q4_0    18   2..17    (16 bytes of nibbles)     0..1 d                                 ceil(nb / 2)
+    Q4_1    20   4..19    (16 bytes of nibbles)     0..3 (d, m)                            nb
+    Q5_0    22   6..21    (16 bytes of nibbles)     0..1 d;  2..5 qh                       ceil(nb / 2) + nb
+    Q5_1    24   8..23    (16 bytes of nibbles)     0..3 (d, m);  4..7 qh                  nb + nb
+    Q4_K   144   16..143  (128 bytes of nibbles)    0..15 (d, dmin, 12 bytes of scales)    4 nb
+    Q6_K   210   0..191   (ql[128], qh[64])         192..207 scales (int8);  208..209 d    4 nb + ceil(nb / 2)
 
-- quants: u32 (N, nb * body / 4), row-major: each row's block bodies in order, read by the kernels as
-  vec4<u32> (every body is whole vec4s, so every row and block starts on one);
+- quants: u32 (N, nb * quants / 4), row-major: each row's blocks' quants in order, read by the kernels
+  as vec4<u32> (every block's quants are whole vec4s, so every row and block starts on one, and a
+  warp's lanes reading consecutive vec4s read the same kind of bytes);
 - scales: u32 (N, d_ld): each row's heads, one section per field, in block order within it, each
   section padded to whole words (float16 values two a word, the low half first, an odd count
-  leaving the section's last high half 0, read with unpack2x16float; Q5's qh one word a block).
+  leaving the section's last high half 0, read with unpack2x16float; Q5's qh one word a block; the
+  K-quants' 16 bytes of scales four words a block).
 
-A Q4_K weight is thus uploaded exactly as stored. The bytes per value (body + head) are ggml's.
+The bytes per value (quants + heads) are ggml's: nothing is widened.
 
 A weight whose quants exceed the device's storage binding limit is split by output rows into chunks
 (`chunk_rows` rows each, the last fewer), quants and scales alike, each chunk its own pair of
@@ -69,8 +71,8 @@ if TYPE_CHECKING:
 
 
 class Layout(NamedTuple):
-    """Where a block's body and head fields lie in ggml's block: (first byte, bytes) each (module
-    docstring); the fields in the order of their sections in a row's heads."""
+    """Where a block's quants (`body`) and head fields lie in ggml's block: (first byte, bytes) each
+    (module docstring); the fields in the order of their sections in a row's heads."""
 
     body: tuple[int, int]
     heads: tuple[tuple[int, int], ...]
@@ -79,7 +81,7 @@ class Layout(NamedTuple):
 LAYOUTS: dict[str, Layout] = {
     "Q8_0": Layout((2, 32), ((0, 2),)), "Q4_0": Layout((2, 16), ((0, 2),)), "Q4_1": Layout((4, 16), ((0, 4),)),
     "Q5_0": Layout((6, 16), ((0, 2), (2, 4))), "Q5_1": Layout((8, 16), ((0, 4), (4, 4))),
-    "Q4_K": Layout((0, 144), ()), "Q6_K": Layout((0, 208), ((208, 2),)),
+    "Q4_K": Layout((16, 128), ((0, 16),)), "Q6_K": Layout((0, 192), ((192, 16), (208, 2))),
 }
 
 
@@ -288,10 +290,27 @@ def on_device(device: Any, w: QuantWeight | QuantGpu, op: str = "linear") -> Qua
 
 
 # -- kernel choice ------------------------------------------------------------------------------
+def quant_lanes(ctx: WgpuContext, K: int, dot4: bool = False) -> int:
+    """Threads per output of the quantized GEMVs (the policy's gemv_quant_lanes where set). CPU adapters: 1
+    (f32 kernel). GPUs, counting 32-value units (K / 32 a row): the f32 kernel takes the float GEMV's rule
+    (`ops.gemv_lanes`: 32 to 256 lanes, at most ~4 units a lane); the integer kernel, whose unit is one
+    vec4 load and a few integer ops, 8 to 32 lanes with at least two units a lane."""
+    if not gops._gpu_style(ctx):
+        return 1
+    if ctx.policy.gemv_quant_lanes:
+        return ctx.policy.gemv_quant_lanes
+    units = K // 32
+    if not dot4:
+        return gops.gemv_lanes(ctx, units)
+    lanes = 8
+    while lanes < 32 and units >= 4 * lanes:
+        lanes *= 2
+    return lanes
+
+
 def gemv_lanes(ctx: WgpuContext, K: int) -> int:
-    """Threads per output in gemv_quant.wgsl: the float GEMV's rule (`ops.gemv_lanes`) counting
-    16 values as one vec4 (1 on CPU adapters; on GPUs 32 to 256, ~4 half-units of 16 values a lane)."""
-    return gops.gemv_lanes(ctx, K // 4)
+    """Threads per output of gemv_quant.wgsl (the f32 kernel): `quant_lanes`."""
+    return quant_lanes(ctx, K)
 
 
 def gemv_outputs(ctx: WgpuContext, K: int, mr: int) -> int:
@@ -302,13 +321,56 @@ def gemv_outputs(ctx: WgpuContext, K: int, mr: int) -> int:
     return max(1, min(ctx.policy.gemv_quant_nr_gpu, 8 // mr))
 
 
+def uses_dot4(ctx: WgpuContext, M: int, stack: bool = False) -> bool:
+    """Whether a product of M rows runs gemv_quant_dot4 (int8 activations): a GEMV on a GPU-style device
+    whose policy asks for it and whose WGSL has the packed integer dot products."""
+    return (gops.gemv_group(ctx, M, stack) > 0 and ctx.policy.gemv_quant_dot4 and gops._gpu_style(ctx)
+            and ctx.has_dot4)
+
+
+# workgroup memory of gemv_quant_dot4 besides the staged activations: gemv_norm's red2 and stats,
+# common.wgsl's wg_red, and a margin
+_DOT4_FIXED_BYTES = 256 * 8 + 8 * 8 + 256 * 4 + 256
+_DOT4_STAGE_BYTES = 1.5  # bytes a staged activation value: one int8, and 16 bytes a block of 32 (xm)
+
+
+def dot4_tile(ctx: WgpuContext, K: int, mr: int, lanes: int, nr: int) -> int:
+    """KT, the activation values of each row gemv_quant_dot4 stages at a time: all of K where MR rows of
+    it fit the device's workgroup memory, else the most that fit in whole tiles of 32 LANES values (a
+    lane's units then stay the same in every tile), or 0 where not even one such tile fits."""
+    limit = int(ctx.api.limits.get("max-compute-workgroup-storage-size", 16384))
+    if ctx.policy.gemv_dot4_stage_bytes:
+        limit = min(limit, ctx.policy.gemv_dot4_stage_bytes)
+    sg = ctx.subgroup_size
+    red = 4 if sg and lanes <= sg else 4 * mr * nr * (256 // (sg if sg and lanes >= sg else 1))  # (the kernel's)
+    budget = limit - _DOT4_FIXED_BYTES - red
+    if mr * K * _DOT4_STAGE_BYTES <= budget:
+        return K
+    step = 32 * lanes
+    return max(0, int(budget / (mr * _DOT4_STAGE_BYTES)) // step * step)
+
+
 def kernel_for(ctx: WgpuContext, qtype: str, M: int, K: int, norm: int = 0,
                stack: bool = False, glu: bool = False) -> tuple[Any, str, int, int]:
-    """(kernel, which, MR, NR): which is "gemv" (MR rows of A a workgroup, NR outputs a thread),
-    "tiled" or "regs". `norm`: gemv_quant's prologue, 1 layer norm, 2 RMS norm (only where it has
-    lanes to reduce with: norm_fusable). `stack`: the rows are a stack of one-row products
-    (`ops.gemv_group`). `glu`: gemv_quant's SwiGLU prologue (asked for only where the GEMV runs)."""
+    """(kernel, which, MR, NR): which is "dot4" (int8 activations quantized in the kernel's prologue),
+    "dot4q" (the same, its activations quantized by a quantize_q8 launch first: `quantize_rows`), "gemv"
+    (float32 activations; MR rows of A a workgroup, NR outputs a thread, for both GEMVs), "tiled" or "regs".
+    `norm`: the GEMV's prologue, 1 layer norm, 2 RMS norm (only where it has lanes to reduce with:
+    norm_fusable). `stack`: the rows are a stack of one-row products (`ops.gemv_group`). `glu`: the GEMV's
+    SwiGLU prologue (asked for only where a GEMV runs)."""
     mr = gops.gemv_group(ctx, M, stack)
+    if mr and uses_dot4(ctx, M, stack):
+        pol = ctx.policy
+        lanes = quant_lanes(ctx, K, dot4=True)
+        nr = max(1, min(pol.gemv_dot4_nr, 8 // mr, lanes // mr))
+        sg = ctx.subgroup_size if ctx.has_subgroups else 0
+        pre = pol.gemv_dot4_prequant and M <= ctx.max_workgroups  # (then the prologue is quantize_q8's)
+        kt = K if pre else dot4_tile(ctx, K, mr, lanes, nr)
+        if kt and lanes >= mr:  # (lane q writes the group's output slot q: MR NR of them)
+            defs = {qtype: "true", "LANES": f"{lanes}u", "MR": f"{mr}u", "NR": f"{nr}u",
+                    "NORM": f"{0 if pre else norm}u", "SG": f"{sg}u", "GLU": "false" if pre or not glu else "true",
+                    "KT": f"{kt}u", "PREQ": "true" if pre else "false", "UNROLL": f"{pol.gemv_dot4_unroll}u"}
+            return ctx.kernel("gemv_quant_dot4", defs), "dot4q" if pre else "dot4", mr, nr
     if mr:
         lanes = gemv_lanes(ctx, K)
         nr = gemv_outputs(ctx, K, mr)
@@ -394,15 +456,22 @@ def quant_linear(x: Tensor, qweight: QuantWeight | QuantGpu, bias: Tensor | None
         r_buf, r_off = gops._buf(r), r._offset
     kern, which, mr, nr = kernel_for(ctx, w.qtype, M, K, (2 if rms is not None else 1) if fuse else 0, stack,
                                      glu=fuse_glu)
+    if which == "dot4q":  # the int8 activations once, for every chunk's launch
+        x2, lda = quantize_rows(x2, M, K, lda, norm if fuse else None, fuse_glu), 3 * K // 8
+        fuse = False
     sw = scale_words(w.qtype, K)
     for n0, nn, qbuf, sbuf in w.chunks():
         params: dict[str, float] = dict(M=M, N=nn, K=K, a_off4=x2._offset // 4, lda4=lda // 4, d_ld=sw, c_off=n0,
                                         ldc=N, epi=bits, bias_off=b_off + n0, r_off=r_off + n0, r_ld=r_ld)
         bufs = dict(a=gops._buf(x2), qs=qbuf, scales=sbuf, bias=b_buf, res=r_buf, c=gops._buf(out))
-        if fuse and norm is not None:  # (fuse: norm is given)
+        if fuse and norm is not None:  # (fuse: norm is given; both GEMVs bind lnw / lnb)
             params["eps"] = norm[2]
             bufs.update(lnw=gops._buf(norm[0]), lnb=None if norm[1] is None else gops._buf(norm[1]))
-        if which == "gemv":
+        if which in ("dot4", "dot4q"):  # the output groups, over at most gemv_dot4_waves workgroups a compute unit
+            groups = math.ceil(nn / (256 * nr // quant_lanes(ctx, K, dot4=True)))  # (ROWS outputs each)
+            x_, y_, _ = gops._grid(min(groups, ctx.policy.gemv_dot4_waves * ctx.policy.compute_units), ctx)
+            grid = (x_, y_, math.ceil(M / mr))
+        elif which == "gemv":
             per_group = 256 * nr // gemv_lanes(ctx, K)
             x_, y_, _ = gops._grid(math.ceil(nn / per_group), ctx)
             grid = (x_, y_, math.ceil(M / mr))
@@ -411,6 +480,25 @@ def quant_linear(x: Tensor, qweight: QuantWeight | QuantGpu, bias: Tensor | None
         else:
             grid = (math.ceil(nn / 64), math.ceil(M / 64), 1)
         ctx.launch(kern, params, bufs, grid)
+    return out
+
+
+def quantize_rows(x: Tensor, M: int, K: int, lda: int, norm: tuple[Tensor, Tensor | None, float] | None,
+                  glu: bool) -> Tensor:
+    """Rows of x (M rows of K values at stride lda; 2K wide with `glu`), through the fused norm or
+    SwiGLU, quantized to int8 activations by one quantize_q8 launch: (M, 3K / 8) float32 words, each row
+    K / 16 vec4 of int8 then K / 32 vec4 of (d, S0, S1, 0) (the layout gemv_quant_dot4 reads with PREQ)."""
+    ctx = gops._ctx(x)
+    out = gops._out(x.device, (M, 3 * K // 8), dt.float32)
+    sg = ctx.subgroup_size if ctx.has_subgroups else 0
+    code = 0 if norm is None else 2 if norm[1] is None else 1
+    kern = ctx.kernel("quantize_q8", {"NORM": f"{code}u", "SG": f"{sg}u", "GLU": "true" if glu else "false"})
+    bufs: dict[str, Any] = dict(a=gops._buf(x), o=gops._buf(out))
+    params: dict[str, float] = dict(M=M, K=K, a_off4=x._offset // 4, lda4=lda // 4, o_ld4=3 * K // 32)
+    if norm is not None:
+        params["eps"] = norm[2]
+        bufs.update(lnw=gops._buf(norm[0]), lnb=None if norm[1] is None else gops._buf(norm[1]))
+    ctx.launch(kern, params, bufs, (math.ceil(K / 32 / 256), M, 1))
     return out
 
 
