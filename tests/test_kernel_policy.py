@@ -30,6 +30,27 @@ def test_policy_from_the_adapter() -> None:
     assert KernelPolicy.for_adapter(info("ANGLE (Apple, ...)", "Unknown")).compute_units == 16  # a browser
     for sw in (info("llvmpipe (LLVM 15.0.6, 256 bits)", "CPU"), info("SwiftShader Device", "Unknown")):
         assert not KernelPolicy.for_adapter(sw).gpu_style
+        assert not KernelPolicy.for_adapter(sw).gemv_quant_dot4  # (int8 activations: GPUs only)
+    assert h200.gemv_quant_dot4
+
+
+def test_overrides_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """WEBTENSOR_POLICY="field=value,...": each value read as its field's type, anything else one line naming the
+    item; a WebGPU context opened with it set plans by it."""
+    p = KernelPolicy().with_overrides(" gemv_quant_dot4=0, gemv_dot4_nr=4,gemv_stack_f16_max_rows=none,"
+                                      "engine_f16_math=f16")
+    assert (p.gemv_quant_dot4, p.gemv_dot4_nr, p.gemv_stack_f16_max_rows, p.engine_f16_math) == (False, 4, None, "f16")
+    assert KernelPolicy().with_overrides("") == KernelPolicy()
+    for bad, match in (("nope=1", "'nope=1' is not field=value"), ("gemv_dot4_nr", "is not field=value"),
+                       ("gemv_dot4_nr=x", "'x' is not a value of gemv_dot4_nr"),
+                       ("gemv_quant_dot4=2", "'2' is not a value of gemv_quant_dot4"),
+                       ("tiled_keys=1", "not a value of tiled_keys"), ("gemv_dot4_nr=3", "gemv_dot4_nr must be")):
+        with pytest.raises(ValueError, match=match):
+            KernelPolicy().with_overrides(bad)
+    monkeypatch.setenv("WEBTENSOR_POLICY", "gemv_dot4_waves=7")
+    dev = wt.Device.wgpu(max_binding_bytes=12345 * 16)  # (a device of its own: the cached ones keep theirs)
+    assert dev.kernel_policy.gemv_dot4_waves == 7
+    dev.release()
 
 
 def test_policy_is_frozen_and_checked() -> None:
