@@ -8,6 +8,12 @@ and HF transformers all load it.
 
     python tools/random_checkpoint.py DIR [--preset gpt2] [--seed 0] [--n-layer N] [--dtype float16]
         [--gguf FILE.gguf --gguf-type q4_1 --gguf-embedding-type q8_0]
+
+`--gguf-type q4_k_m` writes llama.cpp's Q4_K_M mix (`formats.gguf_writer.q4_k_m_type`) with random K-quant blocks
+(`random_kquant_blocks`: random quants and scales under float16 super-scales of either sign, values of about
+N(0, 0.03); the Q5_0 / Q8_0 fallbacks of rows that are not whole 256-blocks quantized from the random floats):
+valid weights of the published shapes that webtensor, transformers and llama.cpp all read, for benchmarks (webtensor
+has no K-quant quantizer; the speed does not depend on the values).
 """
 
 from __future__ import annotations
@@ -48,6 +54,18 @@ def write_tokenizer(d: Path, vocab_size: int) -> None:
     tok.save(str(d / "tokenizer.json"))
 
 
+def random_kquant_blocks(seed: int):  # -> Callable[[str, int, int], np.ndarray]
+    """kquant_blocks for write_gguf: (ggml type, N, K) -> `quant.random_weight`'s blocks (N, K / 256 * block
+    bytes), float16 super-scales of +-2^-13 (Q4_K's d and dmin) or +-2^-14 (Q6_K's d under random int8 scales):
+    values of about N(0, 0.03)."""
+    import numpy as np
+
+    from webtensor.quant import random_weight
+
+    rng = np.random.default_rng(seed + 1)
+    return lambda qtype, n, k: random_weight(qtype, (n, k), rng, {"Q4_K": -13, "Q6_K": -14}[qtype]).blocks
+
+
 def main() -> None:
     import numpy as np
     from safetensors.numpy import save_file
@@ -61,7 +79,8 @@ def main() -> None:
     p.add_argument("--n-layer", type=int, default=None, help="fewer layers than the preset (a quick trial)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16"], help="the stored weights' type")
     p.add_argument("--gguf", type=Path, default=None, help="also write the checkpoint as this GGUF file")
-    p.add_argument("--gguf-type", default="q8_0", help="its matrices' type: f32, f16, q8_0, q4_0, q4_1 (default q8_0)")
+    p.add_argument("--gguf-type", default="q8_0",
+                   help="its matrices' type: f32, f16, q8_0, q4_0, q4_1, q4_k_m (random K-quant blocks; default q8_0)")
     p.add_argument("--gguf-embedding-type", default=None,
                    help="its embedding's type (default: --gguf-type; SmolLM2's published Q4_1 file: q8_0)")
     a = p.parse_args()
@@ -86,7 +105,7 @@ def main() -> None:
     if a.gguf is not None:
         from webtensor.formats.gguf_writer import write_gguf
 
-        write_gguf(a.dir, a.gguf, a.gguf_type, a.gguf_embedding_type)
+        write_gguf(a.dir, a.gguf, a.gguf_type, a.gguf_embedding_type, kquant_blocks=random_kquant_blocks(a.seed))
         print(f"wrote {a.gguf}: {a.gguf_type} matrices, {a.gguf_embedding_type or a.gguf_type} embedding")
 
 

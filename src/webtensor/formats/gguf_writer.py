@@ -8,30 +8,51 @@ Q and K of the `llama` architecture); the family's metadata keys (`Family.gguf_m
 vocabulary (padded to the embedding's rows with [PAD{i}], as llama.cpp's converter pads) and the chat template.
 Matrices and embeddings are written in `outtype` (f32, f16, bf16, q8_0, q4_0, q4_1: the `gguf` package's own
 quantizers, bit for bit llama.cpp's reference; a matrix whose rows are not whole blocks stays f32 / f16), norms and
-biases in F32.
+biases in F32. `q4_k_m` is llama.cpp's mix (`q4_k_m_type`: Q4_K matrices, Q6_K for the output and some attn_v /
+ffn_down, Q5_0 / Q8_0 where rows are not whole 256-value blocks); webtensor has no K-quant quantizer (llama.cpp's
+searches scales iteratively), so those tensors' blocks come from the caller (`kquant_blocks`: random blocks of the
+published shapes for benchmarks, tools/random_checkpoint.py), the others from the package's quantizers.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..errors import ArgumentError, CheckpointError
 
 OUTTYPES = {"f32": ("F32", 0), "f16": ("F16", 1), "bf16": ("BF16", 32), "q8_0": ("Q8_0", 7), "q4_0": ("Q4_0", 2),
-            "q4_1": ("Q4_1", 3)}  # -> (ggml type, general.file_type: llama.cpp's LLAMA_FTYPE_*)
+            "q4_1": ("Q4_1", 3), "q4_k_m": ("Q4_K", 15)}  # -> (ggml type, general.file_type: llama.cpp's LLAMA_FTYPE_*)
+KQUANT_FALLBACK = {"Q4_K": "Q5_0", "Q6_K": "Q8_0"}  # llama.cpp's types for rows that are not whole 256-blocks
+
+
+def q4_k_m_type(gguf_name: str, n_layer: int, tied: bool) -> str:
+    """llama.cpp's choice for a matrix of a Q4_K_M file (llama-quant.cpp): Q6_K for the output (and for the token
+    embedding of a model whose LM head reads it), for attn_v and ffn_down of the layers `use_more_bits` picks (the
+    first and last eighth, every third between); Q4_K for the rest."""
+    if gguf_name == "output.weight" or (tied and gguf_name == "token_embd.weight"):
+        return "Q6_K"
+    parts = gguf_name.split(".")
+    if len(parts) == 4 and parts[0] == "blk" and parts[2] in ("attn_v", "ffn_down"):
+        i, n = int(parts[1]), n_layer
+        if i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2:
+            return "Q6_K"
+    return "Q4_K"
 
 
 def write_gguf(model_dir: str | os.PathLike[str], out: str | os.PathLike[str], outtype: str = "q8_0",
-               embedding_outtype: str | None = None) -> Path:
+               embedding_outtype: str | None = None,
+               kquant_blocks: Callable[[str, int, int], Any] | None = None) -> Path:
     """Convert the HF checkpoint in `model_dir` (config.json, *.safetensors, tokenizer) — or any source the loader
     opens: a GGUF file too, its quantized tensors dequantized first — to GGUF file `out`, its matrices in `outtype`
     and its embedding tables (the token embedding, which a tied LM head reads; an untied head) in
     `embedding_outtype` (default: `outtype`; llama.cpp's Q4_1 files of SmolLM2 keep theirs in q8_0).
+    `kquant_blocks(ggml type, N, K)`: the blocks (uint8 (N, bytes a row)) of a K-quant matrix, which q4_k_m needs.
     CheckpointError for a bad checkpoint (the loader's checks and messages), ArgumentError for an unknown
-    outtype."""
+    outtype or q4_k_m without `kquant_blocks`."""
     import gguf
     import numpy as np
 
@@ -42,6 +63,11 @@ def write_gguf(model_dir: str | os.PathLike[str], out: str | os.PathLike[str], o
             raise ArgumentError(f"GGUF outtype must be one of {', '.join(OUTTYPES)}, got {t!r}")
     ggml_type, file_type = OUTTYPES[outtype]
     embedding_type = OUTTYPES[embedding_outtype or outtype][0]
+    mix_embedding = (embedding_outtype or outtype) == "q4_k_m"
+    if "q4_k_m" in (outtype, embedding_outtype) and kquant_blocks is None:
+        raise ArgumentError("GGUF outtype q4_k_m needs llama.cpp's quantizer (llama-quantize); webtensor writes "
+                            "K-quant files only from given blocks (kquant_blocks: tools/random_checkpoint.py's random "
+                            "ones)")
     ck = loader.open_checkpoint(model_dir)
     fam, cfg, spec = ck.family, ck.config, ck.config.spec
     w = gguf.GGUFWriter(str(out), spec.architecture)
@@ -54,7 +80,17 @@ def write_gguf(model_dir: str | os.PathLike[str], out: str | os.PathLike[str], o
         if ck.chat_template:
             w.add_chat_template(ck.chat_template)
         names = fam.gguf_names(cfg)
+        tied = "output.weight" not in names.values()
         for name, tspec in fam.tensors(cfg).items():
+            in_mix = mix_embedding if tspec.kind == "embedding" else outtype == "q4_k_m" and tspec.kind != "float32"
+            if in_mix and len(tspec.shape) == 2:
+                n, k = tspec.shape if tspec.kind != "conv1d" else tspec.shape[::-1]
+                t = q4_k_m_type(names[name], cfg.spec.n_layer, tied)
+                if k % 256 == 0 and kquant_blocks is not None:  # (the float values are not needed)
+                    qtype = getattr(gguf.GGMLQuantizationType, t)
+                    data = np.ascontiguousarray(kquant_blocks(t, n, k), np.uint8)
+                    w.add_tensor(names[name], data, raw_shape=data.shape, raw_dtype=qtype)
+                    continue
             arr = ck.array(name).astype(np.float32, copy=False)  # HF's layout (quantized ones dequantized)
             if tspec.kind == "conv1d":
                 arr = arr.T  # HF's Conv1D (K, N) -> (N, K)
@@ -62,6 +98,8 @@ def write_gguf(model_dir: str | os.PathLike[str], out: str | os.PathLike[str], o
                 arr = fam.to_gguf(cfg, name, arr)
             arr = np.ascontiguousarray(arr, np.float32)
             t = "F32" if tspec.kind == "float32" else embedding_type if tspec.kind == "embedding" else ggml_type
+            if in_mix:
+                t = KQUANT_FALLBACK[q4_k_m_type(names[name], cfg.spec.n_layer, tied)]
             if t.startswith("Q") and (arr.ndim != 2 or arr.shape[-1] % 32):
                 t = "F32"  # (rows that are not whole blocks)
             if t == "F32":

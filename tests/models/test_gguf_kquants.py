@@ -1,0 +1,91 @@
+"""GGUF files in llama.cpp's Q4_K_M mix, of random K-quant blocks (`formats.gguf_writer` with `kquant_blocks`, as
+tools/random_checkpoint.py writes them for the benchmarks): the tensor types llama.cpp's quantizer chooses,
+webtensor against transformers reading the same file, lavapipe against the CPU device, and the int8-activation GEMV
+(gemv_quant_dot4, forced on lavapipe) within the model-level bound docs/numerics.md gives."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent.parent))
+from conftest import rel_err, set_policy  # noqa: E402
+from llama_fixtures import make_llama  # noqa: E402
+
+import webtensor as wt  # noqa: E402
+from webtensor import quant  # noqa: E402
+
+gguf = pytest.importorskip("gguf")
+IDS = [int(i) for i in np.random.default_rng(8).integers(0, 4096, 19)]
+DOT4_MODEL_TOL = 3e-2  # logits, norm-wise, int8 activations against float32 ones (docs/numerics.md)
+
+
+@pytest.fixture(scope="module")
+def q4km(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("transformers")
+    from webtensor.formats.gguf_writer import write_gguf
+
+    root = tmp_path_factory.mktemp("kq")
+    # rows of 256 and 512 values (whole K-quant blocks), 3 layers (the last takes Q6_K for attn_v / ffn_down)
+    hf = make_llama(root / "hf", "llama-gqa", hidden_size=256, intermediate_size=512, num_hidden_layers=3,
+                    num_attention_heads=4, num_key_value_heads=2)
+    rng = np.random.default_rng(0)
+
+    def blocks(qtype: str, n: int, k: int) -> np.ndarray:
+        return quant.random_weight(qtype, (n, k), rng, {"Q4_K": -12, "Q6_K": -13}[qtype]).blocks
+
+    return write_gguf(hf, root / "m.q4_k_m.gguf", "q4_k_m", kquant_blocks=blocks)
+
+
+def test_types_are_llama_cpps_q4_k_m(q4km: Path) -> None:
+    types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(str(q4km)).tensors}
+    assert types["token_embd.weight"] == "Q4_K" and types["output.weight"] == "Q6_K"
+    for i in range(3):
+        for name in ("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"):
+            assert types[f"blk.{i}.{name}.weight"] == "Q4_K"
+        for name in ("attn_v", "ffn_down"):
+            assert types[f"blk.{i}.{name}.weight"] == ("Q6_K" if i == 2 else "Q4_K")
+        assert types[f"blk.{i}.attn_norm.weight"] == "F32"
+
+
+def test_q4_k_m_needs_its_blocks(tmp_path: Path) -> None:
+    from webtensor.formats.gguf_writer import write_gguf
+
+    with pytest.raises(wt.ArgumentError, match="q4_k_m needs llama.cpp's quantizer"):
+        write_gguf(tmp_path / "none", tmp_path / "x.gguf", "q4_k_m")
+
+
+@pytest.mark.hf
+def test_transformers_reads_the_same_model(q4km: Path) -> None:
+    """transformers dequantizes the K-quants with the gguf package, bit for bit webtensor's reference."""
+    import torch
+    import transformers
+
+    m = transformers.AutoModelForCausalLM.from_pretrained(str(q4km.parent), gguf_file=q4km.name,
+                                                          dtype=torch.float32).eval()
+    with torch.no_grad():
+        want = m(torch.tensor([IDS])).logits[0].numpy()
+    assert rel_err(wt.load_model(q4km, "cpu").logits(IDS), want) <= 1e-5
+
+
+@pytest.mark.wgpu
+def test_lavapipe_equals_the_cpu_and_int8_activations_stay_close(q4km: Path, gpu: wt.Device,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The f32 GEMV (lavapipe's policy): the CPU device's logits and greedy tokens. The int8-activation GEMV, forced
+    on with the GPU kernels (every product of a prompt of up to 8 tokens, and the decode steps): logits within
+    DOT4_MODEL_TOL of the CPU device's."""
+    cpu = wt.load_model(q4km, "cpu")
+    gp = wt.load_model(q4km, gpu)
+    assert rel_err(gp.logits(IDS), cpu.logits(IDS)) <= 1e-4
+    assert gp.generate(IDS[:6], 8, stop_at_eos=False) == cpu.generate(IDS[:6], 8, stop_at_eos=False)
+    if not gpu.ctx.has_dot4:
+        pytest.skip("this adapter's WGSL has no packed 4x8-bit integer dot products")
+    set_policy(monkeypatch, gpu, gpu_style=True, gemv_quant_dot4=True)
+    dot4 = wt.load_model(q4km, gpu)
+    for n in (1, 5, 8):
+        assert rel_err(dot4.logits(IDS[:n]), cpu.logits(IDS[:n])) <= DOT4_MODEL_TOL, n
+    steps = dot4.generate(IDS[:6], 8, stop_at_eos=False)
+    assert len(steps) == 8 and all(0 <= t < cpu.vocab_size for t in steps)
