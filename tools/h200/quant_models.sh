@@ -1,0 +1,86 @@
+#!/bin/bash
+# H200, one device call (~8 minutes, 9 at most): decode of the quantized models of issue 28's first table,
+# webtensor with int8 activations (the integer-dot GEMV, the GPU default) beside its f32 GEMV
+# (WEBTENSOR_POLICY=gemv_quant_dot4=0) in fresh processes, then beside llama.cpp CUDA (llama-bench) on the same
+# GGUF files. Random weights of the published shapes (tools/random_checkpoint.py: the speed does not depend on the
+# values; the K-quant files are random blocks of llama.cpp's Q4_K_M mix, which llama.cpp reads as it reads its own):
+#   smollm2-q4_1   SmolLM2-135M, Q4_1 matrices and a Q8_0 tied embedding (the published file's types)
+#   qwen-q8_0      Qwen2.5-0.5B, Q8_0
+#   llama1b-q4km   Llama-3.2-1B, Q4_K_M
+#   llama8b-q4km   Llama-3.1-8B's shapes, 8 of its 32 layers, Q4_K_M (its real per-layer matrices and head)
+# Decode of 128 tokens after prompts of 128 (PROMPTS), REPEATS medians a process.
+#
+# Prepare, in the repository root here (once):
+#   ../shared/tools/gpu-prep gguf==0.19.0      (wgpu's wheels and the gguf package the GGUF writer needs)
+#   ../shared/tools/llamacpp-build prep        (llama.cpp's source for the CUDA build, into .lcpp/)
+# Run: carry [".gl", ".whl", ".lcpp"], command: bash tools/h200/quant_models.sh
+#
+# Order: llama.cpp's CUDA build in the background on cores 0-11 (~4.5 min) while the files are written and
+# webtensor runs on cores 12-15: (1) each model, ROUNDS times, dot4 then f32, one fresh process each; (2) after
+# the build, each model in one more process beside llama-bench. Every step is under a timeout cut to what is left
+# of BUDGET seconds. $OUT gets the JSON reports (<model>-<variant>-<round>, <model>-lcpp) and quant_models.log; a
+# table is printed last, then each model's decode as GB/s of the weights a step reads (tools/h200/decode_gbs.py),
+# webtensor's and llama.cpp's.
+#
+# A trial here without the GPU parts: LOCAL=1 DEVICE=lavapipe N_LAYER=2 MODELS="smollm2-q4_1 llama1b-q4km"
+#   PROMPTS=16 DECODE=8 REPEATS=1 LLAMA_BENCH=/path/to/llama-bench PY=.venv/bin/python bash tools/h200/quant_models.sh
+set -u
+T0=$(date +%s)
+if [ -z "${LOCAL:-}" ]; then source .gl/env.sh || exit 1; else export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"; fi
+OUT=${OUT:-$(mktemp -d)}
+PY=${PY:-python3}
+DEVICE=${DEVICE:-wgpu} DECODE=${DECODE:-128} REPEATS=${REPEATS:-3} BUDGET=${BUDGET:-530} ROUNDS=${ROUNDS:-1}
+PROMPTS=${PROMPTS:-128}
+MODELS=${MODELS:-smollm2-q4_1 qwen-q8_0 llama1b-q4km llama8b-q4km}
+W=${W:-/tmp/wt-qmodels}
+LOG=$OUT/quant_models.log
+exec > >(tee -a "$LOG") 2>&1
+stamp() { echo "== $(( $(date +%s) - T0 ))s: $*"; }
+cap() { local left=$(( BUDGET - ($(date +%s) - T0) )); [ "$left" -lt 5 ] && left=5; [ "$1" -lt "$left" ] && echo "$1" || echo "$left"; }
+PIN=(); BUILD_PIN=()
+if command -v taskset >/dev/null && [ "$(nproc)" -ge 16 ]; then PIN=(taskset -c 12-15); BUILD_PIN=(taskset -c 0-11); fi
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version --format=csv
+
+LB=${LLAMA_BENCH:-/tmp/lcb/bin/llama-bench}
+if [ -z "${LLAMA_BENCH:-}" ]; then
+  stamp "llama.cpp CUDA build started (background, ${BUILD_PIN[*]:-all cores})"
+  ( "${BUILD_PIN[@]}" bash .lcpp/build-cuda.sh > /tmp/lcb.out 2>&1; echo $? > /tmp/lcb.rc ) &
+  BUILD=$!
+fi
+
+# name -> (preset, GGUF matrices, GGUF embedding, layers)
+declare -A PRESET=([smollm2-q4_1]=smollm2-135m [qwen-q8_0]=qwen2.5-0.5b [llama1b-q4km]=llama-3.2-1b
+                   [llama8b-q4km]=llama-3.1-8b)
+declare -A GTYPE=([smollm2-q4_1]=q4_1 [qwen-q8_0]=q8_0 [llama1b-q4km]=q4_k_m [llama8b-q4km]=q4_k_m)
+declare -A ETYPE=([smollm2-q4_1]=q8_0 [qwen-q8_0]=q8_0 [llama1b-q4km]=q4_k_m [llama8b-q4km]=q4_k_m)
+declare -A LAYERS=([llama8b-q4km]=8)
+for m in $MODELS; do
+  nl=${N_LAYER:-${LAYERS[$m]:-}}
+  stamp "writing $m (${PRESET[$m]}${nl:+, $nl layers}, ${GTYPE[$m]})"
+  "${PIN[@]}" $PY tools/random_checkpoint.py "$W/$m" --preset "${PRESET[$m]}" --dtype float16 ${nl:+--n-layer "$nl"} \
+    --gguf "$W/$m.gguf" --gguf-type "${GTYPE[$m]}" --gguf-embedding-type "${ETYPE[$m]}" | tail -1 || exit 1
+  rm -f "$W/$m/model.safetensors"  # (only the GGUF file is measured; the float16 copy is disk and page cache)
+done
+
+B=($PY -m webtensor.cli bench --device "$DEVICE" --decode "$DECODE" --repeats "$REPEATS" --prompts "$PROMPTS")
+run() { local name=$1 limit=$2; shift 2; stamp "$name"
+        timeout "$(cap "$limit")" "$@" --json "$OUT/$name.json" 2>&1 | grep -v "it/s\]" | grep -v "^  " | tail -8; }
+for r in $(seq "$ROUNDS"); do
+  for m in $MODELS; do
+    run "$m-dot4-$r" 90 "${PIN[@]}" "${B[@]}" -m "$W/$m.gguf" --processes 1
+    WEBTENSOR_POLICY=gemv_quant_dot4=0 run "$m-f32-$r" 90 "${PIN[@]}" "${B[@]}" -m "$W/$m.gguf" --processes 1
+  done
+done
+
+if [ -n "${BUILD:-}" ]; then
+  stamp "waiting for the llama.cpp build"
+  left=$(cap 400); while kill -0 "$BUILD" 2>/dev/null && [ "$left" -gt 0 ]; do sleep 2; left=$((left - 2)); done
+  if [ "$(cat /tmp/lcb.rc 2>/dev/null)" != 0 ]; then stamp "llama.cpp build failed or unfinished"; tail -20 /tmp/lcb.out
+                                                         tail -20 /tmp/lcb-build.log 2>/dev/null; fi
+fi
+for m in $MODELS; do [ -x "$LB" ] && run "$m-lcpp" 90 "${B[@]}" -m "$W/$m.gguf" --processes 1 --llama-bench "$LB"; done
+
+stamp "summary"
+$PY tools/bench_table.py $(ls "$OUT"/*.json 2>/dev/null | sort)
+for m in $MODELS; do ls "$OUT/$m"-*.json >/dev/null 2>&1 && $PY tools/h200/decode_gbs.py "$W/$m.gguf" "$OUT/$m"-*.json; done
+stamp "done"
