@@ -60,12 +60,7 @@ def time_us(fn) -> float:
 def make(qtype: str, w: np.ndarray) -> quant.QuantWeight:
     if qtype in quant.QUANTIZABLE:
         return quant.quantize(w, qtype)
-    t = quant.TYPES[qtype]
-    n, k = w.shape
-    raw = rng.integers(0, 256, (n, k // t.values, t.nbytes), dtype=np.uint8)
-    for off in {"Q4_K": (0, 2), "Q6_K": (208,)}[qtype]:
-        raw[:, :, off + 1] = 0x1C  # float16 scales near 2^-8
-    return quant.QuantWeight.from_blocks(qtype, raw, (n, k))
+    return quant.random_weight(qtype, w.shape, rng, -8)  # float16 scales near 2^-8
 
 
 total: dict[str, float] = {}  # variant -> its µs over the shapes it ran

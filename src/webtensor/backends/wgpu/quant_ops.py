@@ -309,8 +309,10 @@ def quant_lanes(ctx: WgpuContext, K: int, dot4: bool = False) -> int:
 
 
 def gemv_lanes(ctx: WgpuContext, K: int) -> int:
-    """Threads per output of gemv_quant.wgsl (the f32 kernel): `quant_lanes`."""
-    return quant_lanes(ctx, K)
+    """Threads per output of gemv_quant.wgsl (the f32 kernel): `quant_lanes`, at least 8 where more than one (its
+    reduction writes the MR NR <= 8 outputs of a group from lanes 0 .. MR NR - 1)."""
+    lanes = quant_lanes(ctx, K)
+    return lanes if lanes == 1 else max(lanes, 8)
 
 
 def gemv_outputs(ctx: WgpuContext, K: int, mr: int) -> int:
@@ -331,7 +333,7 @@ def uses_dot4(ctx: WgpuContext, M: int, stack: bool = False) -> bool:
 # workgroup memory of gemv_quant_dot4 besides the staged activations: gemv_norm's red2 and stats,
 # common.wgsl's wg_red, and a margin
 _DOT4_FIXED_BYTES = 256 * 8 + 8 * 8 + 256 * 4 + 256
-_DOT4_STAGE_BYTES = 1.5  # bytes a staged activation value: one int8, and 16 bytes a block of 32 (xm)
+_DOT4_STAGE_BYTES = 1.25  # bytes a staged activation value: one int8, and 8 bytes a block of 32 (xm)
 
 
 def dot4_tile(ctx: WgpuContext, K: int, mr: int, lanes: int, nr: int) -> int:
@@ -457,7 +459,7 @@ def quant_linear(x: Tensor, qweight: QuantWeight | QuantGpu, bias: Tensor | None
     kern, which, mr, nr = kernel_for(ctx, w.qtype, M, K, (2 if rms is not None else 1) if fuse else 0, stack,
                                      glu=fuse_glu)
     if which == "dot4q":  # the int8 activations once, for every chunk's launch
-        x2, lda = quantize_rows(x2, M, K, lda, norm if fuse else None, fuse_glu), 3 * K // 8
+        x2, lda = quantize_rows(x2, M, K, lda, norm if fuse else None, fuse_glu), q8_row_words(K)
         fuse = False
     sw = scale_words(w.qtype, K)
     for n0, nn, qbuf, sbuf in w.chunks():
@@ -483,18 +485,23 @@ def quant_linear(x: Tensor, qweight: QuantWeight | QuantGpu, bias: Tensor | None
     return out
 
 
+def q8_row_words(K: int) -> int:
+    """u32 words a row of quantize_q8's output: K / 4 of int8, then K / 32 (d, sums) pairs, padded to whole vec4s."""
+    return K // 4 + 4 * -(-K // 64)
+
+
 def quantize_rows(x: Tensor, M: int, K: int, lda: int, norm: tuple[Tensor, Tensor | None, float] | None,
                   glu: bool) -> Tensor:
     """Rows of x (M rows of K values at stride lda; 2K wide with `glu`), through the fused norm or
-    SwiGLU, quantized to int8 activations by one quantize_q8 launch: (M, 3K / 8) float32 words, each row
-    K / 16 vec4 of int8 then K / 32 vec4 of (d, S0, S1, 0) (the layout gemv_quant_dot4 reads with PREQ)."""
+    SwiGLU, quantized to int8 activations by one quantize_q8 launch: (M, q8_row_words(K)) float32 (u32 words),
+    each row K / 4 words of int8 then K / 32 (d, sums) pairs (the layout gemv_quant_dot4 reads with PREQ)."""
     ctx = gops._ctx(x)
-    out = gops._out(x.device, (M, 3 * K // 8), dt.float32)
+    out = gops._out(x.device, (M, q8_row_words(K)), dt.float32)
     sg = ctx.subgroup_size if ctx.has_subgroups else 0
     code = 0 if norm is None else 2 if norm[1] is None else 1
     kern = ctx.kernel("quantize_q8", {"NORM": f"{code}u", "SG": f"{sg}u", "GLU": "true" if glu else "false"})
     bufs: dict[str, Any] = dict(a=gops._buf(x), o=gops._buf(out))
-    params: dict[str, float] = dict(M=M, K=K, a_off4=x._offset // 4, lda4=lda // 4, o_ld4=3 * K // 32)
+    params: dict[str, float] = dict(M=M, K=K, a_off4=x._offset // 4, lda4=lda // 4, o_ld=q8_row_words(K))
     if norm is not None:
         params["eps"] = norm[2]
         bufs.update(lnw=gops._buf(norm[0]), lnb=None if norm[1] is None else gops._buf(norm[1]))

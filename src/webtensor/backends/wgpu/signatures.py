@@ -182,7 +182,7 @@ SIGNATURES = {s.file: s for s in (
          "q k v -> o"),
     *(_sig(k, f"M N K acc=0 a_off4 lda4 d_ld c_off=0 ldc {_EPI} eps:f32=0", "a qs scales bias? res? lnw? lnb? -> c")
       for k in ("gemv_quant", "gemv_quant_dot4")),
-    _sig("quantize_q8", "M K a_off4 lda4 o_ld4 eps:f32=0", "a lnw? lnb? -> o"),
+    _sig("quantize_q8", "M K a_off4 lda4 o_ld eps:f32=0", "a lnw? lnb? -> o"),
     *(_sig(k, f"M N K acc=0 a_off4 lda4 d_ld c_off=0 ldc {_EPI} eps:f32=0", "a qs scales bias? res? -> c")
       for k in ("matmul_quant", "matmul_quant_regs")),
     _sig("attention", "T S H D q_off q_ts q_hs causal k_off k_ts k_hs scale:f32 v_off v_ts v_hs o_off=0 o_ts o_hs "

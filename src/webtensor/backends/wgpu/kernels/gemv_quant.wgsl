@@ -14,7 +14,7 @@
 // each thread NR consecutive outputs (the activations of a unit loaded once for the NR), then a
 // reduction of the MR x NR partial sums: a tree in workgroup memory, or with SG > 0 (the adapter's
 // fixed subgroup size, at most LANES; only built on devices with the `subgroup` feature) subgroupAdd
-// and one barrier; lane q writes output (row q / NR, column q % NR) (LANES >= 32 >= MR NR).
+// and one barrier; lane q writes output (row q / NR, column q % NR) (LANES >= 8 >= MR NR).
 // LANES = 1 (CPU adapters): one thread an output group, no reduction, no barrier; one row of A there
 // (decode, MR = 1, NR <= 2) takes a path with plain variables and no local arrays, which SwiftShader
 // keeps in memory when they are indexed (2.4-3x slower); its sums are the general path's in the same

@@ -8,12 +8,12 @@
 // exact in its integers (|I| < 2^24, so f32(I) and the ZP correction are exact too).
 //
 // The activations are quantized once per workgroup, in the prologue, into workgroup memory (xq: 16
-// int8 a vec4<u32>; xm: per block of 32 (d, S of its first run, S of its second run, 0)), through the
+// int8 a vec4<u32>; xm: per block of 32 its ds, d and the two 16-value runs' sums: 1.25 bytes a value), through the
 // fused RMS / layer norm or SwiGLU of gemv_norm.wgsl (NORM, GLU), for the workgroup's MR rows of A (m0
 // = wg.z MR ..): KT values of each row at a time (all of K when it fits the workgroup memory; else
 // tiles of KT values, a multiple of 32 LANES values so each lane's units stay the same, staged one after
 // the other between barriers). With PREQ they were quantized before, by quantize_q8.wgsl: A is then
-// that kernel's output (row m: K / 16 vec4 of int8, then K / 32 vec4 of xm's), read where it lies.
+// that kernel's output (row m: K / 16 vec4 of int8, then K / 32 ds pairs), read where it lies.
 // The workgroup then loops over groups of ROWS = 256 NR / LANES outputs (group g, g + number of
 // workgroups, ...: the grid is capped so that the prologue's cost is paid by few workgroups), LANES
 // threads an output striding over its units (consecutive lanes, consecutive units: a warp reads a
@@ -31,8 +31,8 @@
 // written; rows m0 + m < M only (m < rows); units u < K / 32 (an unrolled unit past the tile's end
 // loads unit uend - 1 and adds nothing; quant_dequant.wgsl for the weight reads); the prologue reads
 // A's vec4s (kb0 + b) 8 + j < K / 4 (b < nb, blocks of this tile) through arow (gemv_norm.wgsl's
-// bounds); with PREQ, A's row m0 + m < M holds 3 K / 32 vec4s from a_off4 + (m0 + m) lda4 and the
-// reads are k / 16 < K / 16 and K / 16 + k / 32 < 3 K / 32; workgroup arrays: xq [m KT / 16 + k / 16]
+// bounds); with PREQ, A's row m0 + m < M holds lda4 = K / 16 + ceil(K / 64) vec4s from a_off4 + (m0 + m)
+// lda4 and the reads are k / 16 < K / 16 and K / 16 + k / 64 < lda4; workgroup arrays: xq [m KT / 16 + k / 16]
 // and xm [m KT / 32 + k / 32] with m < MR and k < KT the value's place in its tile (unit_k4 of a unit of
 // the tile, less the tile's start, is < KT / 4 since tiles are whole units), red [q RW + li / RSTEP]
 // with q < MR NR, li < 256; the output c[c_off + (m0 + m) ldc + n] with n < N, m < rows. Loops end:
@@ -55,7 +55,7 @@ const RW: u32 = 256u / RSTEP;
 var<workgroup> red: array<f32, select(1u, MR * NR * RW, SHARED_RED)>;
 // (PREQ: the activations are read from A, these are not needed)
 var<workgroup> xq: array<vec4<u32>, select(MR * KT / 16u, 1u, PREQ)>;  // [m][k / 16]: 16 int8 activations
-var<workgroup> xm: array<vec4<f32>, select(MR * KT / 32u, 1u, PREQ)>;  // [m][k / 32]: (d, S run 0, S run 1, 0)
+var<workgroup> xm: array<vec2<u32>, select(MR * KT / 32u, 1u, PREQ)>;  // [m][k / 32]: q8_act.wgsl's ds
 
 // the int8 activations of tile t of rows m0 .. m0 + rows - 1 into xq / xm (no barrier inside)
 fn stage(li: u32, m0: u32, rows: u32, t: u32) {
@@ -80,19 +80,22 @@ fn x16(m0: u32, m: u32, k: u32) -> vec4<u32> {
   if (PREQ) { return bitcast<vec4<u32>>(a[p.a_off4 + (m0 + m) * p.lda4 + k / 16u]); }
   return xq[m * (KT / 16u) + k / 16u];
 }
-fn xmeta(m0: u32, m: u32, k: u32) -> vec4<f32> {
-  if (PREQ) { return a[p.a_off4 + (m0 + m) * p.lda4 + p.K / 16u + k / 32u]; }
+fn xmeta(m0: u32, m: u32, k: u32) -> vec2<u32> {
+  if (PREQ) {
+    let v = bitcast<vec4<u32>>(a[p.a_off4 + (m0 + m) * p.lda4 + p.K / 16u + k / 64u]);
+    return select(v.xy, v.zw, (k / 32u) % 2u == 1u);
+  }
   return xm[m * (KT / 32u) + k / 32u];
 }
 
 // one run's contribution: d (scale (I - ZP S) + min S), I the four dot4I8Packed of weight bytes q with
-// activation bytes x, S the run's activation sum (m: the block's xm, half: which run of the block)
-fn run_i(q: vec4<u32>, sm: vec2<f32>, x: vec4<u32>, m: vec4<f32>, half: u32) -> f32 {
+// activation bytes x, S the run's activation sum (m: the block's ds, half: which run of the block)
+fn run_i(q: vec4<u32>, sm: vec2<f32>, x: vec4<u32>, m: vec2<u32>, half: u32) -> f32 {
   let i = (dot4I8Packed(q.x, x.x) + dot4I8Packed(q.y, x.y)) + (dot4I8Packed(q.z, x.z) + dot4I8Packed(q.w, x.w));
-  let s = select(m.y, m.z, half == 1u);
+  let s = run_sum(m, half);
   let v = f32(i) - f32(ZP) * s;
-  if (HAS_MIN) { return m.x * (sm.x * v + sm.y * s); }
-  return m.x * (sm.x * v);
+  if (HAS_MIN) { return q8_d(m) * (sm.x * v + sm.y * s); }
+  return q8_d(m) * (sm.x * v);
 }
 
 // the sum over the LANES lanes of an output, for output slot q (call from uniform control flow): within the
