@@ -261,6 +261,15 @@ def _check_slots(slot: np.ndarray, n_slots: int) -> None:
         raise ShapeError(f"KV cache: slot {bad} is out of range for a cache of {n_slots} slots")
 
 
+def _check_one_slot(slot: np.ndarray) -> None:
+    # chunk_attention's rows are one sequence's: every slot is slot[0] (checked on every call and
+    # replay; the WGSL kernel reads slot[0] only)
+    if slot.size and (slot != slot[0]).any():
+        other = slot[slot != slot[0]][0]
+        raise ShapeError(f"chunk_attention: the rows are in slots {slot[0]} and {other}: they must be one "
+                         "sequence's (one slot)")
+
+
 def cache_write(cache: np.ndarray, src: np.ndarray, pos: np.ndarray, slot: np.ndarray) -> None:
     # cache: (n_slots, n_ctx, H, D) float32; src: (T, H, D); row t goes to cache[slot[t], pos[t]]
     # (rows whose position is past the context are skipped, as in cache_write.wgsl)
@@ -741,6 +750,30 @@ class CpuBackend:
         return self._op("rope", x.device, x.shape, xa.dtype, compute,
                         (lambda out: _rope_step(out, xa, pa, ca, sa, interleaved)) if fast else None)
 
+    def _rope_stored(self, x: Any, pos: Any, n_ctx: int, cos: Any, sin: Any, interleaved: bool) -> Any:
+        """`rope` of the rows a cache_write stores (positions 0 .. n_ctx - 1; the others, which it skips,
+        are rotated by position 0 and their positions not checked against the tables: as the kernel)."""
+        xa, pa, ca, sa = view(x), view(pos), view(cos), view(sin)
+        kept = np.empty_like(pa)
+
+        def positions() -> None:
+            np.copyto(kept, pa)
+            kept[(pa < 0) | (pa >= n_ctx)] = 0
+
+        def compute() -> np.ndarray:
+            positions()
+            _check_positions(kept, ca.shape[0])
+            return rope(xa, kept, ca, sa, interleaved)
+
+        def into(out: np.ndarray) -> Callable[[], None]:
+            rows = _rope_step(out, xa, kept, ca, sa, interleaved)
+
+            def step() -> None:
+                positions()
+                rows()
+            return step
+        return self._op("rope", x.device, x.shape, xa.dtype, compute, into if xa.dtype == F32 else None)
+
     def softmax(self, x: Any) -> Any:
         xa = view(x)
         return self._op("softmax", x.device, x.shape, xa.dtype, lambda: softmax(xa))
@@ -806,8 +839,8 @@ class CpuBackend:
         return self._op("embedding", table.device, ids.shape + ta.shape[1:], ta.dtype, compute)
 
     def cache_write(self, cache: Any, src: Any, pos: Any, slot: Any, rope: Any = None) -> None:
-        if rope is not None:  # the reference of the fused form: rope, then the store
-            src = self.rope(src, pos, *rope)
+        if rope is not None:  # the reference of the fused form: rope of the rows it stores, then the store
+            src = self._rope_stored(src, pos, cache.shape[1], *rope)
         c, s, p, sl = view(cache), view(src), view(pos), view(slot)
         self._inplace("cache_write", lambda: cache_write(c, s, p, sl), lambda: _cache_write_step(c, s, p, sl))
 
@@ -824,6 +857,24 @@ class CpuBackend:
         return self._op("cached_attention", q.device, q.shape, F32,
                         lambda: cached_attention(qa, ka, va, p, sl, scale),
                         (lambda out: _cached_attention_step(out, qa, ka, va, p, sl, scale)) if fast else None)
+
+    def chunk_attention(self, q: Any, kc: Any, vc: Any, pos: Any, slot: Any, scale: float) -> Any:
+        # cached_attention's numbers, row by row, once the rows are found to be one sequence's
+        qa, ka, va, p, sl = view(q), view(kc), view(vc), view(pos), view(slot)
+
+        def compute() -> np.ndarray:
+            _check_one_slot(sl)
+            return cached_attention(qa, ka, va, p, sl, scale)
+
+        def into(out: np.ndarray) -> Callable[[], None]:
+            rows = _cached_attention_step(out, qa, ka, va, p, sl, scale)
+
+            def step() -> None:
+                _check_one_slot(sl)
+                rows()
+            return step
+        return self._op("chunk_attention", q.device, q.shape, F32, compute,
+                        into if ka.dtype == va.dtype == F32 and qa.dtype == F32 else None)
 
     def advance_tokens(self, new: Any, ids: Any, pos: Any, tokens: Any, count: Any) -> None:
         n, i, p, t, c = view(new), view(ids), view(pos), view(tokens), view(count)

@@ -83,7 +83,7 @@ BODY_TIMEOUT = 30.0  # seconds a request body may stall between its parts (408);
 
 
 def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
-               scheduler: Scheduler | None = None, prefill_budget: int = 256, max_body: int = MAX_BODY,
+               scheduler: Scheduler | None = None, prefill_budget: int | None = None, max_body: int = MAX_BODY,
                cors_origins: Sequence[str] = (), body_timeout: float = BODY_TIMEOUT) -> FastAPI:
     metrics = scheduler.metrics if scheduler else Metrics()
     sched = scheduler or Scheduler(engine, max_queue, metrics, prefill_budget=prefill_budget)
