@@ -45,7 +45,7 @@ from ..validate import check_ids
 from .batch import StepBatch
 from .cache import KVCache
 
-MAX_GRAPHS = 48  # captured step shapes kept (least recently used released beyond: their buffers)
+MAX_GRAPHS = 64  # captured shapes kept, decode steps and prompt chunks (least recently used released beyond)
 RING_STEPS = 16  # steps one `follow` may launch (its tokens: a ring of this many rows of the step's width)
 
 
@@ -341,7 +341,11 @@ class ModelRunner:
     def _chunk(self, slot: int, ids: tuple[int, ...], start: int, head: str,
                mask: bytes | None) -> tuple[Tensor, Tensor | None, int]:
         """One prompt chunk (see `_prompt`), its graph replayed (`load_chunk`), or without graphs its forward run
-        eagerly at the same shape: (logits, argmax, its tokens)."""
+        eagerly at the same shape: (logits, argmax, its tokens). A chunk of one token is a decode row (`_step`), as
+        in a launch: a prompt's numbers are the same through `prefill` and through a server's steps."""
+        if len(ids) == 1:
+            logits, one, _ = self._step([RunRow(slot, ids, start, mask=mask)])
+            return logits, None if head == "none" else one, 1
         if self.use_graph:
             logits, best = self.load_chunk(slot, ids, start, head, mask).graph.replay()
             return logits, best, len(ids)
@@ -416,16 +420,24 @@ class ModelRunner:
         return part
 
     def _step_part(self, index: list[int], rows: Sequence[RunRow]) -> tuple[_Part, _StepGraph | None]:
-        """The one-token rows `index` of a launch as one decode step, queued: its part, and its graph (None:
-        run eagerly)."""
+        """The one-token rows `index` of a launch as one decode step, queued: its part (the readbacks), and its
+        graph (None: run eagerly)."""
+        step = [rows[i] for i in index]
+        logits, best, g = self._step(step)
+        read = self.device.backend.read_async
+        want = any(r.reads for r in step)
+        return _Part(index, [read(best)], [(read(logits), logits.dtype.name, logits.shape[-1])] if want else []), g
+
+    def _step(self, rows: list[RunRow]) -> tuple[Tensor, Tensor, _StepGraph | None]:
+        """One-token rows as one decode step (`_StepGraph`, or its forward eagerly), queued: the logits of its head
+        rows (each choosing or every_logits row, in order), their argmax, the graph."""
         dev = self.device
         ids: list[int] = []
         pos: list[int] = []
         slot: list[int] = []
         picks: list[int] = []  # the rows the LM head runs on (each choosing row, every_logits rows)
         masks: list[bytes | None] = []  # per head row: its mask (the choosing row's) or None (every token)
-        for i in index:
-            r = rows[i]
+        for r in rows:
             if r.head_rows:
                 picks.append(len(ids))
                 masks.append(r.mask if r.pick else None)
@@ -454,9 +466,8 @@ class ModelRunner:
             batch = StepBatch(int_tensor(ids, dev), int_tensor(pos, dev), int_tensor(slot, dev),
                               head_rows=None if every else int_tensor(picks or [0], dev), invariant=self.invariant)
             logits, best = _forward(self, batch, self._bits_tensor(masks or [None]) if masked else None)()
-        read = dev.backend.read_async
-        want = any(rows[i].reads for i in index)
-        return _Part(index, [read(best)], [(read(logits), logits.dtype.name, logits.shape[-1])] if want else []), g
+        assert best is not None
+        return logits, best, g
 
     @property
     def model(self) -> Runnable:
@@ -601,15 +612,15 @@ class ModelRunner:
         recently used are released (never the one `follow` may replay)."""
         g = self._graphs.pop(key, None)  # (re-inserted last: the dict runs least to most recent)
         if g is None:
+            t0 = time.perf_counter()
+            g = make()  # (a capture first submits what is pending: no replay of a graph released below is queued)
+            self._captured += 1
+            self._capture_ms += (time.perf_counter() - t0) * 1e3
             excess = len(self._graphs) + 1 - MAX_GRAPHS
             if excess > 0:
                 in_use = self._last.graph if self._last is not None else None  # (`follow` may replay it)
                 for old in [k for k, v in self._graphs.items() if v is not in_use][:excess]:
                     self._graphs.pop(old).release()
-            t0 = time.perf_counter()
-            g = make()
-            self._captured += 1
-            self._capture_ms += (time.perf_counter() - t0) * 1e3
         self._graphs[key] = g
         return g
 

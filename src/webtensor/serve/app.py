@@ -113,7 +113,8 @@ def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
     async def health() -> dict[str, Any]:
         return {"status": "draining" if sched.draining else "ok", "model": engine.name,
                 "active": sched.active, "queued": sched.queued, "max_batch": engine.max_batch,
-                "engine": getattr(engine, "engine", None), "graphs": getattr(engine, "graph_stats", None)}
+                "engine": getattr(engine, "engine", None), "graphs": getattr(engine, "graph_stats", None),
+                "prefill_chunk": sched.prefill_chunk, "prefill_budget": sched.prefill_budget}
 
     @_get(app, "/metrics")
     async def metrics_text() -> Response:

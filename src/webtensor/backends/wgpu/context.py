@@ -446,6 +446,7 @@ class WgpuContext:
             self.check_alive()
             self._no_capture("a readback")
             commands, names = self.take_pending()
+            commands = self._guard(",".join(names), lambda: self._lead(commands))
             self.counters["submits"] += 1
             self.counters["readbacks"] += 1
             self.counters["bytes_read"] += nbytes
@@ -483,7 +484,7 @@ class WgpuContext:
         """Submit the pending batch; with `read` = (buffer, offset, nbytes), that range's bytes after it."""
         commands, names = self.take_pending()
         try:
-            out = self.api.submit(commands, read)
+            out = self.api.submit(self._lead(commands), read)
             err = self.api.pop_error()
         except Exception as e:  # validation error, out of memory, device lost
             raise GPUError(_describe_failure(names, e)) from e
@@ -491,6 +492,22 @@ class WgpuContext:
             raise GPUError(_describe_failure(names, err))
         self.counters["submits"] += 1
         return out
+
+    def _lead(self, commands: list[Command]) -> list[Command]:
+        """Submit the first pieces of a big batch on their own and return the rest: the GPU starts on
+        them while the host encodes the rest (a prompt chunk's few hundred dispatches, whose encoding
+        would otherwise come before any of its GPU work). Batches of fewer than the policy's
+        submit_split_min commands (a decode step) go whole; else pieces of submit_first commands, then
+        twice as many each, while more than twice the next piece remains."""
+        first = self.policy.submit_first
+        if not first or len(commands) < self.policy.submit_split_min:
+            return commands
+        i, size = 0, first
+        while len(commands) - i > 2 * size:
+            self.api.submit(commands[i:i + size], None)
+            self.counters["submits"] += 1
+            i, size = i + size, 2 * size
+        return commands[i:]
 
     def _guard(self, what: str, fn: Callable[[], _T]) -> _T:
         try:

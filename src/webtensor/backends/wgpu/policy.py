@@ -85,6 +85,11 @@ class KernelPolicy:
     # big enough to fill the matrix engine; CPU adapters (for_adapter): smaller, their products are slow
     prefill_chunk: int = 512
     prefill_budget: int = 512
+    # submission (WgpuContext._lead): a batch of submit_split_min commands or more (a prompt chunk's) is
+    # submitted in pieces, the first of submit_first commands, so the GPU starts while the rest is encoded;
+    # smaller ones (a decode step) whole; 0: always whole (CPU adapters: their submit runs the kernels)
+    submit_first: int = 64
+    submit_split_min: int = 256
 
     def __post_init__(self) -> None:
         if self.engine_f16_math not in ENGINE_F16_MATHS:
@@ -105,7 +110,7 @@ class KernelPolicy:
             units = DEFAULT_UNITS.get(str(info.adapter_type), DEFAULT_UNITS["IntegratedGPU"])
         if info.is_software:
             return cls(gpu_style=False, compute_units=units, prefill_chunk=CPU_ADAPTER_PREFILL[0],
-                       prefill_budget=CPU_ADAPTER_PREFILL[1])
+                       prefill_budget=CPU_ADAPTER_PREFILL[1], submit_first=0)
         return cls(gpu_style=True, compute_units=units)
 
     def replace(self, **changes: Any) -> KernelPolicy:
