@@ -51,8 +51,9 @@ def build(name: str, layers: int | None, dtype: str, n_ctx: int, tiny: bool) -> 
     if layers:
         raw[("n_layer" if "n_layer" in raw else "num_hidden_layers")] = layers
     if tiny:  # a quick trial: the widths cut down, the structure kept
-        raw.update({"hidden_size": 144, "intermediate_size": 96, "vocab_size": 512} if family.name == "llama" else
-                   {"n_embd": 128, "vocab_size": 512})
+        raw.update({"hidden_size": 144, "intermediate_size": 96, "vocab_size": 512, "num_attention_heads": 9,
+                    "num_key_value_heads": 3} if family.name == "llama" else {"n_embd": 128, "vocab_size": 512})
+        raw.update(bos_token_id=0, eos_token_id=0)
         raw.pop("head_dim", None)
     dev = wt.Device.wgpu()
     if tiny:
@@ -114,23 +115,37 @@ HEADER = (f"{'model':>14} {'tokens':>6} {'chunks':>6} {'disp':>5} {'GPU ms':>8} 
 
 
 class Stream(threading.Thread):
-    """One streamed completion: the arrival times of its SSE events (each one or more tokens)."""
+    """Streamed completions, one after another until `stop`: the arrival times of each one's SSE events (an event:
+    one or more tokens)."""
 
-    def __init__(self, url: str, model: str, prompt: list[int], max_tokens: int):
+    def __init__(self, url: str, model: str, prompt: list[int], max_tokens: int, again: bool = True):
         super().__init__(daemon=True)
-        self.url, self.model, self.prompt, self.max_tokens = url, model, prompt, max_tokens
-        self.events: list[float] = []
-        self.sent = 0.0
+        self.url, self.model, self.prompt, self.max_tokens, self.again = url, model, prompt, max_tokens, again
+        self.requests: list[list[float]] = []  # per completion, its events' times
+        self.sent = 0.0  # (the first completion's)
         self.error: str | None = None
         self.stop = False
 
+    @property
+    def events(self) -> list[float]:
+        return [t for r in self.requests for t in r]
+
     def run(self) -> None:
+        while not self.stop:
+            self._one()
+            if not self.again or self.error:
+                return
+
+    def _one(self) -> None:
         u = urllib.parse.urlparse(self.url)
         conn = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
         body = json.dumps({"model": self.model, "prompt": self.prompt, "max_tokens": self.max_tokens,
                            "temperature": 0, "ignore_eos": True, "stream": True})
+        times: list[float] = []
+        self.requests.append(times)
         try:
-            self.sent = time.perf_counter()
+            if len(self.requests) == 1:
+                self.sent = time.perf_counter()
             conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
             resp = conn.getresponse()
             if resp.status != 200:
@@ -141,7 +156,7 @@ class Stream(threading.Thread):
                 if not line:
                     return
                 if line.startswith(b"data: ") and not line.startswith(b"data: [DONE]"):
-                    self.events.append(time.perf_counter())
+                    times.append(time.perf_counter())
         except OSError as e:
             self.error = f"{type(e).__name__}: {e}"
         finally:
@@ -149,11 +164,11 @@ class Stream(threading.Thread):
 
 
 def gaps(streams: list[Stream], lo: float, hi: float) -> list[float]:
-    """Every stream's gaps between consecutive events that end within [lo, hi], in ms."""
+    """Every stream's gaps between consecutive events of one completion that end within [lo, hi], in ms."""
     out = []
     for s in streams:
-        ev = s.events
-        out += [(b - a) * 1e3 for a, b in zip(ev, ev[1:], strict=False) if lo <= b <= hi]
+        for ev in list(s.requests):
+            out += [(b - a) * 1e3 for a, b in zip(ev, ev[1:], strict=False) if lo <= b <= hi]
     return out
 
 
@@ -185,7 +200,7 @@ def itl(a: argparse.Namespace) -> None:
         time.sleep(a.window)
         t1 = time.perf_counter()
         before += gaps(streams, t0, t1)
-        long = Stream(a.url, model, [(13 * j + 5 * r + 1) % vocab for j in range(a.long)], 1)
+        long = Stream(a.url, model, [(13 * j + 5 * r + 1) % vocab for j in range(a.long)], 1, again=False)
         long.start()
         long.join(300)
         if long.error or not long.events:

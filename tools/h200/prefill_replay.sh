@@ -12,7 +12,7 @@
 #
 #   bash tools/h200/prefill_replay.sh            (device run: carry .gl and .whl)
 # A local trial (tiny widths, GPU kernels on lavapipe; the shipped model served on the CPU device):
-#   LOCAL=1 TINY=1 PROMPTS=16,64 SERVE_DEVICE=cpu SERVE_MODEL= STREAMS=4 LONG=200 VOCAB=4096 CTX=512 \
+#   LOCAL=1 TINY=1 PROMPTS=16,64 SERVE_DEVICE=cpu SERVE_MODEL= STREAMS=4 LONG=200 VOCAB=4096 CTX=256 BUDGET=900 \
 #     PY=/work/main/.venv/bin/python bash tools/h200/prefill_replay.sh
 set -u
 T0=$(date +%s)
