@@ -138,7 +138,8 @@ def test_chunk_attention(gpu, style, monkeypatch, launched, subgroups, seed, T, 
     the last position (a graph's padding rows), with `past` the last row past the context (it sees all n_ctx
     positions); q float32 or float16; the GPU kernel (attention_tiled_cache.wgsl, tiles of `keys` keys, row
     reductions by subgroup shuffles or through workgroup memory) where the policy and shapes allow it (head dims
-    that are multiples of 16 on GPU-style plans), else cached_attention's kernel."""
+    that are multiples of 16 on GPU-style plans), else the CPU adapters' (attention_flash_cache.wgsl: float32,
+    head dims that are multiples of 4 up to 64), else cached_attention's kernel."""
     if f16 and not gpu.has_f16:
         pytest.skip("this adapter has no shader-f16")
     if subgroups and not gpu.ctx.has_subgroups:
@@ -161,7 +162,8 @@ def test_chunk_attention(gpu, style, monkeypatch, launched, subgroups, seed, T, 
         outs.append(wt.chunk_attention(*on(dev, q, kc, vc, pos, slot), scale=scale).numpy())
     tiled = style and D % 16 == 0 and D % keys == 0 and keys * (2 * D * 4 + 256) <= \
         gpu.ctx.api.limits["max-compute-workgroup-storage-size"]
-    assert launched == ["attention_tiled_cache" if tiled else "cached_attention"]
+    flash = not tiled and T + pad >= 2 and D % 4 == 0 and D <= 64 and not f16
+    assert launched == ["attention_tiled_cache" if tiled else "attention_flash_cache" if flash else "cached_attention"]
     want = chunk_reference(q, kc, vc, pos, s, scale)
     assert outs[1].dtype == np.float32 and outs[1].shape == (T + pad, H, D)
     assert rel_err(outs[0], want) <= 1e-6
@@ -188,10 +190,9 @@ def test_chunk_attention_rows_share_one_slot(device):
 
 @SETTINGS
 @given(seed=seeds, slots=st.integers(1, 3), bad=st.sampled_from([-1, 0, 7]), neg=st.booleans())
-def test_chunk_attention_bad_slots_and_positions(gpu, monkeypatch, seed, slots, bad, neg):
+def test_chunk_attention_bad_slots_and_positions(gpu, style, seed, slots, bad, neg):
     """GPU data is never trusted as an index: a slot out of range makes every row attend to nothing (zeros), a
-    negative position its row (zeros); the other rows are the reference's."""
-    set_policy(monkeypatch, gpu, gpu_style=True)
+    negative position its row (zeros); the other rows are the reference's (both kernel families)."""
     n_ctx, T, D = 12, 5, 16
     kc, vc, q = rnd(seed, slots, n_ctx, 1, D), rnd(seed + 1, slots, n_ctx, 1, D), rnd(seed + 2, T, 2, D)
     pos = np.arange(3, 3 + T).astype(np.int32)

@@ -993,27 +993,34 @@ def cached_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tenso
 def chunk_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float) -> Tensor:
     """q (T, H, D) of one sequence's rows (all in slot slot[0]) against caches (n_slots, n_ctx, KVH, D)
     f32: row t sees positions 0..pos[t] -> (T, H, D) f32. attention_tiled_cache.wgsl where it runs
-    (GPUs: query tiles sharing key tiles, see `_tiled_keys`), else cached_attention's kernel (one
+    (GPUs: query tiles sharing key tiles, see `_tiled_keys`), attention_flash_cache.wgsl on CPU adapters
+    (float32, D a multiple of 4 up to 64, as attention_flash), else cached_attention's kernel (one
     workgroup a row and head: the same numbers for rows of one slot)."""
     ctx = _ctx(q)
     if q._strides[-1] != 1:
         q = q.contiguous()
     T, H, D = q.shape
     n_slots, n_ctx, KVH = kc.shape[:3]
-    bk = _tiled_keys(ctx, D, 4, [q._offset, *q._strides[:2], kc._offset, vc._offset])
-    if not bk or D > 256 or q.dtype not in (dt.float32, dt.float16):
+    offsets = [q._offset, *q._strides[:2], kc._offset, vc._offset]
+    bk = _tiled_keys(ctx, D, 4, offsets) if q.dtype in (dt.float32, dt.float16) and D <= 256 else 0
+    flash = (not bk and T >= ctx.policy.flash_min_queries and D % 4 == 0 and D <= 64 and q.dtype is dt.float32
+             and all(x % 4 == 0 for x in offsets))
+    if not bk and not flash:
         return cached_attention(q, kc, vc, pos, slot, scale)
     out = _out(q.device, (T, H, D), dt.float32)
     if T == 0 or H == 0:
         return out
-    f16 = q.dtype is dt.float16
-    kern = ctx.kernel("attention_tiled_cache", {
-        "TS": "f32", "D4": f"{D // 4}u", "KG": f"{bk // 4}u", "F16": "true" if f16 else "false",
-        "SG": "true" if 0 < bk // 4 <= ctx.subgroup_size else "false"})
+    if bk:
+        kern = ctx.kernel("attention_tiled_cache", {
+            "TS": "f32", "D4": f"{D // 4}u", "KG": f"{bk // 4}u", "F16": "true" if q.dtype is dt.float16 else "false",
+            "SG": "true" if 0 < bk // 4 <= ctx.subgroup_size else "false"})
+    else:
+        kern = ctx.kernel("attention_flash_cache", {"D4": f"{D // 4}u"})
     pos, slot = _at0(pos), _at0(slot)
-    ctx.launch(kern, dict(T=T, scale=scale, G=H // KVH, q_off=q._offset // 4, q_ts=q._strides[0] // 4,
-                          q_hs=q._strides[1] // 4, o_ts=H * D // 4, o_hs=D // 4, n_ctx=n_ctx, n_slots=n_slots,
-                          C4=KVH * D // 4, kc_off=kc._offset // 4, vc_off=vc._offset // 4),
+    group = {"G" if bk else "group": H // KVH}
+    ctx.launch(kern, dict(T=T, scale=scale, q_off=q._offset // 4, q_ts=q._strides[0] // 4, q_hs=q._strides[1] // 4,
+                          o_ts=H * D // 4, o_hs=D // 4, n_ctx=n_ctx, n_slots=n_slots, C4=KVH * D // 4,
+                          kc_off=kc._offset // 4, vc_off=vc._offset // 4, **group),
                dict(q=_buf(q), pos=_buf(pos), slot=_buf(slot), kc=_buf(kc), vc=_buf(vc), o=_buf(out)),
                (math.ceil(T / 64), H, 1))
     return out

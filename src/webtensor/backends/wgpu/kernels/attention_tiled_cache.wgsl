@@ -1,21 +1,17 @@
-// Attention of a run of one sequence's rows (a prompt chunk) over its KV cache, on GPUs: q (T, H, D)
-// a view (row / head strides, unit stride along D, in vec4s), the caches (n_slots, n_ctx, KVH, D)
-// float32 (kv_cache.wgsl's layout, at kc_off / vc_off vec4s, C4 = KVH D / 4 vec4s a position), the
-// rows' positions pos (T,) and the sequence's slot slot[0] on the device (int32), so one captured
-// graph serves every chunk of every prompt. Row t sees positions 0 .. pos[t] of the slot (causal
-// within the chunk, and the cached prefix before it): the chunk's own keys and values are stored
-// (cache_write) before this runs. Query tiles of 64 rows share every key and value tile they load
-// (attention_tiled_main.wgsl, whose tiles run from position 0: a row's result does not depend on
-// which chunk or tile it is in). A row whose position is past the context sees its n_ctx positions
-// (as cached_attention.wgsl); a negative position, and every row when the slot is outside 0 ..
-// n_slots - 1, attends to nothing and writes zeros. Output (T, H, D) float32 contiguous. With F16 q
-// is float16 (read as u32 words); the cache and the tiles are float32.
-// Bounds (the kernels run without the compiler's runtime checks): pos is read at rows clamped to
-// T - 1 and slot at 0 (the planner binds tensors of T and T rows starting at element 0); a limit is
-// at most n_ctx and nonzero only for a slot < n_slots, so block_keys <= n_ctx and every key j <
-// block_keys of kvh < KVH reads kv_row(s, j) C4 + kvh D4 + d4 < n_slots n_ctx C4 past kc_off /
-// vc_off: inside the contiguous cache view. The body's bounds hold as in
-// attention_tiled.wgsl (the planner builds it for D a multiple of BK and tiles that fit).
+// Attention of a run of one sequence's rows (a prompt chunk) over its KV cache, on GPUs: q (T, H, D) a view (row /
+// head strides, unit stride along D, in vec4s), the caches (n_slots, n_ctx, KVH, D) float32 (kv_cache.wgsl's
+// layout, at kc_off / vc_off vec4s, C4 = KVH D / 4 vec4s a position), the rows' positions pos (T,) and the
+// sequence's slot slot[0] on the device (int32), so one captured graph serves every chunk of every prompt. Which
+// keys a row sees: attention_cache_rows.wgsl (row t: positions 0 .. pos[t] of the slot, causal within the chunk
+// and over the cached prefix; the chunk's own keys and values are stored, by cache_write, before this runs). Query
+// tiles of 64 rows share every key and value tile they load (attention_tiled_main.wgsl, whose tiles run from
+// position 0: a row's result does not depend on which chunk or tile it is in). Output (T, H, D) float32
+// contiguous. With F16 q is float16 (read as u32 words); the cache and the tiles are float32.
+// attention_flash_cache.wgsl is the CPU adapters' kernel for the same op.
+// Bounds (the kernels run without the compiler's runtime checks): every key j < block_keys <= n_ctx of kvh < KVH
+// reads kv_row(s, j) C4 + kvh D4 + d4 < n_slots n_ctx C4 past kc_off / vc_off (s < n_slots whenever block_keys >
+// 0): inside the contiguous cache view. The body's bounds hold as in attention_tiled.wgsl (the planner builds it
+// for D a multiple of BK and tiles that fit).
 // Header: alias TS (tile type: f32); const D4 (D / 4), KG (key quads a tile), F16 (float16 q), SG.
 struct P {
   T: u32, scale: f32, G: u32, q_off: u32,
@@ -42,34 +38,12 @@ fn o4(x: vec4<f32>) -> OV { return x; }
 @group(0) @binding(5) var<storage, read> vc: array<KV>;
 @group(0) @binding(6) var<storage, read_write> o: array<OV>;
 // #include kv_cache.wgsl
+// #include attention_cache_rows.wgsl
 
-// the sequence's slot (n_slots where it is out of range: every limit is then 0, no key is read)
-fn sequence() -> u32 { return min(u32(slot[0]), p.n_slots); }
 fn k_at(sq: u32, j: u32, kvh: u32, d4: u32) -> KV { return kc[p.kc_off + kv_row(sq, j, p.n_ctx) * p.C4 + kvh * D4 + d4]; }
 fn v_at(sq: u32, j: u32, kvh: u32, d4: u32) -> KV { return vc[p.vc_off + kv_row(sq, j, p.n_ctx) * p.C4 + kvh * D4 + d4]; }
 
-// row t's limit: pos[t] + 1 keys (at most the context's n_ctx), 0 for a negative position or a slot outside the
-// cache (rows past T: row T - 1's)
-fn row_limit(t: u32) -> u32 {
-  let ps = pos[min(t, p.T - 1u)];
-  if (ps < 0 || u32(slot[0]) >= p.n_slots) { return 0u; }
-  return min(u32(ps) + 1u, p.n_ctx);
-}
-
 fn row_limits(t0: u32) -> vec4<u32> {
   return vec4<u32>(row_limit(t0), row_limit(t0 + 1u), row_limit(t0 + 2u), row_limit(t0 + 3u));
-}
-
-var<workgroup> n_keys_sh: u32;
-
-// the keys block qblock reads: its rows' largest limit (found by one thread, read uniformly)
-fn block_keys(qblock: u32, li: u32) -> u32 {
-  if (li == 0u) {
-    var n = 0u;
-    let t_end = min(p.T, qblock * 64u + 64u);
-    for (var t = qblock * 64u; t < t_end; t = t + 1u) { n = max(n, row_limit(t)); }
-    n_keys_sh = n;
-  }
-  return workgroupUniformLoad(&n_keys_sh);
 }
 // #include attention_tiled_main.wgsl
