@@ -190,3 +190,16 @@ def test_big_batches_go_in_pieces(monkeypatch, gpu):
         counts.append(gpu.ctx.counters["submits"] - before)
     assert counts[0] == 2 and counts[1] >= 4  # (the chunk with the logits' copy, the readback; then 4, 8 .. first)
     assert np.array_equal(results[0], results[1])
+
+
+def test_a_prompt_that_fills_the_context(dev, family):
+    """A prompt of all n_ctx positions (its last chunk's padding rows at the last position, stored nowhere): the
+    replay equals the eager pass, its every-row logits end in its last-row ones, and one more token is refused."""
+    m = model_on(dev, family)
+    ids = prompt(160, 5)
+    r, e = m.runner(1, prefill_chunk=48), m.runner(1, use_graph=False, prefill_chunk=48)
+    last = r.prefill(0, ids).numpy()
+    assert np.array_equal(last, e.prefill(0, ids).numpy())
+    assert rel_err(m.logits(ids)[-1], last[0]) <= 1e-5
+    with pytest.raises(wt.ContextLengthError):
+        r.prefill(0, ids + [1])

@@ -279,6 +279,34 @@ def cache_write(cache: np.ndarray, src: np.ndarray, pos: np.ndarray, slot: np.nd
             cache[slot[t], pos[t]] = _f32(src[t])
 
 
+def chunk_attention(q: np.ndarray, kc: np.ndarray, vc: np.ndarray, pos: np.ndarray, slot: np.ndarray,
+                    scale: float) -> np.ndarray:
+    # q: (T, H, D), the rows of one sequence (every slot slot[0]'s) at positions pos; kc, vc: (n_slots, n_ctx, KVH,
+    # D). Row t attends to positions 0..pos[t] (at most n_ctx) of the slot: every row's scores against the keys
+    # the rows see, in one product a KV head (query head h = kv head h // G, member h % G), the invisible ones
+    # masked -> (T, H, D) float32
+    _check_slots(slot, kc.shape[0])
+    _check_one_slot(slot)
+    T, H, D = q.shape
+    KVH, n_ctx = kc.shape[2], kc.shape[1]
+    G = H // KVH
+    if T == 0:
+        return np.empty(q.shape, F32)
+    lim = np.minimum(pos.astype(np.int64) + 1, n_ctx)  # (T,) keys each row sees
+    n = max(int(lim.max()), 1)  # (position 0 exists: rows at negative positions see nothing, NaN)
+    s = int(slot[0])
+    k, v = kc[s, :n].transpose(1, 2, 0), vc[s, :n].transpose(1, 0, 2)  # (KVH, D, n), (KVH, n, D)
+    qh = _f32(q).reshape(T, KVH, G, D).transpose(1, 0, 2, 3).reshape(KVH, T * G, D)  # rows (t, g)
+    scores = (qh @ k) * F32(scale)  # (KVH, T G, n)
+    visible = np.repeat(np.arange(n)[None, :] < lim[:, None], G, axis=0)  # (T G, n)
+    scores = np.where(visible[None], scores, F32(-np.inf))
+    with np.errstate(invalid="ignore"):  # (a row that sees nothing: NaN)
+        e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        out = (e / e.sum(axis=-1, keepdims=True)) @ v  # (KVH, T G, D)
+    rows: np.ndarray = out.reshape(KVH, T, G, D).transpose(1, 0, 2, 3).reshape(T, H, D).astype(F32, copy=False)
+    return rows
+
+
 def _query_groups(q: np.ndarray, KVH: int) -> np.ndarray:
     # q (T, H, D) as (T, KVH, H // KVH, D): query head h = kv head h // G, member h % G (a view:
     # splitting one axis never copies, so a captured step's view follows the tensor)
@@ -859,22 +887,8 @@ class CpuBackend:
                         (lambda out: _cached_attention_step(out, qa, ka, va, p, sl, scale)) if fast else None)
 
     def chunk_attention(self, q: Any, kc: Any, vc: Any, pos: Any, slot: Any, scale: float) -> Any:
-        # cached_attention's numbers, row by row, once the rows are found to be one sequence's
         qa, ka, va, p, sl = view(q), view(kc), view(vc), view(pos), view(slot)
-
-        def compute() -> np.ndarray:
-            _check_one_slot(sl)
-            return cached_attention(qa, ka, va, p, sl, scale)
-
-        def into(out: np.ndarray) -> Callable[[], None]:
-            rows = _cached_attention_step(out, qa, ka, va, p, sl, scale)
-
-            def step() -> None:
-                _check_one_slot(sl)
-                rows()
-            return step
-        return self._op("chunk_attention", q.device, q.shape, F32, compute,
-                        into if ka.dtype == va.dtype == F32 and qa.dtype == F32 else None)
+        return self._op("chunk_attention", q.device, q.shape, F32, lambda: chunk_attention(qa, ka, va, p, sl, scale))
 
     def advance_tokens(self, new: Any, ids: Any, pos: Any, tokens: Any, count: Any) -> None:
         n, i, p, t, c = view(new), view(ids), view(pos), view(tokens), view(count)
