@@ -5,9 +5,11 @@
 #      128 / 1,024 / 4,096 tokens for SmolLM2-135M, Llama-3.2-1B and Llama-3.1-8B's shapes cut to 8 layers
 #      (random float16 weights; tools/h200/prefill_replay.py wall);
 #  (2) `webtensor serve` (random SmolLM2-135M float16, 64 slots): 63 greedy streams decoding, then a 4,096-token
-#      prompt, three times; the streams' inter-event gaps (p50 / p99) before and while the prompt is read, and its
-#      time to first token (prefill_replay.py itl), under the device policy's chunk and budget, and with small
-#      (64) and big (2,048) chunks for the comparison.
+#      prompt (three times; twice for the comparisons); the streams' inter-event gaps (p50 / p99) before and while
+#      the prompt is read, and its time to first token (prefill_replay.py itl), under the device policy's chunk
+#      and budget (512 / 512), and with small (64) and big (2,048) chunks for the comparison.
+# Steps run in order of importance (SmolLM2 and 1B walls, the policy's ITL, the 8B wall, the comparisons), each
+# under a timeout cut to what is left of BUDGET seconds.
 # $OUT gets wall-<model>.jsonl, itl-<label>.jsonl, server-<label>.log, prefill_replay.log; the tables last.
 #
 #   bash tools/h200/prefill_replay.sh            (device run: carry .gl and .whl)
@@ -34,10 +36,6 @@ wall() { local name=$1 limit=$2; shift 2; stamp "wall: $name"
          timeout "$(cap "$limit")" $PY tools/h200/prefill_replay.py wall --prompts "$PROMPTS" "${TINY_ARG[@]}" "$@" \
            > "$OUT/wall-$name.jsonl" 2> "$OUT/wall-$name.err"; tail -3 "$OUT/wall-$name.err" | grep -v "^$"
          grep -v '^{' "$OUT/wall-$name.jsonl"; }
-wall smollm2-135m 70 --model smollm2-135m
-wall llama-3.2-1b 90 --model llama-3.2-1b
-wall llama-3.1-8b-8l 130 --model llama-3.1-8b --layers 8 --repeats 2
-
 # (2) ITL of 63 streams while a 4,096-token prompt is read
 SERVE_MODEL=${SERVE_MODEL-random}
 M=()
@@ -48,8 +46,8 @@ if [ "$SERVE_MODEL" = random ]; then
   M=(--model "$W/smollm2" --dtype float16)
 elif [ -n "$SERVE_MODEL" ]; then M=(--model "$SERVE_MODEL"); fi
 URL=http://127.0.0.1:$PORT
-serve_itl() {  # label, then the server's extra options
-  local label=$1; shift; stamp "serve: $label $*"
+serve_itl() {  # label, rounds, then the server's extra options
+  local label=$1 rounds=$2; shift 2; stamp "serve: $label $*"
   timeout "$(cap 150)" $PY -m webtensor.cli serve --device "$SERVE_DEVICE" "${M[@]}" --max-batch 64 --ctx-size "$CTX" \
     --host 127.0.0.1 --port "$PORT" --grace 2 "$@" > "$OUT/server-$label.log" 2>&1 &
   local server=$!
@@ -61,15 +59,20 @@ while True:
     except OSError:
         time.sleep(0.5)"; then
     timeout "$(cap 120)" $PY tools/h200/prefill_replay.py itl --url "$URL" --streams "$STREAMS" --long "$LONG" \
-      --vocab "$VOCAB" --tokens $(( CTX - 24 )) --label "$label" > "$OUT/itl-$label.jsonl" 2> "$OUT/itl-$label.err"
+      --vocab "$VOCAB" --tokens $(( CTX - 24 )) --rounds "$rounds" --label "$label" > "$OUT/itl-$label.jsonl" \
+      2> "$OUT/itl-$label.err"
     tail -2 "$OUT/itl-$label.err"; grep -v '^{' "$OUT/itl-$label.jsonl"
   else echo "the server did not come up"; tail -5 "$OUT/server-$label.log"; fi
   kill -TERM "$server" 2>/dev/null; for _ in $(seq 20); do kill -0 "$server" 2>/dev/null || break; sleep 0.5; done
   kill -KILL "$server" 2>/dev/null; wait "$server" 2>/dev/null
 }
-serve_itl policy
-serve_itl chunk64 --prefill-chunk 64 --prefill-budget 64
-serve_itl chunk2048 --prefill-chunk 2048 --prefill-budget 2048
+# in order of what matters most, each under what is left of BUDGET
+wall smollm2-135m 60 --model smollm2-135m
+wall llama-3.2-1b 80 --model llama-3.2-1b
+serve_itl policy 3
+wall llama-3.1-8b-8l 120 --model llama-3.1-8b --layers 8 --repeats 2
+serve_itl chunk64 2 --prefill-chunk 64 --prefill-budget 64
+serve_itl chunk2048 2 --prefill-chunk 2048 --prefill-budget 2048
 
 stamp "summary"
 echo "wall time of a prompt pass against its GPU time (ratio: wall / GPU; whole: the replay in one submit;"
