@@ -133,13 +133,14 @@ def launched(monkeypatch):
        keys=st.sampled_from([16, 32, 64]), f16=st.booleans(), slots=st.integers(1, 3), past=st.booleans())
 def test_chunk_attention(gpu, style, monkeypatch, launched, subgroups, seed, T, p0, pad, kvh, G, D, keys, f16, slots,
                          past):
-    """chunk_attention against float64 numpy and against the CPU reference: a prompt chunk of T rows at positions
-    p0.. of one slot of (slots, n_ctx, KVH, D) caches (grouped-query: H = G KVH), its last `pad` rows repeating
-    the last position (a graph's padding rows), with `past` the last row past the context (it sees all n_ctx
-    positions); q float32 or float16; the GPU kernel (attention_tiled_cache.wgsl, tiles of `keys` keys, row
-    reductions by subgroup shuffles or through workgroup memory) where the policy and shapes allow it (head dims
-    that are multiples of 16 on GPU-style plans), else the CPU adapters' (attention_flash_cache.wgsl: float32,
-    head dims that are multiples of 4 up to 64), else cached_attention's kernel."""
+    """chunk_attention against float64 numpy and against the CPU reference: a prompt chunk of T rows (q a strided view:
+    the fused qkv's middle third) at positions p0.. of one slot of (slots, n_ctx, KVH, D) caches (grouped-query:
+    H = G KVH), its last `pad` rows repeating the last position (a graph's padding rows), with `past` the last
+    row past the context (it sees all n_ctx positions); q float32 or float16; the GPU kernel
+    (attention_tiled_cache.wgsl, tiles of `keys` keys, row reductions by subgroup shuffles or through workgroup
+    memory) where the policy and shapes allow it (head dims that are multiples of 16 on GPU-style plans), else
+    the CPU adapters' (attention_flash_cache.wgsl: float32, head dims that are multiples of 4 up to 64), else
+    cached_attention's kernel."""
     if f16 and not gpu.has_f16:
         pytest.skip("this adapter has no shader-f16")
     if subgroups and not gpu.ctx.has_subgroups:
@@ -156,10 +157,12 @@ def test_chunk_attention(gpu, style, monkeypatch, launched, subgroups, seed, T, 
         pos[-1] = n_ctx + 2
     slot = np.full(T + pad, s, np.int32)
     scale = float(D) ** -0.5
+    fused = np.stack([q * 0, q, q * 2], axis=1)  # (rows, 3, H, D): q as the fused qkv's middle third, a view
     outs = []
     for dev in (wt.Device.cpu(), gpu):
         launched.clear()
-        outs.append(wt.chunk_attention(*on(dev, q, kc, vc, pos, slot), scale=scale).numpy())
+        qkv, kct, vct, pt, st_ = on(dev, fused, kc, vc, pos, slot)
+        outs.append(wt.chunk_attention(qkv[:, 1], kct, vct, pt, st_, scale=scale).numpy())
     tiled = style and D % 16 == 0 and D % keys == 0 and keys * (2 * D * 4 + 256) <= \
         gpu.ctx.api.limits["max-compute-workgroup-storage-size"]
     flash = not tiled and T + pad >= 2 and D % 4 == 0 and D <= 64 and not f16
