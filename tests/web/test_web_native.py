@@ -363,17 +363,19 @@ def served(tmp_path, llama_gguf):
     (model / "additional_chat_templates").mkdir()
     (model / "additional_chat_templates" / "terse.jinja").write_text("{{ messages[0]['content'] }}")
     srv, url = serve_in_thread(models=[model, llama_gguf], pyodide_dir=_pyodide_stand_in(tmp_path))
-    yield url, model
+    yield url, model, srv.webtensor_app
     srv.shutdown()
     srv.server_close()
 
 
-def _get(url: str) -> tuple[int, bytes, str]:
+def _get(url: str, method: str = "GET", **headers: str) -> tuple[int, bytes, str, dict[str, str]]:
+    """(status, body, Content-Type, the headers) of a request with `headers` (If_None_Match= ...)."""
+    req = urllib.request.Request(url, method=method, headers={k.replace("_", "-"): v for k, v in headers.items()})
     try:
-        with urllib.request.urlopen(url, timeout=30) as r:
-            return r.status, r.read(), r.headers.get("Content-Type", "")
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read(), r.headers.get("Content-Type", ""), dict(r.headers)
     except urllib.error.HTTPError as e:
-        return e.code, e.read(), ""
+        return e.code, e.read(), "", dict(e.headers)
 
 
 def test_server_lists_every_model(served, llama_gguf):
@@ -381,7 +383,7 @@ def test_server_lists_every_model(served, llama_gguf):
     float16 / int8 (its files; the int8 GGUF's size once written), a GGUF file as stored (its weight type)."""
     from webtensor.web.server import default_model_dir
 
-    url, model = served
+    url, model, _ = served
     man = json.loads(_get(url + "model/manifest.json")[1])
     assert [m["id"] for m in man["models"]] == ["tiny-gpt2", "tiny-llama.Q4_1", "webtensor-shipped"]
     assert man["default"] == dict(model="tiny-gpt2", dtype="float32")
@@ -392,13 +394,15 @@ def test_server_lists_every_model(served, llama_gguf):
                           "additional_chat_templates/terse.jinja"}
     assert all(f["size"] == (model / f["name"]).stat().st_size for f in gpt2["files"]["float32"])
     assert gpt2["files"]["float16"] == gpt2["files"]["float32"]
-    assert gpt2["files"]["int8"] == [dict(name="model.q8_0.gguf", size=None)]  # not written yet
+    assert gpt2["files"]["int8"] == [dict(name="model.q8_0.gguf", size=None, etag=None)]  # not written yet
+    gguf_etag = _get(url + "model/tiny-llama.Q4_1/tiny-llama.Q4_1.gguf", method="HEAD")[3]["ETag"]
     assert llama == dict(id="tiny-llama.Q4_1", name="tiny-llama.Q4_1.gguf", format="gguf", stored="Q4_1",
-                         dtypes=["Q4_1"], files={"Q4_1": [dict(name=llama_gguf.name, size=llama_gguf.stat().st_size)]})
+                         dtypes=["Q4_1"], files={"Q4_1": [dict(name=llama_gguf.name, size=llama_gguf.stat().st_size,
+                                                               etag=gguf_etag)]})
     assert shipped["name"] == "webtensor shipped GPT-2"
     assert {f["name"] for f in shipped["files"]["float32"]} == {
         p.name for p in default_model_dir().iterdir() if p.suffix in (".json", ".safetensors", ".txt")}
-    status, body, _ = _get(url + "model/tiny-llama.Q4_1/tiny-llama.Q4_1.gguf")
+    status, body, _, _ = _get(url + "model/tiny-llama.Q4_1/tiny-llama.Q4_1.gguf")
     assert status == 200 and body == llama_gguf.read_bytes()
     assert _get(url + "model/tiny-gpt2/additional_chat_templates/terse.jinja")[1] == b"{{ messages[0]['content'] }}"
 
@@ -408,38 +412,81 @@ def test_server_serves_int8(served):
     float32 bytes), its size in the manifest after."""
     from webtensor.formats.gguf_pure import GGUFFile
 
-    url, model = served
-    status, body, _ = _get(url + "model/webtensor-shipped/model.q8_0.gguf")
+    url, model, _ = served
+    status, body, _, _ = _get(url + "model/webtensor-shipped/model.q8_0.gguf")
     assert status == 200
     f = GGUFFile.from_bytes(body)
     assert f.tensors["token_embd.weight"].type_name == "Q8_0" and f.tensors["position_embd.weight"].type_name == "F32"
     shipped = json.loads(_get(url + "model/manifest.json")[1])["models"][-1]
-    assert shipped["files"]["int8"] == [dict(name="model.q8_0.gguf", size=len(body))]
+    assert shipped["files"]["int8"] == [dict(name="model.q8_0.gguf", size=len(body), etag=_get(
+        url + "model/webtensor-shipped/model.q8_0.gguf", method="HEAD")[3]["ETag"])]
     f32 = next(f["size"] for f in shipped["files"]["float32"] if f["name"] == "model.safetensors")
     assert len(body) < 0.45 * f32
     assert _get(url + "model/webtensor-shipped/model.q8_0.gguf")[1] == body  # kept, not written again
 
 
 def test_server_reaches_only_served_files(served):
-    url, _ = served
+    url, _, _ = served
     assert _get(url + "model/tiny-gpt2/config.json")[0] == 200
     for bad in ("model/tiny-gpt2/secret.txt", "model/tiny-gpt2/../tiny-gpt2/config.json", "model/tiny-gpt2/",
                 "model/tiny-gpt2", "model/other/config.json", "model/tiny-llama.Q4_1/model.q8_0.gguf",
                 "model/tiny-llama.Q4_1/config.json", "model/webtensor-shipped/README.md",
                 "model/tiny-gpt2/%2e%2e/%2e%2e/etc/passwd", "model/..%2f..%2fetc/passwd", "model/config.json",
                 "pyodide/../../etc/passwd", "pyodide/%2e%2e/x", "etc/passwd", "web/server.py"):
-        status, body, _ = _get(url + bad)
+        status, body, _, _ = _get(url + bad)
         assert status == 404, bad
         assert b"not a model" not in body
 
 
 def test_server_routes(served):
-    url, _ = served
-    status, body, ctype = _get(url)
+    url, _, _ = served
+    status, body, ctype, _ = _get(url)
     assert status == 200 and b"webtensor" in body and ctype.startswith("text/html")
     for name in ("app.js", "gpu_helper.js", "pyodide/pyodide.js"):
         assert _get(url + name)[0] == 200, name
     assert _get(url + "pyodide/pyodide.asm.wasm")[2] == "application/wasm"
+
+
+def test_server_validators_and_304(served, llama_gguf):
+    """Every model file, the page's files, its zip and Pyodide's carry a strong ETag (files also Last-Modified);
+    a request whose If-None-Match (else If-Modified-Since) matches gets 304 with no body, and no bytes are
+    counted as sent; the manifest lists each model file's ETag; a changed file gets a new one."""
+    from email.utils import formatdate, parsedate_to_datetime
+
+    url, model, app = served
+    paths = ["model/tiny-gpt2/model.safetensors", "model/tiny-gpt2/config.json",
+             f"model/tiny-llama.Q4_1/{llama_gguf.name}", "model/webtensor-shipped/model.q8_0.gguf",
+             "webtensor.zip", "app.js", "", "pyodide/pyodide.asm.wasm"]
+    for path in paths:
+        status, body, _, h = _get(url + path)
+        etag, sent = h["ETag"], app.sent["/" + path]
+        assert status == 200 and body and re.fullmatch(r'"[0-9a-f-]+"', etag), (path, h)  # strong: no W/
+        assert h["Cache-Control"] == ("max-age=3600" if path.startswith("pyodide/") else "no-cache")
+        assert sent == len(body)
+        for same in (etag, f'"other", {etag}', f"W/{etag}", "*"):
+            status, body, _, h304 = _get(url + path, If_None_Match=same)
+            assert (status, body, h304["ETag"]) == (304, b"", etag), (path, same)
+        assert _get(url + path, If_None_Match='"other"')[:2] == (200, _get(url + path)[1])
+        if path.endswith(".zip") or path.endswith(".gguf") and "q8_0" in path:  # bytes made in memory
+            assert "Last-Modified" not in h
+        else:
+            modified = h["Last-Modified"]
+            assert _get(url + path, If_Modified_Since=modified)[:2] == (304, b"")
+            before = formatdate(parsedate_to_datetime(modified).timestamp() - 10, usegmt=True)
+            assert _get(url + path, If_Modified_Since=before)[0] == 200
+            assert _get(url + path, If_Modified_Since="not a date")[0] == 200
+            # If-None-Match decides alone when both are sent
+            assert _get(url + path, If_None_Match='"other"', If_Modified_Since=modified)[0] == 200
+    man = json.loads(_get(url + "model/manifest.json")[1])
+    listed = {f"model/{m['id']}/{f['name']}": f["etag"] for m in man["models"] for fs in m["files"].values()
+              for f in fs}
+    for path in paths[:4]:
+        assert listed[path] == _get(url + path, method="HEAD")[3]["ETag"], path
+    old = _get(url + paths[1], method="HEAD")[3]["ETag"]
+    cfg = model / "config.json"
+    cfg.write_text(cfg.read_text() + " ")  # changed: a new ETag, and the old one no longer matches
+    status, body, _, h = _get(url + paths[1], If_None_Match=old)
+    assert status == 200 and body == cfg.read_bytes() and h["ETag"] != old
 
 
 def test_page_zip_carries_jinja2_and_markupsafe():
