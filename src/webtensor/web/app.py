@@ -4,6 +4,11 @@ streamed completion and chat, and the self-tests and benchmarks the headless-Chr
 Every entry point that may touch the GPU is `async` and JavaScript calls it with `callPromising`,
 so that readbacks can block on the GPU through JSPI (see `browser_gpu`). Results cross back to
 JavaScript as JSON strings (one conversion instead of walking proxies).
+
+The form's fields arrive as typed and are checked with the API's rules (`validate`), but refused in the page's
+words: each message names the field's label on screen (`FIELDS`). While a reply is on screen, generation reads
+each token back as soon as it is chosen (the next step already queued on the device); a Stop asked for between
+two tokens ends it there, the text so far kept.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import gc
 import json
 import math
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,11 +25,35 @@ from .. import validate
 from ..chat import stops_for
 from ..device import Device
 from ..errors import ContextLengthError, SamplingError
+from ..runtime.runner import RING_STEPS
 from ..sampling import SamplingParams, with_seed
 from ..serve.textstream import TextStream
 from . import DTYPES
 
 _state: dict[str, Any] = {"device": None, "model": None, "dtype": None}  # dtype: the page's name for the weights
+MAX_NEW_TOKENS = 1000  # what the tokens box takes at most (and the model's context less one position)
+
+
+@dataclass(frozen=True)
+class PageField:
+    """A sampling field of the page: its label on screen, what it takes in the page's words, how its text is read,
+    the API's check of the value (`validate`), and whether an empty box means None (off / random)."""
+
+    label: str
+    takes: str
+    parse: Callable[[str], Any]
+    check: Callable[[Any], Any]
+    optional: bool = False
+
+
+FIELDS = {  # by the API's name
+    "max_new_tokens": PageField("tokens", "a whole number from 1 to {limit}", int, validate.check_max_new_tokens),
+    "temperature": PageField("temperature", "a number >= 0 (0 = greedy)", float, validate.check_temperature),
+    "top_k": PageField("top-k", "a whole number >= 0 (0 or blank = off)", int, validate.check_top_k, True),
+    "top_p": PageField("top-p", "a number in (0, 1] (1 or blank = off)", float, validate.check_top_p, True),
+    "seed": PageField("seed", "a whole number >= 0 (blank = random)", int, validate.check_seed, True),
+}
+EMPTY_MESSAGE = "Message is empty: type something to send"
 
 
 @dataclass
@@ -113,7 +142,7 @@ async def load_model(model_path: str, on_progress: Any = None, dtype: Any = None
                            n_kv_head=s.n_kv_head, vocab_size=s.vocab_size, n_positions=model.n_ctx, n_params=n_params,
                            tokenizer=model.tokenizer.kind, dtype=_state["dtype"],
                            chat_template=model.chat_template is not None, weight_bytes=model.weight_bytes,
-                           load_s=time.perf_counter() - t0))
+                           max_new_tokens=max_new_tokens_limit(model), load_s=time.perf_counter() - t0))
 
 
 def _model() -> Any:
@@ -123,53 +152,77 @@ def _model() -> Any:
     return model
 
 
-def _field(x: Any, parse: type, blank: Any = "") -> Any:
-    """A value from the page: a form field's text parsed as the CLI parses its flag (`cmdline.checked`:
-    int or float; text that does not parse is handed on as is, so the check names it). An empty
-    field is `blank` (None for the optional ones: off / random). Numbers pass through."""
-    x = _opt(x)
-    if not isinstance(x, str):
-        return x
-    if not x.strip():
-        return blank
+def max_new_tokens_limit(model: Any) -> int:
+    """The most tokens the page's box takes for `model`: MAX_NEW_TOKENS, within its context."""
+    return max(1, min(MAX_NEW_TOKENS, int(model.n_ctx) - 1))
+
+
+def read_field(name: str, x: Any, limit: int | None = None) -> Any:
+    """The value of field `name` (an API name, `FIELDS`) from the page: its text parsed and checked with the API's
+    rule (numbers pass through to the check), at most `limit` where given. SamplingError naming the label on screen
+    and what was typed; an empty box is None for the optional fields."""
+    f = FIELDS[name]
+    takes = f.takes.format(limit=limit)
+    typed = x = _opt(x)
+    if isinstance(x, str):
+        if not x.strip():
+            if f.optional:
+                return None
+            raise SamplingError(f"{f.label} is empty: enter {takes}")
+        try:
+            x = f.parse(x.strip())
+        except ValueError:
+            raise SamplingError(f"{f.label} must be {takes}, got {typed!r}") from None
     try:
-        return parse(x.strip())
-    except ValueError:
-        return x
+        value = f.check(x)
+    except SamplingError:
+        raise SamplingError(f"{f.label} must be {takes}, got {typed!r}") from None
+    if limit is not None and value > limit:
+        raise SamplingError(f"{f.label} must be {takes}, got {typed!r}")
+    return value
 
 
-def _sampling_fields(max_new_tokens: Any, temperature: Any, top_k: Any, top_p: Any,
+def _sampling_fields(model: Any, max_new_tokens: Any, temperature: Any, top_k: Any, top_p: Any,
                      seed: Any) -> tuple[int, float, int | None, float | None, int | None]:
-    """The page's sampling fields parsed (`_field`) and checked as the CLI checks its flags: (max_new_tokens,
-    temperature, top_k, top_p, seed)."""
-    n_new = validate.check_max_new_tokens(_field(max_new_tokens, int))
-    return (n_new, *validate.check_sampling(_field(temperature, float), _field(top_k, int, None),
-                                            _field(top_p, float, None), _field(seed, int, None)))
+    """The page's sampling fields read (`read_field`): (max_new_tokens, temperature, top_k, top_p, seed)."""
+    return (read_field("max_new_tokens", max_new_tokens, max_new_tokens_limit(model)),
+            read_field("temperature", temperature), read_field("top_k", top_k), read_field("top_p", top_p),
+            read_field("seed", seed))
 
 
 def check_request(model: Any, prompt: Any, max_new_tokens: Any, temperature: Any, top_k: Any = None,
                   top_p: Any = None, seed: Any = None, truncate_prompt: Any = False) -> dict[str, Any]:
-    """The page's inputs checked with `webtensor generate`'s checks and messages (validate.py):
-    the sampling parameters, the prompt's text, its ids, and its fit in the context (refused, or its
-    last tokens kept when `truncate_prompt`, as --truncate-prompt). SamplingError /
-    ContextLengthError on the first bad input; else the normalised request."""
-    n_new, t, k, p, s = _sampling_fields(max_new_tokens, temperature, top_k, top_p, seed)
+    """The page's inputs checked with the API's rules (validate.py), in the page's words: the sampling fields
+    (`read_field`), the prompt's text, its ids, and its fit in the context (refused, or its last tokens kept when
+    "truncate prompt" is ticked). SamplingError / ContextLengthError on the first bad input; else the normalised
+    request."""
+    n_new, t, k, p, s = _sampling_fields(model, max_new_tokens, temperature, top_k, top_p, seed)
     text = validate.check_text(_opt(prompt))
     ids = validate.check_ids(model.encode(text), model.vocab_size)
-    run_ids = validate.fit_context(ids, n_new, model.n_ctx, bool(_opt(truncate_prompt)))
+    truncate = bool(_opt(truncate_prompt))
+    if len(ids) + n_new > model.n_ctx and not truncate:
+        raise ContextLengthError(
+            f"prompt of {len(ids)} tokens + {n_new} new tokens = {len(ids) + n_new} exceeds the model's context of "
+            f"{model.n_ctx} positions; shorten the prompt, lower tokens, or tick \"truncate prompt\" to keep the "
+            "prompt's last tokens")
+    run_ids = validate.fit_context(ids, n_new, model.n_ctx, truncate)
     return dict(ids=ids, run_ids=run_ids, max_new_tokens=n_new, temperature=t, top_k=k, top_p=p, seed=s)
 
 
 def _stream(model: Any, ids: list[int], n_new: int, params: SamplingParams, on_piece: Any,
-            stops: Sequence[str] = (), **kw: Any) -> tuple[str, str, GenerationStats]:
+            stops: Sequence[str] = (), stop_requested: Any = None, watched: Any = True,
+            **kw: Any) -> tuple[str, str, GenerationStats]:
     """Generate after `ids`, calling `on_piece(text, n_new_tokens, tokens_per_s)` as text forms (special tokens
-    never shown; text that may begin a stop string held back until it is known not to). (the text, why it ended:
-    "eos", "stop" or "length", the stats)."""
+    never shown; text that may begin a stop string held back until it is known not to). `stop_requested()` (the
+    page's Stop) is asked after each token: true ends generation there. `watched`: someone reads the reply as it
+    forms, so each token is read back as soon as it is chosen (else readbacks bring up to RING_STEPS tokens).
+    (the text, why it ended: "eos", "stop", "length" or "stopped", the stats)."""
     st = GenerationStats(prompt_tokens=len(ids), seed=params.seed)
     gen = timed(model, ids, n_new, st, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
-                seed=params.seed, **kw)
+                seed=params.seed, follow_steps=1 if _opt(watched) in (None, True) else RING_STEPS, **kw)
     text = TextStream(stops)
     pieces = []
+    stopped = False
     try:
         for tok in gen:
             pieces.append(text.push(model.tokenizer.token_bytes(tok)))
@@ -177,12 +230,16 @@ def _stream(model: Any, ids: list[int], n_new: int, params: SamplingParams, on_p
                 on_piece(pieces[-1], st.new_tokens, st.tokens_per_s)
             if text.stopped:
                 break
+            if stop_requested is not None and st.new_tokens < n_new and stop_requested():
+                stopped = True
+                break
     finally:
-        gen.close()  # (a stop string: the tokens after it are not generated)
+        gen.close()  # (a stop string or Stop: the tokens after it are not generated)
     pieces.append(text.finish())
     if pieces[-1] and on_piece is not None:
         on_piece(pieces[-1], st.new_tokens, st.tokens_per_s)
-    ended = "stop" if text.stopped else "eos" if st.token_ids and st.token_ids[-1] in model.eos_ids else "length"
+    eos = st.token_ids and st.token_ids[-1] in model.eos_ids
+    ended = "stop" if text.stopped else "eos" if eos else "stopped" if stopped else "length"
     return "".join(pieces), ended, st
 
 
@@ -193,49 +250,57 @@ def _reply(st: GenerationStats, params: SamplingParams, **fields: Any) -> str:
 
 
 async def generate(prompt: str, max_new_tokens: Any = 50, temperature: Any = 0.0, seed: Any = None,
-                   on_piece: Any = None, top_k: Any = None, top_p: Any = None, truncate_prompt: Any = False) -> str:
-    """Complete `prompt`, calling `on_piece(text, n_new_tokens, tokens_per_s)` as text forms;
-    JSON of the prompt ids, new ids, text, the seed used and timings. The parameters may be the
-    form fields' text; they are checked as the CLI checks them (`check_request`), the same messages."""
+                   on_piece: Any = None, top_k: Any = None, top_p: Any = None, truncate_prompt: Any = False,
+                   stop_requested: Any = None, watched: Any = True) -> str:
+    """Complete `prompt`, calling `on_piece(text, n_new_tokens, tokens_per_s)` as text forms and ending early when
+    `stop_requested()` says so (see `_stream`); JSON of the prompt ids, new ids, text, why it ended, the seed used
+    and timings. The parameters may be the form fields' text; they are checked as the API checks them, refused in
+    the page's words (`check_request`)."""
     model = _model()
     req = check_request(model, prompt, max_new_tokens, temperature, top_k, top_p, seed, truncate_prompt)
     params = with_seed(SamplingParams(req["temperature"], req["top_k"], req["top_p"], req["seed"]))
-    text, ended, st = _stream(model, req["run_ids"], req["max_new_tokens"], params, on_piece)
+    text, ended, st = _stream(model, req["run_ids"], req["max_new_tokens"], params, on_piece,
+                              stop_requested=stop_requested, watched=watched)
     return _reply(st, params, prompt_ids=req["ids"], truncated_tokens=len(req["ids"]) - len(req["run_ids"]),
                   text=text, ended=ended)
 
 
 def check_chat(model: Any, messages: Any, max_new_tokens: Any, temperature: Any, top_k: Any = None,
                top_p: Any = None, seed: Any = None) -> dict[str, Any]:
-    """A chat turn's inputs checked: the sampling fields as `check_request` checks them, each message's text,
-    the conversation rendered with the model's chat template (its ids), and its fit: the reply gets at most
-    `max_new_tokens` and at least one position of the context (ContextLengthError when none is left)."""
-    n_new, t, k, p, s = _sampling_fields(max_new_tokens, temperature, top_k, top_p, seed)
+    """A chat turn's inputs checked: the sampling fields as `check_request` checks them, each message's text (the
+    last one not blank), the conversation rendered with the model's chat template (its ids), and its fit: the reply
+    gets at most `max_new_tokens` and at least one position of the context (ContextLengthError when none is
+    left)."""
+    n_new, t, k, p, s = _sampling_fields(model, max_new_tokens, temperature, top_k, top_p, seed)
     if not isinstance(messages, list) or not messages:
         raise SamplingError("a chat needs a list of messages ({role, content})")
     for m in messages:
         validate.check_text(m.get("content") if isinstance(m, dict) else m)
+    last = messages[-1].get("content") if isinstance(messages[-1], dict) else messages[-1]
+    if isinstance(last, str) and not last.strip():
+        raise SamplingError(EMPTY_MESSAGE)
     prompt = model.apply_chat_template(messages, add_generation_prompt=True)
     ids = validate.check_ids(model.tokenizer.encode(prompt, add_special_tokens=False), model.vocab_size)
     room = model.n_ctx - len(ids)
     if room < 1:
         raise ContextLengthError(f"the conversation is {len(ids)} tokens, the model's context {model.n_ctx} "
-                                 "positions: start a new chat")
+                                 "positions: press New chat")
     return dict(prompt=prompt, ids=ids, max_new_tokens=min(n_new, room), temperature=t, top_k=k, top_p=p, seed=s)
 
 
 async def chat(messages_json: str, max_new_tokens: Any = 256, temperature: Any = 0.0, seed: Any = None,
-               on_piece: Any = None, top_k: Any = None, top_p: Any = None) -> str:
+               on_piece: Any = None, top_k: Any = None, top_p: Any = None, stop_requested: Any = None,
+               watched: Any = True) -> str:
     """The assistant's next turn in the conversation `messages_json` (a JSON list of {role, content}), rendered
     with the model's chat template (the plain one for a model without: its turns' starts are stop strings),
-    streamed to `on_piece` as `generate` streams. The conversation's earlier turns still in the KV cache are not
-    computed again. JSON: `reply` (the text, stripped: the next turn's assistant message), the rendered
-    `prompt`, its ids, the new ids, why it ended, the seed and timings."""
+    streamed to `on_piece` and stopped by `stop_requested` as `generate` does. The conversation's earlier turns
+    still in the KV cache are not computed again. JSON: `reply` (the text, stripped: the next turn's assistant
+    message), the rendered `prompt`, its ids, the new ids, why it ended, the seed and timings."""
     model = _model()
     req = check_chat(model, json.loads(messages_json), max_new_tokens, temperature, top_k, top_p, seed)
     params = with_seed(SamplingParams(req["temperature"], req["top_k"], req["top_p"], req["seed"]))
     text, ended, st = _stream(model, req["ids"], req["max_new_tokens"], params, on_piece, stops_for(model),
-                              reuse_prefix=True)
+                              stop_requested, watched, reuse_prefix=True)
     return _reply(st, params, prompt=req["prompt"], prompt_ids=req["ids"], text=text, reply=text.strip(),
                   ended=ended)
 
