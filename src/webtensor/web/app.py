@@ -105,13 +105,16 @@ def _device() -> Device:
 
 
 async def init(max_binding_bytes: int | None = None) -> str:
-    """Create the WebGPU device; JSON {adapter, backend, limits, features}. Raises NoAdapterError
-    (with the browser's reason) when there is no WebGPU or no adapter."""
+    """Create the WebGPU device; JSON {adapter, backend, vendor, binding_bytes, features, fallback (the browser
+    calls the adapter a software fallback: `isFallbackAdapter`), software (it runs on the CPU: a fallback, or a
+    software driver by name)}. Raises NoAdapterError (with the browser's reason) when there is no WebGPU or no
+    adapter."""
     dev = await Device.wgpu_async(max_binding_bytes)
     _state["device"] = dev
     info = dev.ctx.info
     return json.dumps(dict(adapter=info.name, backend=info.backend, vendor=info.vendor,
-                           binding_bytes=dev.max_binding_bytes(), features=sorted(dev.ctx.api.features)))
+                           binding_bytes=dev.max_binding_bytes(), features=sorted(dev.ctx.api.features),
+                           fallback=bool(getattr(dev.ctx.api, "fallback", False)), software=info.adapter_type == "CPU"))
 
 
 async def load_model(model_path: str, on_progress: Any = None, dtype: Any = None) -> str:

@@ -59,7 +59,8 @@ def run_page(tasks: list[dict[str, Any]], models: Sequence[Any] = (), timeout_s:
     """Serve the page on 127.0.0.1 with `models` (sources as `webtensor web --model` takes them; the shipped
     model is served too), open it in headless Chromium, run `tasks` (see drive.cjs) and return the results.
     `options` go to the driver (query="?model=ID", webgpu=False, expectError=True). Raises SetupError when
-    Chromium, Node or the npm packages are missing."""
+    Chromium, Node or the npm packages are missing. The result's `served` holds the body bytes the server sent,
+    by path (`WebApp.sent`)."""
     chromium, node, nm = find_chromium(), find_node(), find_node_modules()
     srv, url = serve_in_thread(models=models)
     with tempfile.TemporaryDirectory(prefix="webtensor-drive-", dir=work_dir) as td:
@@ -73,11 +74,13 @@ def run_page(tasks: list[dict[str, Any]], models: Sequence[Any] = (), timeout_s:
         finally:
             srv.shutdown()
             srv.server_close()
+        served = dict(srv.webtensor_app.sent)  # type: ignore[attr-defined]
         if not res_path.is_file():
             raise RuntimeError(f"the Chromium driver wrote no results (exit {proc.returncode}):\n"
                                f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
         out: dict[str, Any] = json.loads(res_path.read_text())
     out["exit_code"] = proc.returncode
+    out["served"] = served
     out["driver_stderr"] = proc.stderr[-4000:]
     return out
 

@@ -354,6 +354,9 @@ class WebApp:
 def _handler(app: WebApp, quiet: bool) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "webtensor"
+        # HTTP/1.1: browsers revalidate with an ETag only from 1.1 responses (every response here has a
+        # Content-Length, or no body, so connections are kept alive)
+        protocol_version = "HTTP/1.1"
         _path = ""  # the request's path, unquoted
 
         def log_message(self, fmt: str, *args: Any) -> None:
