@@ -21,7 +21,7 @@
   const state = { phase: "starting", app: null, pyodide: null, busy: false, runs: 0, info: null, model: null,
                   manifest: null, mode: "complete", modeChosen: false, messages: [], lastResult: null,
                   error: null, runError: null, loads: 0, stopRequested: false, clearAfterRun: false,
-                  download: null, pieces: 0 };
+                  download: null, pieces: 0, tokensChosen: 0, stopAt: null };
 
   function setPhase(phase, text) {
     state.phase = phase;
@@ -319,15 +319,17 @@
     }
   }
 
-  // One run (a completion or a chat turn): `call(onPiece)` runs Python; `into` receives the streamed
-  // text. Resolves to the run's JSON result; on failure shows the error and rethrows.
-  async function run(call, into, onFail) {
+  // One run (a completion or a chat turn): `call(onPiece, stopRequested, watched)` runs Python; `into` receives
+  // the streamed text; `onDone(result)` keeps what the run made (before a New chat asked for during it clears it).
+  // Resolves to the run's JSON result; on failure calls `onFail`, shows the error and rethrows.
+  async function run(call, into, onFail, onDone) {
     if (!["ready", "done", "stopped", "failed"].includes(state.phase)) throw new Error(`not ready (phase ${state.phase})`);
     if (state.busy) throw new Error("already generating");
     state.runs += 1;
     state.lastResult = null;
     state.stopRequested = false;
-    state.pieces = 0;
+    state.pieces = state.tokensChosen = 0;
+    state.stopAt = null;
     clearRunError();
     $("speed").textContent = "–";  // no figures from a previous run stay on screen
     setPhase("generating", "Generating… (Stop or Escape ends it)");
@@ -337,12 +339,17 @@
       state.pieces += 1;
       $("speed").textContent = nTokens > 1 ? `${tps.toFixed(1)} tokens/s (${nTokens} tokens)` : `${nTokens} token`;
     };
-    // asked by Python after each token (Stop's click is handled while Python waits for the GPU)
-    const stopRequested = () => state.stopRequested;
+    // asked by Python after each token; a Stop's click is handled while Python waits for the next one (the GPU),
+    // which is then the last
+    const stopRequested = () => {
+      state.tokensChosen += 1;
+      return state.stopRequested;
+    };
     try {
       const res = JSON.parse(await call(onPiece, stopRequested, !document.hidden));
       into();
       state.lastResult = res;
+      if (onDone) onDone(res);
       const cut = res.truncated_tokens ? `; prompt truncated to its last ${res.prompt_tokens} tokens` : "";
       const seed = res.seed === null ? "" : `; seed ${res.seed}`;
       $("speed").textContent = `${res.tokens_per_s.toFixed(1)} tokens/s decode (${res.new_tokens} tokens; ` +
@@ -368,7 +375,10 @@
 
   // Stop (the button, Escape, New chat during a reply): the run ends after the token being computed.
   function stop() {
-    if (state.busy && state.phase === "generating") state.stopRequested = true;
+    if (state.busy && state.phase === "generating" && !state.stopRequested) {
+      state.stopRequested = true;
+      state.stopAt = state.tokensChosen;  // the reply ends with the token after these
+    }
     return state.stopRequested;
   }
 
@@ -427,15 +437,14 @@
     let reply = null;
     const into = () => reply || (reply = addTurn("assistant", ""));
     const messages = state.messages.concat([{ role: "user", content: text }]);
-    const res = await run((onPiece, stopRequested, watched) => state.app.chat.callPromising(
+    return run((onPiece, stopRequested, watched) => state.app.chat.callPromising(
       JSON.stringify(messages), field("max-tokens"), field("temperature"), field("seed"), onPiece, field("top-k"),
-      field("top-p"), stopRequested, watched), into, () => { user.remove(); if (reply) reply.remove(); });
-    into();  // (a reply stopped before its first piece still shows as a turn)
-    state.messages = messages.concat([{ role: "assistant", content: res.reply }]);
-    saveConversation();
-    $("message").value = "";
-    updateSend();
-    return res;
+      field("top-p"), stopRequested, watched), into, () => { user.remove(); if (reply) reply.remove(); },
+    (res) => {  // (a reply stopped before its first piece still shows as a turn: `into` made it)
+      state.messages = messages.concat([{ role: "assistant", content: res.reply }]);
+      saveConversation();
+      $("message").value = "";
+    });
   }
 
   function loadConversation(id) {

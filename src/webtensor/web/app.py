@@ -316,7 +316,8 @@ async def run_parity(cases_json: str) -> str:
 
 
 async def bench(options_json: str = "{}") -> str:
-    """Per-dispatch cost and (if a model is loaded) decode tokens/s; JSON."""
+    """Per-dispatch cost and (if a model is loaded) decode tokens/s of greedy decoding (options: dispatch: {...},
+    gen: {prompt, max_new_tokens, follow_steps}); JSON."""
     from . import selftest
 
     opts = json.loads(options_json)
@@ -326,9 +327,10 @@ async def bench(options_json: str = "{}") -> str:
         g = opts.get("gen", {})
         ids = model.encode(g.get("prompt", "It is a truth universally acknowledged"))
         n = min(int(g.get("max_new_tokens", 32)), model.n_ctx - len(ids))
-        model.generate(ids, 2, stop_at_eos=False)  # warm-up: every pipeline compiled
+        follow = int(g.get("follow_steps", RING_STEPS))  # 1: the page's streaming; RING_STEPS: fewest readbacks
+        model.generate(ids, 3, stop_at_eos=False, follow_steps=follow)  # warm-up: every pipeline compiled
         st = GenerationStats(prompt_tokens=len(ids))
-        list(timed(model, ids, n, st, stop_at_eos=False))
-        out["generate"] = st.as_dict()
+        list(timed(model, ids, n, st, stop_at_eos=False, follow_steps=follow))
+        out["generate"] = st.as_dict() | dict(follow_steps=follow)
         out["generate"].pop("token_ids")
     return json.dumps(out)

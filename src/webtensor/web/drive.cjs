@@ -38,7 +38,7 @@ const path = require("path");
 // The sampling fields of a generate_ui / chat_ui task typed into the page (null: an emptied field; absent: left).
 async function fillSampling(page, task) {
   await page.fill("#max-tokens", String(task.maxNewTokens));
-  await page.fill("#temperature", String(task.temperature || 0));
+  await page.fill("#temperature", String(task.temperature ?? 0));
   for (const [key, sel] of [["topK", "#top-k"], ["topP", "#top-p"], ["seed", "#seed"]]) {
     if (task[key] !== undefined) await page.fill(sel, task[key] === null ? "" : String(task[key]));
   }
@@ -77,7 +77,7 @@ function pageState(page) {
              models: [...$("model").options].map((o) => o.value), dtypes: [...$("dtype").options].map((o) => o.value),
              mode: document.body.dataset.mode, facts: $("model-facts").textContent, speed: $("speed").textContent,
              note: note.textContent, noteShown: getComputedStyle(note).display !== "none",
-             tokensLimit: $("max-tokens-limit").textContent, messages: s.messages,
+             tokensLimit: $("max-tokens-limit").textContent, messages: s.messages, download: s.download,
              turns: [...document.querySelectorAll("#conversation .turn")].map((t) => ({ role: t.dataset.role, text: t.textContent })) };
   });
 }
@@ -218,6 +218,7 @@ async function main() {
           res.updates = await updatesSeen(page);
           Object.assign(res, await page.evaluate(() => ({
             phase: window.webtensorApp.state.phase, result: window.webtensorApp.state.lastResult,
+            stopAt: window.webtensorApp.state.stopAt,
             messages: window.webtensorApp.state.messages, status: document.getElementById("status").textContent,
             output: document.getElementById("output").textContent,
             turns: [...document.querySelectorAll("#conversation .turn")].map((t) => ({ role: t.dataset.role, text: t.textContent })),

@@ -5,7 +5,8 @@
         [--chat] [--screenshot out/page.png] [--prompt TEXT] [--tokens N]
 
 prints the adapter, the generated text (with --chat: the model's reply to the prompt as a chat message),
-tokens/s and (with --bench) the per-dispatch cost.
+tokens/s and (with --bench) the per-dispatch cost and greedy decode tokens/s with each token read back as it is
+chosen (the page's streaming, `follow_steps` 1) and with readbacks of up to 16 steps, alternated twice.
 """
 
 from __future__ import annotations
@@ -104,8 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         Path(a.screenshot).parent.mkdir(parents=True, exist_ok=True)
         tasks.append(dict(type="screenshot", path=str(Path(a.screenshot).resolve())))
     if a.bench:
-        opts = dict(gen=dict(prompt=a.prompt, max_new_tokens=a.tokens))
-        tasks.append(dict(type="bench", options=json.dumps(opts)))
+        for follow in (16, 1, 16, 1):
+            opts = dict(gen=dict(prompt=a.prompt, max_new_tokens=a.tokens, follow_steps=follow),
+                        **({} if follow == 16 and len(tasks) < 3 else {"dispatch": {"n": 1}}))
+            tasks.append(dict(type="bench", options=json.dumps(opts)))
     try:
         models = [a.model] if a.model else []
         out = run_page(tasks, models, query=f"?dtype={a.dtype}") if a.dtype else run_page(tasks, models)
@@ -123,7 +126,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{t['type'][:-3]}] {r['new_tokens']} tokens, decode {r['tokens_per_s']:.2f} tokens/s, "
                   f"prefill+first {r['prefill_s'] * 1000:.0f} ms\n{t.get('output') or r['text']}")
         elif t["type"] == "bench":
-            print("[bench] " + json.dumps(t["results"], indent=1))
+            res = json.loads(t["results"]) if isinstance(t["results"], str) else t["results"]
+            g = res.pop("generate", None)
+            if g:
+                print(f"[bench] decode, readbacks of up to {g['follow_steps']} steps: {g['tokens_per_s']:.2f} "
+                      f"tokens/s ({g['new_tokens']} tokens; prompt of {g['prompt_tokens']} + first "
+                      f"{g['prefill_s'] * 1000:.0f} ms)")
+            print("[bench] " + json.dumps(res))
         elif t["type"] == "screenshot":
             print(f"[screenshot] {t['path']}")
     if out.get("error"):
