@@ -9,7 +9,8 @@
 // Model files are kept in Cache Storage with their ETags: a later visit (or a switch back) uses the copy
 // whose ETag the manifest lists without a request, else asks the server with If-None-Match (304: the copy).
 // Stop (or Escape) ends a run at the next token, its text kept; a chat is kept per model in localStorage
-// until New chat.
+// until New chat. The device menu (?device=webgpu | cpu) runs the model on WebGPU or on webtensor's CPU device
+// (numpy, where the served Pyodide has it); by default the CPU device on a software adapter, where it is faster.
 "use strict";
 
 (function () {
@@ -21,7 +22,15 @@
   const state = { phase: "starting", app: null, pyodide: null, busy: false, runs: 0, info: null, model: null,
                   manifest: null, mode: "complete", modeChosen: false, messages: [], lastResult: null,
                   error: null, runError: null, loads: 0, stopRequested: false, clearAfterRun: false,
-                  download: null, pieces: 0, tokensChosen: 0, stopAt: null };
+                  download: null, pieces: 0, tokensChosen: 0, stopAt: null, device: "webgpu", numpy: false };
+
+  // Python on the CPU device never waits on the GPU, so it hands the event loop a turn after each token through this
+  // (a task of its own: the page paints the text so far and handles a Stop's click)
+  globalThis.webtensorYield = () => new Promise((resolve) => {
+    const ch = new MessageChannel();
+    ch.port1.onmessage = () => resolve();
+    ch.port2.postMessage(null);
+  });
 
   function setPhase(phase, text) {
     state.phase = phase;
@@ -33,9 +42,9 @@
   // reply first), the boxes and the fields stay usable.
   function setBusy(busy) {
     state.busy = busy;
-    for (const id of ["generate", "send", "model", "dtype"]) $(id).disabled = busy || !state.model;
+    for (const id of ["generate", "send", "model", "dtype", "device"]) $(id).disabled = busy || !state.model;
     $("new-chat").disabled = !state.model;
-    if (!busy) $("model").disabled = $("dtype").disabled = !state.manifest;
+    if (!busy) $("model").disabled = $("dtype").disabled = $("device").disabled = !state.manifest;
     $("stop").disabled = !(busy && state.phase === "generating");
     updateSend();
   }
@@ -188,15 +197,28 @@
       return;
     }
     $("adapter").textContent = `${state.info.adapter} (${state.info.backend}; max binding ${fmtBytes(state.info.binding_bytes)})`;
-    if (state.info.fallback || state.info.software) {
+
+    state.manifest = await (await fetchOk("model/manifest.json")).json();
+    const soft = state.info.fallback || state.info.software;
+    const asked = new URLSearchParams(location.search);
+    state.device = asked.get("device") || (soft && state.manifest.cpu ? "cpu" : "webgpu");
+    $("device").replaceChildren(option("webgpu", `WebGPU (${state.info.adapter})`),
+      option("cpu", state.manifest.cpu ? "CPU (numpy in Pyodide)" : "CPU (needs a Pyodide with numpy)", !state.manifest.cpu));
+    $("device").addEventListener("change", () => {
+      loadModel($("model").value, $("dtype").value, undefined, $("device").value).catch((e) => console.error(e));
+    });
+    if (soft) {
       const note = $("adapter-note");
       note.textContent = `WebGPU runs on a ${state.info.fallback ? "software fallback adapter" : "software adapter"} ` +
-        `here (${state.info.adapter}): on this machine's CPU, many times slower than on a GPU. Turn on the ` +
-        "browser's hardware acceleration, or use a browser and machine with a GPU, for real speed.";
+        `here (${state.info.adapter}): on this machine's CPU, many times slower than on a GPU. ` +
+        (state.manifest.cpu ? "The page runs models on webtensor's CPU device (numpy in Pyodide) instead, several " +
+          "times faster here; the device menu switches. "
+          : "A Pyodide with numpy (Pyodide's full release, given to `webtensor web --pyodide DIR`) would let the " +
+            "page use webtensor's CPU device, several times faster here. ") +
+        "Turn on the browser's hardware acceleration, or use a machine with a GPU, for real speed.";
       note.style.display = "block";
     }
 
-    state.manifest = await (await fetchOk("model/manifest.json")).json();
     $("model").replaceChildren(...state.manifest.models.map((m) => option(m.id, m.name)));
     $("model").addEventListener("change", () => {
       loadModel($("model").value, "").catch((e) => console.error(e));
@@ -204,14 +226,14 @@
     $("dtype").addEventListener("change", () => {
       loadModel($("model").value, $("dtype").value).catch((e) => console.error(e));
     });
-    const asked = new URLSearchParams(location.search);
     await loadModel(asked.get("model") || "", asked.get("dtype") || "", t0);
   }
 
-  // Download model `id` ("" = the server's default) in `dtype` ("" = its default) and load it onto the
-  // device, replacing the model loaded before (and starting a new chat). Resolves to the model's facts
-  // (state.model); on failure the page shows the error and state.model is null.
-  async function loadModel(id, dtype, t0) {
+  // Download model `id` ("" = the server's default) in `dtype` ("" = its default) and load it onto `device`
+  // ("webgpu" | "cpu"; absent: the one in use), replacing the model loaded before (and showing the new model's
+  // conversation). Resolves to the model's facts (state.model); on failure the page shows the error and
+  // state.model is null.
+  async function loadModel(id, dtype, t0, device) {
     if (state.busy) throw new Error("generating: load a model when it is done");
     t0 = t0 === undefined ? performance.now() : t0;
     state.loads += 1;
@@ -228,6 +250,19 @@
       if (!m) throw new Error(`no model ${JSON.stringify(id)} is served (${state.manifest.models.map((x) => x.id).join(", ")})`);
       dtype = dtype || (m.id === def.model ? def.dtype : m.dtypes[0]);
       if (!m.dtypes.includes(dtype)) throw new Error(`${m.name} loads in ${m.dtypes.join(", ")}, not ${dtype}`);
+      device = device || state.device;
+      if (!["webgpu", "cpu"].includes(device)) throw new Error(`the device is webgpu or cpu, not ${JSON.stringify(device)}`);
+      if (device === "cpu" && !state.manifest.cpu) {
+        throw new Error("the CPU device needs numpy, which this server's Pyodide does not have (npm's pyodide is " +
+                        "core only; give `webtensor web --pyodide DIR` Pyodide's full release)");
+      }
+      state.device = device;
+      $("device").value = device;
+      if (device === "cpu" && !state.numpy) {
+        setPhase("loading", "Loading numpy for the CPU device…");
+        await state.pyodide.loadPackage("numpy");
+        state.numpy = true;
+      }
       $("model").value = m.id;
       fillDtypes(m);
       $("dtype").value = dtype;
@@ -253,9 +288,10 @@
         sources[f.name] = source;
       }
       const onProgress = (name, doneBytes, total) => {
-        $("status").textContent = `Uploading weights to the GPU… ${Math.round(100 * doneBytes / total)}%`;
+        $("status").textContent = `Loading the weights ${device === "cpu" ? "into memory" : "onto the GPU"}… ` +
+          `${Math.round(100 * doneBytes / total)}%`;
       };
-      const facts = JSON.parse(await state.app.load_model.callPromising(dir, onProgress, dtype));
+      const facts = JSON.parse(await state.app.load_model.callPromising(dir, onProgress, dtype, device));
       Object.assign(facts, { id: m.id, name: m.name, format: m.format, download_bytes: done,
                              downloaded_bytes: downloaded, sources, files: m.files[dtype].map((f) => f.name),
                              float32_bytes: m.format === "gguf" ? null : m.files.float32.reduce((n, f) => n + f.size, 0) });
@@ -279,7 +315,8 @@
     const got = m.downloaded_bytes === m.download_bytes ? `downloaded ${fmtBytes(m.download_bytes)}${vs}`
       : m.downloaded_bytes === 0 ? `${fmtBytes(m.download_bytes)}${vs}, from this browser's cache`
       : `${fmtBytes(m.download_bytes)}${vs}, ${fmtBytes(m.downloaded_bytes)} of it downloaded, the rest from this browser's cache`;
-    $("weights").textContent = `${what}: ${got}; ${fmtBytes(m.weight_bytes)} on the GPU`;
+    const held = m.device === "cpu" ? "in memory (the CPU device)" : "on the GPU";
+    $("weights").textContent = `${what}: ${got}; ${fmtBytes(m.weight_bytes)} ${held}`;
     $("weights").title = `files: ${m.files.join(", ")}` + (m.dtype === "float32" ? "" : "; norms and biases stay float32");
     $("max-tokens-limit").textContent = `1–${m.max_new_tokens}`;
     $("max-tokens").title = `new tokens: a whole number from 1 to ${m.max_new_tokens} (and what the context leaves)`;

@@ -30,7 +30,9 @@ from ..sampling import SamplingParams, with_seed
 from ..serve.textstream import TextStream
 from . import DTYPES
 
-_state: dict[str, Any] = {"device": None, "model": None, "dtype": None}  # dtype: the page's name for the weights
+# device: the page's WebGPU device; dtype: the page's name for the weights
+_state: dict[str, Any] = {"device": None, "model": None, "dtype": None}
+DEVICES = ("webgpu", "cpu")  # where the page runs a model: the browser's WebGPU, or webtensor's CPU device (numpy)
 MAX_NEW_TOKENS = 1000  # what the tokens box takes at most (and the model's context less one position)
 
 
@@ -92,6 +94,19 @@ def timed(model: Any, ids: list[int], max_new_tokens: int, stats: GenerationStat
         yield tok
 
 
+def _let_page_run() -> None:
+    """Gives the browser's event loop a turn (it shows the text so far and handles a Stop's click): a model on the
+    CPU device computes without ever waiting, unlike WebGPU's readbacks. Nothing outside Pyodide."""
+    try:
+        from pyodide.ffi import can_run_sync, run_sync
+    except ImportError:
+        return
+    if can_run_sync():
+        import js
+
+        run_sync(js.webtensorYield())
+
+
 def _opt(x: Any) -> Any:
     """None for JavaScript's null / undefined (null arrives as pyodide's `jsnull`)."""
     return None if x is None or type(x).__name__ == "JsNull" else x
@@ -117,11 +132,12 @@ async def init(max_binding_bytes: int | None = None) -> str:
                            fallback=bool(getattr(dev.ctx.api, "fallback", False)), software=info.adapter_type == "CPU"))
 
 
-async def load_model(model_path: str, on_progress: Any = None, dtype: Any = None) -> str:
+async def load_model(model_path: str, on_progress: Any = None, dtype: Any = None, device: Any = None) -> str:
     """Load the model at `model_path` (Pyodide's file system: a checkpoint folder, a .gguf file, or a folder holding
-    one) onto the device with webtensor's one loader (its pure-Python readers): a float checkpoint in `dtype`
-    (`DTYPES`; None: float32), a GGUF file as stored (its quantized blocks uploaded as they are; `dtype` is its
-    stored type, only reported). A model loaded before is dropped first. JSON of the model's facts."""
+    one) with webtensor's one loader (its pure-Python readers) onto `device` (`DEVICES`; None: WebGPU; "cpu" needs
+    numpy, which the page loads first where its Pyodide has it): a float checkpoint in `dtype` (`DTYPES`; None:
+    float32), a GGUF file as stored (its quantized blocks uploaded as they are; `dtype` is its stored type, only
+    reported). A model loaded before is dropped first. JSON of the model's facts."""
     from ..formats.gguf_reader import find_gguf
     from ..models import load_model as load
 
@@ -133,11 +149,14 @@ async def load_model(model_path: str, on_progress: Any = None, dtype: Any = None
 
     _state["model"] = _state["dtype"] = None  # its buffers go back to the device's pool before the new weights arrive
     gc.collect()
-    dtype = _opt(dtype)
+    dtype, device = _opt(dtype), _opt(device) or "webgpu"
+    if device not in DEVICES:
+        raise ValueError(f"the page runs a model on {' or '.join(DEVICES)}, not {device!r}")
     as_stored = find_gguf(model_path) is not None
     if not as_stored and (dtype or "float32") not in DTYPES:
         raise ValueError(f"the page loads a float checkpoint in {', '.join(DTYPES)}, not {dtype!r}")
-    model = load(model_path, _device(), None if as_stored else dtype or "float32", progress=progress, reader="pure")
+    dev = _device() if device == "webgpu" else Device.cpu()
+    model = load(model_path, dev, None if as_stored else dtype or "float32", progress=progress, reader="pure")
     _state["model"], _state["dtype"] = model, (dtype or "as stored") if as_stored else dtype or "float32"
     s = model.spec
     n_params = sum(math.prod(t.shape) for t in model.family.tensors(model.config).values())
@@ -145,7 +164,7 @@ async def load_model(model_path: str, on_progress: Any = None, dtype: Any = None
                            n_kv_head=s.n_kv_head, vocab_size=s.vocab_size, n_positions=model.n_ctx, n_params=n_params,
                            tokenizer=model.tokenizer.kind, dtype=_state["dtype"],
                            chat_template=model.chat_template is not None, weight_bytes=model.weight_bytes,
-                           max_new_tokens=max_new_tokens_limit(model), load_s=time.perf_counter() - t0))
+                           max_new_tokens=max_new_tokens_limit(model), device=device, load_s=time.perf_counter() - t0))
 
 
 def _model() -> Any:
@@ -226,11 +245,14 @@ def _stream(model: Any, ids: list[int], n_new: int, params: SamplingParams, on_p
     text = TextStream(stops)
     pieces = []
     stopped = False
+    on_cpu = getattr(getattr(model, "device", None), "kind", None) == "cpu"
     try:
         for tok in gen:
             pieces.append(text.push(model.tokenizer.token_bytes(tok)))
             if pieces[-1] and on_piece is not None:
                 on_piece(pieces[-1], st.new_tokens, st.tokens_per_s)
+            if on_cpu:
+                _let_page_run()
             if text.stopped:
                 break
             if stop_requested is not None and st.new_tokens < n_new and stop_requested():
@@ -247,7 +269,9 @@ def _stream(model: Any, ids: list[int], n_new: int, params: SamplingParams, on_p
 
 
 def _reply(st: GenerationStats, params: SamplingParams, **fields: Any) -> str:
-    return json.dumps(dict(adapter=_device().ctx.info.name, stats=_device().stats(), dtype=_state["dtype"],
+    dev = _state["model"].device if _state["model"] is not None else _device()
+    where = "CPU (numpy)" if dev.kind == "cpu" else dev.ctx.info.name
+    return json.dumps(dict(adapter=where, stats=dev.stats(), dtype=_state["dtype"],
                            temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
                            **fields, **st.as_dict()))
 

@@ -13,8 +13,9 @@
 //   {type: "chat_ui", message, maxNewTokens, temperature, [topK, topP, seed, expectFail]}
 //                                                             types a chat message and clicks Send
 //   {type: "new_chat"}                                        clicks New chat
-//   {type: "dtype", dtype} / {type: "model", model}           picks the dtype / model menu's entry (reloads
-//                                                             the model); result: the page's model facts
+//   {type: "dtype", dtype} / {type: "model", model} / {type: "device", device}
+//                                                             picks the dtype / model / device menu's entry
+//                                                             (reloads the model); result: the page's model facts
 //   {type: "stop_ui", mode: "chat"|"complete", text, maxNewTokens, after, how: "button"|"escape"|"new_chat"}
 //                                                             starts a greedy run, waits until `after` pieces
 //                                                             have been shown, stops it (Stop, Escape or New
@@ -78,6 +79,7 @@ function pageState(page) {
              mode: document.body.dataset.mode, facts: $("model-facts").textContent, speed: $("speed").textContent,
              note: note.textContent, noteShown: getComputedStyle(note).display !== "none",
              tokensLimit: $("max-tokens-limit").textContent, messages: s.messages, download: s.download,
+             device: $("device").value, devices: [...$("device").options].map((o) => ({ value: o.value, disabled: o.disabled })),
              turns: [...document.querySelectorAll("#conversation .turn")].map((t) => ({ role: t.dataset.role, text: t.textContent })) };
   });
 }
@@ -243,9 +245,9 @@ async function main() {
         } else if (task.type === "new_chat") {
           await page.click("#new-chat");
           res.turns = await page.evaluate(() => document.querySelectorAll("#conversation .turn").length);
-        } else if (task.type === "dtype" || task.type === "model") {
+        } else if (["dtype", "model", "device"].includes(task.type)) {
           const loads = await page.evaluate(() => window.webtensorApp.state.loads);
-          await page.selectOption(task.type === "dtype" ? "#dtype" : "#model", task[task.type]);
+          await page.selectOption(`#${task.type}`, task[task.type]);
           await page.waitForFunction((n) => window.webtensorApp.state.loads > n && !window.webtensorApp.state.busy,
                                      loads);
           Object.assign(res, await page.evaluate(() => ({

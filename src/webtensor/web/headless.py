@@ -48,22 +48,27 @@ def find_node() -> str:
 
 
 def find_node_modules() -> Path:
-    """The node_modules folder holding playwright-core (next to Pyodide's)."""
-    nm = find_pyodide().parent
-    if not (nm / "playwright-core" / "package.json").is_file():
-        raise SetupError(f"playwright-core is not installed in {nm}; run `bash setup.sh --web` (npm install)")
-    return nm
+    """The node_modules folder holding playwright-core: the repository's (or the working directory's), else the one
+    beside the Pyodide in use."""
+    from .server import PACKAGE_DIR
+
+    cands = [PACKAGE_DIR.parent.parent / "node_modules", Path.cwd() / "node_modules", find_pyodide().parent]
+    for nm in cands:
+        if (nm / "playwright-core" / "package.json").is_file():
+            return nm
+    raise SetupError(f"playwright-core is not installed in {cands[0]}; run `bash setup.sh --web` (npm install)")
 
 
 def run_page(tasks: list[dict[str, Any]], models: Sequence[Any] = (), timeout_s: float = 240,
              work_dir: Path | None = None, **options: Any) -> dict[str, Any]:
     """Serve the page on 127.0.0.1 with `models` (sources as `webtensor web --model` takes them; the shipped
     model is served too), open it in headless Chromium, run `tasks` (see drive.cjs) and return the results.
-    `options` go to the driver (query="?model=ID", webgpu=False, expectError=True). Raises SetupError when
+    `options` go to the driver (query="?model=ID", webgpu=False, expectError=True), but pyodide_dir: the Pyodide
+    distribution the server offers (default: node_modules/pyodide, or $WEBTENSOR_PYODIDE_DIR). Raises SetupError when
     Chromium, Node or the npm packages are missing. The result's `served` holds the body bytes the server sent,
     by path (`WebApp.sent`)."""
     chromium, node, nm = find_chromium(), find_node(), find_node_modules()
-    srv, url = serve_in_thread(models=models)
+    srv, url = serve_in_thread(models=models, pyodide_dir=options.pop("pyodide_dir", None))
     with tempfile.TemporaryDirectory(prefix="webtensor-drive-", dir=work_dir) as td:
         cfg_path, res_path = Path(td) / "config.json", Path(td) / "results.json"
         cfg = dict(url=url, chromium=chromium, nodeModules=str(nm), results=str(res_path),

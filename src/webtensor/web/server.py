@@ -125,6 +125,27 @@ def find_pyodide(explicit: str | os.PathLike[str] | None = None) -> Path:
     )
 
 
+def pyodide_numpy(pyodide_dir: Path) -> str | None:
+    """The numpy wheel that the Pyodide distribution in `pyodide_dir` lists (pyodide-lock.json) and holds, with the
+    wheels it depends on, so the page can load it offline (`pyodide.loadPackage("numpy")`) and run models on
+    webtensor's CPU device: its file name, else None (npm's `pyodide` package is core only: it lists numpy but holds
+    no wheel; Pyodide's full release holds them all)."""
+    try:
+        packages = json.loads((pyodide_dir / "pyodide-lock.json").read_text(encoding="utf-8"))["packages"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    todo, seen = ["numpy"], set()
+    while todo:
+        name = todo.pop()
+        entry = packages.get(name) if isinstance(packages, dict) else None
+        if not isinstance(entry, dict) or not isinstance(entry.get("file_name"), str) \
+                or not (pyodide_dir / entry["file_name"]).is_file():
+            return None
+        seen.add(name)
+        todo += [d for d in entry.get("depends", ()) if d not in seen]
+    return str(packages["numpy"]["file_name"])
+
+
 def default_model_dir() -> Path:
     return PACKAGE_DIR / "models" / "shipped"
 
@@ -295,6 +316,7 @@ class WebApp:
         if dtype not in DTYPES:
             raise UsageError(f"the page's dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         self.pyodide_dir = find_pyodide(pyodide_dir)
+        self.numpy_wheel = pyodide_numpy(self.pyodide_dir)  # None: the page runs on WebGPU only
         self.default_dtype = dtype
         self.models: dict[str, ServedModel] = {}
         self.sent: Counter[str] = Counter()  # body bytes sent, by path (what a cold / warm visit costs)
@@ -331,11 +353,12 @@ class WebApp:
         return next(iter(self.models))
 
     def manifest(self) -> dict[str, Any]:
-        """What the page can load: {default: {model, dtype}, models: [ServedModel.describe(), ...]} (the default
-        dtype: `--dtype` for a float checkpoint, a GGUF file's stored type)."""
+        """What the page can load: {default: {model, dtype}, models: [ServedModel.describe(), ...], cpu: whether
+        the page can run models on webtensor's CPU device (the Pyodide served has numpy)} (the default dtype:
+        `--dtype` for a float checkpoint, a GGUF file's stored type)."""
         first = self.models[self.default]
         return dict(default=dict(model=first.id, dtype=first.stored if first.gguf else self.default_dtype),
-                    models=[m.describe() for m in self.models.values()])
+                    models=[m.describe() for m in self.models.values()], cpu=self.numpy_wheel is not None)
 
     def model_file(self, model_id: str, name: str) -> Path | tuple[bytes, Validators]:
         """A served model's file (its path, or the int8 GGUF's bytes and validators); SetupError for an unknown
