@@ -728,7 +728,48 @@ def test_page_warm_visits_move_no_model_bytes(visits, model_dir, second_model):
 
 
 def test_page_says_the_adapter_is_a_software_fallback(visits):
-    """Headless Chromium's SwiftShader is a fallback adapter (`isFallbackAdapter`): the page says so."""
+    """Headless Chromium's SwiftShader is a fallback adapter (`isFallbackAdapter`): the page says so, and that a
+    Pyodide with numpy would let it use webtensor's CPU device (npm's Pyodide has none: WebGPU it is, the device
+    menu's CPU entry off)."""
     boot = visits["boot"]
     assert boot["info"]["fallback"] is True and boot["info"]["software"] is True
     assert boot["noteShown"] and "software fallback adapter" in boot["note"] and boot["info"]["adapter"] in boot["note"]
+    assert "A Pyodide with numpy" in boot["note"]
+    assert boot["device"] == "webgpu" and boot["devices"] == [dict(value="webgpu", disabled=False),
+                                                               dict(value="cpu", disabled=True)]
+    assert boot["model"]["device"] == "webgpu" and boot["weights"].endswith("on the GPU")
+
+
+def test_page_refuses_the_cpu_device_without_numpy(model_dir):
+    boot = _error_page(model_dir, query="?device=cpu")
+    assert boot["phase"] == "error" and boot["error"]["title"] == "Model failed to load."
+    assert boot["error"]["detail"].startswith("the CPU device needs numpy, which this server's Pyodide does not have")
+
+
+PYODIDE_WITH_NUMPY = os.environ.get("WEBTENSOR_PYODIDE_NUMPY")  # a Pyodide distribution holding numpy's wheel
+
+
+@pytest.mark.skipif(not PYODIDE_WITH_NUMPY, reason="WEBTENSOR_PYODIDE_NUMPY (a Pyodide distribution with numpy, "
+                                                   "e.g. Pyodide's full release) is not set")
+def test_page_on_the_cpu_device_where_pyodide_has_numpy(model_dir, native):
+    """With a Pyodide that has numpy, the page on a software fallback adapter runs the model on webtensor's CPU device
+    by default: the native model's tokens, streamed token by token, stopped at the next token; the device menu
+    switches to WebGPU (the same tokens)."""
+    _need_browser()
+    from webtensor.web.headless import run_page
+
+    tasks = [dict(type="generate_ui", name="cpu", prompt=PROMPT, maxNewTokens=STREAM_N, temperature=0),
+             dict(type="stop_ui", name="stop", mode="complete", text=PROMPT, maxNewTokens=90, after=3, how="button"),
+             dict(type="device", name="to-webgpu", device="webgpu"),
+             dict(type="generate_ui", name="webgpu", prompt=PROMPT, maxNewTokens=STREAM_N, temperature=0)]
+    out = run_page(tasks, _served(model_dir), timeout_s=300, pyodide_dir=PYODIDE_WITH_NUMPY)
+    assert not out.get("error"), out.get("error")
+    boot, t = out["boot"], {t["name"]: t for t in out["tasks"]}
+    assert boot["device"] == "cpu" and boot["model"]["device"] == "cpu" and "CPU device" in boot["note"]
+    want = native.generate(native.encode(PROMPT), STREAM_N, temperature=0)
+    assert t["cpu"]["result"]["token_ids"] == want and t["cpu"]["result"]["adapter"] == "CPU (numpy)"
+    assert t["cpu"]["updates"] >= STREAM_N - 1
+    assert t["stop"]["result"]["ended"] == "stopped" and t["stop"]["result"]["new_tokens"] == t["stop"]["stopAt"] + 1
+    assert t["to-webgpu"]["model"]["device"] == "webgpu" and t["webgpu"]["result"]["token_ids"] == want
+    print(f"\nCPU device in the page: {t['cpu']['result']['tokens_per_s']:.1f} tokens/s; WebGPU (SwiftShader): "
+          f"{t['webgpu']['result']['tokens_per_s']:.1f}")

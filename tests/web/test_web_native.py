@@ -577,6 +577,50 @@ def test_server_validators_and_304(served, llama_gguf):
     assert status == 200 and body == cfg.read_bytes() and h["ETag"] != old
 
 
+def test_server_offers_the_cpu_device_where_pyodide_has_numpy(tmp_path, llama_gguf):
+    """The manifest's `cpu`: the served Pyodide lists numpy (pyodide-lock.json) and holds its wheel and its
+    dependencies' (Pyodide's full release), so the page can load numpy offline; npm's core-only package does not."""
+    from webtensor.web.server import WebApp, find_pyodide, pyodide_numpy
+
+    npm = find_pyodide()
+    assert "numpy" in json.loads((npm / "pyodide-lock.json").read_text())["packages"]  # listed, not held
+    assert pyodide_numpy(npm) is None and WebApp([], npm).manifest()["cpu"] is False
+    full = _pyodide_stand_in(tmp_path)
+    lock = dict(info={}, packages=dict(
+        numpy=dict(name="numpy", file_name="numpy-2.0.2-cp312-cp312-pyodide_2024_0_wasm32.whl", depends=["libx"]),
+        libx=dict(name="libx", file_name="libx-1.0.zip", depends=[])))
+    (full / "pyodide-lock.json").write_text(json.dumps(lock))
+    (full / lock["packages"]["numpy"]["file_name"]).write_bytes(b"PK")
+    assert pyodide_numpy(full) is None  # a dependency's file is missing
+    (full / "libx-1.0.zip").write_bytes(b"PK")
+    assert pyodide_numpy(full) == "numpy-2.0.2-cp312-cp312-pyodide_2024_0_wasm32.whl"
+    assert WebApp([llama_gguf], full).manifest()["cpu"] is True
+    (full / "pyodide-lock.json").write_text("not json")
+    assert pyodide_numpy(full) is None
+
+
+def test_page_runs_a_model_on_the_cpu_device(page_model):
+    """app.load_model(..., device="cpu"): the model on webtensor's CPU device (what the page uses where its Pyodide
+    has numpy), the tokens of the same calls on WebGPU; another device name is refused."""
+    import asyncio
+
+    from webtensor.web import app
+
+    d, model = page_model
+    app._state.update(device=model.device)
+    try:
+        facts = json.loads(asyncio.run(app.load_model(str(d), None, "float32", "cpu")))
+        assert facts["device"] == "cpu" and app._state["model"].device.kind == "cpu"
+        res = json.loads(asyncio.run(app.generate("Once upon a time", "6", "0.8", "7", None, "40", "0.9")))
+        ids = model.encode("Once upon a time")
+        assert res["adapter"] == "CPU (numpy)"
+        assert res["token_ids"] == model.generate(ids, 6, temperature=0.8, top_k=40, top_p=0.9, seed=7)
+        with pytest.raises(ValueError, match="runs a model on webgpu or cpu, not 'tpu'"):
+            asyncio.run(app.load_model(str(d), None, "float32", "tpu"))
+    finally:
+        app._state.update(device=None, model=None, dtype=None)
+
+
 def test_page_zip_carries_jinja2_and_markupsafe():
     """webtensor's sources plus jinja2's and markupsafe's .py files and BSD licenses; markupsafe's C speedups,
     the shipped model and caches left out."""
