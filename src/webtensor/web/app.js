@@ -202,7 +202,8 @@
     const soft = state.info.fallback || state.info.software;
     const asked = new URLSearchParams(location.search);
     state.device = asked.get("device") || (soft && state.manifest.cpu ? "cpu" : "webgpu");
-    $("device").replaceChildren(option("webgpu", `WebGPU (${state.info.adapter})`),
+    const adapter = state.info.adapter.replace(/ \(fallback adapter\)$/, "");
+    $("device").replaceChildren(option("webgpu", `WebGPU (${adapter})`),
       option("cpu", state.manifest.cpu ? "CPU (numpy in Pyodide)" : "CPU (needs a Pyodide with numpy)", !state.manifest.cpu));
     $("device").addEventListener("change", () => {
       loadModel($("model").value, $("dtype").value, undefined, $("device").value).catch((e) => console.error(e));
@@ -210,11 +211,11 @@
     if (soft) {
       const note = $("adapter-note");
       note.textContent = `WebGPU runs on a ${state.info.fallback ? "software fallback adapter" : "software adapter"} ` +
-        `here (${state.info.adapter}): on this machine's CPU, many times slower than on a GPU. ` +
+        `here (${adapter}): on this machine's CPU, many times slower than on a GPU. ` +
         (state.manifest.cpu ? "The page runs models on webtensor's CPU device (numpy in Pyodide) instead, several " +
           "times faster here; the device menu switches. "
-          : "A Pyodide with numpy (Pyodide's full release, given to `webtensor web --pyodide DIR`) would let the " +
-            "page use webtensor's CPU device, several times faster here. ") +
+          : "A Pyodide with numpy (Pyodide's full release, given to \u201cwebtensor web --pyodide DIR\u201d) would let " +
+            "the page use webtensor's CPU device, several times faster here. ") +
         "Turn on the browser's hardware acceleration, or use a machine with a GPU, for real speed.";
       note.style.display = "block";
     }
@@ -254,7 +255,7 @@
       if (!["webgpu", "cpu"].includes(device)) throw new Error(`the device is webgpu or cpu, not ${JSON.stringify(device)}`);
       if (device === "cpu" && !state.manifest.cpu) {
         throw new Error("the CPU device needs numpy, which this server's Pyodide does not have (npm's pyodide is " +
-                        "core only; give `webtensor web --pyodide DIR` Pyodide's full release)");
+                        "core only; give \u201cwebtensor web --pyodide DIR\u201d Pyodide's full release)");
       }
       state.device = device;
       $("device").value = device;
@@ -346,8 +347,9 @@
     $("gen-error").style.display = "block";
   }
 
-  // The form's fields go to Python as typed: app.check_request / check_chat parse and check them as
-  // the CLI does (validate.py), so the page refuses what `webtensor generate` refuses, with its message.
+  // The form's fields go to Python as typed (text boxes: nothing is emptied before the check): app.check_request /
+  // check_chat read them with the API's rules (validate.py), so the page refuses what `webtensor generate`
+  // refuses, in its own words: each message names the field's label on screen and what was typed.
   const FIELDS = { maxNewTokens: "max-tokens", temperature: "temperature", topK: "top-k", topP: "top-p", seed: "seed" };
 
   function takeOptions(opts) {
@@ -391,8 +393,12 @@
       const seed = res.seed === null ? "" : `; seed ${res.seed}`;
       $("speed").textContent = `${res.tokens_per_s.toFixed(1)} tokens/s decode (${res.new_tokens} tokens; ` +
         `prompt of ${res.prompt_tokens} + first token ${(res.prefill_s * 1000).toFixed(0)} ms${seed}${cut})`;
-      const why = { length: "the token limit", eos: "end of text", stop: "end of turn", stopped: "stopped" }[res.ended];
-      setPhase(res.ended === "stopped" ? "stopped" : "done", `Done: ${res.new_tokens} tokens (${why}).`);
+      if (res.ended === "stopped") {
+        setPhase("stopped", `Stopped after ${res.new_tokens} tokens; the text so far is kept.`);
+      } else {
+        const why = { length: "the token limit", eos: "end of text", stop: "end of turn" }[res.ended];
+        setPhase("done", `Done: ${res.new_tokens} tokens (${why}).`);
+      }
       return res;
     } catch (e) {
       const err = pyErrorParts(e);
