@@ -577,6 +577,25 @@ def test_server_validators_and_304(served, llama_gguf):
     assert status == 200 and body == cfg.read_bytes() and h["ETag"] != old
 
 
+def test_server_survives_an_aborted_download(served, capfd):
+    """A page that goes away mid-download (a reload) costs the server nothing: no traceback, the next request
+    answered."""
+    import socket
+    import time
+
+    url, _, app = served
+    host, port = url.split("//")[1].rstrip("/").split(":")
+    for _ in range(3):
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(b"GET /model/webtensor-shipped/model.safetensors HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert sock.recv(64).startswith(b"HTTP/1.1 200")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset, at once
+    time.sleep(0.5)
+    assert _get(url + "model/manifest.json")[0] == 200
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Error" not in err, err
+
+
 def test_server_offers_the_cpu_device_where_pyodide_has_numpy(tmp_path, llama_gguf):
     """The manifest's `cpu`: the served Pyodide lists numpy (pyodide-lock.json) and holds its wheel and its
     dependencies' (Pyodide's full release), so the page can load numpy offline; npm's core-only package does not."""

@@ -430,7 +430,10 @@ def _handler(app: WebApp, quiet: bool) -> type[BaseHTTPRequestHandler]:
                 self._head(200, st.st_size, ctype, cache, validators)
                 if self.command != "HEAD":
                     app.count_sent(self._path, st.st_size)
-                    shutil.copyfileobj(f, self.wfile, 1 << 20)
+                    try:
+                        shutil.copyfileobj(f, self.wfile, 1 << 20)
+                    except (BrokenPipeError, ConnectionResetError):  # the page went away mid-download (a reload)
+                        self.close_connection = True
 
         def _not_found(self, why: str = "not found") -> None:
             self._send(HTTPStatus.NOT_FOUND, why.encode(), "text/plain; charset=utf-8")
