@@ -8,7 +8,9 @@ JavaScript as JSON strings (one conversion instead of walking proxies).
 The form's fields arrive as typed and are checked with the API's rules (`validate`), but refused in the page's
 words: each message names the field's label on screen (`FIELDS`). While a reply is on screen, generation reads
 each token back as soon as it is chosen (the next step already queued on the device); a Stop asked for between
-two tokens ends it there, the text so far kept.
+two tokens ends it there, the text so far kept. A model may run on webtensor's CPU device instead (numpy in Pyodide,
+where the page's Pyodide has it: faster than a software adapter); that path never waits on a GPU, so it hands the
+browser's event loop a turn after each token.
 """
 
 from __future__ import annotations
