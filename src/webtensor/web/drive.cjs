@@ -23,14 +23,15 @@
 //   {type: "blank_message", message}                          a blank message: Send's state, Ctrl+Enter and
 //                                                             webtensorApp.send() (nothing may be sent)
 //   {type: "reload"}                                          reloads the page; result: its state once ready
-// Any task may carry a `name`, copied into its result. Every result (and `bootNet`) has `net`: what the
-// browser received over the network during it (CDP's Network events: bytes with headers, by path).
+// Any task may carry a `name`, copied into its result. Every result has `net`: what the browser received over
+// the network during it (CDP's Network events: bytes with headers, by path); `bootNet` is the boot's.
 // generate_ui / chat_ui / stop_ui results have `updates`: how often the reply's text changed on screen
 // (MutationObserver callbacks: the page's DOM updates as the browser delivered them).
 // Options: query: appended to the page's address ("?model=ID&dtype=int8"); webgpu: false starts Chromium
 // without WebGPU (no adapter); hideWebgpu: true removes navigator.gpu from the page; expectError:
 // true accepts a page that stopped on an error (its state is in `boot`).
-// Writes {boot, tasks: [...], console: [...], ms} to CONFIG.results; exits 1 on a failed task.
+// The browser runs on a fresh persistent profile (a disk cache and Cache Storage that reloads keep).
+// Writes {boot, bootNet, tasks: [...], console: [...], ms} to CONFIG.results; exits 1 on a failed task.
 "use strict";
 
 const fs = require("fs");
