@@ -2,7 +2,7 @@
 `playwright-core` through `drive.cjs`), for the tests and the browser benchmark.
 
     python -m webtensor.web.headless [--model DIR|FILE.gguf|ID] [--dtype float32|float16|int8] [--bench]
-        [--chat] [--screenshot out/page.png] [--prompt TEXT] [--tokens N]
+        [--chat] [--screenshot out/page.png] [--prompt TEXT] [--tokens N] [--timeout SECONDS]
 
 prints the adapter, the generated text (with --chat: the model's reply to the prompt as a chat message),
 tokens/s and (with --bench) the per-dispatch cost and greedy decode tokens/s with each token read back as it is
@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chat", action="store_true", help="send the prompt as a chat message instead")
     p.add_argument("--bench", action="store_true", help="also measure per-dispatch cost and decode tokens/s")
     p.add_argument("--screenshot", default=None, help="save a screenshot of the page after generation here")
+    p.add_argument("--timeout", type=float, default=240, help="seconds the page session may take (default 240)")
     a = p.parse_args(argv)
     tasks: list[dict[str, Any]] = [
         dict(type="chat_ui", message=a.prompt, maxNewTokens=a.tokens, temperature=0) if a.chat else
@@ -116,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
             tasks.append(dict(type="bench", options=json.dumps(opts)))
     try:
         models = [a.model] if a.model else []
-        out = run_page(tasks, models, query=f"?dtype={a.dtype}") if a.dtype else run_page(tasks, models)
+        opts = dict(query=f"?dtype={a.dtype}") if a.dtype else {}
+        out = run_page(tasks, models, timeout_s=a.timeout, **opts)
     except SetupError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
