@@ -117,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
             tasks.append(dict(type="bench", options=json.dumps(opts)))
     try:
         models = [a.model] if a.model else []
-        opts: dict[str, Any] = dict(query=f"?dtype={a.dtype}") if a.dtype else {}
-        out = run_page(tasks, models, timeout_s=a.timeout, **opts)
+        query: dict[str, Any] = dict(query=f"?dtype={a.dtype}") if a.dtype else {}
+        out = run_page(tasks, models, timeout_s=a.timeout, **query)
     except SetupError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
