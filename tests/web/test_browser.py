@@ -5,9 +5,12 @@ One page session on the shipped GPT-2 runs the op-parity cases, generates throug
 below check its results against numpy and against the native model. A second session serves two models:
 GPT-2 in int8 (then float32, by the dtype menu), then, picked in the model menu, the real SmolLM2-135M-
 Instruct Q4_1 GGUF (98 MB, its blocks uploaded as they are), chatted with in its own template: the page's
-tokens equal `webtensor.load_model(same file)`'s on lavapipe and on the CPU. Short sessions check the
-page's error states. Needs Debian's chromium, Node and the npm packages of package.json (`bash setup.sh
---test` installs them); under CI=true a missing piece fails loudly instead of skipping.
+tokens equal `webtensor.load_model(same file)`'s on lavapipe and on the CPU. A third session, on one
+persistent browser profile, uses the page as a person does: replies streamed token by token, runs stopped
+(Stop, Escape, New chat), a blank message, reloads that keep the conversation and move no model bytes, the
+model menu switched back and forth (CDP's Network events and the server's count of bytes sent). Short
+sessions check the page's error states. Needs Debian's chromium, Node and the npm packages of package.json
+(`bash setup.sh --test` installs them); under CI=true a missing piece fails loudly instead of skipping.
 """
 
 from __future__ import annotations
