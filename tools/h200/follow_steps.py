@@ -5,7 +5,10 @@ decode tok/s of the same prompt with follow_steps 16, 1 and 2, interleaved round
 same clock state for each), on random SmolLM2-135M weights in its published types (Q4_1 matrices, Q8_0 embedding)
 and GPT-2 124M float16.
 
-    source .gl/env.sh && python tools/h200/follow_steps.py        (carry [".gl", ".whl"])
+Prepare once, in the repository root here, as for models_bench.sh: ../shared/tools/gpu-prep gguf==0.19.0
+(the GGUF writer random_checkpoint.py uses). Run: carry [".gl", ".whl"], command:
+    source .gl/env.sh && python tools/h200/follow_steps.py
+(~2-3 minutes: two random checkpoints written, 2 x 3 x 5 runs of 256 tokens.)
 
 A trial here without the GPU: DEVICE=lavapipe N_LAYER=2 DECODE=16 ROUNDS=2 python tools/h200/follow_steps.py
 Prints one line a measurement, a table last; writes follow_steps.json to $OUT.
