@@ -68,6 +68,11 @@ def test_drop_oldest_answers_every_message():
     assert len(r.stdout.splitlines()) == 4 and all(r.stdout.splitlines()), r.stdout
     assert re.search(r"\[dropped the (\d+ )?oldest exchanges? to make room in the context of 96 positions\]",
                      r.stderr), r.stderr
+    r = chat("-c", "64", "--drop-oldest", stdin=b"Good morning.\n" + b"word " * 80 + b"\nGood day.\n")
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 2, r.stderr
+    [err] = errors(r.stderr)
+    assert re.fullmatch(r"webtensor: error: this message is \d+ tokens as the chat template renders it, over the "
+                        r"context of 64 positions: shorten the message, or give the chat a larger --ctx-size", err), err
 
 
 def test_plain_template_replies_end_where_the_next_turn_starts():
@@ -117,12 +122,13 @@ def test_a_reply_cut_by_max_new_tokens_says_so():
 ])
 def test_a_template_that_cannot_hold_a_conversation_is_refused_before_loading(tmp_path, template, message):
     d = with_template(tmp_path / "model", template)
-    for args in (("-m", str(d)), ("--chat-template", str(d / "chat_template.jinja"))):
+    for args, which in ((("-m", str(d)), "the model's chat template"),
+                        (("--chat-template", str(d / "chat_template.jinja")), f"the chat template {d}")):
         r = chat(*args, stdin=b"Hi\n")
         assert r.returncode == 1 and r.stdout == "", r.stderr
         [line] = r.stderr.splitlines()  # (before the model line: no weights were loaded)
-        assert line.startswith("webtensor: error: the model's chat template cannot hold a conversation: ") and \
-            message in line, line
+        assert line.startswith(f"webtensor: error: {which}") and " cannot hold a conversation: " in line, line
+        assert message in line, line
 
 
 def test_a_system_message_the_template_refuses_is_a_usage_error(tmp_path):

@@ -123,8 +123,10 @@ def _turn_end_token(model: Any) -> int | None:
     if not rest:
         return None
     tok = model.tokenizer
+    if tok is None:
+        return None
     ids = tok.encode(rest, add_special_tokens=False)
-    return ids[0] if ids and ids[0] in tok.special_ids else None
+    return ids[0] if ids and ids[0] in getattr(tok, "special_ids", ()) else None
 
 
 def check_template(model: Any, system: str | None = None) -> None:

@@ -57,12 +57,14 @@ def check_chat(args: argparse.Namespace) -> None:
     if args.system is not None:
         validate.check_text(args.system)
     ck = args.checkpoint = open_checkpoint(args)
+    which = "the model's chat template"
     if args.chat_template is not None:
         ck.chat_template = cmdline.chat_template_file(args.chat_template)
+        which = f"the chat template {args.chat_template}"
     try:
         check_template(ck)
     except ChatTemplateError as e:
-        raise ChatTemplateError(f"the model's chat template cannot hold a conversation: {e}") from None
+        raise ChatTemplateError(f"{which} cannot hold a conversation: {e}") from None
     if args.system is not None:
         try:
             check_template(ck, args.system)
@@ -192,8 +194,11 @@ class Session:
         try:
             turn = conv.prepare(text)
         except ContextLengthError as e:
-            hint = "" if conv.drop_oldest else "; --drop-oldest drops the oldest exchanges instead"
-            self.error(f"{e}: /reset starts the conversation over{hint}")
+            if conv.drop_oldest or not conv.history:  # the message alone does not fit
+                self.error(f"{e}: shorten the message, or give the chat a larger --ctx-size")
+            else:
+                self.error(f"{e}: /reset starts the conversation over; --drop-oldest drops the oldest exchanges "
+                           "instead")
             return
         except (ChatTemplateError, SamplingError) as e:
             self.error(str(e))
@@ -223,8 +228,9 @@ class Session:
         if reply.finish == "interrupted":
             self.note("reply stopped")
         elif reply.finish == "context":
-            hint = "" if conv.drop_oldest else "; --drop-oldest drops the oldest exchanges instead"
-            self.note(f"reply cut: the context of {self.model.n_ctx} positions is full (/reset starts over{hint})")
+            then = ("the next message drops the oldest exchanges" if conv.drop_oldest else
+                    "/reset starts over; --drop-oldest drops the oldest exchanges instead")
+            self.note(f"reply cut: the context of {self.model.n_ctx} positions is full ({then})")
         elif reply.finish == "length":
             self.note(f"reply cut at -n {reply.n_tokens} tokens")
 
