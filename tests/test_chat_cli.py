@@ -60,6 +60,7 @@ def test_the_issues_printf_example_goes_on_past_the_context():
     assert "[the conversation starts over]" in r.stderr
 
 
+@pytest.mark.slow  # (SmolLM2 on the CPU device: several replies)
 def test_drop_oldest_answers_every_message():
     r = chat("-m", str(smollm2_gguf()), "-c", "96", "-n", "12", "--drop-oldest",
              stdin=b"Hi\nTell me about Paris.\nAnd London?\nAnd Rome?\n")
@@ -75,6 +76,7 @@ def test_drop_oldest_answers_every_message():
                         r"context of 64 positions: shorten the message, or give the chat a larger --ctx-size", err), err
 
 
+@pytest.mark.slow  # (SmolLM2 on the CPU device: several replies)
 def test_plain_template_replies_end_where_the_next_turn_starts():
     """SmolLM2 under the plain "User: / Assistant:" template (--chat-template plain) copies the conversation's pattern
     and writes the user's next turn itself (test_conversation.py shows it does); the chat cuts the reply there, so

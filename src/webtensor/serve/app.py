@@ -17,6 +17,10 @@ With an API key, /v1/*, /tokenize and /detokenize need `Authorization: Bearer KE
 browsers on those origins may call the API: CORS preflights (OPTIONS) are answered before the key
 is checked, as browsers send them without credentials. GET routes answer HEAD too.
 
+Conversations render through the model's chat template, checked when the app is made (`_Chats`): one that cannot
+render a simple conversation leaves the server up, as vLLM's does, and each request that needs it is answered 400
+naming the template's error; a reply ends where `chat.turn_stops` says a turn ends (the one rule of every front end).
+
 /tokenize and /detokenize follow vLLM's shapes: `{"prompt": text}` or `{"messages": [...]}` (the
 chat template's prompt) -> `{"count", "max_model_len", "tokens"}` (+ `token_strs`, each token's
 text, when `return_token_strs`), and `{"tokens": [...]}` -> `{"prompt": text}`.
