@@ -35,11 +35,19 @@ COMMANDS = {  # name -> (aliases, arguments, what it does)
 ALIASES = {alias: name for name, (aliases, _, _) in COMMANDS.items() for alias in (name, *aliases)}
 
 
+def _usage(cmd: str, aliases: tuple[str, ...], arguments: str, what: str) -> str:
+    return f"  {' '.join((cmd, *aliases, arguments)).strip():22} {what}"
+
+
 def add_parser(sub: Any) -> None:
     from .generate_cli import model_args
 
+    commands = "\n".join(_usage(cmd, *rest) for cmd, rest in COMMANDS.items())
     c = cmdline.add_command(sub, "chat", run=run_chat, check=check_chat,
-                            help="chat with a model in the terminal, the replies streamed (its chat template)")
+                            help="chat with a model in the terminal, the replies streamed (its chat template)",
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
+                            description="A message a line, each reply streamed. Commands:\n" + commands +
+                                        "\nCtrl-C stops a reply; Ctrl-D (or Ctrl-C at the prompt) ends the session.")
     model_args(c, 0.7)
     c.add_argument("--system", default=None, help="a system message to start the conversation with")
     cmdline.add_chat_template(c)
@@ -164,7 +172,7 @@ class Session:
             return False
         elif name == "/help":
             for cmd, (aliases, arguments, what) in COMMANDS.items():
-                self.say(f"  {' '.join((cmd, *aliases, arguments)).strip():22} {what}")
+                self.say(_usage(cmd, aliases, arguments, what))
             self.say(f"  {'//TEXT':22} send a message that starts with /")
             self.say("  Ctrl-C stops a reply; Ctrl-D (or Ctrl-C at the prompt) ends the session")
         elif name == "/reset":
