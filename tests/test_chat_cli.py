@@ -250,3 +250,23 @@ def test_a_closed_stdout_ends_the_chat_quietly(tmp_path):
     err = (tmp_path / "err.txt").read_text()
     assert rc == 141, (rc, err)
     assert [line for line in err.splitlines() if not line.startswith("[webtensor] model")] == [], err
+
+
+def test_a_message_of_several_lines_between_triple_quotes(monkeypatch, capsys):
+    """As in Ollama's chat: \"\"\" opens a message that runs over lines (a line starting with "/" in it is text) up to a
+    line ending with \"\"\"; one reply each."""
+    import io
+
+    import webtensor as wt
+    from webtensor.chat_cli import Session
+    from webtensor.conversation import Conversation
+
+    model = wt.load_model(None, "cpu")
+    stdin = b'"""First line\nsecond line\n/not a command\n"""\n"""Just one."""\n"""Unfinished\nat the end'
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    conv = Conversation(model, max_new_tokens=3)
+    assert Session(model, conv, {"temperature": 0}).run() == 0
+    out, err = capsys.readouterr()
+    assert not errors(err) and len(out.splitlines()) == 3, (out, err)
+    assert [m["content"] for m in conv.messages if m["role"] == "user"] == [
+        "First line\nsecond line\n/not a command", "Just one.", "Unfinished\nat the end"]

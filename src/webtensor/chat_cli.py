@@ -1,7 +1,7 @@
 """`webtensor chat`: a conversation with a model in the terminal, each reply streamed as it forms.
 
-A line is a message; a line starting with "/" is a command (`COMMANDS`, listed by /help; "//" sends a message that
-starts with "/"). The conversation (`conversation.Conversation`) renders through the model's chat template, and each
+A line is a message (several lines between triple quotes, as in Ollama's chat); a line starting with "/" is a
+command (`COMMANDS`, listed by /help; "//" sends a message that starts with "/"). The conversation (`conversation.Conversation`) renders through the model's chat template, and each
 reply ends where the template's turn ends (`chat.turn_stops`: a model without a template stops at the next
 "User:"). The session survives its errors: a line that is not UTF-8, a message the template refuses, a conversation
 past the context (said so, with /reset; `--drop-oldest` drops the oldest exchanges instead), a generation that fails
@@ -33,6 +33,7 @@ COMMANDS = {  # name -> (aliases, arguments, what it does)
     "/exit": (("/bye", "/quit"), "", "end the session (so does Ctrl-D)"),
 }
 ALIASES = {alias: name for name, (aliases, _, _) in COMMANDS.items() for alias in (name, *aliases)}
+QUOTES = '"""'  # a message of several lines: between these, as in Ollama's chat
 
 
 def _usage(cmd: str, aliases: tuple[str, ...], arguments: str, what: str) -> str:
@@ -46,8 +47,9 @@ def add_parser(sub: Any) -> None:
     c = cmdline.add_command(sub, "chat", run=run_chat, check=check_chat,
                             help="chat with a model in the terminal, the replies streamed (its chat template)",
                             formatter_class=argparse.RawDescriptionHelpFormatter,
-                            description="A message a line, each reply streamed. Commands:\n" + commands +
-                                        "\nCtrl-C stops a reply; Ctrl-D (or Ctrl-C at the prompt) ends the session.")
+                            description="A message a line (several lines between \"\"\" quotes), each reply "
+                                        "streamed. Commands:\n" + commands + "\nCtrl-C stops a reply; Ctrl-D (or "
+                                        "Ctrl-C at the prompt) ends the session.")
     model_args(c, 0.7)
     c.add_argument("--system", default=None, help="a system message to start the conversation with")
     cmdline.add_chat_template(c)
@@ -111,30 +113,47 @@ class Session:
         while True:
             try:
                 line = self.read()
+                block = line is not None and line.strip().startswith(QUOTES)
+                if block:
+                    line = self.read_block(line.strip()[len(QUOTES):])  # type: ignore[union-attr]
             except KeyboardInterrupt:
                 self.end_line()
                 return cmdline.EXIT_INTERRUPT
-            except (UsageError, SamplingError) as e:  # a line that is not text: said, and the next one read
+            except UsageError as e:  # a line that is not text: said, and the next one read
                 self.error(str(e))
                 continue
             if line is None:
                 self.end_line()
                 return cmdline.EXIT_OK
             text = line.strip()
-            if text.startswith("/") and not text.startswith("//"):
+            if block:
+                if text:
+                    self.turn(text)
+            elif text.startswith("/") and not text.startswith("//"):
                 if not self.command(text):
                     return cmdline.EXIT_OK
             elif text:
                 self.turn(text[1:] if text.startswith("//") else text)
 
     # -- input ----------------------------------------------------------------------------------------------
-    def read(self) -> str | None:
+    def read_block(self, first: str) -> str:
+        """A message of several lines between triple quotes, as Ollama's chat takes one: `first` (what followed the
+        opening quotes) and the lines after it up to one that ends with the closing quotes (or the end of input)."""
+        lines = [first]
+        while not lines[-1].rstrip().endswith(QUOTES) or lines == [""]:
+            line = self.read("... ")
+            if line is None:
+                break
+            lines.append(line)
+        return "\n".join(lines).rstrip().removesuffix(QUOTES)
+
+    def read(self, prompt: str = "> ") -> str | None:
         """The next line (without its line end), None at the end of input. UsageError for a line that is not UTF-8
         (the line is skipped: the next read goes on after it)."""
         self.line_number += 1
         if self.editing:
             try:
-                line = input("> ")
+                line = input(prompt)
             except EOFError:
                 return None
             except UnicodeDecodeError as e:  # (stdin's errors="strict")
@@ -145,7 +164,7 @@ class Session:
                 raise UsageError(self._not_utf8(ord(line[e.start]) - 0xDC00, e.start, "not UTF-8")) from None
             return line
         if self.typing:
-            self.say("> ", end="")
+            self.say(prompt, end="")
         raw = sys.stdin.buffer.readline()
         if not raw:
             return None
@@ -174,6 +193,8 @@ class Session:
             for cmd, (aliases, arguments, what) in COMMANDS.items():
                 self.say(_usage(cmd, aliases, arguments, what))
             self.say(f"  {'//TEXT':22} send a message that starts with /")
+            self.say(f"  {QUOTES + 'TEXT' + QUOTES:22} send a message of several lines (the closing quotes may end a "
+                     "later line)")
             self.say("  Ctrl-C stops a reply; Ctrl-D (or Ctrl-C at the prompt) ends the session")
         elif name == "/reset":
             self.conversation.reset()
