@@ -15,7 +15,15 @@ from chat_fixtures import CHATML, IM_END, with_template  # noqa: E402
 from smollm2 import smollm2_gguf  # noqa: E402
 
 import webtensor as wt  # noqa: E402
-from webtensor.chat import PLAIN_STOPS, PLAIN_TEMPLATE, ChatTemplate, TurnStops, check_template, turn_stops  # noqa: E402
+from webtensor.chat import (  # noqa: E402
+    PLAIN_STOPS,
+    PLAIN_TEMPLATE,
+    ChatTemplate,
+    TurnStops,
+    check_template,
+    stops_for,
+    turn_stops,
+)
 from webtensor.conversation import Conversation  # noqa: E402
 from webtensor.errors import ChatTemplateError, ContextLengthError  # noqa: E402
 from webtensor.models import loader  # noqa: E402
@@ -56,6 +64,7 @@ def smollm2():
 # -- where a turn ends ------------------------------------------------------------------------------------------
 def test_turn_stops_follow_the_template(shipped, chatml, smollm2):
     assert turn_stops(shipped) == TurnStops(tuple(PLAIN_STOPS))  # no template: the next "User:" / "System:"
+    assert stops_for(shipped) == PLAIN_STOPS and stops_for(chatml) == []  # (the strings alone)
     assert turn_stops(chatml) == TurnStops((), (IM_END,))  # ChatML's <|im_end|>, not an EOS id here
     assert turn_stops(smollm2) == TurnStops()  # ChatML's <|im_end|> is SmolLM2's EOS already
     ck = loader.open_checkpoint(smollm2_gguf())  # (what the CLI checks before loading: the same answer)

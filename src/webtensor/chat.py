@@ -111,6 +111,11 @@ def turn_stops(model: Any) -> TurnStops:
     return TurnStops((), (end,))
 
 
+def stops_for(model: Any) -> list[str]:
+    """The stop strings of `turn_stops(model)` (a front end must also stop at its `token_ids`)."""
+    return list(turn_stops(model).strings)
+
+
 def _turn_end_token(model: Any) -> int | None:
     """The special token that follows an assistant's message in the template's rendering of PROBE, or None."""
     try:
