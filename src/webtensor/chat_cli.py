@@ -1,13 +1,14 @@
 """`webtensor chat`: a conversation with a model in the terminal, each reply streamed as it forms.
 
 A line is a message (several lines between triple quotes, as in Ollama's chat); a line starting with "/" is a
-command (`COMMANDS`, listed by /help; "//" sends a message that starts with "/"). The conversation (`conversation.Conversation`) renders through the model's chat template, and each
-reply ends where the template's turn ends (`chat.turn_stops`: a model without a template stops at the next
-"User:"). The session survives its errors: a line that is not UTF-8, a message the template refuses, a conversation
-past the context (said so, with /reset; `--drop-oldest` drops the oldest exchanges instead), a generation that fails
--- each is one `webtensor: error:` line on stderr, and the next message is read. Ctrl-C during a reply stops the
-reply (what was said stays in the conversation); a second one interrupts at once; Ctrl-C at the prompt ends the
-session (exit status 130), Ctrl-D, /exit or /bye end it with 0. A reply cut by the context or by -n says so.
+command (`COMMANDS`, listed by /help; "//" sends a message that starts with "/"). The conversation
+(`conversation.Conversation`) renders through the model's chat template, and each reply ends where the template's
+turn ends (`chat.turn_stops`: a model without a template stops at the next "User:"). The session survives its
+errors: a line that is not UTF-8, a message the template refuses, a conversation past the context (said so, with
+/reset; `--drop-oldest` drops the oldest exchanges instead), a generation that fails -- each is one `webtensor:
+error:` line on stderr, and the next message is read. Ctrl-C during a reply stops the reply (what was said stays in
+the conversation); a second one interrupts at once; Ctrl-C at the prompt ends the session (exit status 130), Ctrl-D,
+/exit or /bye end it with 0. A reply cut by the context or by -n says so.
 
 The replies go to stdout, everything else (the prompt, notes, errors) to stderr. With a terminal, the input line
 is edited with readline; with a pipe, each line of stdin is a message and nothing but the replies reach stdout.
