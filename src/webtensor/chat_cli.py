@@ -223,6 +223,10 @@ class Session:
         conv = self.conversation
         try:
             turn = conv.prepare(text)
+        except KeyboardInterrupt:  # (Ctrl-C while the prompt is rendered: nothing was sent)
+            self.end_line()
+            self.note("the message was not sent")
+            return
         except ContextLengthError as e:
             if conv.drop_oldest or not conv.history:  # the message alone does not fit
                 self.error(f"{e}: shorten the message, or give the chat a larger --ctx-size")
