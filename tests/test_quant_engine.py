@@ -72,15 +72,15 @@ def linear(dev: wt.Device, x: np.ndarray, qw: Any, bias: np.ndarray | None = Non
 @pytest.mark.parametrize("qtype", TYPES)
 @SETTINGS
 @given(seed=st.integers(0, 2**32 - 1), M=st.integers(2, 300), N=st.integers(0, 74).map(lambda v: 2 * v + 1),
-       data=st.data(), tile=st.sampled_from(TILES), split=st.booleans(), has_bias=st.booleans(),
-       act=st.sampled_from([None, "gelu", "silu", "relu"]), has_res=st.booleans())
-def test_engine_matches_reference(gpu, cpu, ran, monkeypatch, qtype, seed, M, N, data, tile, split, has_bias, act,
-                                  has_res):
-    """One engine launch (and, split, the slices' sum) per product, every tile; against the CPU device and,
-    without an activation, float64 numpy."""
+       data=st.data(), tile=st.sampled_from(TILES), split=st.booleans(), bk=st.sampled_from([8, 16]),
+       has_bias=st.booleans(), act=st.sampled_from([None, "gelu", "silu", "relu"]), has_res=st.booleans())
+def test_engine_matches_reference(gpu, cpu, ran, monkeypatch, qtype, seed, M, N, data, tile, split, bk, has_bias,
+                                  act, has_res):
+    """One engine launch (and, split, the slices' sum) per product, every tile, K steps of 8 or 16; against
+    the CPU device and, without an activation, float64 numpy."""
     monkeypatch.setattr(gops, "engine_tile", lambda m, n, p: tile)
     # split: K cut into slices of 32 or more wherever it is 64 or longer (a GPU of very many SMs)
-    set_policy(monkeypatch, gpu, compute_units=1 << 20 if split else 1, engine_split_min_k=32)
+    set_policy(monkeypatch, gpu, compute_units=1 << 20 if split else 1, engine_split_min_k=32, engine_bk=bk)
     K = data.draw(blocks_of(qtype)) * quant.TYPES[qtype].values
     rng = np.random.default_rng(seed)
     qw = weight(rng, qtype, N, K)
@@ -91,6 +91,7 @@ def test_engine_matches_reference(gpu, cpu, ran, monkeypatch, qtype, seed, M, N,
     got = linear(gpu, x, qw, bias, act, res)
     S, _ = gops.engine_split(M, N, K, tile, gpu.kernel_policy)
     assert ran == [ENGINE] + ([SPLIT_SUM] if S > 1 else []) and (S > 1) == (split and K >= 64)
+    assert gops.engine_bk(gpu.ctx, tile) == bk  # (lavapipe's 32 KiB hold every tile at 16)
     assert got.shape == (M, N)
     assert rel_err(got, linear(cpu, x, qw, bias, act, res)) <= TOL, (M, N, K, tile, S)
     if act is None:

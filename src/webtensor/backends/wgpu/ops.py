@@ -709,13 +709,14 @@ def engine_kernel(ctx: WgpuContext, a_dtype: dt.DType, b_dtype: dt.DType | Quant
     in float16 runs) in f32 tiles with f32 FMAs. A quantized B (QuantB: float32 A, float32 C) is
     matmul_engine_quant.wgsl, f32 tiles and FMAs. `split`: split-K's first pass (raw float32 partial
     products of the launch's K slices, no epilogue)."""
+    policy = ctx.policy
     common = {"TC": "f32" if split else c_dtype.wgsl, "TBIAS": bias_dtype.wgsl, "MT": f"{tile[0]}u",
               "NT": f"{tile[1]}u", "SPLIT": "true" if split else "false"}
+    bk32 = f"{engine_bk(ctx, tile)}u"  # (f32 tiles)
     if isinstance(b_dtype, QuantB):
         return ctx.kernel("matmul_engine_quant", {b_dtype.qtype: "true", "TA": "f32", "TS": "f32", "CT": "f32",
-                                                  "BK": "8u", "B_KMAJOR": "true", "CHUNKED": "false", **common})
+                                                  "BK": bk32, "B_KMAJOR": "true", "CHUNKED": "false", **common})
     f16 = a_dtype is dt.float16 and b_dtype is dt.float16
-    policy = ctx.policy
     math_ = policy.engine_f16_math if f16 else "f32"
     tiles16, chunked = math_ != "f32", math_ == "chunked"
 
@@ -724,11 +725,20 @@ def engine_kernel(ctx: WgpuContext, a_dtype: dt.DType, b_dtype: dt.DType | Quant
 
     packed = policy.engine_f16_out_words and even_out and c_dtype is dt.float16 and not split
     defs = {"TA": a_dtype.wgsl, "TB": b_dtype.wgsl, "TS": "f16" if tiles16 else "f32",
-            "CT": "f16" if chunked else "f32", "BK": "16u" if tiles16 else "8u",
+            "CT": "f16" if chunked else "f32", "BK": "16u" if tiles16 else bk32,
             "B_KMAJOR": "true" if kmajor else "false", "CHUNKED": "true" if chunked else "false",
             "APACK": words(a_dtype), "BPACK": words(b_dtype),
             "CPACK": "true" if packed else "false", **common}
     return ctx.kernel("matmul_engine", defs)
+
+
+def engine_bk(ctx: WgpuContext, tile: tuple[int, int]) -> int:
+    """The K step of the engine's f32 tiles: policy.engine_bk where the device's workgroup memory holds the two
+    double-buffered tiles of 64 MT and 64 NT rows at that depth (2 BK (64 MT + 64 NT) 4 bytes), else 8 (16 KiB
+    at most: WebGPU's default limit)."""
+    bk = ctx.policy.engine_bk
+    limit = int(ctx.api.limits.get("max-compute-workgroup-storage-size", 16384))
+    return bk if 2 * bk * 64 * (tile[0] + tile[1]) * 4 <= limit else 8
 
 
 def _engine_b(b_dtype: dt.DType | QuantB, part: _Part) -> tuple[dict[str, int], dict[str, Any]]:

@@ -58,6 +58,9 @@ class KernelPolicy:
     # float16 operands read as u32 words, float16 outputs written as words, float16 x float16 math in
     # "f32" (f32 tiles and FMAs), "f16" (f16 tiles) or "chunked" (packed f16 FMAs a BK step)
     engine: bool = True
+    # the K step of f32 tiles: 8 (16 KiB of workgroup memory at most), or 16 (fewer barriers and loads a
+    # FMA; 16 to 32 KiB by tile, taken only where the device's limit holds the tiles, else 8)
+    engine_bk: int = 8
     engine_f16_words: bool = True
     engine_f16_out_words: bool = True
     engine_f16_math: str = "f32"
@@ -85,6 +88,8 @@ class KernelPolicy:
     def __post_init__(self) -> None:
         if self.engine_f16_math not in ENGINE_F16_MATHS:
             raise ValueError(f"engine_f16_math must be one of {ENGINE_F16_MATHS}, got {self.engine_f16_math!r}")
+        if self.engine_bk not in (8, 16):
+            raise ValueError(f"engine_bk must be 8 or 16, got {self.engine_bk!r}")
         if self.compute_units < 1:
             raise ValueError(f"compute_units must be positive, got {self.compute_units}")
 

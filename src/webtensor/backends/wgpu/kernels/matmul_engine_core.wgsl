@@ -4,9 +4,11 @@
 // tile of C; each thread holds a (4 MT) x (4 NT) block of outputs in named vec4 registers (no indexed private
 // arrays). K advances in steps of BK through double-buffered workgroup tiles of A and B: the next step's
 // vec4 global loads are issued into registers before the current step's FMAs, stored into the other buffer
-// after them, and one barrier a step separates the two (at most 16 KiB of workgroup memory). A is read
-// through (row stride lda, unit K stride), as vec4 along K: its rows and offset must be 4-aligned (in
-// elements); M and K are arbitrary (tails masked). Arithmetic: products in CT (f32, or f16 for packed
+// after them, and one barrier a step separates the two (2 BK (64 MT + 64 NT) values of workgroup memory:
+// 16 KiB at most with f32 tiles at BK = 8 or f16 tiles at BK = 16; f32 tiles at BK = 16 take 16 to 32
+// KiB, asked for only where the device has it: ops.engine_bk). A is read through (row stride lda, unit K
+// stride), as vec4 along K: its rows and offset must be 4-aligned (in elements); M and K are arbitrary
+// (tails masked). Arithmetic: products in CT (f32, or f16 for packed
 // `vec4<f16>` FMAs). With CHUNKED, the CT accumulators cover one BK step only and are then added into f32
 // accumulators, which bounds the f16 accumulation error to sums of BK terms. Epilogue: + bias, the
 // activation, + residual (epilogue.wgsl). The accumulators, prefetch registers and loop state are
@@ -28,8 +30,9 @@
 // m < M and its first element 4 kq < K are in range; with K not a multiple of 4 its last lanes may pass the
 // tensor's end, but never its buffer: the planner requires 4-aligned offsets and row strides, and every pool
 // buffer is a multiple of 16 bytes (context._bucket), so a vec4 whose first element is in the buffer is
-// wholly in it (the lanes past the end are masked to 0). put_a / put_b: r < 64 MT (64 NT), k + 3 < BK, so
-// As / Bs stay under 2 BK MV (NV); mma reads As[ar + ty (+ 16)] and Bs[br + tx (+ 16)] under the same
+// wholly in it (the lanes past the end are masked to 0). A_VEC and B_VEC are at most 4 (16 MT) (16 / 4) =
+// 512, so a thread's two prefetch loads (li, li + 256) cover a tile. put_a / put_b: r < 64 MT (64 NT),
+// k + 3 < BK, so As / Bs stay under 2 BK MV (NV); mma reads As[ar + ty (+ 16)] and Bs[br + tx (+ 16)] under the same
 // bounds. Split-K: the planner makes S = ceil(K / ks), so every slice starts below K; out4 writes m < M,
 // n < N of slice z < S of the (S, M, N) scratch. Loops end: each runs to a uniform or constant bound in
 // steps that cannot wrap (sizes stay under 2^31).
