@@ -32,10 +32,15 @@ buffers; `quant_linear` runs one dispatch per chunk, each writing its block of o
 
 Kernels (one per role, the block type chosen by a define that includes its dequantizer, see
 kernels/quant_dequant.wgsl; all f32 arithmetic, dequantized values exactly the numpy reference's):
-- gemv_quant.wgsl for M <= 8 rows and for stacks of one-row products of any number (decode), MR rows a
+- gemv_quant.wgsl for M <= 8 rows and for stacks of one-row products (decode; up to the policy's
+  gemv_stack_quant_max_rows on GPUs, any number on CPU adapters), MR rows a
   workgroup (`ops.gemv_group`), LANES threads per output (on CPU adapters 1, and the policy's gemv_quant_nr outputs a
   thread), with the layer-norm or RMS-norm prologue of gemv_norm.wgsl (`ln=` / `rms=`),
-- matmul_quant.wgsl for M > 8 on GPUs (64x64 tiles through workgroup memory, dequantized into the
+- matmul_engine_quant.wgsl for M > 8 on GPUs, and for stacks of more than the policy's
+  gemv_stack_quant_max_rows one-row products: the float matmul engine (matmul_engine_core.wgsl: its tiles,
+  split-K, epilogue; `ops.matmul_engine` plans it) with each K step's tile of W dequantized on its way into
+  workgroup memory (the type file's wvec),
+- matmul_quant.wgsl for M > 8 on GPUs whose policy turns the engine off (64x64 tiles, dequantized into the
   tile of W),
 - matmul_quant_regs.wgsl for M > 8 on CPU adapters (no workgroup memory, no barriers),
 - embedding_quant.wgsl for row gathers.
