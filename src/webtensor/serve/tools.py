@@ -1,0 +1,603 @@
+"""Tool calling: how a model writes a function call (one `ToolFormat` per family, chosen from its chat
+template), the call parser that turns its output into OpenAI's `tool_calls` (whole or as a stream), and
+the llguidance grammar that makes every answer a valid call (`tool_choice` "required" or a named function).
+
+Formats (`format_for(template)`; the template itself tells the model the syntax, with the tools it was given):
+
+- `hermes`: Hermes 2/3, Qwen2.5, Qwen3, QwQ (the template writes `<tool_call>`): anywhere in the answer,
+  `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, one block a call.
+- `llama3_json`: Llama 3.1 / 3.2 / 3.3 (the template writes `<|python_tag|>` or asks for a JSON
+  `{"name": ..., "parameters": {...}}`): the answer is the call, a JSON object (`<|python_tag|>` may come first;
+  several are separated by `;`), "parameters" or "arguments".
+- `mistral`: Mistral v3 templates (Mistral 7B v0.3, Nemo; `[TOOL_CALLS][`): `[TOOL_CALLS]` and a JSON array of
+  `{"name", "arguments"}`.
+- `mistral_args`: newer Mistral templates (Small 3.2, Devstral; `[ARGS]`): `[TOOL_CALLS]name[ARGS]{...}` a call.
+- `plain`: a template that knows no tools (SmolLM2, GPT-2's plain one): the server describes the tools in a
+  system message of its own (`system_prompt`) and the model answers in the hermes syntax.
+
+`CallParser(format)` reads the answer's text as it comes (`feed`, `finish`) and gives `Piece`s in order: text,
+a call's start (its name, once the name is whole), pieces of its arguments (the model's own JSON text, so the
+pieces joined are the whole call's `arguments`), and a call's end (valid or not). A call must be a JSON object
+with a string "name" and an object as its arguments; one that is not (malformed JSON, a missing name, the
+answer cut mid-call) is text where it stands when the answer is parsed whole; a stream cannot take back a call
+it began, so there it stays a call with the arguments streamed.
+
+`Tools.grammar(...)`: the format's call syntax around each tool's `parameters` JSON schema (its name a constant),
+one call or several (`parallel_tool_calls`), compact JSON, then only the end of the answer; a reasoning model
+may first finish its thinking (`think`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+FORMATS = ("hermes", "llama3_json", "mistral", "mistral_args", "plain")
+FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # OpenAI's rule ([a-zA-Z0-9_-], 64 at most) and dots
+
+
+@dataclass(frozen=True)
+class ToolFormat:
+    """How one family writes calls: `name` (FORMATS), the marker that begins a call (`open`; None: the answer
+    itself, llama3_json's JSON at its start), the one that ends it (`close`), the key of the arguments, and the
+    markers whose special tokens must stay in the decoded text for the parser to see them."""
+
+    name: str
+    open: str | None
+    close: str | None
+    args_key: str
+    markers: tuple[str, ...]
+
+    @property
+    def call_ids(self) -> Literal["call", "mistral"]:
+        """Mistral's templates refuse a call id that is not 9 letters and digits."""
+        return "mistral" if self.name.startswith("mistral") else "call"
+
+
+_FORMATS = {
+    "hermes": ToolFormat("hermes", "<tool_call>", "</tool_call>", "arguments", ("<tool_call>", "</tool_call>")),
+    "plain": ToolFormat("plain", "<tool_call>", "</tool_call>", "arguments", ("<tool_call>", "</tool_call>")),
+    "llama3_json": ToolFormat("llama3_json", None, None, "parameters", ("<|python_tag|>",)),
+    "mistral": ToolFormat("mistral", "[TOOL_CALLS]", None, "arguments", ("[TOOL_CALLS]",)),
+    "mistral_args": ToolFormat("mistral_args", "[TOOL_CALLS]", None, "arguments",
+                               ("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]")),
+}
+
+
+def get_format(name: str) -> ToolFormat:
+    return _FORMATS[name]
+
+
+def format_for(template: str | None) -> ToolFormat:
+    """The call syntax a chat template teaches its model (the module docstring), from the template's text."""
+    t = template or ""
+    if "[TOOL_CALLS]" in t:
+        return _FORMATS["mistral_args" if "[ARGS]" in t else "mistral"]
+    if "<tool_call>" in t:
+        return _FORMATS["hermes"]
+    if "<|python_tag|>" in t or ("<|start_header_id|>" in t and "tools" in t):
+        return _FORMATS["llama3_json"]
+    return _FORMATS["plain"]
+
+
+def knows_tools(template: str | None) -> bool:
+    """Whether the template renders the `tools` it is given (else the server describes them itself)."""
+    return template is not None and format_for(template).name != "plain"
+
+
+def system_prompt(tools: Sequence[dict[str, Any]]) -> str:
+    """For a template that knows no tools: the system text that describes `tools` (OpenAI's function
+    definitions) and the hermes call syntax."""
+    lines = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
+    return ("You can call these functions; their signatures are JSON schemas:\n" + lines + "\n\n"
+            "To call one, answer with a JSON object of its name and arguments inside <tool_call></tool_call> "
+            "tags, one block a call:\n<tool_call>\n{\"name\": \"<function name>\", \"arguments\": {<arguments>}}"
+            "\n</tool_call>\nOtherwise answer in text.")
+
+
+def new_call_id(fmt: ToolFormat) -> str:
+    """A call's id: `call_` and 24 hex digits (OpenAI's form), or for Mistral's templates 9 letters and digits."""
+    if fmt.call_ids == "mistral":
+        return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(9))
+    return f"call_{secrets.token_hex(12)}"
+
+
+# -- parsing ---------------------------------------------------------------------------------------------
+@dataclass
+class Piece:
+    """One thing the parser found, in order: `text`; a call's `start` (its `name`); an `args` piece of the call
+    being read; a call's `end` (`ok`: a valid call, `raw`: the call's whole text as the model wrote it,
+    `arguments`: its arguments' JSON text)."""
+
+    kind: Literal["text", "start", "args", "end"]
+    text: str = ""
+    name: str = ""
+    ok: bool = False
+    raw: str = ""
+
+
+class _Json:
+    """One JSON value read a character at a time: whether it is still a valid beginning (`bad`), whether it is
+    whole (`done`), and for an object its top-level members as they come (key -> [start, end) of the raw value in
+    `text`; end None while the value is being read). Literals are checked by their characters only: a whole
+    value is checked again by `json.loads`."""
+
+    _SCALAR = set("0123456789+-.eEtrufalsn")
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.stack: list[str] = []  # open containers: "{" / "["
+        self.in_str = self.esc = self.done = self.bad = False
+        self.members: dict[str, list[int | None]] = {}
+        self._top = "value"  # in the outer object: key / colon / value / comma
+        self._key_start = 0
+        self._key: str | None = None
+        self._scalar = False  # reading a top-level member's scalar value (ends at , or })
+
+    def push(self, s: str) -> int:
+        """Read `s`; how many of its characters belong to the value (the rest follows it)."""
+        for i, c in enumerate(s):
+            if self.done or self.bad:
+                return i
+            self._char(c)
+            if self.done:
+                return i + 1
+        return len(s)
+
+    def _char(self, c: str) -> None:
+        pos = len(self.text)
+        self.text += c
+        depth = len(self.stack)
+        outer = depth == 1 and self.stack[0] == "{"  # (in the outer object itself)
+        if self.in_str:
+            if self.esc:
+                self.esc = False
+            elif c == "\\":
+                self.esc = True
+            elif c == '"':
+                self.in_str = False
+                if outer and self._top == "key":
+                    try:
+                        self._key = json.loads(self.text[self._key_start:])
+                    except ValueError:
+                        self.bad = True
+                    self._top = "colon"
+                elif outer:
+                    self._end_member(pos + 1)
+            elif ord(c) < 0x20:
+                self.bad = True
+            return
+        if c in " \t\n\r":
+            if self._scalar:
+                self._end_member(pos)
+            return
+        if depth == 0:  # (only objects and arrays are read here)
+            if c in "{[":
+                self.stack.append(c)
+                self._top = "key" if c == "{" else "value"
+            else:
+                self.bad = True
+            return
+        if outer and self._top == "key":
+            if c == '"':
+                self.in_str, self._key_start = True, pos
+            elif c == "}" and not self.members:
+                self._close(c)
+            else:
+                self.bad = True
+            return
+        if outer and self._top == "colon":
+            if c == ":":
+                self._top = "value"
+            else:
+                self.bad = True
+            return
+        if outer and self._scalar and c in ",}":
+            self._end_member(pos)
+        if outer and self._top == "comma":
+            if c == ",":
+                self._top = "key"
+            elif c == "}":
+                self._close(c)
+            else:
+                self.bad = True
+            return
+        if outer and self._top == "value" and self._key is not None and self._key not in self.members:
+            self.members[self._key] = [pos, None]
+            self._scalar = c not in '{["'
+        if c in "{[":
+            self.stack.append(c)
+        elif c in "}]":
+            self._close(c)
+        elif c == '"':
+            self.in_str = True
+        elif c not in ",:" and c not in self._SCALAR:
+            self.bad = True
+
+    def _end_member(self, end: int) -> None:
+        if self._key is not None and self._key in self.members and self.members[self._key][1] is None:
+            self.members[self._key][1] = end
+        self._scalar, self._key = False, None
+        if self._top == "value":
+            self._top = "comma"
+
+    def _close(self, c: str) -> None:
+        if not self.stack or {"}": "{", "]": "["}[c] != self.stack[-1]:
+            self.bad = True
+            return
+        self.stack.pop()
+        depth = len(self.stack)
+        if depth == 1 and self.stack[0] == "{" and self._key is not None:
+            self._end_member(len(self.text))  # (a container member ends with its bracket)
+        if depth == 0:
+            self.done = True
+
+    def value(self, key: str) -> str | None:
+        """The raw text of member `key` so far (whole once its end is known), None before it starts."""
+        span = self.members.get(key)
+        if span is None:
+            return None
+        start, end = span
+        return self.text[start:end] if end is not None else self.text[start:]
+
+    def whole(self, key: str) -> bool:
+        span = self.members.get(key)
+        return span is not None and span[1] is not None
+
+
+class CallParser:
+    """The calls in a model's answer, read as the text comes (module docstring). `feed(text)` and `finish()`
+    return the `Piece`s found so far; text that could be the start of a call is held back until it is known."""
+
+    def __init__(self, fmt: ToolFormat):
+        self.fmt = fmt
+        self.buf = ""  # text not yet read
+        self.state: Literal["start", "text", "text_only", "open", "body", "after", "name"] = \
+            "start" if fmt.open is None else "text"
+        self.call: _Json | None = None
+        self.raw = ""  # the current call's text as written (its markers included)
+        self.name: str | None = None  # the current call's name, once announced
+        self.sent = 0  # characters of its arguments given out
+        self.array = False  # mistral: the calls are a JSON array
+        self.blank = False  # just after a call: blanks are dropped
+
+    def feed(self, text: str) -> list[Piece]:
+        self.buf += text
+        return self._run(final=False)
+
+    def finish(self) -> list[Piece]:
+        return self._run(final=True)
+
+    def _run(self, final: bool) -> list[Piece]:
+        out: list[Piece] = []
+        while True:
+            before = (self.state, len(self.buf))
+            getattr(self, f"_{self.state}")(out, final)
+            if (self.state, len(self.buf)) == before:
+                break
+        if final:
+            if self.call is not None:
+                self._end(out, ok=False)
+            if self.buf:
+                out.append(Piece("text", self.buf))
+                self.buf = ""
+        return [p for p in out if p.kind != "text" or p.text]
+
+    # -- states: each reads what it can of self.buf
+    def _start(self, out: list[Piece], final: bool) -> None:
+        """llama3_json: the answer is a call when it begins with <|python_tag|> or a JSON object."""
+        s = self.buf.lstrip()
+        if not s and not final:
+            return
+        if s.startswith("<|python_tag|>"):
+            self.raw, self.buf = self.buf[:len(self.buf) - len(s)] + "<|python_tag|>", s[len("<|python_tag|>"):]
+            self.state = "open"
+        elif s.startswith("{") or (not final and "<|python_tag|>".startswith(s)):
+            if s.startswith("{"):
+                self.raw, self.buf, self.state = self.buf[:len(self.buf) - len(s)], s, "open"
+        else:
+            self.state = "text_only"
+
+    def _blanks(self, final: bool) -> bool:
+        """After a call, blanks are no text: dropped until other text comes. Whether to wait for more."""
+        if self.blank:
+            s = self.buf.lstrip()
+            if not s:
+                self.buf = "" if final else self.buf
+                return True
+            self.buf, self.blank = s, False
+        return False
+
+    def _text_only(self, out: list[Piece], final: bool) -> None:
+        if self._blanks(final):
+            return
+        out.append(Piece("text", self.buf))
+        self.buf = ""
+
+    def _text(self, out: list[Piece], final: bool) -> None:
+        opener = self.fmt.open
+        assert opener is not None
+        if self._blanks(final):
+            return
+        i = self.buf.find(opener)
+        if i >= 0:  # (the blanks before a call are no text either)
+            out.append(Piece("text", self.buf[:i].rstrip()))
+            self.raw, self.buf, self.state = opener, self.buf[i + len(opener):], "open"
+            return
+        keep = 0
+        if not final:  # (held: what may begin the marker, and blanks that may come before it)
+            keep = _partial_suffix(self.buf, opener)
+            keep = len(self.buf) - len(self.buf[:len(self.buf) - keep].rstrip())
+        out.append(Piece("text", self.buf[:len(self.buf) - keep]))
+        self.buf = self.buf[len(self.buf) - keep:]
+
+    def _open(self, out: list[Piece], final: bool) -> None:
+        """After the opening marker: blanks, then the call's JSON (mistral: a JSON array of them, or a name)."""
+        s = self.buf.lstrip()
+        if not s:
+            self.raw, self.buf = self.raw + self.buf, ""
+            return
+        self.raw += self.buf[:len(self.buf) - len(s)]
+        self.buf = s
+        if self.fmt.name == "mistral" and not self.array and s[0] == "[":
+            self.array, self.raw, self.buf = True, self.raw + "[", s[1:]
+            return
+        if self.fmt.name == "mistral_args":
+            self.state = "name"
+            return
+        if s[0] == "{":
+            self.call, self.name, self.sent, self.state = _Json(), None, 0, "body"
+            return
+        self._fail(out)
+
+    def _name(self, out: list[Piece], final: bool) -> None:
+        """mistral_args: the function's name, then [ARGS] (or [CALL_ID]id[ARGS]) and its arguments' JSON."""
+        m = re.match(r"([A-Za-z0-9_.-]+)(\[CALL_ID\][A-Za-z0-9]*)?\[ARGS\]", self.buf)
+        if m is None:
+            if final or not re.fullmatch(r"[A-Za-z0-9_.-]*(\[[A-Z_]*\]?[A-Za-z0-9]*\[?[A-Z]*\]?)?", self.buf):
+                self._fail(out)
+            return
+        self.raw, self.buf = self.raw + m.group(0), self.buf[m.end():]
+        self.name = m.group(1)
+        self.call, self.sent, self.state = _Json(), 0, "body"
+        out.append(Piece("start", name=self.name))
+
+    def _body(self, out: list[Piece], final: bool) -> None:
+        call = self.call
+        assert call is not None
+        used = call.push(self.buf)
+        self.raw, self.buf = self.raw + self.buf[:used], self.buf[used:]
+        if call.bad:
+            return self._end(out, ok=False)
+        self._announce(out)
+        if call.done:
+            self._end(out, ok=True)
+
+    def _announce(self, out: list[Piece]) -> None:
+        """The call's start once its name is whole (and, for llama3_json, it is known to be a call), then any new
+        part of its arguments (an arguments string: whole, at the end)."""
+        call = self.call
+        assert call is not None
+        if self.fmt.name == "mistral_args":
+            args = call.text
+        else:
+            if self.name is None:
+                if not call.whole("name") or not self._looks_like_call(call):
+                    return
+                try:
+                    name = json.loads(call.value("name") or "")
+                except ValueError:
+                    return
+                if not isinstance(name, str):
+                    return
+                self.name = name
+                out.append(Piece("start", name=name))
+            args = call.value(self._args_key(call) or "") or ""
+            if args.startswith('"'):
+                return
+        if len(args) > self.sent:
+            out.append(Piece("args", args[self.sent:]))
+            self.sent = len(args)
+
+    def _looks_like_call(self, call: _Json) -> bool:
+        keys = set(call.members)
+        if self.fmt.name == "llama3_json":  # (an answer that is some JSON object is text, unless a call's keys)
+            return keys <= {"name", "parameters", "arguments"} and self._args_key(call) is not None
+        return True
+
+    def _args_key(self, call: _Json) -> str | None:
+        for k in (self.fmt.args_key, "arguments", "parameters"):
+            if k in call.members:
+                return k
+        return None
+
+    def _end(self, out: list[Piece], ok: bool) -> None:
+        """The call is over: checked whole; then what may follow it."""
+        call = self.call
+        assert call is not None
+        self.call = None
+        arguments = self._arguments(call) if ok and call.done else None
+        if arguments is None:
+            if self.name is None:  # (never announced: it is text)
+                out.append(Piece("text", self.raw))
+                self.raw, self.state = "", "text_only" if self.fmt.open is None else "text"
+                if self.array:
+                    self.array = False
+                return
+            out.append(Piece("end", ok=False, raw=self.raw))
+            self.name, self.raw, self.array = None, "", False
+            self.state = "text_only" if self.fmt.open is None else "text"  # (what follows, a closing marker too)
+            return
+        else:
+            if self.name is None:  # (arguments before the name: announced now, whole)
+                out.append(Piece("start", name=self._name_of(call)))
+            elif self.fmt.name != "mistral_args" and (call.value(self._args_key(call) or "") or "").startswith('"'):
+                out.append(Piece("args", arguments))
+            out.append(Piece("end", ok=True, raw=self.raw, text=arguments))
+        self.name, self.raw, self.state, self.blank = None, "", "after", True
+
+    def _name_of(self, call: _Json) -> str:
+        return str(json.loads(call.text)["name"])
+
+    def _arguments(self, call: _Json) -> str | None:
+        """The call's arguments as JSON text (the model's own), or None where it is not a valid call."""
+        try:
+            obj = json.loads(call.text)
+        except ValueError:
+            return None
+        if self.fmt.name == "mistral_args":
+            return call.text if isinstance(obj, dict) else None
+        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not self._looks_like_call(call):
+            return None
+        key = self._args_key(call)
+        raw = call.value(key) if key else None
+        if raw is None:
+            return None
+        args = obj[key]
+        if isinstance(args, str):  # (arguments sent as a JSON string: its text, if that is an object)
+            try:
+                return args if isinstance(json.loads(args), dict) else None
+            except ValueError:
+                return None
+        return raw.strip() if isinstance(args, dict) else None
+
+    def _after(self, out: list[Piece], final: bool) -> None:
+        """After a call: blanks, then the closing marker, the next call (`;` / `,` / another opening marker)
+        or text."""
+        s = self.buf.lstrip()
+        if not s and not final:
+            return
+        fmt = self.fmt
+        if self.array:
+            if s.startswith(","):
+                self.buf, self.state = s[1:], "open"
+            elif s.startswith("]"):
+                self.buf, self.array, self.state = s[1:], False, "text"
+            elif s or final:
+                self.array, self.state = False, "text"
+            return
+        if fmt.close is not None:
+            if s.startswith(fmt.close):
+                self.buf, self.state = s[len(fmt.close):], "text"
+            elif not final and fmt.close.startswith(s):
+                return
+            else:
+                self.state = "text"  # (no closing marker: the call ended with its JSON)
+            return
+        if fmt.name == "llama3_json":
+            if s.startswith(";"):
+                self.buf, self.state = s[1:], "open"
+            else:
+                self.buf, self.state = s, "text_only"
+            return
+        self.buf, self.state = s, "text"
+
+    def _fail(self, out: list[Piece]) -> None:
+        """What followed an opening marker is no call: text."""
+        out.append(Piece("text", self.raw + self.buf))
+        self.raw, self.buf, self.array = "", "", False
+        self.state = "text_only" if self.fmt.open is None else "text"
+
+
+def _partial_suffix(text: str, marker: str) -> int:
+    """The length of the longest end of `text` that is a proper beginning of `marker`."""
+    for n in range(min(len(marker) - 1, len(text)), 0, -1):
+        if text.endswith(marker[:n]):
+            return n
+    return 0
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    arguments: str
+
+    def openai(self) -> dict[str, Any]:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+@dataclass
+class Parsed:
+    """A whole answer: its text (calls that are not valid stay in it, where they stood) and its calls."""
+
+    content: str
+    calls: list[ToolCall] = field(default_factory=list)
+
+
+def parse(fmt: ToolFormat, text: str, parallel: bool = True) -> Parsed:
+    """The calls in a whole answer (`parallel` False: the first alone)."""
+    p = CallParser(fmt)
+    pieces = [*p.feed(text), *p.finish()]
+    content: list[str] = []
+    calls: list[ToolCall] = []
+    name = ""
+    for piece in pieces:
+        if piece.kind == "text":
+            content.append(piece.text)
+        elif piece.kind == "start":
+            name = piece.name
+        elif piece.kind == "end":
+            if piece.ok and FUNCTION_NAME.match(name):
+                calls.append(ToolCall(new_call_id(fmt), name, piece.text))
+            else:
+                content.append(piece.raw)
+    return Parsed("".join(content), calls if parallel else calls[:1])
+
+
+# -- grammar ---------------------------------------------------------------------------------------------
+def call_schema(fmt: ToolFormat, tool: dict[str, Any]) -> dict[str, Any]:
+    """The JSON schema of one call of `tool` (an OpenAI function definition) in `fmt`'s JSON: its name a
+    constant, its arguments the tool's `parameters` (none: an object without properties)."""
+    params = tool.get("parameters") or {"type": "object", "properties": {}}
+    if fmt.name == "mistral_args":
+        return params
+    return {"type": "object", "properties": {"name": {"const": tool["name"]}, fmt.args_key: params},
+            "required": ["name", fmt.args_key], "additionalProperties": False}
+
+
+def grammar(fmt: ToolFormat, tools: Sequence[dict[str, Any]], parallel: bool, special: dict[str, int],
+            think: Literal["no", "open", "inside"] = "no") -> str:
+    """The llguidance (lark) grammar of an answer that is calls of `tools` alone (one, or with `parallel` one or
+    more), in `fmt`'s syntax. `special`: the format's markers that are special tokens in this tokenizer (text ->
+    id: written as that token). `think`: "inside" the answer begins inside a thinking block (the prompt opened
+    it), "open" it may begin with one, "no" neither."""
+    def lit(s: str) -> str:
+        return f"<[{special[s]}]>" if s in special else json.dumps(s)
+
+    def js(schema: dict[str, Any]) -> str:
+        return "%json " + json.dumps({**schema, "x-guidance": {"whitespace_flexible": False}})
+
+    rules = []
+    if fmt.name == "mistral_args":
+        alts = [f"call_{i}" for i in range(len(tools))]
+        for i, tool in enumerate(tools):
+            rules.append(f"call_{i}: {lit('[TOOL_CALLS]')} {json.dumps(tool['name'])} {lit('[ARGS]')} "
+                         f"{js(call_schema(fmt, tool))}")
+        rules.append("call: " + " | ".join(alts))
+        calls = "call+" if parallel else "call"
+    else:
+        body = js({"anyOf": [call_schema(fmt, t) for t in tools]}) if len(tools) > 1 else \
+            js(call_schema(fmt, tools[0]))
+        rules.append(f"obj: {body}")
+        if fmt.name in ("hermes", "plain"):
+            rules.append(f"call: {lit('<tool_call>')} \"\\n\" obj \"\\n\" {lit('</tool_call>')}")
+            calls = 'call ("\\n" call)*' if parallel else "call"
+        elif fmt.name == "llama3_json":
+            rules.append("call: obj")
+            calls = 'call ("; " call)*' if parallel else "call"
+        else:  # mistral
+            rules.append("call: obj")
+            calls = f'{lit("[TOOL_CALLS]")} "[" call (", " call)* "]"' if parallel else \
+                f'{lit("[TOOL_CALLS]")} "[" call "]"'
+    head = {"no": "", "open": "(think_open think_rest)? ", "inside": "think_rest "}[think]
+    lines = ["%llguidance {}", f"start: {head}calls", f"calls: {calls}", *rules]
+    if think != "no":
+        lines += [f"think_open: {lit('<think>')}", f"think_rest: THINK {lit('</think>')} BLANK",
+                  "THINK: /(.|\\n)*/ & ~/(?s:.*)<\\/think>(?s:.*)/", "BLANK: /[ \\n]*/"]
+    return "\n".join(lines) + "\n"
