@@ -95,6 +95,9 @@ class Plan:
         return r.ReplyParser(self.think, self.inside, self.fmt, self.parallel)
 
 
+PLAIN = Plan(think=False, inside=False, fmt=None, parallel=True, shown=frozenset(), grammar=None)  # text as it is
+
+
 class Grammars:
     """Compiled and checked grammars of forced calls, by grammar text (agents send the same tools each turn)."""
 

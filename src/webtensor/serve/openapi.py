@@ -70,7 +70,7 @@ def document(app: FastAPI) -> dict[str, Any]:
     _request_rules(schemas)
     doc = _ranges(doc)
     app.openapi_schema = doc
-    return doc
+    return dict(doc)
 
 
 def _request_rules(schemas: dict[str, Any]) -> None:

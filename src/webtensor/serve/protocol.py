@@ -37,12 +37,16 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
+    SerializerFunctionWrapHandler,
     StrictBool,
     StrictInt,
     StrictStr,
+    Tag,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -116,8 +120,9 @@ def validation_error(errors: list[dict[str, Any]]) -> APIError:
 
 def _type_tag(part: str) -> bool:
     """pydantic names the union member that failed in an error's location ("str", "list[int]",
-    "function-after[...]"): skip it."""
-    return part in ("str", "int", "float", "bool", "list", "dict", "none") or "[" in part or "-" in part
+    "function-after[...]", a model's name or tag: "InputMessage"): skip it."""
+    return part in ("str", "int", "float", "bool", "list", "dict", "none") or "[" in part or "-" in part or \
+        (part[:1].isupper() and part.isidentifier())
 
 
 # -- field types --------------------------------------------------------------------------------------
@@ -527,7 +532,14 @@ class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
-    prompt_tokens_details: PromptTokensDetails | None = None
+    prompt_tokens_details: PromptTokensDetails | None = None  # (left out of the JSON where None)
+
+    @model_serializer(mode="wrap")
+    def _drop_none(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if out.get("prompt_tokens_details") is None:
+            out.pop("prompt_tokens_details", None)
+        return out
 
     @classmethod
     def of(cls, prompt: int, completion: int, cached: int | None = None) -> Usage:
@@ -790,7 +802,17 @@ class ReasoningParam(BaseModel):
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
 
 
-InputItem = InputMessage | FunctionCallItem | FunctionCallOutputItem | ReasoningItemIn
+def _item_kind(v: Any) -> str:
+    """Which item of `input` a value is, by its `type` (a message may have none)."""
+    kind = v.get("type") if isinstance(v, dict) else getattr(v, "type", None)
+    return {"function_call": "FunctionCallItem", "function_call_output": "FunctionCallOutputItem",
+            "reasoning": "ReasoningItemIn"}.get(kind if isinstance(kind, str) else "", "InputMessage")
+
+
+InputItem = Annotated[Annotated[InputMessage, Tag("InputMessage")]
+                      | Annotated[FunctionCallItem, Tag("FunctionCallItem")]
+                      | Annotated[FunctionCallOutputItem, Tag("FunctionCallOutputItem")]
+                      | Annotated[ReasoningItemIn, Tag("ReasoningItemIn")], Discriminator(_item_kind)]
 
 # fields of OpenAI's CreateResponse that concern what this server does not do: null (or their "off" value) is
 # accepted, anything else refused by name

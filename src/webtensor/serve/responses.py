@@ -27,7 +27,7 @@ from typing import Any, Literal
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
-from .conversation import Plan
+from .conversation import PLAIN, Plan
 from .protocol import (
     APIError,
     FunctionCallOutput,
@@ -51,7 +51,7 @@ ItemStatus = Literal["in_progress", "completed", "incomplete"]
 class Reply:
     """One request's Response: its ids and time, the request's settings it echoes, and its output items."""
 
-    def __init__(self, body: ResponsesRequest, model: str, seq: Generation, plan: Plan):
+    def __init__(self, body: ResponsesRequest, model: str, seq: Generation, plan: Plan = PLAIN):
         self.body, self.model, self.seq, self.plan = body, model, seq, plan
         self.id = f"resp_{uuid.uuid4().hex}"
         self.created_at = int(time.time())
