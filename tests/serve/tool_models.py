@@ -44,27 +44,47 @@ FAMILIES: dict[str, tuple[str, str, list[str], list[str], list[str], str | None]
 
 
 def make_family(out: Path, family: str, seed: int = 0, n_ctx: int = 2048) -> Path:
-    """A random checkpoint of `family` (FAMILIES) in `out`, served under the directory's name."""
+    """A random checkpoint of `family` (FAMILIES) in `out`, served under the directory's name (transformers writes
+    the weights: the `hf` tier)."""
     from llama_fixtures import make_llama
 
-    variant, template, special, added, eos, bos = FAMILIES[family]
-    extra = [t for t in (*special, *added) if t != "<|endoftext|>"]  # (the shipped one's, id 0: kept)
+    variant = FAMILIES[family][0]
+    ids, eos_ids, bos_id = token_ids(family)
+    make_llama(out, variant, seed=seed, vocab_size=BASE_VOCAB + len(ids) - 1, max_position_embeddings=n_ctx,
+               bos_token_id=bos_id, eos_token_id=eos_ids[0])
+    write_tokenizer(out, family, n_ctx)
+    (out / "generation_config.json").write_text(json.dumps({"bos_token_id": bos_id, "eos_token_id": eos_ids}))
+    return out
+
+
+def token_ids(family: str) -> tuple[dict[str, int], list[int], int]:
+    """The family's tokens' ids (the shipped `<|endoftext|>` kept at 0, the others from 4,096 on), its EOS ids and
+    its BOS id (where it has none: the first EOS)."""
+    _, _, special, added, eos, bos = FAMILIES[family]
+    extra = [t for t in (*special, *added) if t != "<|endoftext|>"]
     ids = {"<|endoftext|>": 0, **{tok: BASE_VOCAB + i for i, tok in enumerate(extra)}}
     eos_ids = [ids[e] for e in eos]
-    bos_id = ids[bos] if bos else eos_ids[0]
-    make_llama(out, variant, seed=seed, vocab_size=BASE_VOCAB + len(extra), max_position_embeddings=n_ctx,
-               bos_token_id=bos_id, eos_token_id=eos_ids[0])
-    tok = json.loads((out / "tokenizer.json").read_text())
-    tok["added_tokens"] = [*tok["added_tokens"], *({"id": ids[t], "content": t, "single_word": False, "lstrip": False,
+    return ids, eos_ids, ids[bos] if bos else eos_ids[0]
+
+
+def write_tokenizer(out: Path, family: str, n_ctx: int = 2048) -> Path:
+    """The family's tokenizer files in `out` (tokenizer.json: the shipped BPE and the family's tokens; its
+    tokenizer_config.json with the chat template): what the tests that need no weights load."""
+    from llama_fixtures import SHIPPED
+
+    out.mkdir(parents=True, exist_ok=True)
+    _, template, special, _, eos, bos = FAMILIES[family]
+    ids, _, _ = token_ids(family)
+    tok = json.loads((SHIPPED / "tokenizer.json").read_text())
+    tok["added_tokens"] = [*tok["added_tokens"], *({"id": i, "content": t, "single_word": False, "lstrip": False,
                                                      "rstrip": False, "normalized": False, "special": t in special}
-                                                    for t in extra)]
+                                                    for t, i in ids.items() if i)]
     (out / "tokenizer.json").write_text(json.dumps(tok))
     config: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": eos[0],
                               "bos_token": bos, "model_max_length": n_ctx,
                               "chat_template": (TEMPLATES / template).read_text()}
     (out / "tokenizer_config.json").write_text(json.dumps(config))
     (out / "special_tokens_map.json").write_text(json.dumps({"eos_token": eos[0], "bos_token": bos}))
-    (out / "generation_config.json").write_text(json.dumps({"bos_token_id": bos_id, "eos_token_id": eos_ids}))
     for f in ("vocab.json", "merges.txt"):
         (out / f).unlink(missing_ok=True)
     return out

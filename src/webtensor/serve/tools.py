@@ -325,9 +325,10 @@ class CallParser:
         if self._blanks(final):
             return
         i = self.buf.find(opener)
-        if i >= 0:  # (the blanks before a call are no text either)
-            out.append(Piece("text", self.buf[:i].rstrip()))
-            self.raw, self.buf, self.state = opener, self.buf[i + len(opener):], "open"
+        if i >= 0:  # (the blanks before a call are no text either: they go with the call's raw text)
+            before = self.buf[:i].rstrip()
+            out.append(Piece("text", before))
+            self.raw, self.buf, self.state = self.buf[len(before):i] + opener, self.buf[i + len(opener):], "open"
             return
         keep = 0
         if not final:  # (held: what may begin the marker, and blanks that may come before it)
@@ -551,10 +552,29 @@ def parse(fmt: ToolFormat, text: str, parallel: bool = True) -> Parsed:
 
 
 # -- grammar ---------------------------------------------------------------------------------------------
+def closed(schema: Any) -> Any:
+    """`schema` with every object that does not say otherwise closed to the properties it lists
+    (`additionalProperties: false`, as xgrammar's strict mode reads schemas in vLLM): a forced call names the
+    tool's parameters alone, and a random model cannot wander off in keys nobody asked for."""
+    if isinstance(schema, list):
+        return [closed(v) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: (closed(v) if k in ("items", "prefixItems", "anyOf", "oneOf", "allOf", "not", "if", "then", "else")
+               else {n: closed(x) for n, x in v.items()} if k in ("properties", "$defs", "definitions",
+                                                                 "patternProperties") and isinstance(v, dict)
+               else v) for k, v in schema.items()}
+    is_object = out.get("type") == "object" or (isinstance(out.get("type"), list) and "object" in out["type"]) \
+        or "properties" in out
+    if is_object and "additionalProperties" not in out and "unevaluatedProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
 def call_schema(fmt: ToolFormat, tool: dict[str, Any]) -> dict[str, Any]:
     """The JSON schema of one call of `tool` (an OpenAI function definition) in `fmt`'s JSON: its name a
-    constant, its arguments the tool's `parameters` (none: an object without properties)."""
-    params = tool.get("parameters") or {"type": "object", "properties": {}}
+    constant, its arguments the tool's `parameters` (none: an object without properties), `closed`."""
+    params = closed(tool.get("parameters") or {"type": "object", "properties": {}})
     if fmt.name == "mistral_args":
         return params
     return {"type": "object", "properties": {"name": {"const": tool["name"]}, fmt.args_key: params},
@@ -597,7 +617,8 @@ def grammar(fmt: ToolFormat, tools: Sequence[dict[str, Any]], parallel: bool, sp
                 f'{lit("[TOOL_CALLS]")} "[" call "]"'
     head = {"no": "", "open": "(think_open think_rest)? ", "inside": "think_rest "}[think]
     lines = ["%llguidance {}", f"start: {head}calls", f"calls: {calls}", *rules]
-    if think != "no":
-        lines += [f"think_open: {lit('<think>')}", f"think_rest: THINK {lit('</think>')} BLANK",
-                  "THINK: /(.|\\n)*/ & ~/(?s:.*)<\\/think>(?s:.*)/", "BLANK: /[ \\n]*/"]
+    if think != "no":  # (text up to </think>: a special token after any text, or the text's first </think>)
+        body = f"THINK {lit('</think>')}" if "</think>" in special else "thought"
+        lines += [f"think_open: {lit('<think>')}", f"think_rest: {body} BLANK", "THINK: /(.|\\n)*/",
+                  "thought[lazy]: /(.|\\n)*<\\/think>/", "BLANK: /[ \\n]*/"]
     return "\n".join(lines) + "\n"
