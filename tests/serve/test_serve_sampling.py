@@ -6,7 +6,6 @@ All on the session's shared server (the shipped model on the CPU device, the bat
 from __future__ import annotations
 
 import codecs
-
 import json
 import sys
 import urllib.request

@@ -183,9 +183,10 @@ def test_the_prompt_may_open_the_thinking():
 
 # -- the grammar of forced calls ---------------------------------------------------------------------------------
 TOOLS = [
-    {"name": "get_weather", "parameters": {"type": "object", "additionalProperties": False, "required": ["city", "days"],
-                                           "properties": {"city": {"type": "string", "maxLength": 12},
-                                                          "days": {"type": "integer", "minimum": 1, "maximum": 9}}}},
+    {"name": "get_weather", "parameters": {
+        "type": "object", "additionalProperties": False, "required": ["city", "days"],
+        "properties": {"city": {"type": "string", "maxLength": 12},
+                       "days": {"type": "integer", "minimum": 1, "maximum": 9}}}},
     {"name": "set_mode", "parameters": {"type": "object", "required": ["mode"],
                                         "properties": {"mode": {"enum": ["on", "off", "auto"]},
                                                        "force": {"type": "boolean"}}}},

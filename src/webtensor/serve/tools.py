@@ -574,7 +574,7 @@ def closed(schema: Any) -> Any:
 def call_schema(fmt: ToolFormat, tool: dict[str, Any]) -> dict[str, Any]:
     """The JSON schema of one call of `tool` (an OpenAI function definition) in `fmt`'s JSON: its name a
     constant, its arguments the tool's `parameters` (none: an object without properties), `closed`."""
-    params = closed(tool.get("parameters") or {"type": "object", "properties": {}})
+    params: dict[str, Any] = closed(tool.get("parameters") or {"type": "object", "properties": {}})
     if fmt.name == "mistral_args":
         return params
     return {"type": "object", "properties": {"name": {"const": tool["name"]}, fmt.args_key: params},
