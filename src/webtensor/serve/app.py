@@ -298,7 +298,9 @@ def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
         if body.prompt is not None:
             ids = await prompts.encode(body.prompt, body.add_special_tokens)
         else:
-            prompt = conversation.render(engine, body.messages or [], add_generation_prompt=body.add_generation_prompt)
+            functions = [t.function.model_dump(exclude_none=True) for t in body.tools or []]
+            prompt = conversation.render(engine, body.messages or [], functions, body.chat_template_kwargs,
+                                         add_generation_prompt=body.add_generation_prompt)
             ids = await prompts.encode(prompt, False)
         strs = None
         if body.return_token_strs:

@@ -506,11 +506,18 @@ class TokenizeRequest(BaseModel):
     add_special_tokens: StrictBool = True  # the tokenizer's own (a BOS for Llama 3; GPT-2 adds none)
     add_generation_prompt: StrictBool = True  # end the rendered chat with the assistant's turn
     return_token_strs: StrictBool = False
+    tools: Annotated[list[ChatTool], Field(max_length=128)] | None = None  # (with messages: as chat renders them)
+    chat_template_kwargs: dict[Text, Any] | None = None
+
+    _template_kwargs = field_validator("chat_template_kwargs")(
+        ChatRequest._template_kwargs.__func__)  # type: ignore[attr-defined]
 
     @model_validator(mode="after")
     def _one(self) -> TokenizeRequest:
         if (self.prompt is None) == (self.messages is None):
             raise ValueError("give either prompt (text) or messages (a chat)")
+        if self.messages is None and (self.tools is not None or self.chat_template_kwargs is not None):
+            raise ValueError("tools and chat_template_kwargs go with messages")
         return self
 
 

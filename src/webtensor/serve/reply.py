@@ -154,10 +154,10 @@ class ReplyParser:
         if self.think is not None:
             reasoning, content = self.think.feed(text, final=True)
             reasoning = reasoning if self.think.opened else None
-        if self.fmt is None:
-            return Reply(reasoning, content)
+        if self.fmt is None:  # (after a reasoning block, no text is no content)
+            return Reply(reasoning, content if content or reasoning is None else None)
         parsed = t.parse(self.fmt, content, self.parallel)
         body: str | None = parsed.content
-        if parsed.calls and not (body or "").strip():
+        if (parsed.calls or reasoning is not None) and not (body or "").strip():
             body = None
         return Reply(reasoning, body, parsed.calls)
