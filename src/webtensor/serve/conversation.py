@@ -180,7 +180,8 @@ async def plan(engine: Engine, grammars: Grammars, prompt: str, functions: list[
     inside = think and r.starts_thinking(prompt)
     fmt = t.format_for(template)
     calls = bool(functions) and choice != "none"
-    special = special_ids(engine, (*fmt.markers, *((r.THINK_OPEN, r.THINK_CLOSE) if think else ())))
+    # (the markers the parser reads stay in the text; a call's, only where calls are read)
+    special = special_ids(engine, (*(fmt.markers if calls else ()), *((r.THINK_OPEN, r.THINK_CLOSE) if think else ())))
     grammar = None
     if functions and choice != "none":
         await grammars.check_schemas(functions, params_param)
