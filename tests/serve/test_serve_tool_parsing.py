@@ -70,6 +70,7 @@ REAL = [
                '"get_weather", "arguments": {"city": "Par', []),  # cut by max_tokens
     ("hermes", "The weather is {\"sunny\": true} today, no <tool_call", "The weather is {\"sunny\": true} today, "
                "no <tool_call", []),
+    ("hermes", '<tool_call>\n{"name": "ping", "arguments": {}}\n</tool', None, [("ping", {})]),  # cut in the tag
     ("llama3_json", '{"name": "get_current_conditions", "parameters": {"location": "San Francisco, CA", '
                     '"unit": "Fahrenheit"}}', None,
      [("get_current_conditions", {"location": "San Francisco, CA", "unit": "Fahrenheit"})]),

@@ -86,7 +86,8 @@ class Reply:
             reasoning=b.reasoning.model_dump() if b.reasoning else None,
             temperature=1.0 if b.temperature is None else b.temperature, top_p=1.0 if b.top_p is None else b.top_p,
             text=text_param, tool_choice=choice, metadata=b.metadata or {},
-            tools=[{"type": "function", "strict": False, **t.model_dump(exclude_none=True)} for t in b.tools or []],
+            tools=[{**t.model_dump(exclude_none=True), "strict": bool(t.strict), "parameters": t.parameters}
+                   for t in b.tools or []],  # (the spec's FunctionTool: strict and parameters always there)
             usage=self.usage() if ended and error is None else None)
         return resp.model_dump(exclude={"usage"} if resp.usage is None else None)  # (the spec's usage: no null)
 

@@ -92,12 +92,10 @@ def knows_tools(template: str | None) -> bool:
 
 def system_prompt(tools: Sequence[dict[str, Any]]) -> str:
     """For a template that knows no tools: the system text that describes `tools` (OpenAI's function
-    definitions) and the hermes call syntax."""
-    lines = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
-    return ("You can call these functions; their signatures are JSON schemas:\n" + lines + "\n\n"
-            "To call one, answer with a JSON object of its name and arguments inside <tool_call></tool_call> "
-            "tags, one block a call:\n<tool_call>\n{\"name\": \"<function name>\", \"arguments\": {<arguments>}}"
-            "\n</tool_call>\nOtherwise answer in text.")
+    definitions, compact JSON) and the hermes call syntax, in few tokens (small models, short contexts)."""
+    lines = "\n".join(json.dumps(t, ensure_ascii=False, separators=(",", ":")) for t in tools)
+    return (f"You may call these functions:\n{lines}\nTo call one, answer:\n<tool_call>\n"
+            '{"name": <function name>, "arguments": <arguments object>}\n</tool_call>')
 
 
 def new_call_id(fmt: ToolFormat) -> str:
@@ -485,7 +483,9 @@ class CallParser:
         if fmt.close is not None:
             if s.startswith(fmt.close):
                 self.buf, self.state = s[len(fmt.close):], "text"
-            elif not final and fmt.close.startswith(s):
+            elif fmt.close.startswith(s):  # (the answer ended inside the closing marker: it is the call's)
+                if final:
+                    self.buf, self.state = "", "text"
                 return
             else:
                 self.state = "text"  # (no closing marker: the call ended with its JSON)
