@@ -259,3 +259,52 @@ def test_forced_calls_are_always_valid(tmp_path, family, parallel):
                     assert c.name in {t["name"] for t in chosen}
                     jsonschema.validate(json.loads(c.arguments), by_name[c.name])
             assert ended >= 3
+
+
+# -- the prompt: the template's own rendering, as transformers passes tools ----------------------------------------
+HISTORY = [
+    {"role": "system", "content": "You are a weather bot."},
+    {"role": "user", "content": "Weather in Paris and Lyon?"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "abcdefgh1", "type": "function", "function": {"name": "get_weather",
+                                                             "arguments": '{"city": "Paris", "days": 2}'}}]},
+    {"role": "tool", "tool_call_id": "abcdefgh1", "content": '{"temp": 21}'},
+    {"role": "user", "content": "Thanks. And Lyon?"},
+]
+
+
+@pytest.mark.hf
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_prompt_is_transformers_rendering(tmp_path, family):
+    """The server's prompt for a conversation with tools, an assistant's call and the tool's result is what
+    transformers' apply_chat_template(messages, tools=...) renders with the same template, the call's arguments
+    given as an object (as templates expect them); Mistral's templates and the history of a call the answer
+    carried."""
+    transformers = pytest.importorskip("transformers")
+    from webtensor.serve import conversation
+    from webtensor.serve.protocol import ChatMessage, ChatTool
+    from webtensor.text.tokenizer import Tokenizer
+
+    d = write_tokenizer(tmp_path, family)
+    hf = transformers.PreTrainedTokenizerFast.from_pretrained(d)
+    tok = Tokenizer.from_dir(d)
+    template = (TEMPLATES / FAMILIES[family][1]).read_text()
+
+    class Engine:  # (what render reads)
+        chat_template, tokenizer, vocab_size = template, tok, tok.vocab_size
+    history = HISTORY if not family.startswith("mistral") else [HISTORY[0], *HISTORY[1:4]]
+    functions = [ChatTool.model_validate(t).function.model_dump(exclude_none=True) for t in (
+        {"type": "function", "function": {"name": "get_weather", "description": "The weather",
+                                          "parameters": TOOLS[0]["parameters"]}},)]
+    ours = conversation.render(Engine, [ChatMessage.model_validate(m) for m in history], functions,  # type: ignore[arg-type]
+                               {"enable_thinking": False})
+    theirs_msgs = json.loads(json.dumps(history))
+    for m in theirs_msgs:
+        for c in m.get("tool_calls") or []:
+            c["function"]["arguments"] = json.loads(c["function"]["arguments"])
+        if m["content"] is None:
+            m["content"] = ""
+    theirs = hf.apply_chat_template(theirs_msgs, tools=[{"type": "function", "function": f} for f in functions],
+                                    add_generation_prompt=True, tokenize=False, enable_thinking=False)
+    assert ours == theirs
+    assert '"get_weather"' in ours or "get_weather" in ours
