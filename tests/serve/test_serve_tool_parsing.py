@@ -28,7 +28,7 @@ TEMPLATE_FORMATS = {
     "Qwen-Qwen2.5-7B-Instruct.jinja": "hermes", "Qwen-Qwen3-0.6B.jinja": "hermes",
     "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja": "hermes",
     "meta-llama-Llama-3.1-8B-Instruct.jinja": "llama3_json", "meta-llama-Llama-3.2-3B-Instruct.jinja": "llama3_json",
-    "mistralai-Mistral-Nemo-Instruct-2407.jinja": "mistral",
+    "mistralai-Mistral-Nemo-Instruct-2407.jinja": "mistral", "Qwen3.5-4B.jinja": "qwen3_xml",
     "Mistral-Small-3.2-24B-Instruct-2506.jinja": "mistral_args",
 }
 
@@ -92,7 +92,22 @@ REAL = [
     ("mistral_args", '[TOOL_CALLS]a[ARGS]{"x": 1}[TOOL_CALLS]b[CALL_ID]a1b2c3d4e[ARGS]{}', None,
      [("a", {"x": 1}), ("b", {})]),
     ("mistral_args", "No tools needed: 4.", "No tools needed: 4.", []),
+    ("qwen3_xml", "I will check.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis, France\n"
+                  "</parameter>\n<parameter=unit>\ncelsius\n</parameter>\n</function>\n</tool_call>", "I will check.",
+     [("get_weather", W)]),
+    ("qwen3_xml", "<tool_call>\n<function=get_time>\n<parameter=tz>\n42\n</parameter>\n<parameter=h24>\nTrue\n"
+                  "</parameter>\n<parameter=n>\n[1, 2.5e3, null]\n</parameter>\n</function>\n</tool_call>\n"
+                  "<tool_call>\n<function=ping>\n</function>\n</tool_call>", None,
+     [("get_time", {"tz": "42", "h24": True, "n": [1, 2.5e3, None]}), ("ping", {})]),
+    ("qwen3_xml", "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar", "<tool_call>\n<function="
+                  "get_weather>\n<parameter=city>\nPar", []),
+    ("qwen3_xml", "<tool_call>\n{\"name\": \"get_weather\"}\n</tool_call>", "<tool_call>\n{\"name\": "
+                  "\"get_weather\"}\n</tool_call>", []),
 ]
+# the tools' parameters the answers call (qwen3_xml reads its values by their types)
+SCHEMAS = {"get_weather": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}}},
+           "get_time": {"type": "object", "properties": {"tz": {"type": "string"}, "h24": {"type": "boolean"},
+                                                          "n": {"type": "array"}}}}
 
 
 def _ids(case: tuple) -> str:
@@ -102,7 +117,7 @@ def _ids(case: tuple) -> str:
 @pytest.mark.parametrize("case", REAL, ids=_ids)
 def test_parsed_whole(case):
     fmt, text, content, calls = case
-    got = reply.ReplyParser(False, False, tools.get_format(fmt)).whole(text)
+    got = reply.ReplyParser(False, False, tools.get_format(fmt), schemas=SCHEMAS).whole(text)
     assert got.content == content and got.reasoning is None
     assert [(c.name, json.loads(c.arguments)) for c in got.calls] == calls
     ids = [c.id for c in got.calls]
@@ -112,7 +127,7 @@ def test_parsed_whole(case):
     else:
         assert all(i.startswith("call_") for i in ids)
     if calls:  # parallel_tool_calls false: the first call alone
-        one = reply.ReplyParser(False, False, tools.get_format(fmt), parallel=False).whole(text)
+        one = reply.ReplyParser(False, False, tools.get_format(fmt), parallel=False, schemas=SCHEMAS).whole(text)
         assert [(c.name, json.loads(c.arguments)) for c in one.calls] == calls[:1]
 
 
@@ -137,7 +152,7 @@ def test_streamed_in_any_pieces_is_the_whole(case, cuts):
     """Where the answer is valid (or no call at all), the stream's text and calls, however the text is cut, are
     the whole answer's; the arguments streamed in pieces join to the whole call's."""
     fmt, text, content, calls = case
-    r, c, streamed = _streamed(reply.ReplyParser(False, False, tools.get_format(fmt)), text, cuts)
+    r, c, streamed = _streamed(reply.ReplyParser(False, False, tools.get_format(fmt), schemas=SCHEMAS), text, cuts)
     assert r == "" and c == (content or "")
     assert [(s["name"], json.loads(s["arguments"])) for s in streamed] == calls
 
@@ -214,7 +229,7 @@ def _walk(matcher, tokenizer, vocab: int, eos: set[int], prefer: set[int], rng: 
     return out, False
 
 
-@pytest.mark.parametrize("family", ["qwen2.5", "llama3.1", "mistral-nemo", "mistral-small-3.2", "qwen3.5"])
+@pytest.mark.parametrize("family", ["qwen2.5", "llama3.1", "mistral-nemo", "mistral-small-3.2", "qwen3.5", "hermes3"])
 @pytest.mark.parametrize("parallel", [False, True])
 def test_forced_calls_are_always_valid(tmp_path, family, parallel):
     """The grammar of tool_choice "required" (and of one named function) over the family's own tokenizer: every
@@ -252,7 +267,8 @@ def test_forced_calls_are_always_valid(tmp_path, family, parallel):
                     continue
                 ended += 1
                 text = b"".join(tok.token_bytes(i, skip_special_tokens=i not in special.values()) for i in ids)
-                got = reply.ReplyParser(think != "no", think == "inside", fmt, parallel).whole(text.decode())
+                got = reply.ReplyParser(think != "no", think == "inside", fmt, parallel,
+                                        {t["name"]: t.get("parameters") for t in TOOLS}).whole(text.decode())
                 assert got.calls and (got.content or "").strip() == "", text
                 assert parallel or len(got.calls) == 1
                 for c in got.calls:

@@ -1,5 +1,5 @@
 """Tool calling and reasoning through real server processes, with the clients agents use: random checkpoints of
-each format's family (Qwen2.5 and Qwen3 hermes, Llama 3.1 JSON, Mistral Nemo and Small 3.2) with their real
+each format's family (Qwen2.5 and Qwen3 hermes, Qwen3.5 XML, Llama 3.1 JSON, Mistral Nemo and Small 3.2) with their real
 templates (tool_models.py), and the real SmolLM2 file (a template that knows no tools).
 
 `tool_choice` "required" or a named function makes every answer a valid call even from random weights (its
@@ -42,7 +42,7 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
                                            "parameters": MODE}}]
 SCHEMAS = {"get_weather": WEATHER, "set_mode": MODE}
 ASK = [{"role": "user", "content": "What is the weather in Paris for the next 3 days?"}]
-FAMILIES = ["qwen2.5", "llama3.1", "mistral-nemo", "mistral-small-3.2"]
+FAMILIES = ["qwen2.5", "llama3.1", "mistral-nemo", "mistral-small-3.2", "qwen3.5"]
 NO_THINK = {"chat_template_kwargs": {"enable_thinking": False}}
 
 
@@ -156,7 +156,7 @@ def test_forced_calls_are_valid_whole_and_streamed(servers, family):
                           ({"type": "function", "function": {"name": "set_mode"}}, {"set_mode"})):
         for seed in (0, 1):
             body = {"model": name, "messages": ASK, "tools": TOOLS, "tool_choice": choice, "parallel_tool_calls": False,
-                    "max_tokens": 96, "temperature": 1.0, "seed": seed}
+                    "max_tokens": 96, "temperature": 1.0, "seed": seed, **NO_THINK}
             status, whole, _ = post(server.url + "/v1/chat/completions", body)
             assert status == 200, whole
             _check("CreateChatCompletionResponse", whole)

@@ -85,6 +85,7 @@ class Plan:
     parallel: bool
     shown: frozenset[int]  # special token ids whose text the parser must see
     grammar: str | None  # the forced calls' grammar (None: none)
+    schemas: tuple[tuple[str, Any], ...] = ()  # the tools' parameters by name (the qwen3_xml parser types values)
 
     @property
     def plain(self) -> bool:
@@ -92,7 +93,7 @@ class Plan:
         return not self.think and self.fmt is None
 
     def parser(self) -> r.ReplyParser:
-        return r.ReplyParser(self.think, self.inside, self.fmt, self.parallel)
+        return r.ReplyParser(self.think, self.inside, self.fmt, self.parallel, dict(self.schemas))
 
 
 PLAIN = Plan(think=False, inside=False, fmt=None, parallel=True, shown=frozenset(), grammar=None)  # text as it is
@@ -190,4 +191,5 @@ async def plan(engine: Engine, grammars: Grammars, prompt: str, functions: list[
         mode: Literal["no", "open", "inside"] = "inside" if inside else \
             "open" if think and not prompt.rstrip().endswith(r.THINK_CLOSE) else "no"
         grammar = await grammars.check(t.grammar(fmt, chosen, parallel, special, mode), "tool_choice")
-    return Plan(think, inside, fmt if calls else None, parallel, frozenset(special.values()), grammar)
+    return Plan(think, inside, fmt if calls else None, parallel, frozenset(special.values()), grammar,
+                tuple((f["name"], f.get("parameters") or {}) for f in functions))

@@ -106,12 +106,13 @@ class Delta:
 class ReplyParser:
     """One answer's parts (the module docstring). `think`: split <think> blocks (`inside`: the prompt opened
     one); `fmt`: parse tool calls in that format (None: the content is text); `parallel` False: the first call
-    alone."""
+    alone; `schemas`: the tools' parameters by name (tools.CallParser's)."""
 
-    def __init__(self, think: bool, inside: bool, fmt: t.ToolFormat | None, parallel: bool = True):
+    def __init__(self, think: bool, inside: bool, fmt: t.ToolFormat | None, parallel: bool = True,
+                 schemas: dict[str, Any] | None = None):
         self.think = ThinkSplitter(inside) if think else None
-        self.fmt, self.parallel = fmt, parallel
-        self.calls = t.CallParser(fmt) if fmt is not None else None
+        self.fmt, self.parallel, self.schemas = fmt, parallel, schemas
+        self.calls = t.CallParser(fmt, schemas) if fmt is not None else None
         self.started = 0  # calls begun in the stream
         self._dropping = False  # the pieces of a call past the first (parallel false)
 
@@ -156,7 +157,7 @@ class ReplyParser:
             reasoning = reasoning if self.think.opened else None
         if self.fmt is None:  # (after a reasoning block, no text is no content)
             return Reply(reasoning, content if content or reasoning is None else None)
-        parsed = t.parse(self.fmt, content, self.parallel)
+        parsed = t.parse(self.fmt, content, self.parallel, self.schemas)
         body: str | None = parsed.content
         if (parsed.calls or reasoning is not None) and not (body or "").strip():
             body = None

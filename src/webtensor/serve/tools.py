@@ -6,6 +6,9 @@ Formats (`format_for(template)`; the template itself tells the model the syntax,
 
 - `hermes`: Hermes 2/3, Qwen2.5, Qwen3, QwQ (the template writes `<tool_call>`): anywhere in the answer,
   `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, one block a call.
+- `qwen3_xml`: Qwen3-Coder, Qwen3.5 (`<function=` in `<tool_call>`): `<tool_call>\\n<function=NAME>\\n` then one
+  `<parameter=KEY>\\nVALUE\\n</parameter>\\n` an argument, `</function>\\n</tool_call>`; a value is text for a
+  string parameter and JSON for the others (by the tool's schema), so the parser is given the tools' schemas.
 - `llama3_json`: Llama 3.1 / 3.2 / 3.3 (the template writes `<|python_tag|>` or asks for a JSON
   `{"name": ..., "parameters": {...}}`): the answer is the call, a JSON object (`<|python_tag|>` may come first;
   several are separated by `;`), "parameters" or "arguments".
@@ -37,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-FORMATS = ("hermes", "llama3_json", "mistral", "mistral_args", "plain")
+FORMATS = ("hermes", "qwen3_xml", "llama3_json", "mistral", "mistral_args", "plain")
 FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # OpenAI's rule ([a-zA-Z0-9_-], 64 at most) and dots
 
 
@@ -62,6 +65,7 @@ class ToolFormat:
 _FORMATS = {
     "hermes": ToolFormat("hermes", "<tool_call>", "</tool_call>", "arguments", ("<tool_call>", "</tool_call>")),
     "plain": ToolFormat("plain", "<tool_call>", "</tool_call>", "arguments", ("<tool_call>", "</tool_call>")),
+    "qwen3_xml": ToolFormat("qwen3_xml", "<tool_call>", "</tool_call>", "arguments", ("<tool_call>", "</tool_call>")),
     "llama3_json": ToolFormat("llama3_json", None, None, "parameters", ("<|python_tag|>",)),
     "mistral": ToolFormat("mistral", "[TOOL_CALLS]", None, "arguments", ("[TOOL_CALLS]",)),
     "mistral_args": ToolFormat("mistral_args", "[TOOL_CALLS]", None, "arguments",
@@ -79,7 +83,7 @@ def format_for(template: str | None) -> ToolFormat:
     if "[TOOL_CALLS]" in t:
         return _FORMATS["mistral_args" if "[ARGS]" in t else "mistral"]
     if "<tool_call>" in t:
-        return _FORMATS["hermes"]
+        return _FORMATS["qwen3_xml" if "<function=" in t and "<parameter=" in t else "hermes"]
     if "<|python_tag|>" in t or ("<|start_header_id|>" in t and "tools" in t):
         return _FORMATS["llama3_json"]
     return _FORMATS["plain"]
@@ -252,10 +256,13 @@ class CallParser:
     """The calls in a model's answer, read as the text comes (module docstring). `feed(text)` and `finish()`
     return the `Piece`s found so far; text that could be the start of a call is held back until it is known."""
 
-    def __init__(self, fmt: ToolFormat):
-        self.fmt = fmt
+    def __init__(self, fmt: ToolFormat, schemas: dict[str, Any] | None = None):
+        """`schemas`: function name -> its `parameters` (qwen3_xml reads its values by their types)."""
+        self.fmt, self.schemas = fmt, schemas or {}
+        self.xml_args: dict[str, Any] | None = None  # qwen3_xml: the arguments read so far
         self.buf = ""  # text not yet read
-        self.state: Literal["start", "text", "text_only", "open", "body", "after", "name"] = \
+        self.state: Literal["start", "text", "text_only", "open", "body", "after", "name", "xml_function",
+                            "xml_params"] = \
             "start" if fmt.open is None else "text"
         self.call: _Json | None = None
         self.raw = ""  # the current call's text as written (its markers included)
@@ -281,6 +288,8 @@ class CallParser:
         if final:
             if self.call is not None:
                 self._end(out, ok=False)
+            elif self.state in ("xml_function", "xml_params"):
+                self._xml_end(out, None)
             if self.buf:
                 out.append(Piece("text", self.buf))
                 self.buf = ""
@@ -349,6 +358,9 @@ class CallParser:
         if self.fmt.name == "mistral_args":
             self.state = "name"
             return
+        if self.fmt.name == "qwen3_xml":
+            self.state = "xml_function"
+            return
         if s[0] == "{":
             self.call, self.name, self.sent, self.state = _Json(), None, 0, "body"
             return
@@ -365,6 +377,64 @@ class CallParser:
         self.name = m.group(1)
         self.call, self.sent, self.state = _Json(), 0, "body"
         out.append(Piece("start", name=self.name))
+
+    def _xml_function(self, out: list[Piece], final: bool) -> None:
+        """qwen3_xml: `<function=NAME>`, then its parameters."""
+        m = re.match(r"<function=([A-Za-z0-9_.-]{1,64})>", self.buf)
+        if m is None:
+            if final or not re.fullmatch(r"<(f(u(n(c(t(i(o(n(=[A-Za-z0-9_.-]*)?)?)?)?)?)?)?)?)?", self.buf):
+                self._fail(out)
+            return
+        self.raw, self.buf = self.raw + m.group(0), self.buf[m.end():]
+        self.name, self.xml_args, self.state = m.group(1), {}, "xml_params"
+        out.append(Piece("start", name=self.name))
+
+    def _xml_params(self, out: list[Piece], final: bool) -> None:
+        """qwen3_xml: each `<parameter=KEY>\\nVALUE\\n</parameter>` (an argument, given out whole), then
+        `</function>`."""
+        assert self.xml_args is not None
+        s = self.buf.lstrip()
+        blanks = self.buf[:len(self.buf) - len(s)]
+        if s.startswith("</function>"):
+            self.raw, self.buf = self.raw + blanks + "</function>", s[len("</function>"):]
+            return self._xml_end(out, self.xml_args)
+        m = re.match(r"<parameter=([^>\n]{1,128})>", s)
+        end = s.find("</parameter>", m.end()) if m else -1
+        if m is None or end < 0:
+            partial = not s or "</function>".startswith(s) or "<parameter=".startswith(s) or \
+                (m is not None or re.fullmatch(r"<parameter=[^>\n]*", s) is not None)
+            if final or not partial:
+                self._xml_end(out, None)
+            return
+        value = s[m.end():end]
+        value = value[1:] if value.startswith("\n") else value
+        value = value[:-1] if value.endswith("\n") else value
+        key = m.group(1)
+        piece = ("{" if not self.xml_args else ", ") + json.dumps(key, ensure_ascii=False) + ": "
+        self.xml_args[key] = _xml_value(value, self._param_schema(key))
+        out.append(Piece("args", piece + json.dumps(self.xml_args[key], ensure_ascii=False)))
+        self.raw, self.buf = self.raw + blanks + s[:end + len("</parameter>")], s[end + len("</parameter>"):]
+
+    def _param_schema(self, key: str) -> dict[str, Any]:
+        params = self.schemas.get(self.name or "") or {}
+        prop = (params.get("properties") or {}).get(key) if isinstance(params, dict) else None
+        return prop if isinstance(prop, dict) else {}
+
+    def _xml_end(self, out: list[Piece], args: dict[str, Any] | None) -> None:
+        """qwen3_xml: the call is over (`args` None: not a whole call)."""
+        self.xml_args = None
+        if args is None:
+            if self.name is None:
+                return self._fail(out)
+            out.append(Piece("end", ok=False, raw=self.raw + self.buf))
+            self.buf = ""
+        else:
+            if not args:
+                out.append(Piece("args", "{"))
+            out.append(Piece("args", "}"))
+            out.append(Piece("end", ok=True, raw=self.raw, text=json.dumps(args, ensure_ascii=False)))
+        self.name, self.raw = None, ""
+        self.state, self.blank = ("after", True) if args is not None else ("text", False)
 
     def _body(self, out: list[Piece], final: bool) -> None:
         call = self.call
@@ -505,6 +575,27 @@ class CallParser:
         self.state = "text_only" if self.fmt.open is None else "text"
 
 
+def _is_text(schema: dict[str, Any]) -> bool:
+    """Whether a qwen3_xml parameter's value is written as plain text: a string, or an enum of strings."""
+    kind = schema.get("type")
+    return kind == "string" or (kind is None and bool(schema.get("enum"))
+                                and all(isinstance(e, str) for e in schema["enum"]))
+
+
+def _xml_value(text: str, schema: dict[str, Any]) -> Any:
+    """A qwen3_xml parameter's value by its schema's type: a string's text as it is, JSON for the others (and for
+    a parameter the schema does not name, where the text is JSON); Python's True / False (what templates write
+    back) as booleans."""
+    if _is_text(schema):
+        return text
+    if schema.get("type") == "boolean" and text.strip() in ("True", "False"):
+        return text.strip() == "True"
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def _partial_suffix(text: str, marker: str) -> int:
     """The length of the longest end of `text` that is a proper beginning of `marker`."""
     for n in range(min(len(marker) - 1, len(text)), 0, -1):
@@ -531,9 +622,9 @@ class Parsed:
     calls: list[ToolCall] = field(default_factory=list)
 
 
-def parse(fmt: ToolFormat, text: str, parallel: bool = True) -> Parsed:
-    """The calls in a whole answer (`parallel` False: the first alone)."""
-    p = CallParser(fmt)
+def parse(fmt: ToolFormat, text: str, parallel: bool = True, schemas: dict[str, Any] | None = None) -> Parsed:
+    """The calls in a whole answer (`parallel` False: the first alone; `schemas`: as CallParser's)."""
+    p = CallParser(fmt, schemas)
     pieces = [*p.feed(text), *p.finish()]
     content: list[str] = []
     calls: list[ToolCall] = []
@@ -594,7 +685,12 @@ def grammar(fmt: ToolFormat, tools: Sequence[dict[str, Any]], parallel: bool, sp
         return "%json " + json.dumps({**schema, "x-guidance": {"whitespace_flexible": False}})
 
     rules = []
-    if fmt.name == "mistral_args":
+    if fmt.name == "qwen3_xml":
+        for i, tool in enumerate(tools):
+            rules += _xml_rules(i, tool, js, lit)
+        rules.append("call: " + " | ".join(f"call_{i}" for i in range(len(tools))))
+        calls = 'call ("\\n" call)*' if parallel else "call"
+    elif fmt.name == "mistral_args":
         alts = [f"call_{i}" for i in range(len(tools))]
         for i, tool in enumerate(tools):
             rules.append(f"call_{i}: {lit('[TOOL_CALLS]')} {json.dumps(tool['name'])} {lit('[ARGS]')} "
@@ -622,3 +718,33 @@ def grammar(fmt: ToolFormat, tools: Sequence[dict[str, Any]], parallel: bool, sp
         lines += [f"think_open: {lit('<think>')}", f"think_rest: {body} BLANK", "THINK: /(.|\\n)*/",
                   "thought[lazy]: /(.|\\n)*<\\/think>/", "BLANK: /[ \\n]*/"]
     return "\n".join(lines) + "\n"
+
+
+def _xml_rules(i: int, tool: dict[str, Any], js: Any, lit: Any) -> list[str]:
+    """qwen3_xml: the rules of one call of `tool`: its parameters in the schema's order (the required ones
+    always, the others optional), a string's value as text (of at most maxLength characters, or one of its enum),
+    any other value as JSON valid by its schema."""
+    params = closed(tool.get("parameters") or {"type": "object", "properties": {}})
+    props = params.get("properties") or {}
+    required = set(params.get("required") or ())
+    rules, parts = [], []
+    for j, (key, schema) in enumerate(props.items()):
+        rule = f"p_{i}_{j}"
+        head = json.dumps(f"<parameter={key}>\n")
+        tail = json.dumps("\n</parameter>\n")
+        schema = schema if isinstance(schema, dict) else {}
+        if _is_text(schema) and "enum" in schema:
+            rules.append(f"{rule}: {head} ({' | '.join(json.dumps(str(e)) for e in schema['enum'])}) {tail}")
+        elif _is_text(schema):
+            n = schema.get("maxLength")
+            count = f"{{0,{int(n)}}}" if isinstance(n, int) else "*"
+            rules.append(f"{rule}: {head} v_{i}_{j}")
+            rules.append(f"v_{i}_{j}[lazy]: /(?s:.{count})\\n<\\/parameter>\\n/")
+        else:
+            rules.append(f"{rule}: {head} {js(schema)} {tail}")
+        parts.append(rule if key in required else f"{rule}?")
+    body = " ".join(parts)
+    opening = json.dumps("\n<function=" + tool["name"] + ">\n")
+    closing = json.dumps("</function>\n")
+    rules.append(f"call_{i}: {lit('<tool_call>')} {opening} {body} {closing} {lit('</tool_call>')}")
+    return rules
