@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from . import tools as t
+from .textstream import partial_suffix
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
@@ -60,7 +61,7 @@ class ThinkSplitter:
                     reasoning += self.buf[:i]
                     self.buf, self.state = self.buf[i + len(THINK_CLOSE):], "after"
                 else:
-                    keep = 0 if final else t._partial_suffix(self.buf, THINK_CLOSE)
+                    keep = 0 if final else partial_suffix(self.buf, THINK_CLOSE)
                     reasoning += self.buf[:len(self.buf) - keep]
                     self.buf = self.buf[len(self.buf) - keep:]
             elif self.state == "after":

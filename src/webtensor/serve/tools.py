@@ -40,6 +40,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .textstream import partial_suffix
+
 FORMATS = ("hermes", "qwen3_xml", "llama3_json", "mistral", "mistral_args", "plain")
 FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # OpenAI's rule ([a-zA-Z0-9_-], 64 at most) and dots
 
@@ -339,7 +341,7 @@ class CallParser:
             return
         keep = 0
         if not final:  # (held: what may begin the marker, and blanks that may come before it)
-            keep = _partial_suffix(self.buf, opener)
+            keep = partial_suffix(self.buf, opener)
             keep = len(self.buf) - len(self.buf[:len(self.buf) - keep].rstrip())
         out.append(Piece("text", self.buf[:len(self.buf) - keep]))
         self.buf = self.buf[len(self.buf) - keep:]
@@ -594,14 +596,6 @@ def _xml_value(text: str, schema: dict[str, Any]) -> Any:
         return json.loads(text)
     except ValueError:
         return text
-
-
-def _partial_suffix(text: str, marker: str) -> int:
-    """The length of the longest end of `text` that is a proper beginning of `marker`."""
-    for n in range(min(len(marker) - 1, len(text)), 0, -1):
-        if text.endswith(marker[:n]):
-            return n
-    return 0
 
 
 @dataclass
