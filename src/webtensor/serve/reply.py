@@ -7,7 +7,7 @@ Reasoning: a model whose chat template writes `<think>` (Qwen3, QwQ, DeepSeek-R1
 block itself (the prompt ends inside it: `starts_thinking`), so the answer begins with the reasoning and has
 only the closing tag; an answer that never closes its block is all reasoning.
 
-Tool calls: the rest of the answer goes through the format's `tools.CallParser` (where the request has tools
+Tool calls: the rest of the answer goes through the format's `tool_parser.CallParser` (where the request has tools
 and `tool_choice` is not "none").
 
 `ReplyParser.feed(text)` / `finish()` give `Delta`s (reasoning, content, call pieces: a call's first piece
@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from . import tool_parser as tp
 from . import tools as t
 from .textstream import partial_suffix
 
@@ -81,7 +82,7 @@ class Reply:
 
     reasoning: str | None
     content: str | None
-    calls: list[t.ToolCall] = field(default_factory=list)
+    calls: list[tp.ToolCall] = field(default_factory=list)
 
 
 @dataclass
@@ -107,13 +108,13 @@ class Delta:
 class ReplyParser:
     """One answer's parts (the module docstring). `think`: split <think> blocks (`inside`: the prompt opened
     one); `fmt`: parse tool calls in that format (None: the content is text); `parallel` False: the first call
-    alone; `schemas`: the tools' parameters by name (tools.CallParser's)."""
+    alone; `schemas`: the tools' parameters by name (tool_parser.CallParser's)."""
 
     def __init__(self, think: bool, inside: bool, fmt: t.ToolFormat | None, parallel: bool = True,
                  schemas: dict[str, Any] | None = None):
         self.think = ThinkSplitter(inside) if think else None
         self.fmt, self.parallel, self.schemas = fmt, parallel, schemas
-        self.calls = t.CallParser(fmt, schemas) if fmt is not None else None
+        self.calls = tp.CallParser(fmt, schemas) if fmt is not None else None
         self.started = 0  # calls begun in the stream
         self._dropping = False  # the pieces of a call past the first (parallel false)
 
@@ -158,7 +159,7 @@ class ReplyParser:
             reasoning = reasoning if self.think.opened else None
         if self.fmt is None:  # (after a reasoning block, no text is no content)
             return Reply(reasoning, content if content or reasoning is None else None)
-        parsed = t.parse(self.fmt, content, self.parallel, self.schemas)
+        parsed = tp.parse(self.fmt, content, self.parallel, self.schemas)
         body: str | None = parsed.content
         if (parsed.calls or reasoning is not None) and not (body or "").strip():
             body = None
