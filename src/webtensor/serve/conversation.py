@@ -184,9 +184,9 @@ async def plan(engine: Engine, grammars: Grammars, prompt: str, functions: list[
     # (the markers the parser reads stay in the text; a call's, only where calls are read)
     special = special_ids(engine, (*(fmt.markers if calls else ()), *((r.THINK_OPEN, r.THINK_CLOSE) if think else ())))
     grammar = None
-    if functions and choice != "none":
+    if calls:
         await grammars.check_schemas(functions, params_param)
-    if calls and choice not in ("none", "auto"):
+    if calls and choice != "auto":
         chosen = functions if choice == "required" else [f for f in functions if f["name"] == choice]
         mode: Literal["no", "open", "inside"] = "inside" if inside else \
             "open" if think and not prompt.rstrip().endswith(r.THINK_CLOSE) else "no"
