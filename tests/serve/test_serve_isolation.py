@@ -142,7 +142,7 @@ def _bad_sends() -> list[tuple[str, str, bytes, dict]]:
             "tool_choice": {"type": "function", "function": {"name": "g"}}}).encode()),
         ("bad tool schema", "/v1/chat/completions", json.dumps({
             "model": "%s", "messages": [user], "tool_choice": "required", "tools": [{"type": "function", "function": {
-                "name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "strin"}}}}}]}).encode()),
+                "name": "f", "parameters": {"type": "string"}}}]}).encode()),
         ("tool message without its call", "/v1/responses", json.dumps({
             "model": "%s", "input": [{"type": "function_call_output", "output": "x"}]}).encode()),
     ]
