@@ -17,6 +17,10 @@ With an API key, /v1/*, /tokenize and /detokenize need `Authorization: Bearer KE
 browsers on those origins may call the API: CORS preflights (OPTIONS) are answered before the key
 is checked, as browsers send them without credentials. GET routes answer HEAD too.
 
+Conversations render through the model's chat template, checked when the app is made (`_Chats`): one that cannot
+render a simple conversation leaves the server up, as vLLM's does, and each request that needs it is answered 400
+naming the template's error; a reply ends where `chat.turn_stops` says a turn ends (the one rule of every front end).
+
 /tokenize and /detokenize follow vLLM's shapes: `{"prompt": text}` or `{"messages": [...]}` (the
 chat template's prompt) -> `{"count", "max_model_len", "tokens"}` (+ `token_strs`, each token's
 text, when `return_token_strs`), and `{"tokens": [...]}` -> `{"prompt": text}`.
@@ -43,7 +47,8 @@ from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import SamplingError
+from .. import chat
+from ..errors import ChatTemplateError, SamplingError
 from ..runtime.logprobs import TokenLogprob
 from ..sampling import choice_seed
 from . import conversation, openapi, responses
@@ -93,6 +98,7 @@ def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
     sched = scheduler or Scheduler(engine, max_queue, metrics, prefill_budget=prefill_budget)
     prompts = _Prompts(engine)
     grammars = conversation.Grammars(engine)
+    chats = _Chats(engine)
     started = int(time.time())
 
     @asynccontextmanager
@@ -186,17 +192,17 @@ def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
     async def chat_completions(body: ChatRequest) -> Any:
         _check_model(engine, body.model)
         functions = body.function_tools()
-        prompt = conversation.render(engine, body.messages, functions, body.template_kwargs(),
-                                     describe_tools=body.choice() != "none")
+        prompt = chats.render(body.messages, functions=functions, kwargs=body.template_kwargs(),
+                              describe_tools=body.choice() != "none")
         ids = await prompts.ids(prompt, "messages", special=False)
         plan = await conversation.plan(engine, grammars, prompt, functions, body.choice(),
                                        body.parallel_tool_calls is not False, "tools.{}.function.parameters")
         k = (body.top_logprobs or 0) if body.logprobs else None
         n = body.choices()
         grammar = plan.grammar or await _grammar(engine, body.response_format)
-        seqs = [_sequence(engine, ids, body, body.max_new(), default_max=None,
-                          stops=conversation.stops(engine, body.stops()), choice=j, logprobs=k, grammar=grammar,
-                          shown=plan.shown) for j in range(n)]
+        seqs = [_sequence(engine, ids, body, body.max_new(), default_max=None, stops=chats.stops(body.stops()),
+                          choice=j, logprobs=k, grammar=grammar, turn_end=chats.turn.token_ids, shown=plan.shown)
+                for j in range(n)]
         _start(sched, seqs)
         rid, name, created = f"chatcmpl-{uuid.uuid4().hex}", engine.name, int(time.time())
         usage_null = {"usage": None} if body.include_usage() else {}
@@ -261,15 +267,15 @@ def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
         messages (responses.py: the answer's output items, whole or streamed)."""
         _check_model(engine, body.model)
         functions = body.function_tools()
-        prompt = conversation.render(engine, body.messages(), functions, body.template_kwargs(), param="input",
-                                     describe_tools=body.choice() != "none")
+        prompt = chats.render(body.messages(), param="input", functions=functions, kwargs=body.template_kwargs(),
+                              describe_tools=body.choice() != "none")
         ids = await prompts.ids(prompt, "input", special=False)
         plan = await conversation.plan(engine, grammars, prompt, functions, body.choice(),
                                        body.parallel_tool_calls is not False, "tools.{}.parameters")
         grammar = plan.grammar or await _grammar(engine, body.response_format(), param="text.format")
         seq = _sequence(engine, ids, body.sampling(), body.max_output_tokens, default_max=None,
-                        stops=conversation.stops(engine, []), grammar=grammar, max_param="max_output_tokens",
-                        shown=plan.shown)
+                        stops=chats.stops([]), grammar=grammar, max_param="max_output_tokens",
+                        turn_end=chats.turn.token_ids, shown=plan.shown)
         _start(sched, [seq])
         reply = responses.Reply(body, engine.name, seq, plan)
         if body.stream:
@@ -299,12 +305,13 @@ def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
             ids = await prompts.encode(body.prompt, body.add_special_tokens)
         else:
             functions = [t.function.model_dump(exclude_none=True) for t in body.tools or []]
-            prompt = conversation.render(engine, body.messages or [], functions, body.chat_template_kwargs,
-                                         add_generation_prompt=body.add_generation_prompt)
+            prompt = chats.render(body.messages or [], body.add_generation_prompt, functions=functions,
+                                  kwargs=body.chat_template_kwargs)
             ids = await prompts.encode(prompt, False)
         strs = None
-        if body.return_token_strs:
-            strs = [engine.tokenizer.token_bytes(i).decode("utf-8", "replace") for i in ids]
+        if body.return_token_strs:  # (special tokens by their text, as vLLM gives them)
+            strs = [engine.tokenizer.token_bytes(i, skip_special_tokens=False).decode("utf-8", "replace")
+                    for i in ids]
         return TokenizeResponse(count=len(ids), max_model_len=engine.n_ctx, tokens=ids,
                                 token_strs=strs).model_dump(exclude_none=True)
 
@@ -333,6 +340,43 @@ def _check_model(engine: Engine, model: str, param: str = "model") -> None:
     if model != engine.name:
         raise APIError(404, f"the model {model!r} does not exist here; this server serves {engine.name!r}",
                        param=param, code="model_not_found")
+
+
+class _Chats:
+    """Conversations through the model's chat template (webtensor's plain one where it has none), checked once when
+    the server starts (`chat.check_template`): a template that cannot render a simple conversation leaves the server
+    up, as vLLM does (completions need no template), and every request that needs it answered 400 with the
+    template's error. `turn` is where an assistant's turn ends (`chat.turn_stops`)."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.broken = template_problem(engine)
+        self.turn = chat.turn_stops(engine) if self.broken is None else chat.TurnStops()
+
+    def render(self, messages: Any, add_generation_prompt: bool = True, param: str = "messages",
+               functions: list[dict[str, Any]] | None = None, kwargs: dict[str, Any] | None = None,
+               describe_tools: bool = True) -> str:
+        """The prompt (`conversation.render`: with the request's tools, its history of calls and results and its
+        chat_template_kwargs)."""
+        if self.broken is not None:
+            raise APIError(400, f"{param}: this model's chat template cannot render conversations (found when the "
+                           f"server started): {self.broken}; /v1/completions takes a prompt of text",
+                           param=param, code="chat_template_error")
+        return conversation.render(self.engine, messages, functions, kwargs, add_generation_prompt, param,
+                                   describe_tools)
+
+    def stops(self, stops: Sequence[str]) -> list[str]:
+        """A chat's stop strings: the request's, and the turn's (the plain template's next-turn markers)."""
+        return list(dict.fromkeys([*stops, *self.turn.strings]))
+
+
+def template_problem(engine: Any) -> str | None:
+    """What is wrong with the model's chat template (`chat.check_template`), or None where it works."""
+    try:
+        chat.check_template(engine)
+    except ChatTemplateError as e:
+        return str(e)
+    return None
 
 
 def _check_ids(engine: Engine, ids: Sequence[int], param: str) -> None:
@@ -394,11 +438,12 @@ class _Prompts:
 def _sequence(engine: Engine, ids: list[int], body: SamplingRequest, max_tokens: int | None,
               default_max: int | None, stops: list[str], choice: int = 0, logprobs: int | None = None,
               echo: bool = False, grammar: str | None = None, max_param: str = "max_tokens",
-              shown: frozenset[int] = frozenset()) -> Generation:
+              shown: frozenset[int] = frozenset(), turn_end: Sequence[int] = ()) -> Generation:
     """Choice `choice` of a request for prompt `ids`. Its seed: the request's (a fresh one where none is given),
     moved on for choices after the first by `sampling.choice_seed` (seed + choice * 2**64: each choice its own
     stream of draws, the first one's that of the same request with n = 1). `logprobs`: report each token's
-    log-probability and the k most likely; `echo`: the prompt's too."""
+    log-probability and the k most likely; `echo`: the prompt's too. `turn_end`: token ids that end a chat's turn
+    besides EOS (`chat.turn_stops`), stop ids as the request's own `stop_token_ids` are."""
     room = engine.n_ctx - len(ids)
     if max_tokens is None:
         max_tokens = room if default_max is None else min(default_max, room)
@@ -417,7 +462,7 @@ def _sequence(engine: Engine, ids: list[int], body: SamplingRequest, max_tokens:
                         presence_penalty=body.presence_penalty or 0.0, frequency_penalty=body.frequency_penalty or 0.0,
                         repetition_penalty=1.0 if body.repetition_penalty is None else body.repetition_penalty,
                         logit_bias=tuple(sorted(bias.items())), min_tokens=body.min_tokens or 0,
-                        stop_token_ids=tuple(sorted(set(body.stop_token_ids or ()))), logprobs=logprobs,
+                        stop_token_ids=tuple(sorted({*(body.stop_token_ids or ()), *turn_end})), logprobs=logprobs,
                         constrained=grammar is not None)
     try:  # the sampler's own checks, here, so that nothing it refuses reaches an engine step
         sampling.params()

@@ -61,9 +61,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--engine-process", default="auto", choices=("auto", "on", "off"),
                    help="run the engine in its own process, off the HTTP event loop's GIL (auto: on for --device cpu, "
                         "whose steps are mostly Python)")
-    p.add_argument("--blas-threads", type=int, default=1,
-                   help="threads of numpy's BLAS (the CPU device's products; default 1: the other cores stay free "
-                        "for HTTP); 0 keeps the library's own count")
+    cmdline.add_blas_threads(p)
+    cmdline.add_chat_template(p)
     p.add_argument("--no-prefix-reuse", dest="prefix_reuse", action="store_false",
                    help="compute every prompt whole (default: a prompt starting with tokens a free slot's cache "
                         "holds reads on from there)")
@@ -125,8 +124,6 @@ def _check_serve(a: argparse.Namespace) -> str | None:
             return f"--cors-origins must be '*' or comma-separated http(s):// origins, got {a.cors_origins!r}"
     if a.prefill_budget is not None and a.prefill_budget < 1:
         return f"--prefill-budget must be >= 1, got {a.prefill_budget}"
-    if a.blas_threads < 0:
-        return f"--blas-threads must be >= 0, got {a.blas_threads}"
     if not a.host:
         return "--host must not be empty"
     if a.api_key is not None and not a.api_key:
@@ -137,22 +134,20 @@ def _check_serve(a: argparse.Namespace) -> str | None:
 def run_serve(a: argparse.Namespace) -> int:
     if (msg := _check_serve(a)) is not None:
         return _fail(msg)
+    template = {} if a.chat_template is None else {"chat_template": cmdline.chat_template_file(a.chat_template)}
     from .server import bind, serve
 
     try:  # before the model loads: a port in use is one line, at once
         sock = bind(a.host, a.port)
     except OSError as e:
         return _fail(f"cannot listen on {a.host}:{a.port}: {e.strerror or e}", 1)
-    if a.blas_threads:
-        from ..backends import blas
-
-        blas.set_threads(a.blas_threads)
+    cmdline.use_blas_threads(a.blas_threads)
     from .process import ProcessEngine, build_engine
 
     name = "webtensor-shipped" if a.model is None else Path(a.model).name or str(a.model)
     spec = dict(model=a.model, device=a.device, dtype=None if a.dtype == "auto" else a.dtype, n_ctx=a.ctx_size,
                 max_batch=a.max_batch, engine=a.engine, name=name, blas_threads=a.blas_threads,
-                prefix_reuse=a.prefix_reuse)
+                prefix_reuse=a.prefix_reuse, **template)
     in_process = a.engine_process == "on" or (a.engine_process == "auto" and a.device.lower() == "cpu")
     try:
         if in_process:
@@ -164,6 +159,12 @@ def run_serve(a: argparse.Namespace) -> int:
     except WebtensorError:  # one line, exit status by its kind (a checkpoint's: 1), from cmdline.run_main
         sock.close()
         raise
+    from .app import template_problem
+
+    if (problem := template_problem(engine)) is not None:
+        print(f"webtensor: warning: the model's chat template cannot render conversations: {problem}. "
+              "/v1/chat/completions, /v1/responses and /tokenize with messages answer 400 with this error; "
+              "/v1/completions works", file=sys.stderr)
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host
     print(f"[webtensor] serving {engine.name} ({a.dtype}) on {where} at http://{url_host}:{port} "

@@ -69,12 +69,6 @@ def _hermes_history(msgs: list[dict[str, Any]], tools: list[dict[str, Any]] | No
     return out
 
 
-def stops(engine: Engine, requested: list[str]) -> list[str]:
-    """A chat's stop strings: the request's, and the plain template's turn markers where the model has no
-    template of its own (its chat template ends turns with its EOS)."""
-    return list(dict.fromkeys([*requested, *chat.stops_for(engine)]))
-
-
 @dataclass(frozen=True)
 class Plan:
     """How one request's answers are read (the module docstring)."""

@@ -319,9 +319,13 @@ class ChatMessage(BaseModel):
     @field_validator("content")
     @classmethod
     def _content(cls, v: str | list[TextPart] | None, info: ValidationInfo) -> str | list[TextPart] | None:
+        # OpenAI's schema: content is text or a list of at least one part; only an assistant's may be null
         role = info.data.get("role")
         if v is None and role != "assistant":
-            raise ValueError(f"a {role} message needs content")
+            raise ValueError(f"a {role} message needs content: text or a list of at least one part")
+        if isinstance(v, list) and not v:
+            raise ValueError(f"a {role} message's content must be text or a list of at least one part, got an "
+                             "empty list")
         return v
 
     @model_validator(mode="after")
