@@ -491,3 +491,24 @@ def test_smollm2_calls_the_tool(servers):
         "model": name, "messages": [{"role": "user", "content": "Say hello."}], "tools": TOOLS[:1],
         "tool_choice": "none", "max_tokens": 3, "temperature": 0})[1]
     assert text["choices"][0]["message"]["content"] and "tool_calls" not in text["choices"][0]["message"]
+
+
+def test_bad_tool_requests_leave_a_live_stream_whole(servers):
+    """The bad tool requests of BAD, sent while a forced-call stream runs: each is its 400, and the stream ends
+    with the very chunks' text and calls it gives alone."""
+    import threading
+
+    server = servers("qwen2.5")
+    body = {"model": _name(server), "messages": ASK, "tools": TOOLS, "tool_choice": "required",
+            "parallel_tool_calls": False, "max_tokens": 96, "temperature": 1.0, "seed": 9, "stream": True}
+    alone = _joined_stream_calls(_sse(server.url, "/v1/chat/completions", body))
+    got: dict = {}
+    t = threading.Thread(target=lambda: got.setdefault("calls", _joined_stream_calls(
+        _sse(server.url, "/v1/chat/completions", body))))
+    t.start()
+    for extra, param in BAD:
+        status, err, _ = post(server.url + "/v1/chat/completions", {
+            "model": _name(server), "messages": ASK, "tools": TOOLS, "max_tokens": 4, **extra})
+        assert status == 400 and err["error"]["param"] == param
+    t.join(120)
+    assert [c["function"] for c in got["calls"][0]] == [c["function"] for c in alone[0]] and got["calls"][1] == alone[1]
