@@ -17,6 +17,7 @@ from ..errors import WebtensorError
 
 MAX_BODY = 8 * 1024 * 1024  # (app.MAX_BODY: not imported here, so --help loads no server code)
 KEEP_ALIVE, IDLE_TIMEOUT = 5.0, 30.0  # (server.KEEP_ALIVE, server.IDLE_TIMEOUT)
+BODY_TIMEOUT = 60.0  # (app.BODY_DEADLINE)
 
 ENGINES = ("batched", "reference")
 
@@ -54,6 +55,9 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT,
                    help="seconds a connection may take to send a request's headers, or a stalled body its next "
                         f"bytes (default {IDLE_TIMEOUT:g})")
+    p.add_argument("--body-timeout", type=float, default=BODY_TIMEOUT,
+                   help=f"seconds a request's whole body may take to arrive, however it trickles (default "
+                        f"{BODY_TIMEOUT:g}; then 408)")
     p.add_argument("--engine-process", default="auto", choices=("auto", "on", "off"),
                    help="run the engine in its own process, off the HTTP event loop's GIL (auto: on for --device cpu, "
                         "whose steps are mostly Python)")
@@ -112,6 +116,8 @@ def _check_serve(a: argparse.Namespace) -> str | None:
         return f"--keep-alive must be >= 0, got {a.keep_alive}"
     if a.idle_timeout <= 0:
         return f"--idle-timeout must be > 0, got {a.idle_timeout}"
+    if a.body_timeout <= 0:
+        return f"--body-timeout must be > 0, got {a.body_timeout}"
     if a.cors_origins is not None:
         bad = [o for o in _origins(a.cors_origins) if o != "*" and not o.startswith(("http://", "https://"))]
         if bad or not _origins(a.cors_origins):
@@ -167,7 +173,7 @@ def run_serve(a: argparse.Namespace) -> int:
         budget = a.prefill_budget or (256 if a.device.lower() == "cpu" else 1024)
         serve(engine, a.host, a.port, a.max_queue, a.api_key, a.grace, prefill_budget=budget, sock=sock,
               max_body=a.max_body, cors_origins=_origins(a.cors_origins), keep_alive=a.keep_alive,
-              idle_timeout=a.idle_timeout)
+              idle_timeout=a.idle_timeout, body_timeout=a.body_timeout)
     finally:
         if in_process:
             engine.close()
