@@ -29,6 +29,7 @@ KNOWN_UNITS: tuple[tuple[str, int], ...] = (
     (r"mi300", 304), (r"mi250", 208), (r"rx 7900 xtx", 96),
     (r"apple m\d (max)", 38), (r"apple m\d (pro)", 18), (r"apple m\d", 10),
 )
+CPU_ADAPTER_PREFILL = (128, 128)  # a CPU adapter's (prefill_chunk, prefill_budget)
 DEFAULT_UNITS = {"DiscreteGPU": 64, "IntegratedGPU": 16, "VirtualGPU": 16, "CPU": 1}
 
 
@@ -43,12 +44,14 @@ class KernelPolicy:
     compute_units: int = 64
     # GEMV (gemv.wgsl, gemv_quant.wgsl): up to gemv_max_rows rows of A a bandwidth-bound GEMV beats the
     # tiled kernels; a stack of one-row products takes gemv_group rows a workgroup; a stack of more
-    # than gemv_stack_f16_max_rows rows with float16 weights goes to the engine on GPUs (None: never);
+    # than gemv_stack_f16_max_rows rows with float16 weights, or gemv_stack_quant_max_rows with quantized
+    # ones, goes to the engine on GPUs (None: never; ops.stack_goes_tiled);
     # float16 weights read as u32 pairs (gemv_packed_f16; H200: 4.5x faster LM-head GEMV); gemv_quant's
     # outputs a thread on CPU adapters and on GPUs (gemv_quant_nr, gemv_quant_nr_gpu)
     gemv_max_rows: int = 8
     gemv_group: int = 8
     gemv_stack_f16_max_rows: int | None = 16
+    gemv_stack_quant_max_rows: int | None = 16
     gemv_packed_f16: bool = True
     gemv_quant_nr: int = 2
     gemv_quant_nr_gpu: int = 1
@@ -67,10 +70,14 @@ class KernelPolicy:
     gemv_dot4_prequant: bool = False
     gemv_dot4_unroll: int = 1
     gemv_quant_lanes: int = 0
-    # the matmul engine (matmul_engine.wgsl) for M > gemv_max_rows on GPUs (False: matmul.wgsl);
+    # the matmul engine (matmul_engine.wgsl; matmul_engine_quant.wgsl for quantized weights) for
+    # M > gemv_max_rows on GPUs (False: matmul.wgsl, matmul_quant.wgsl);
     # float16 operands read as u32 words, float16 outputs written as words, float16 x float16 math in
     # "f32" (f32 tiles and FMAs), "f16" (f16 tiles) or "chunked" (packed f16 FMAs a BK step)
     engine: bool = True
+    # the K step of f32 tiles: 8 (16 KiB of workgroup memory at most), or 16 (fewer barriers and loads a
+    # FMA; 16 to 32 KiB by tile, taken only where the device's limit holds the tiles, else 8)
+    engine_bk: int = 8
     engine_f16_words: bool = True
     engine_f16_out_words: bool = True
     engine_f16_math: str = "f32"
@@ -94,10 +101,23 @@ class KernelPolicy:
     flash_min_queries: int = 2
     # argmax: a row is split over up to 64 workgroups of this many columns
     argmax_cols_per_part: int = 1024
+    # prompts (runtime.runner.prefill_policy): a prompt is read prefill_chunk tokens a replayed graph (the
+    # prompt-chunk graphs' largest shape), and a server step adds at most prefill_budget prompt tokens beside
+    # running decode rows (at least one chunk; none running: every waiting prompt's next chunk). GPUs: chunks
+    # big enough to fill the matrix engine; CPU adapters (for_adapter): smaller, their products are slow
+    prefill_chunk: int = 512
+    prefill_budget: int = 512
+    # submission (WgpuContext._lead): a batch of submit_split_min commands or more (a prompt chunk's) is
+    # submitted in pieces, the first of submit_first commands, so the GPU starts while the rest is encoded;
+    # smaller ones (a decode step) whole; 0: always whole (CPU adapters: their submit runs the kernels)
+    submit_first: int = 64
+    submit_split_min: int = 256
 
     def __post_init__(self) -> None:
         if self.engine_f16_math not in ENGINE_F16_MATHS:
             raise ValueError(f"engine_f16_math must be one of {ENGINE_F16_MATHS}, got {self.engine_f16_math!r}")
+        if self.engine_bk not in (8, 16):
+            raise ValueError(f"engine_bk must be 8 or 16, got {self.engine_bk!r}")
         if self.compute_units < 1:
             raise ValueError(f"compute_units must be positive, got {self.compute_units}")
         if self.gemv_quant_lanes not in (0, 1, 2, 4, 8, 16, 32, 64, 128, 256):
@@ -106,6 +126,9 @@ class KernelPolicy:
         if self.gemv_dot4_nr not in (1, 2, 4, 8) or self.gemv_dot4_waves < 1 or self.gemv_dot4_unroll not in (1, 2):
             raise ValueError(f"gemv_dot4_nr must be 1, 2, 4 or 8, gemv_dot4_waves positive and gemv_dot4_unroll 1 "
                              f"or 2, got {self.gemv_dot4_nr}, {self.gemv_dot4_waves}, {self.gemv_dot4_unroll}")
+        if self.prefill_chunk < 1 or self.prefill_budget < 1:
+            raise ValueError(f"prefill_chunk and prefill_budget must be positive, got {self.prefill_chunk} and "
+                             f"{self.prefill_budget}")
 
     @classmethod
     def for_adapter(cls, info: Any) -> KernelPolicy:
@@ -115,9 +138,13 @@ class KernelPolicy:
         units = next((n for pat, n in KNOWN_UNITS if re.search(pat, name)), None)
         if units is None:
             units = DEFAULT_UNITS.get(str(info.adapter_type), DEFAULT_UNITS["IntegratedGPU"])
-        # int8 activations: on GPUs (the H200: docs/performance-notes.md), not on CPU adapters, where
-        # the packed dot products are emulated and the f32 kernel was faster (lavapipe, measured)
-        return cls(gpu_style=not info.is_software, compute_units=units, gemv_quant_dot4=not info.is_software)
+        # int8 activations (gemv_quant_dot4) on GPUs (the H200: docs/performance-notes.md), not on CPU
+        # adapters, where the packed dot products are emulated and the f32 kernel was faster (lavapipe, measured)
+        if info.is_software:
+            return cls(gpu_style=False, compute_units=units, prefill_chunk=CPU_ADAPTER_PREFILL[0],
+                       prefill_budget=CPU_ADAPTER_PREFILL[1], submit_first=0,
+                       gemv_quant_dot4=False)
+        return cls(gpu_style=True, compute_units=units)
 
     def with_overrides(self, spec: str) -> KernelPolicy:
         """A copy with the fields `spec` names ("field=value,field=value": what WEBTENSOR_POLICY holds, for

@@ -1,10 +1,10 @@
 // Reading webtensor's GPU layout of ggml's block types (see backends/wgpu/quant_ops.py), included
-// where gemv_quant.wgsl, gemv_quant_dot4.wgsl, matmul_quant.wgsl, matmul_quant_regs.wgsl and
-// embedding_quant.wgsl say `// #include quant_dequant.wgsl`. The including kernel binds `qs`
-// (array<vec4<u32>>: each row's quant planes, BV vec4 a block, rows one after the other) and `scales`
-// (array<u32>: each row's block heads (float16 scales / minimums, Q5's high bits, the K-quants'
-// packed sub-block scales), p.d_ld words a row), and its struct P has K (values a row, a multiple
-// of QK) and d_ld.
+// where gemv_quant.wgsl, gemv_quant_dot4.wgsl, matmul_engine_quant.wgsl (the matrix engine: wvec fills
+// its tiles), matmul_quant.wgsl, matmul_quant_regs.wgsl and embedding_quant.wgsl say
+// `// #include quant_dequant.wgsl`. The including kernel binds `qs` (array<vec4<u32>>: each row's quant
+// planes, BV vec4 a block, rows one after the other) and `scales` (array<u32>: each row's block heads
+// (float16 scales / minimums, Q5's high bits, the K-quants' packed sub-block scales), p.d_ld words a
+// row), and its struct P has K (values a row, a multiple of QK) and d_ld.
 //
 // The block type is chosen by a define naming it (exactly one of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
 // Q6_K), whose file supplies
