@@ -17,7 +17,7 @@ import pytest
 from conftest import rel_err, set_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_quant_kernels import weight
+from op_fixtures import quant_weight
 
 import webtensor as wt
 from webtensor import quant
@@ -83,7 +83,7 @@ def test_engine_matches_reference(gpu, cpu, ran, monkeypatch, qtype, seed, M, N,
     set_policy(monkeypatch, gpu, compute_units=1 << 20 if split else 1, engine_split_min_k=32, engine_bk=bk)
     K = data.draw(blocks_of(qtype)) * quant.TYPES[qtype].values
     rng = np.random.default_rng(seed)
-    qw = weight(rng, qtype, N, K)
+    qw = quant_weight(rng, qtype, N, K)
     x = rng.standard_normal((M, K)).astype(np.float32)
     bias = rng.standard_normal(N).astype(np.float32) if has_bias else None
     res = rng.standard_normal((M, N)).astype(np.float32) if has_res else None
@@ -107,7 +107,7 @@ def test_engine_after_a_prologue(gpu, cpu, ran, qtype, seed, M, N, data, prologu
     the input's halves), then the engine on its output; against the CPU device and float64 numpy."""
     K = data.draw(blocks_of(qtype)) * quant.TYPES[qtype].values
     rng = np.random.default_rng(seed)
-    qw = weight(rng, qtype, N, K)
+    qw = quant_weight(rng, qtype, N, K)
     res = rng.standard_normal((M, N)).astype(np.float32) if has_res else None
     g, beta = rng.standard_normal(K).astype(np.float32), rng.standard_normal(K).astype(np.float32)
     x = rng.standard_normal((M, 2 * K if prologue == "glu" else K)).astype(np.float32) * 2 + 0.5
@@ -151,7 +151,7 @@ def test_stack_over_the_limit_is_the_engine_product(gpu, cpu, monkeypatch, qtype
                                                                      launch(self, k, *a))[1])
     rng = np.random.default_rng(seed)
     K = 3 * quant.TYPES[qtype].values if quant.TYPES[qtype].values == 32 else 256
-    qw = weight(rng, qtype, N, K)
+    qw = quant_weight(rng, qtype, N, K)
     x = rng.standard_normal((B, 1, K)).astype(np.float32)
     b = rng.standard_normal(N).astype(np.float32) if bias else None
     r = rng.standard_normal((B, 1, N)).astype(np.float32) if res else None
@@ -179,7 +179,7 @@ def test_engine_thousands_of_rows(gpu, cpu, ran, monkeypatch, qtype, M, N):
     set_policy(monkeypatch, gpu, compute_units=132)
     rng = np.random.default_rng(M)
     K = 2 * quant.TYPES[qtype].values if quant.TYPES[qtype].values == 256 else 5 * 32
-    qw = weight(rng, qtype, N, K)
+    qw = quant_weight(rng, qtype, N, K)
     x = rng.standard_normal((M, K)).astype(np.float32)
     b = rng.standard_normal(N).astype(np.float32)
     ran.clear()
@@ -198,7 +198,7 @@ def test_row_chunked_weight_on_the_engine(gpu_small, cpu, ran, qtype, M):
     rng = np.random.default_rng(M)
     K = 512
     N = 65536 * 2 // (4 * quant_ops.quant_words(qtype, K)) + 37
-    qw = weight(rng, qtype, N, K)
+    qw = quant_weight(rng, qtype, N, K)
     assert len(quant_ops.on_device(gpu_small, qw).chunks()) == 3
     x = rng.standard_normal((M, K)).astype(np.float32)
     b, r = rng.standard_normal(N).astype(np.float32), rng.standard_normal((M, N)).astype(np.float32)
@@ -213,7 +213,7 @@ def test_engine_refused_by_the_policy_runs_the_plain_tiles(gpu, cpu, ran, monkey
     """policy.engine False: the quantized product runs matmul_quant.wgsl's 64 x 64 tiles instead."""
     set_policy(monkeypatch, gpu, engine=False)
     rng = np.random.default_rng(1)
-    qw = weight(rng, "Q4_1", 45, 64)
+    qw = quant_weight(rng, "Q4_1", 45, 64)
     x = rng.standard_normal((30, 64)).astype(np.float32)
     ran.clear()
     got = linear(gpu, x, qw)

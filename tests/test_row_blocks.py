@@ -17,7 +17,7 @@ import pytest
 from conftest import _wgpu, rel_err, set_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_quant_kernels import weight as quant_weight
+from op_fixtures import quant_weight
 
 import webtensor as wt
 from webtensor import quant
