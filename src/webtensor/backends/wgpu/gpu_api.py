@@ -177,14 +177,17 @@ class NativeGpu:
                                                    "adapter_type", "description"))
 
     @classmethod
-    async def pick_async(cls, software: bool | None) -> Any:
+    async def enumerate_async(cls) -> list[Any]:
         import wgpu
 
         try:
-            adapters = await wgpu.gpu.enumerate_adapters_async()
-        except Exception:
-            adapters = []
-        return cls._pick(list(adapters), software)
+            return list(await wgpu.gpu.enumerate_adapters_async())
+        except Exception:  # no Vulkan loader / driver at all
+            return []
+
+    @classmethod
+    async def pick_async(cls, software: bool | None) -> Any:
+        return cls._pick(await cls.enumerate_async(), software)
 
     @classmethod
     def pick(cls, software: bool | None) -> Any:
