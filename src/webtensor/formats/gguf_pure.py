@@ -227,6 +227,11 @@ class GGUFFile:
         rel = cur.scalar("Q", f"offset of tensor {name!r}")
         return name, dims, type_id, rel
 
+    @property
+    def mapping(self) -> Any:
+        """The file's mmap (`from_path`), or None (the bytes were read, or given)."""
+        return self._owner
+
     def raw(self, name: str) -> memoryview:
         """The tensor's bytes, zero-copy (little-endian; ggml blocks for quantized types)."""
         t = self.tensors[name]
