@@ -33,9 +33,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def make_llama(out: Path, variant: str, legacy_rope: bool = False, seed: int = 0) -> Path:
+def make_llama(out: Path, variant: str, legacy_rope: bool = False, seed: int = 0, **overrides: Any) -> Path:
     """A random checkpoint of `variant` (VARIANTS) in `out`; `legacy_rope`: config.json with top-level
-    `rope_theta` / `rope_scaling` (as Llama 3.x's published files) instead of `rope_parameters`."""
+    `rope_theta` / `rope_scaling` (as Llama 3.x's published files) instead of `rope_parameters`; `overrides`:
+    more config fields (a larger vocabulary or context)."""
     import torch
     import transformers
 
@@ -47,6 +48,7 @@ def make_llama(out: Path, variant: str, legacy_rope: bool = False, seed: int = 0
                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
                               rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=0, eos_token_id=0)
     kw.update(extra)
+    kw.update(overrides)
     model = transformers.AutoModelForCausalLM.from_config(cls(**kw)).eval()
     with torch.no_grad():  # norms and biases away from their init (1 and 0), so that they matter
         for name, p in model.named_parameters():

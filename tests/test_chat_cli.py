@@ -270,3 +270,30 @@ def test_a_message_of_several_lines_between_triple_quotes(monkeypatch, capsys):
     assert not errors(err) and len(out.splitlines()) == 3, (out, err)
     assert [m["content"] for m in conv.messages if m["role"] == "user"] == [
         "First line\nsecond line\n/not a command", "Just one.", "Unfinished\nat the end"]
+
+
+THINKING = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+            "{% if add_generation_prompt %}assistant: <think>\n{% endif %}")  # (opens the thinking; </think> known)
+
+
+@pytest.mark.parametrize("hide", [False, True])
+def test_a_reasoning_models_thinking_is_shown_dimmed_or_hidden(tmp_path, monkeypatch, capsys, hide):
+    """A template that opens a <think> block: the reply's thinking (up to </think>) is written dimmed on a terminal
+    (plain through a pipe, as here), then the answer on a line of its own; --hide-thinking leaves it out."""
+    import io
+
+    import webtensor as wt
+    from webtensor.chat_cli import Session
+    from webtensor.conversation import Conversation
+
+    model = wt.load_model(with_template(tmp_path / "m", THINKING + "{# </think> #}"), "cpu")
+    said = model.encode("The user greets me.</think>\n\nGood day to you!")
+
+    def scripted(*args, **kw):
+        yield from said
+    monkeypatch.setattr(model, "generate_ids", scripted)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"Hello.\n")))
+    assert Session(model, Conversation(model, max_new_tokens=len(said) + 2), {"temperature": 0},
+                   hide_thinking=hide).run() == 0
+    out = capsys.readouterr().out
+    assert out == ("Good day to you!\n" if hide else "The user greets me.\nGood day to you!\n")

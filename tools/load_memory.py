@@ -73,7 +73,8 @@ def main() -> int:
            "load_seconds": seconds}
     mb = 1 << 20
     print(f"{Path(a.model).name} on {dev.describe()}: load {seconds:.2f} s; peak RSS {after['VmHWM'] / mb:,.0f} MiB "
-          f"= runtime {runtime / mb:,.0f} (baseline {base['VmRSS'] / mb:,.0f} + kept {fig['kept_besides_weights'] / mb:,.0f}) "
+          f"= runtime {runtime / mb:,.0f} (baseline {base['VmRSS'] / mb:,.0f} "
+          f"+ kept {fig['kept_besides_weights'] / mb:,.0f}) "
           f"+ host weights {host_weights / mb:,.0f} + transient {transient / mb:,.0f} MiB = "
           f"{transient / largest:.2f} x the largest tensor ({largest / mb:,.0f} MiB): "
           f"{'within' if fig['within_bound'] else 'OVER'} 1.2x")

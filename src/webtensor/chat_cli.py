@@ -54,6 +54,8 @@ def add_parser(sub: Any) -> None:
     model_args(c, 0.7)
     c.add_argument("--system", default=None, help="a system message to start the conversation with")
     cmdline.add_chat_template(c)
+    c.add_argument("--hide-thinking", action="store_true",
+                   help="leave out a reasoning model's thinking (its <think> block; default: shown dimmed)")
     c.add_argument("--drop-oldest", action="store_true",
                    help="when the conversation outgrows the context, drop its oldest exchanges (the system message "
                         "stays) to leave room for a reply of -n tokens, or a quarter of the context; default: say "
@@ -88,15 +90,19 @@ def run_chat(args: argparse.Namespace) -> int:
     from .generate_cli import load, sampling
 
     model = load(args)
-    session = Session(model, Conversation(model, args.system, args.drop_oldest, args.max_new_tokens), sampling(args))
+    session = Session(model, Conversation(model, args.system, args.drop_oldest, args.max_new_tokens), sampling(args),
+                      hide_thinking=args.hide_thinking)
     return session.run()
 
 
 class Session:
     """The terminal side of a conversation: reads lines, runs commands, streams replies, reports what went wrong."""
 
-    def __init__(self, model: Any, conversation: Any, sampling: dict[str, Any]):
+    def __init__(self, model: Any, conversation: Any, sampling: dict[str, Any], hide_thinking: bool = False):
         self.model, self.conversation, self.sampling = model, conversation, sampling
+        self.hide_thinking = hide_thinking
+        self.dim_thinking = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+        self.thought = False  # thinking was shown and its last line is not ended
         self.typing = sys.stdin.isatty()  # a person at a terminal: show a prompt
         self.editing = self.typing and sys.stdout.isatty()  # input() with readline (it writes its prompt to stdout)
         self.dim = sys.stderr.isatty() and "NO_COLOR" not in os.environ
@@ -243,8 +249,10 @@ class Session:
         reply = conv.reply(turn, **self.sampling)
         try:
             with _stopped_by_sigint(reply.stop):
+                thinking = self.thinking(turn)
                 for piece in reply:
-                    cmdline.write(piece)
+                    self.write(thinking, piece)
+                self.write(thinking, None)
         except KeyboardInterrupt:  # a second Ctrl-C: the reply stops where it is
             pass
         except BrokenPipeError:
@@ -267,6 +275,33 @@ class Session:
             self.note(f"reply cut: the context of {self.model.n_ctx} positions is full ({then})")
         elif reply.finish == "length":
             self.note(f"reply cut at -n {reply.n_tokens} tokens")
+
+    def thinking(self, turn: Any) -> Any:
+        """For a model whose template writes <think> blocks: the splitter of the reply into its thinking and its
+        answer (`serve.reply.ThinkSplitter`; the prompt may have opened the block), else None."""
+        from .serve.reply import ThinkSplitter, starts_thinking, thinks
+
+        self.thought = False
+        if not thinks(self.model.chat_template):
+            return None
+        return ThinkSplitter(starts_thinking(self.model.tokenizer.decode(turn.ids, skip_special_tokens=False)))
+
+    def write(self, thinking: Any, piece: str | None) -> None:
+        """A piece of the reply (None: its end): the thinking dimmed (on a terminal; left out with
+        --hide-thinking), a line break after it, the answer as it is."""
+        if thinking is None:
+            if piece is not None:
+                cmdline.write(piece)
+            return
+        reasoning, answer = thinking.feed(piece or "", final=piece is None)
+        if reasoning and not self.hide_thinking:
+            cmdline.write(f"\x1b[2m{reasoning}\x1b[22m" if self.dim_thinking else reasoning)
+            self.thought = not reasoning.endswith("\n")
+        if answer:
+            if self.thought:
+                cmdline.write("\n")
+            self.thought = False
+            cmdline.write(answer)
 
     def end_reply(self, reply: Any) -> None:
         if reply.n_tokens or reply.text:
