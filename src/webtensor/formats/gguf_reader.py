@@ -72,7 +72,8 @@ def _open_pure(path: Path) -> Opened:
     from .gguf_pure import GGUFFile
 
     f = GGUFFile.from_path(path)
-    tensors = [(n, t.type_name, t.shape, functools.partial(f.raw, n), t.offset) for n, t in f.tensors.items()]
+    tensors: list[tuple[str, str, tuple[int, ...], Callable[[], Any], int]] = [
+        (n, t.type_name, t.shape, functools.partial(f.raw, n), t.offset) for n, t in f.tensors.items()]
     return f.metadata, tensors, f.mapping
 
 
