@@ -279,17 +279,27 @@ def upload(device: Any, w: QuantWeight) -> QuantGpu:
 def upload_blocks(device: Any, qtype: str, raw: Any, shape: tuple[int, ...],
                   done: Callable[[int, int], None] | None = None) -> QuantGpu:
     """A matrix of logical shape (N, K) in ggml type `qtype` from its bytes as stored (a GGUF
-    tensor: N rows of K / QK blocks, row-major) straight onto `device`, without numpy (the page's
-    loader), a few rows at a time; `done(a, b)` once bytes a..b of `raw` are on their way (the
-    caller may drop them: a file map's pages). Equal to `upload(device, QuantWeight.from_blocks(qtype,
-    raw, shape))`. CheckpointError for an unknown type, a shape that is not whole blocks, or bytes
-    that do not fit the shape."""
+    tensor: N rows of K / QK blocks, row-major) straight onto `device`, a few rows at a time;
+    `done(a, b)` once bytes a..b of `raw` are on their way (the caller may drop them: a file map's
+    pages). Equal to `upload(device, QuantWeight.from_blocks(qtype, raw, shape))`. CheckpointError
+    for an unknown type, a shape that is not whole blocks, or bytes that do not fit the shape."""
     mv = memoryview(raw).cast("B")
     n, k = qtypes.check_blocks(qtype, tuple(shape), mv.nbytes)
     row_bytes = qtypes.row_bytes(qtype, k)
-    return _upload_chunks(device, qtype, (n, k),
-                          lambda r0, r1: split_blocks(qtype, mv[r0 * row_bytes : r1 * row_bytes], r1 - r0, k),
+    layout = _rows_in_gpu_layout(qtype, k)
+    return _upload_chunks(device, qtype, (n, k), lambda r0, r1: layout(mv[r0 * row_bytes : r1 * row_bytes], r1 - r0),
                           None if done is None else lambda r0, r1: done(r0 * row_bytes, r1 * row_bytes))
+
+
+def _rows_in_gpu_layout(qtype: str, k: int) -> Callable[[memoryview, int], tuple[Any, Any]]:
+    """(ggml's bytes of `rows` rows, rows) -> (quants, scales) in the GPU layout: numpy's `pack` where numpy is
+    there (a few copies at memory speed: an 8B file's 4.9 GB in seconds), else `split_blocks` (the page without
+    numpy: a strided copy per byte position, about 5x slower; test_quant_kernels checks the two agree)."""
+    try:
+        from ...quant.weight import QuantWeight  # (numpy)
+    except ImportError:
+        return lambda raw, rows: split_blocks(qtype, raw, rows, k)
+    return lambda raw, rows: pack(QuantWeight.from_blocks(qtype, raw, (rows, k)))
 
 
 _UPLOADED: weakref.WeakKeyDictionary[QuantWeight, dict[int, QuantGpu]] = weakref.WeakKeyDictionary()
