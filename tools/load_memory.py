@@ -9,12 +9,12 @@ and the weights the device holds. The bound the loader keeps (issue 30, item 4):
 
     peak <= runtime + host weights + 1.2 x largest tensor, i.e. peak - after <= 1.2 x largest tensor
 
-where host weights are the bytes of device buffers that live in host memory (the CPU device's, lavapipe's; 0 on a GPU
-with its own memory) and the runtime is what the process holds after the load besides them (interpreter, libraries,
-device, tokenizer): what a load holds only while it runs stays under 1.2 x the largest tensor. A file mapped whole
-and never released, or uploads staged whole, would show as a transient near the file's size. The line also gives
-what the load kept besides the weights (after - baseline - host weights: the tokenizer, the model's tables). Linux
-only (/proc). Prints one line; --json writes the figures.
+where "after" is the resident set once the load returned: the runtime (interpreter, libraries, device, tokenizer)
+and the weights wherever they live in host memory (the CPU device's, lavapipe's buffers; on the CPU device quantized
+weights stay views of the file's map, resident as they are read, as llama.cpp's on the CPU; nothing on a GPU with its
+own memory): what a load holds only while it runs stays under 1.2 x the largest tensor. A file mapped whole and never
+released, or uploads staged whole, would show as a transient near the file's size. Linux only (/proc). Prints one
+line; --json writes the figures.
 """
 
 from __future__ import annotations
@@ -60,23 +60,20 @@ def main() -> int:
     seconds = time.perf_counter() - t0
     after = status()
     ctx = getattr(dev, "ctx", None)
-    on_host = dev.kind == "cpu" or (ctx is not None and ctx.info.is_software)
     held = ctx.bytes_in_use if ctx is not None else model.weight_bytes
-    host_weights = held if on_host else 0
-    runtime = after["VmRSS"] - host_weights
     transient = after["VmHWM"] - after["VmRSS"]
     fig = {"model": a.model, "device": dev.describe(), "file_tensor_bytes": file_bytes, "largest_tensor": largest,
-           "weights_on_device": held, "host_weights": host_weights, "baseline_rss": base["VmRSS"],
-           "peak_rss": after["VmHWM"], "rss_after": after["VmRSS"], "rss_file_after": after.get("RssFile", 0),
-           "runtime": runtime, "kept_besides_weights": runtime - base["VmRSS"], "transient": transient,
+           "weights_on_device": held, "baseline_rss": base["VmRSS"], "peak_rss": after["VmHWM"],
+           "rss_after": after["VmRSS"], "rss_anon_after": after.get("RssAnon", 0),
+           "rss_file_after": after.get("RssFile", 0), "transient": transient,
            "transient_over_largest": transient / largest, "within_bound": transient <= 1.2 * largest,
            "load_seconds": seconds}
     mb = 1 << 20
-    print(f"{Path(a.model).name} on {dev.describe()}: load {seconds:.2f} s; peak RSS {after['VmHWM'] / mb:,.0f} MiB "
-          f"= runtime {runtime / mb:,.0f} (baseline {base['VmRSS'] / mb:,.0f} "
-          f"+ kept {fig['kept_besides_weights'] / mb:,.0f}) "
-          f"+ host weights {host_weights / mb:,.0f} + transient {transient / mb:,.0f} MiB = "
-          f"{transient / largest:.2f} x the largest tensor ({largest / mb:,.0f} MiB): "
+    print(f"{Path(a.model).name} on {dev.describe()}: load {seconds:.2f} s, weights {held / mb:,.0f} MiB; peak RSS "
+          f"{after['VmHWM'] / mb:,.0f} MiB = after the load {after['VmRSS'] / mb:,.0f} "
+          f"(before {base['VmRSS'] / mb:,.0f}; "
+          f"anonymous {fig['rss_anon_after'] / mb:,.0f}, file maps {fig['rss_file_after'] / mb:,.0f}) + transient "
+          f"{transient / mb:,.0f} MiB = {transient / largest:.2f} x the largest tensor ({largest / mb:,.0f} MiB): "
           f"{'within' if fig['within_bound'] else 'OVER'} 1.2x")
     if a.json:
         Path(a.json).write_text(json.dumps(fig, indent=1))
