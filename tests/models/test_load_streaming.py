@@ -111,3 +111,23 @@ def test_a_load_holds_pieces_not_the_file(checkpoints, tmp_path, device, kind):
     fig = json.loads(out.read_text())
     assert fig["largest_tensor"] >= 28 << 20, fig  # (the embedding: large beside the runtime's noise)
     assert fig["transient"] <= 1.2 * fig["largest_tensor"] and r.returncode == 0, (r.stdout, fig)
+
+
+@pytest.mark.parametrize(("kind", "dtype"), [("gguf", None), ("safetensors", None), ("gguf", "float32"),
+                                             ("safetensors", "q8_0")])
+def test_progress_moves_within_tensors_and_ends_at_the_total(checkpoints, gpu, kind, dtype):
+    """The CLI's bar is fed by `progress(name, bytes done, total)`: it moves as pieces go (the embedding, ~1/32 of
+    it a piece, gives many reports where it is copied as stored), never backwards (a conversion's bytes are not
+    the file's), and ends at the file's tensor bytes."""
+    import webtensor as wt
+    from webtensor.models import loader
+
+    calls: list[tuple[str, int, int]] = []
+    wt.load_model(str(checkpoints[kind]), device=gpu, dtype=dtype, progress=lambda n, d, t: calls.append((n, d, t)))
+    ck = loader.open_checkpoint(str(checkpoints[kind]))
+    total = sum(loader.stored_nbytes(ck.stored_type(n), ck.shape(n)) for n in ck.family.tensors(ck.config))
+    done = [d for _, d, _ in calls]
+    assert {t for *_, t in calls} == {total} and done[-1] == total and done == sorted(done)
+    per_tensor = {n for n, *_ in calls}
+    if dtype is None:  # (pieces within the big tensors)
+        assert len(calls) > len(per_tensor) + 16, (len(calls), len(per_tensor))

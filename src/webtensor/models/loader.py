@@ -288,20 +288,28 @@ def _upload_one(raw: memoryview, stored: str, shape: tuple[int, ...], spec: Tens
     """One tensor from its stored bytes (`shape` in the stored layout) to what the family's forward takes;
     `on_way(a, b)` once bytes a..b of `raw` are copied where they go or read into a conversion (not called for
     what keeps viewing them: the CPU device's quantized blocks)."""
+    n_stored = raw.nbytes
+
+    def read_whole() -> None:  # (a conversion has read all the stored bytes: they may go)
+        if on_way is not None:
+            on_way(0, n_stored)
     if spec.kind == "float32":
         t = from_buffer(float32_bytes(stored, raw), shape, dt.float32, device)
-        if on_way is not None:
-            on_way(0, raw.nbytes)
+        read_whole()
         return t
     if stored in QUANT_TYPES:
         if dtype in ("float32", "float16"):  # asked for floats: dequantized
             raw, stored = _dequantized(stored, raw, shape), "F32"
+            read_whole()
+            on_way = None  # (what follows reads the dequantized copy, not the file)
         else:
             return _quantized(device, stored, raw, shape, on_way)
     # a float matrix or embedding: (N, K) or (V, C) in the stored layout, but GPT-2's Conv1D from safetensors (K, N)
     nk = spec.kind != "conv1d" or gguf
     if dtype == "q8_0":
-        return _quantize_q8(device, float32_bytes(stored, raw), shape, transpose=not nk)
+        t = _quantize_q8(device, float32_bytes(stored, raw), shape, transpose=not nk)
+        read_whole()
+        return t
     keep_f16 = stored == "F16" and device.has_f16 and not device.backend.widens_f16
     want = dt.float16 if (dtype == "float16" or (dtype is None and keep_f16)) else dt.float32
     if want is dt.float16 and not device.has_f16:
@@ -321,8 +329,8 @@ def _upload_one(raw: memoryview, stored: str, shape: tuple[int, ...], spec: Tens
         # (writeable: a fresh array the reader made for this tensor, or our own copy, kept as it is on the CPU;
         # read-only: a file map, copied)
         view = np.may_share_memory(arr, np.frombuffer(raw, np.uint8))
-        if on_way is not None and not view:  # (a conversion read the stored bytes: they may go)
-            on_way(0, raw.nbytes)
+        if not view:
+            read_whole()
         t = device.backend.from_numpy(device, arr, arr.flags.writeable, on_way if view else None)
         return t if spec.kind == "embedding" or not kmajor else t.T
     if stored == "F16" and device.has_f16:
