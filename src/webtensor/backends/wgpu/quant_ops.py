@@ -1,5 +1,6 @@
 """Quantized weights on WebGPU (ggml's Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K): their GPU layout, the upload
-(from ggml's bytes without numpy, or from a `QuantWeight`) and its inverse, and the ops
+(from ggml's bytes, by numpy where it is there and without it in the page, or from a `QuantWeight`) and its
+inverse, and the ops
 `quant_linear` and `quant_embedding`.
 
 GPU layout of a weight (N, K) of block type T (K a multiple of T's block of QK values, nb = K / QK
