@@ -16,9 +16,10 @@
 # Run: carry [".gl", ".whl", ".lcpp"], command: bash tools/h200/load_8b.sh
 #
 # Order: llama.cpp's CUDA build starts in the background on cores 0-11 (~4.5 min) while the file is written and
-# webtensor loads it on cores 12-15 (REPEATS warm, REPEATS cold: "during the build", memory bandwidth shared with
-# the compilers). After the build, the machine to itself: llama.cpp and webtensor alternate, warm then cold, REPEATS
-# times each (the side-by-side figures). Every step is under a timeout cut to what is left of BUDGET seconds. $OUT
+# webtensor loads it on cores 12-15 (once warm, once cold: "during the build", a first look, memory bandwidth
+# shared with the compilers). After the build, the machine to itself: llama.cpp and webtensor alternate, warm then
+# cold, REPEATS times (the side-by-side figures; a round starts only with 45 s of BUDGET left). Every step is under
+# a timeout cut to what is left of BUDGET seconds. $OUT
 # gets one JSON a run (wt-*, lcpp-*), load_8b.log and summary.json; a table is printed last.
 #
 # A trial here: LOCAL=1 DEVICE=lavapipe N_LAYER=2 LLAMA_BENCH=/path/to/llama-bench NGL=0 PY=.venv/bin/python \
@@ -35,7 +36,8 @@ LOG=$OUT/load_8b.log
 mkdir -p "$W"
 exec > >(tee -a "$LOG") 2>&1
 stamp() { echo "== $(( $(date +%s) - T0 ))s: $*"; }
-cap() { local left=$(( BUDGET - ($(date +%s) - T0) )); [ "$left" -lt 5 ] && left=5; [ "$1" -lt "$left" ] && echo "$1" || echo "$left"; }
+left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+cap() { local l; l=$(left); [ "$l" -lt 5 ] && l=5; [ "$1" -lt "$l" ] && echo "$1" || echo "$l"; }
 PIN=(); BUILD_PIN=()
 if command -v taskset >/dev/null && [ "$(nproc)" -ge 16 ]; then PIN=(taskset -c 12-15); BUILD_PIN=(taskset -c 0-11); fi
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
@@ -106,7 +108,7 @@ wt() { local tag=$1 temp=$2; cache "$temp"; stamp "webtensor $tag ($temp)"
 lcpp() { local tag=$1 temp=$2; cache "$temp"; stamp "llama.cpp $tag ($temp)"
          measure "$OUT/lcpp-$tag-$temp.json" "$(cap 90)" "$LB" -m "$GGUF" -ngl "$NGL" -p 0 -n 1 -r 1 -v; }
 
-for i in $(seq "$REPEATS"); do wt "build$i" warm; wt "build$i" cold; done
+wt build warm; wt build cold
 
 if [ -n "${BUILD:-}" ]; then
   stamp "waiting for the llama.cpp build"
@@ -116,7 +118,10 @@ if [ -n "${BUILD:-}" ]; then
 fi
 if [ -x "$LB" ]; then
   stamp "side by side, the machine to itself"
-  for i in $(seq "$REPEATS"); do for temp in warm cold; do lcpp "$i" "$temp"; wt "$i" "$temp"; done; done
+  for i in $(seq "$REPEATS"); do for temp in warm cold; do
+    if [ "$(left)" -lt 45 ]; then stamp "out of time: the side-by-side stops here"; break 2; fi
+    lcpp "$i" "$temp"; wt "$i" "$temp"
+  done; done
 else
   stamp "no llama-bench ($LB): webtensor only"
 fi
