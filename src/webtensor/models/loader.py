@@ -243,8 +243,8 @@ def upload(ck: Checkpoint, device: Any, dtype: str | None, progress: Progress | 
                     raw, stored, shape = ck.raw(name), ck.stored_type(name), tuple(ck.shape(name))
                 else:  # rows of (N_i, K) matrices (or vectors) one after another: one (sum N_i, K) matrix
                     f32 = spec.kind == "float32"
-                    raw = memoryview(b"".join(bytes(float32_bytes(ck.stored_type(p), ck.raw(p)) if f32 else ck.raw(p))
-                                              for p in parts))
+                    raw = memoryview(b"".join(float32_bytes(ck.stored_type(p), ck.raw(p)) if f32 else ck.raw(p)
+                                              for p in parts))  # (one copy: join takes the views as they are)
                     stored = "F32" if f32 else ck.stored_type(name)
                     shape = (sum(ck.shape(p)[0] for p in parts), *ck.shape(name)[1:])
                     if mapped:  # (the parts' bytes are in the joined copy now)
