@@ -39,6 +39,10 @@ kernels/quant_dequant.wgsl; all f32 arithmetic, dequantized values exactly the n
   gemv_stack_quant_max_rows on GPUs, any number on CPU adapters), MR rows a
   workgroup (`ops.gemv_group`), LANES threads per output (on CPU adapters 1, and the policy's gemv_quant_nr outputs a
   thread), with the layer-norm or RMS-norm prologue of gemv_norm.wgsl (`ln=` / `rms=`),
+- gemv_quant_dot4.wgsl in its place on GPUs whose WGSL has dot4I8Packed (`WgpuContext.has_dot4`) while the
+  policy's gemv_quant_dot4 is on: the activations quantized to int8 blocks of 32 (q8_act.wgsl, through the
+  same prologues) and dotted with the weights' integers (`kernel_for`: "dot4"); with gemv_dot4_prequant they are
+  quantized once by quantize_q8.wgsl (`quantize_rows`) for every chunk's launch ("dot4q"),
 - matmul_engine_quant.wgsl for M > 8 on GPUs, and for stacks of more than the policy's
   gemv_stack_quant_max_rows one-row products: the float matmul engine (matmul_engine_core.wgsl: its tiles,
   split-K, epilogue; `ops.matmul_engine` plans it) with each K step's tile of W dequantized on its way into
@@ -74,7 +78,6 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ...quant.weight import QuantWeight
-
 
 
 class Layout(NamedTuple):
