@@ -15,6 +15,8 @@ among decode tokens in a server step — and that is said here, once, instead of
   numbers do not depend on which rows share its step (batch invariance); False: one (T, C) matrix product,
   faster for big batches, rows may differ in the last bits from a lone row.
 - `head_rows` (int32 (S,) tensor of row indices) / `last_only`: the LM head runs on those rows only.
+- `table`: the KV cache's block table (int32 (n_seqs, max_blocks): a row's slot is its sequence's row of it,
+  docs/design-kv.md); None: the caches are contiguous (slot s is block s).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class StepBatch:
     head_rows: Tensor | None = None  # int32 (S,)
     last_only: bool = False
     invariant: bool = True
+    table: Tensor | None = None  # int32 (n_seqs, max_blocks)
 
     @property
     def T(self) -> int:
@@ -47,24 +50,28 @@ class StepBatch:
 
     def attend(self, k_cache: Tensor, v_cache: Tensor, q: Tensor, k: Tensor, v: Tensor, scale: float,
                rope: ops.Rope | None = None) -> Tensor:
-        """Store the rows' keys and values in one layer's cache (n_slots, n_ctx, KVH, D) and attend:
-        q (T, H, D), k and v (T, KVH, D) -> (T, H, D) float32. rope = (cos, sin, interleaved): q and k
-        rotated at the rows' positions first (`ops.rope`), inside the store and the attention where
-        the step's kernels take it (the decode step: one launch for the rotation, the store and the
-        attention), else (a prompt) a rope of q and a store of k that rotates it."""
+        """Store the rows' keys and values in one layer's cache (a pool of blocks through `table`, or a contiguous
+        (n_slots, n_ctx, KVH, D) cache) and attend: q (T, H, D), k and v (T, KVH, D) -> (T, H, D) float32. rope =
+        (cos, sin, interleaved): q and k rotated at the rows' positions first (`ops.rope`), inside the store and
+        the attention where the step's kernels take it (the decode step: one launch for the rotation, the store
+        and the attention), else (a prompt) a rope of q and a store of k that rotates it. Every row attends to the
+        keys and values as the cache stores them (rounded to its type): a prompt gathers its sequence's positions
+        from the cache (`ops.cache_gather`) for the prefill kernels."""
+        t = self.table
         if self.span is not None:
             if rope is not None:
                 q = ops.rope(q, self.pos, *rope)
-            ops.cache_write(k_cache, k, self.pos, self.slot, rope=rope)
-            ops.cache_write(v_cache, v, self.pos, self.slot)
-            s, n = self.span[0], self.span[1] + self.T
-            return ops.attention(q, k_cache[s, :n], v_cache[s, :n], causal=True, scale=scale)
+            ops.cache_write(k_cache, k, self.pos, self.slot, rope=rope, table=t)
+            ops.cache_write(v_cache, v, self.pos, self.slot, table=t)
+            s, n, D = self.span[0], self.span[1] + self.T, q.shape[2]
+            return ops.attention(q, ops.cache_gather(k_cache, s, n, t, D), ops.cache_gather(v_cache, s, n, t, D),
+                                 causal=True, scale=scale)
         if self.shared_slots:
-            ops.cache_write(k_cache, k, self.pos, self.slot, rope=rope)
-            ops.cache_write(v_cache, v, self.pos, self.slot)
-            return ops.cached_attention(q, k_cache, v_cache, self.pos, self.slot, scale=scale, rope=rope)
+            ops.cache_write(k_cache, k, self.pos, self.slot, rope=rope, table=t)
+            ops.cache_write(v_cache, v, self.pos, self.slot, table=t)
+            return ops.cached_attention(q, k_cache, v_cache, self.pos, self.slot, scale=scale, rope=rope, table=t)
         return ops.cached_attention(q, k_cache, v_cache, self.pos, self.slot, scale=scale, k_new=k, v_new=v,
-                                    rope=rope)
+                                    rope=rope, table=t)
 
     def head_input(self, x: Tensor) -> Tensor:
         """The rows of x (T, ..., C) that need logits, shaped as this batch holds activations: (S, 1, C) or (S, C)."""

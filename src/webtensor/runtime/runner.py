@@ -1,8 +1,12 @@
-"""`ModelRunner`: one model's sequences on one device — the slot KV cache, the captured step graphs and the
+"""`ModelRunner`: one model's sequences on one device — the paged KV cache, the captured step graphs and the
 feed-back ring — and the only code that runs a model's forward for decoding. `generate`, `generate_batch`, both
 serving engines and the web page are its clients.
 
-A runner holds `n_slots` sequences (KV-cache slots, plus a scratch slot that padding rows write). Its clients
+A runner holds `n_slots` sequences (rows of the KV cache's block table, plus a scratch row that padding rows
+write) over one pool of KV blocks (`runtime.cache.KVCache`, docs/design-kv.md). A sequence's blocks are chosen
+either by the runner itself (rows without `blocks`: its own `BlockManager` grows a sequence's list as its rows
+reach new blocks; `truncate` / `release` give them back) or by the caller (rows with `blocks`: the server's
+scheduler owns the pool's bookkeeping); the table rows that changed are uploaded before each step. Its clients
 ask for two kinds of work:
 
 - `prefill(slot, ids, p0)`: a prompt of one sequence through the span path (`StepBatch.span`: attention reads
@@ -34,7 +38,8 @@ from ..errors import ArgumentError, ContextLengthError
 from ..tensor import Tensor, from_buffer
 from ..validate import check_ids
 from .batch import StepBatch
-from .cache import KVCache
+from .blocks import BlockManager
+from .cache import BLOCK_SIZE, KVCache
 
 MAX_GRAPHS = 48  # captured step shapes kept (least recently used released beyond: their buffers)
 RING_STEPS = 16  # steps one `follow` may launch (its tokens: a ring of this many rows of the step's width)
@@ -50,7 +55,7 @@ class Runnable(Protocol):
     @property
     def vocab_size(self) -> int: ...
 
-    def new_cache(self, n_slots: int = 1) -> KVCache: ...
+    def new_cache(self, n_seqs: int = 1, n_blocks: int | None = None, block_size: int = BLOCK_SIZE) -> KVCache: ...
 
     def forward(self, batch: StepBatch, cache: KVCache) -> Tensor: ...
 
@@ -64,7 +69,8 @@ class RunRow:
     log-probabilities are asked for: OpenAI's `echo`), the last one's being the choosing row's when `pick`;
     `mask`: the tokens the choosing row may take (a grammar's), as int32 little-endian words (bit c % 32 of word
     c // 32 for token c: `ops.token_mask`), applied to its logits on the device before the argmax and the
-    readback."""
+    readback. `blocks`: the sequence's KV blocks in position order, covering every position through the row's last
+    (a caller that manages the pool: the server's scheduler); None: the runner's own (see the module docstring)."""
 
     slot: int
     ids: tuple[int, ...]
@@ -73,6 +79,7 @@ class RunRow:
     read_logits: bool = False
     every_logits: bool = False
     mask: bytes | None = None
+    blocks: tuple[int, ...] | None = None
 
     @property
     def next_position(self) -> int:
@@ -92,6 +99,12 @@ class RunRow:
 def int_tensor(values: Sequence[int], device: Any) -> Tensor:
     """An int32 tensor of `values` on `device` (no numpy needed)."""
     return from_buffer(struct.pack(f"<{len(values)}i", *values), (len(values),), "int32", device)
+
+
+def pos_slot_tensors(pos: Sequence[int], slot: Sequence[int], device: Any) -> tuple[Tensor, Tensor]:
+    """Positions and slots (T,) int32 as views of one (2, T) tensor: the KV kernels bind them as one buffer."""
+    both = from_buffer(struct.pack(f"<{2 * len(pos)}i", *pos, *slot), (2, len(pos)), "int32", device)
+    return both[0], both[1]
 
 
 def upload_ints(t: Tensor, values: Sequence[int]) -> None:
@@ -145,7 +158,8 @@ class _StepGraph:
     def __init__(self, runner: ModelRunner, width: int, picks: int | None, shared: bool, masked: bool = False):
         dev = runner.device
         self.width = width
-        self.ids, self.pos, self.slot = (int_tensor([0] * width, dev) for _ in range(3))
+        self.ids = int_tensor([0] * width, dev)
+        self.pos, self.slot = pos_slot_tensors([0] * width, [0] * width, dev)
         self.sel = None if picks is None else int_tensor([0] * picks, dev)
         self.bits = None
         if masked:
@@ -156,7 +170,7 @@ class _StepGraph:
             self.ring = int_tensor([0] * (width * RING_STEPS), dev)
             self.count = int_tensor([0], dev)
         batch = StepBatch(self.ids, self.pos, self.slot, shared_slots=shared, head_rows=self.sel,
-                          invariant=runner.invariant)
+                          invariant=runner.invariant, table=runner.cache.table)
         # (the model by weak reference: a CPU graph keeps this function, and a model keeps its runners)
         model, cache = runner._model if isinstance(runner._model, weakref.ref) else weakref.ref(runner.model), \
             runner.cache
@@ -204,9 +218,11 @@ class Collected:
 
 class ModelRunner:
     def __init__(self, model: Runnable, n_slots: int, use_graph: bool | None = None, invariant: bool = True,
-                 bucketed: bool = True, weak: bool = False):
+                 bucketed: bool = True, weak: bool = False, kv_blocks: int | None = None,
+                 block_size: int = BLOCK_SIZE):
         """`weak`: hold the model by weak reference (a runner the model itself keeps, in its pool: no cycle, so a
-        dropped model is freed at once)."""
+        dropped model is freed at once). `kv_blocks`: the pool's blocks of `block_size` positions (default: every
+        slot's whole context, `n_slots * ceil(n_ctx / block_size)`)."""
         if n_slots < 1:
             raise ArgumentError(f"a runner needs at least one slot, got {n_slots}")
         self._model: Any = weakref.ref(model) if weak else (lambda: model)
@@ -214,9 +230,15 @@ class ModelRunner:
         self.n_ctx, self.vocab_size = model.n_ctx, model.vocab_size
         self.use_graph = model.use_graph if use_graph is None else use_graph
         self.invariant, self.bucketed = invariant, bucketed
-        # bucketed: step shapes rounded up (`bucket`), the padding rows writing a scratch slot (n_slots); else
-        # every step shape its own graph (a client whose steps have few shapes: one sequence decoding)
-        self.cache = model.new_cache(n_slots + bucketed)
+        # bucketed: step shapes rounded up (`bucket`), the padding rows writing the scratch sequence (n_slots) and
+        # block; else every step shape its own graph (a client whose steps have few shapes: one sequence decoding)
+        self.block_size = block_size
+        self.max_blocks = -(-self.n_ctx // block_size)
+        n_blocks = n_slots * self.max_blocks if kv_blocks is None else kv_blocks
+        self.cache = model.new_cache(n_slots, n_blocks, block_size)
+        self.blocks = BlockManager(self.cache.n_blocks, block_size, prefix_caching=False)  # (rows without blocks)
+        self._owned: list[list[int]] = [[] for _ in range(n_slots)]  # each slot's blocks from self.blocks
+        self._external = False  # rows have come with their blocks (the caller manages the pool)
         self._length = [0] * n_slots  # tokens held per slot
         self._held: list[list[int]] = [[] for _ in range(n_slots)]  # the tokens behind them, as far as known
         self._graphs: dict[tuple[int, int | None, bool, bool], _StepGraph] = {}  # least to most recently used
@@ -229,10 +251,11 @@ class ModelRunner:
         position's logits (1, V); the keys and values stay in the slot."""
         row = RunRow(slot, tuple(ids), p0)
         self._check([row])
+        self._place([row])
         dev, T = self.device, len(ids)
         with dev.dispatch_scope():
-            batch = StepBatch(int_tensor(list(ids), dev), int_tensor(list(range(p0, p0 + T)), dev),
-                              int_tensor([slot] * T, dev), span=(slot, p0), last_only=True)
+            batch = StepBatch(int_tensor(list(ids), dev), *pos_slot_tensors(list(range(p0, p0 + T)), [slot] * T, dev),
+                              span=(slot, p0), last_only=True, table=self.cache.table)
             logits = self.model.forward(batch, self.cache)
         self._length[slot] = p0 + T
         self._held[slot][p0:] = ids
@@ -242,6 +265,7 @@ class ModelRunner:
     def launch(self, rows: Sequence[RunRow]) -> Launched:
         """Start a step (the device works on it while the caller goes on); `collect` its results."""
         self._check(rows)
+        self._place(rows)
         dev = self.device
         ids: list[int] = []
         pos: list[int] = []
@@ -276,9 +300,9 @@ class ModelRunner:
                 logits, best = g.graph.replay()
                 return self._launched(rows, g, logits, best)
         with dev.dispatch_scope():
-            batch = StepBatch(int_tensor(ids, dev), int_tensor(pos, dev), int_tensor(slot, dev),
+            batch = StepBatch(int_tensor(ids, dev), *pos_slot_tensors(pos, slot, dev),
                               shared_slots=shared, head_rows=None if every else int_tensor(picks or [0], dev),
-                              invariant=self.invariant)
+                              invariant=self.invariant, table=self.cache.table)
             logits = self.model.forward(batch, self.cache)
             if masked:
                 words = (self.vocab_size + 31) // 32
@@ -292,20 +316,31 @@ class ModelRunner:
 
     def can_follow(self, rows: Sequence[RunRow], steps: int = 1) -> bool:
         """Whether `follow` can launch `steps` steps from these rows: one-token rows that all choose, each with room
-        for `steps` more positions, on a runner that replays graphs."""
-        return (self.use_graph and 1 <= steps <= RING_STEPS and bool(rows)
-                and all(len(r.ids) == 1 and r.pick and r.start + steps < self.n_ctx for r in rows))
+        for `steps` more positions (in the context, and in KV blocks: the rows' own, or the runner's free ones), on
+        a runner that replays graphs."""
+        if not (self.use_graph and 1 <= steps <= RING_STEPS and bool(rows)
+                and all(len(r.ids) == 1 and r.pick and r.start + steps < self.n_ctx for r in rows)):
+            return False
+        if all(r.blocks is not None for r in rows):
+            return all(len(r.blocks) * self.block_size >= r.start + steps for r in rows)  # type: ignore[arg-type]
+        need = sum(max(0, self.blocks.blocks_for(r.start + steps) - len(self._owned[r.slot])) for r in rows)
+        return need <= self.blocks.free
 
-    def follow(self, prev: Launched, steps: int = 1) -> Launched:
+    def follow(self, prev: Launched, steps: int = 1, blocks: dict[int, tuple[int, ...]] | None = None) -> Launched:
         """Launch `steps` steps after `prev` (the last launched, a step of one-token choosing rows) for the same
         sequences before prev's tokens are known: each step's input is the argmax the step before chose, fed back
-        on the device. The followed steps' tokens come back through the ring (`collect`)."""
+        on the device. The followed steps' tokens come back through the ring (`collect`). `blocks`: slot -> its
+        sequence's blocks, covering the followed steps' positions (a caller that manages the pool); else the
+        runner's own are grown."""
         self.check_follow(prev)
         g = prev.graph
         assert g is not None
-        rows = [RunRow(r.slot, (0,), r.start + prev.steps, True) for r in prev.rows]
+        rows = [RunRow(r.slot, (0,), r.start + prev.steps, True, blocks=None if blocks is None else blocks[r.slot])
+                for r in prev.rows]
         if not self.can_follow(rows, steps):
-            raise ArgumentError(f"cannot follow with {steps} steps (1 to {RING_STEPS}, within the context)")
+            raise ArgumentError(f"cannot follow with {steps} steps (1 to {RING_STEPS}, within the context and the "
+                                "KV pool)")
+        self._place(rows, steps)
         upload_ints(g.count, [0])  # (a queue write: after prev's steps, before these)
         with self.device.dispatch_scope():
             g.graph.replay(steps)
@@ -355,11 +390,18 @@ class ModelRunner:
         self.truncate(slot, 0)
 
     def truncate(self, slot: int, n: int) -> None:
-        """Keep the slot's first `n` positions (their keys and values stay valid); the next row starts at n."""
+        """Keep the slot's first `n` positions (their keys and values stay valid); the next row starts at n. The
+        runner's own blocks past them go back to its pool."""
         self._check_slot(slot)
         n = max(0, min(n, self._length[slot]))
         self._length[slot] = n
         del self._held[slot][n:]
+        owned = self._owned[slot]
+        keep = self.blocks.blocks_for(n)
+        if len(owned) > keep:
+            self.blocks.release(owned[keep:])
+            del owned[keep:]
+            self.cache.set_blocks(slot, owned)
 
     def hold(self, slot: int, tokens: Sequence[int]) -> None:
         """Record that the slot's cache holds the keys and values of `tokens` at positions 0.. (a client that knows
@@ -442,6 +484,21 @@ class ModelRunner:
         self._graphs[key] = g
         return g
 
+    def _place(self, rows: Sequence[RunRow], steps: int = 1) -> None:
+        """Each row's sequence in the block table, covering the positions its `steps` steps write: the row's own
+        blocks, or the runner's grown (KVCacheFullError when its pool is out); then the changed rows uploaded."""
+        for r in rows:
+            if r.blocks is not None:
+                self._external = True
+                self.cache.set_blocks(r.slot, r.blocks)
+                continue
+            owned = self._owned[r.slot]
+            more = self.blocks.blocks_for(r.next_position + steps - 1) - len(owned)
+            if more > 0:
+                owned.extend(self.blocks.allocate(more))
+                self.cache.set_blocks(r.slot, owned)
+        self.cache.sync()
+
     def _check_slot(self, slot: int) -> None:
         if not 0 <= slot < self.n_slots:
             raise ArgumentError(f"slot {slot} is out of range for {self.n_slots} slots")
@@ -456,7 +513,15 @@ class ModelRunner:
             seen.add(r.slot)
             if not r.ids:
                 raise ArgumentError(f"the row for slot {r.slot} has no tokens")
-            if r.start != 0 and self._length[r.slot] != r.start:
+            if r.blocks is not None:
+                if len(r.blocks) * self.block_size < r.next_position:
+                    raise ArgumentError(f"the row for slot {r.slot} reaches position {r.next_position - 1}, past its "
+                                        f"{len(r.blocks)} KV blocks of {self.block_size}")
+                if self.blocks.used:
+                    raise ArgumentError("rows with their own KV blocks on a runner that allocates its own")
+            elif self._external:
+                raise ArgumentError(f"the row for slot {r.slot} has no KV blocks, on a runner whose caller gives them")
+            elif r.start != 0 and self._length[r.slot] != r.start:
                 raise ArgumentError(f"slot {r.slot} holds {self._length[r.slot]} tokens, the row starts at {r.start}")
             check_ids(r.ids, self.vocab_size)
             if r.start + len(r.ids) > self.n_ctx:
