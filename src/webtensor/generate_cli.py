@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from . import cmdline, validate
-from .errors import UsageError
+from .errors import UsageError, WebtensorError
 
 
 def _model_args(p: argparse.ArgumentParser, default_temperature: float) -> None:
@@ -26,6 +26,8 @@ def _model_args(p: argparse.ArgumentParser, default_temperature: float) -> None:
     p.add_argument("--dtype", default="auto", choices=cmdline.DTYPE_CHOICES,
                    help="auto (default: as stored; quantized GGUF tensors stay quantized), float32, float16 (devices "
                         "with shader-f16) or q8_0 / int8 (q8_0 matrices, every device)")
+    p.add_argument("--kv-dtype", default="auto", choices=("auto", "float32", "float16", "q8_0"),
+                   help="the KV cache's type (auto: float16 on GPUs with shader-f16, else float32)")
     p.add_argument("--ctx-size", "-c", type=cmdline.integer("--ctx-size", 1), default=None,
                    help="positions per sequence (default: the model's context, at most 8192)")
     p.add_argument("-n", "--max-new-tokens", type=cmdline.checked(validate.check_max_new_tokens), default=None,
@@ -65,6 +67,14 @@ def _open(args: argparse.Namespace) -> Any:
         raise UsageError(f"--dtype float16: {device.describe()} has no shader-f16 feature; use --dtype float32")
     if ck.tokenizer is None:
         raise UsageError(f"{ck.where} has no tokenizer: text cannot be encoded")
+    args.kv_dtype_name = None if args.kv_dtype == "auto" else args.kv_dtype
+    if args.kv_dtype_name is not None:
+        from .runtime.cache import check_kv_dtype
+
+        try:
+            check_kv_dtype(args.kv_dtype_name, ck.config.spec.head_dim, device.has_f16)
+        except WebtensorError as e:
+            raise UsageError(f"--kv-dtype {args.kv_dtype}: {e}") from None
     return ck
 
 
@@ -90,11 +100,11 @@ def _load(args: argparse.Namespace) -> Any:
     from .models import loader
 
     t0 = time.perf_counter()
-    model = loader.build(args.checkpoint, args.device_obj, args.dtype_name, args.ctx_size)
+    model = loader.build(args.checkpoint, args.device_obj, args.dtype_name, args.ctx_size, kv_dtype=args.kv_dtype_name)
     s = model.spec
     print(f"[webtensor] model {model.name} ({s.architecture}, {s.n_layer} layers, {s.width} wide, "
-          f"{args.dtype_name or 'as stored'}, context {model.n_ctx}) on {args.device_obj.describe()}, loaded in "
-          f"{time.perf_counter() - t0:.2f} s", file=sys.stderr)
+          f"{args.dtype_name or 'as stored'}, context {model.n_ctx}, KV {model.kv_dtype}) on "
+          f"{args.device_obj.describe()}, loaded in {time.perf_counter() - t0:.2f} s", file=sys.stderr)
     return model
 
 

@@ -909,6 +909,14 @@ class CpuBackend:
     def has_f16(self) -> bool:
         return True
 
+    def memory_bytes(self) -> int | None:
+        import os
+
+        try:  # (the host's RAM: the CPU device's arrays live there)
+            return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        except (AttributeError, ValueError, OSError):
+            return None
+
     def has_subgroups(self) -> bool:
         return False
 

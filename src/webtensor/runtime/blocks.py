@@ -80,6 +80,10 @@ class BlockManager:
         """Blocks held by at least one sequence."""
         return self.n_blocks - self.free
 
+    def held(self, block: int) -> bool:
+        """Whether a sequence holds `block`."""
+        return self._ref[block] > 0
+
     def blocks_for(self, positions: int) -> int:
         """Blocks that hold `positions` positions."""
         return -(-positions // self.block_size)
@@ -161,14 +165,6 @@ class BlockManager:
         for b in blocks:
             if self._key[b] is not None and not self._ready[b]:
                 self._unregister(b)
-
-    def reset_prefix_cache(self) -> None:
-        """Forget every registration (cached blocks become free)."""
-        for b in list(self._cached):
-            del self._cached[b]
-            heapq.heappush(self._free, b)
-        for b in range(self.n_blocks):
-            self._unregister(b)
 
     def _unregister(self, b: int) -> None:
         k = self._key[b]

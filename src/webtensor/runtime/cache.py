@@ -9,7 +9,7 @@ import struct
 from typing import Any
 
 from .. import dtypes as dt
-from ..errors import ArgumentError
+from ..errors import ArgumentError, UsageError
 from ..quant.kv import KV_DTYPES, q8_words
 from ..tensor import empty, from_buffer
 
@@ -96,3 +96,59 @@ class KVCache:
 
     def _pack(self, lo: int, hi: int) -> bytes:
         return b"".join(struct.pack(f"<{self.max_blocks}i", *r) for r in self._rows[lo:hi])
+
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
+          "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
+
+
+def parse_kv_memory(value: Any) -> int | float:
+    """A KV pool's size: bytes (an int, or text like "8GiB", "512 MiB", "4GB", "1e9") or a share of the device's
+    memory (a number in (0, 1], e.g. 0.5). UsageError naming the value otherwise."""
+    import re
+
+    if isinstance(value, bool):
+        raise UsageError(f"--kv-memory must be bytes (e.g. 8GiB) or a share of the device's memory in (0, 1], "
+                         f"got {value!r}")
+    if isinstance(value, int | float):
+        num, unit = float(value), ""
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(value))
+        if m is None or m.group(2).lower() not in _UNITS:
+            raise UsageError(f"--kv-memory must be bytes (e.g. 8GiB, 512MiB, 4GB) or a share of the device's memory "
+                             f"in (0, 1] (e.g. 0.5), got {value!r}")
+        num, unit = float(m.group(1)), m.group(2).lower()
+    if not unit and 0 < num <= 1:
+        return num  # a share
+    if num < 1 or num != num or num == float("inf"):
+        raise UsageError(f"--kv-memory must be bytes (e.g. 8GiB) or a share of the device's memory in (0, 1], "
+                         f"got {value!r}")
+    return int(num * _UNITS[unit])
+
+
+def pool_blocks(model: Any, n_seqs: int, kv_memory: Any = None, block_size: int = BLOCK_SIZE) -> int:
+    """The blocks of a KV pool for `model` (its KV type, context, device): `kv_memory` bytes or that share of the
+    device's memory (`parse_kv_memory`); by default what `n_seqs` whole contexts need, cut to what fits beside the
+    weights (90 % of the device's memory, where it is known, less the weights). Always cut so that one layer's key
+    pool fits one binding (docs/design-kv.md: the pool is capped, not split), and never under one block."""
+    dev, s = model.device, model.spec
+    block_bytes = model.position_bytes() * block_size
+    layer_block = block_bytes // (2 * s.n_layer)  # one block of one layer's keys
+    cap = max(1, model.device.max_binding_bytes() // layer_block - 1)  # (the scratch block too)
+    memory = dev.memory_bytes()
+    if kv_memory is None:
+        want = n_seqs * -(-model.n_ctx // block_size)
+        if memory is not None:
+            want = min(want, max(1, int(0.9 * memory - model.weight_bytes) // block_bytes))
+        return max(1, min(want, cap))
+    size = parse_kv_memory(kv_memory)
+    if isinstance(size, float):
+        if memory is None:
+            raise UsageError(f"--kv-memory {kv_memory}: a share of the device's memory, but {dev.describe()} does not "
+                             "say how much it has; give bytes (e.g. 4GiB)")
+        size = int(size * memory)
+    n = size // block_bytes
+    if n < 1:
+        raise UsageError(f"--kv-memory {kv_memory}: {size:,} bytes hold no block of the KV cache ({block_size} "
+                         f"positions, {block_bytes:,} bytes)")
+    return int(min(n, cap))

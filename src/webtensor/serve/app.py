@@ -113,7 +113,8 @@ def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
     async def health() -> dict[str, Any]:
         return {"status": "draining" if sched.draining else "ok", "model": engine.name,
                 "active": sched.active, "queued": sched.queued, "max_batch": engine.max_batch,
-                "engine": getattr(engine, "engine", None), "graphs": getattr(engine, "graph_stats", None)}
+                "engine": getattr(engine, "engine", None), "graphs": getattr(engine, "graph_stats", None),
+                "kv": sched.kv_stats()}
 
     @_get(app, "/metrics")
     async def metrics_text() -> Response:
@@ -364,11 +365,22 @@ def _sequence(engine: Engine, ids: list[int], body: SamplingRequest, max_tokens:
     stream of draws, the first one's that of the same request with n = 1). `logprobs`: report each token's
     log-probability and the k most likely; `echo`: the prompt's too."""
     room = engine.n_ctx - len(ids)
+    pool = kv_positions(engine)  # (a sequence never holds more than the whole KV pool)
+    if pool is not None:
+        if len(ids) > pool:
+            raise APIError(400, f"prompt: the prompt ({len(ids)} tokens) needs more KV cache than this server's pool "
+                           f"holds ({pool} positions: --kv-memory)", param="prompt", code="context_length_exceeded")
+        room = min(room, pool - len(ids) + 1)  # (the last new token is never fed: it takes no position)
     if max_tokens is None:
         max_tokens = room if default_max is None else min(default_max, room)
     elif len(ids) + max_tokens > engine.n_ctx:
         raise APIError(400, f"{max_param}: the prompt ({len(ids)} tokens) plus {max_tokens} new tokens exceeds this "
                        f"model's context of {engine.n_ctx} tokens", param=max_param, code="context_length_exceeded")
+    elif max_tokens > room:
+        raise APIError(400, f"{max_param}: the prompt ({len(ids)} tokens) plus {max_tokens} new tokens need "
+                       f"{len(ids) + max_tokens - 1} positions of KV cache, more than this server's pool holds ({pool} "
+                       f"positions: --kv-memory); at most {room} new tokens fit", param=max_param,
+                       code="context_length_exceeded")
     seed = choice_seed(body.seed if body.seed is not None else secrets.randbits(63), choice)
     temperature, top_k, top_p = body.sampling_values()
     bias = body.bias()
@@ -385,6 +397,12 @@ def _sequence(engine: Engine, ids: list[int], body: SamplingRequest, max_tokens:
     except SamplingError as e:
         raise APIError(400, str(e), code="invalid_sampling") from None
     return Generation(ids, max_tokens, sampling, stops, ignore_eos=body.ignore_eos, echo=echo, grammar=grammar)
+
+
+async def kv_positions(engine: Engine) -> int | None:
+    """Positions the engine's KV pool holds (None: an engine without one)."""
+    n = getattr(engine, "kv_blocks", None)
+    return None if n is None else int(n) * int(getattr(engine, "block_size", 1))
 
 
 async def _grammar(engine: Engine, fmt: ResponseFormat | None, param: str = "response_format") -> str | None:

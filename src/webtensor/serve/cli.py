@@ -61,8 +61,14 @@ def add_parsers(sub: Any) -> None:
                    help="threads of numpy's BLAS (the CPU device's products; default 1: the other cores stay free "
                         "for HTTP); 0 keeps the library's own count")
     p.add_argument("--no-prefix-reuse", dest="prefix_reuse", action="store_false",
-                   help="compute every prompt whole (default: a prompt starting with tokens a free slot's cache "
-                        "holds reads on from there)")
+                   help="compute every prompt whole (default: prompts share the KV blocks of their common start: "
+                        "the prefix cache)")
+    p.add_argument("--kv-dtype", default="auto", choices=("auto", "float32", "float16", "q8_0"),
+                   help="the KV cache's type (auto: float16 on GPUs with shader-f16, else float32; q8_0: llama.cpp's "
+                        "8-bit blocks, half of float16)")
+    p.add_argument("--kv-memory", default=None, type=cmdline.checked(_kv_memory, str),
+                   help="the KV cache's pool: bytes (8GiB, 512MiB) or a share of the device's memory (0.5); default: "
+                        "--max-batch whole contexts, cut to what fits beside the weights")
     p.set_defaults(func=run_serve)
 
     b = sub.add_parser("bench-serve", help="load-test a running server: tokens/s, TTFT, inter-token latency")
@@ -83,6 +89,14 @@ def add_parsers(sub: Any) -> None:
     b.add_argument("--hf-dtype", default="float32", help="torch dtype for --hf / --hf-only (default float32)")
     b.add_argument("--hf-threads", type=int, default=0, help="torch CPU threads for HF (default 0: torch's own)")
     b.set_defaults(func=run_bench)
+
+
+def _kv_memory(text: str) -> str:
+    """--kv-memory checked while parsing (bytes or a share; `runtime.cache.parse_kv_memory`), kept as given."""
+    from ..runtime.cache import parse_kv_memory
+
+    parse_kv_memory(text)
+    return text
 
 
 def _fail(msg: str, status: int = 2) -> int:
@@ -146,7 +160,8 @@ def run_serve(a: argparse.Namespace) -> int:
     name = "webtensor-shipped" if a.model is None else Path(a.model).name or str(a.model)
     spec = dict(model=a.model, device=a.device, dtype=None if a.dtype == "auto" else a.dtype, n_ctx=a.ctx_size,
                 max_batch=a.max_batch, engine=a.engine, name=name, blas_threads=a.blas_threads,
-                prefix_reuse=a.prefix_reuse)
+                prefix_reuse=a.prefix_reuse, kv_dtype=None if a.kv_dtype == "auto" else a.kv_dtype,
+                kv_memory=a.kv_memory)
     in_process = a.engine_process == "on" or (a.engine_process == "auto" and a.device.lower() == "cpu")
     try:
         if in_process:
@@ -161,7 +176,7 @@ def run_serve(a: argparse.Namespace) -> int:
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host
     print(f"[webtensor] serving {engine.name} ({a.dtype}) on {where} at http://{url_host}:{port} "
-          f"({a.engine} engine, max batch {a.max_batch}, queue {a.max_queue})", file=sys.stderr)
+          f"({a.engine} engine, max batch {a.max_batch}, queue {a.max_queue}); {engine.memory}", file=sys.stderr)
     try:
         budget = a.prefill_budget or (256 if a.device.lower() == "cpu" else 1024)
         serve(engine, a.host, a.port, a.max_queue, a.api_key, a.grace, prefill_budget=budget, sock=sock,

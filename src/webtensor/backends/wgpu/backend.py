@@ -257,6 +257,9 @@ class WgpuBackend:
     def has_f16(self) -> bool:
         return self.ctx.has_f16
 
+    def memory_bytes(self) -> int | None:
+        return self.ctx.api.memory_bytes()
+
     def has_subgroups(self) -> bool:
         return self.ctx.has_subgroups
 
