@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import webtensor as wt
-from webtensor.serve.engine import ModelEngine, Sampling
 from webtensor.runtime.cache import BLOCK_SIZE
+from webtensor.serve.engine import ModelEngine, Sampling
 from webtensor.serve.scheduler import Generation, Scheduler
 
 sys.path.insert(0, str(Path(__file__).parent))

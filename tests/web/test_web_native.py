@@ -29,8 +29,8 @@ KERNELS = Path(wt.__file__).parent / "backends" / "wgpu" / "kernels"
 
 # shared pieces: no entry point, or bindings declared for their includers
 INCLUDES = {"common.wgsl", "epilogue.wgsl", "argreduce.wgsl", "gemv_norm.wgsl", "quant_linear_io.wgsl",
-            "cached_attention_lanes.wgsl", "cached_attention_main.wgsl", "cached_attention_params.wgsl", "kv_pages.wgsl",
-            "quant_dequant.wgsl", *(f"quant_{t.lower()}.wgsl" for t in quant.TYPES)}
+            "cached_attention_lanes.wgsl", "cached_attention_main.wgsl", "cached_attention_params.wgsl",
+            "kv_pages.wgsl", "quant_dequant.wgsl", *(f"quant_{t.lower()}.wgsl" for t in quant.TYPES)}
 
 
 @pytest.mark.parametrize("flags", [{}, {"SG": "8u", "VEC4": "true"}])

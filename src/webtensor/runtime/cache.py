@@ -126,21 +126,27 @@ def parse_kv_memory(value: Any) -> int | float:
     return int(num * _UNITS[unit])
 
 
+def binding_cap(model: Any, block_size: int = BLOCK_SIZE) -> int:
+    """The most blocks a pool of `model` may have so that one layer's key pool (the scratch block included) fits
+    one binding of its device (docs/design-kv.md: the pool is capped per layer, not split)."""
+    layer_block = model.position_bytes() * block_size // (2 * model.spec.n_layer)  # one block of one layer's keys
+    return int(max(1, model.device.max_binding_bytes() // layer_block - 1))
+
+
 def pool_blocks(model: Any, n_seqs: int, kv_memory: Any = None, block_size: int = BLOCK_SIZE) -> int:
     """The blocks of a KV pool for `model` (its KV type, context, device): `kv_memory` bytes or that share of the
     device's memory (`parse_kv_memory`); by default what `n_seqs` whole contexts need, cut to what fits beside the
     weights (90 % of the device's memory, where it is known, less the weights). Always cut so that one layer's key
     pool fits one binding (docs/design-kv.md: the pool is capped, not split), and never under one block."""
-    dev, s = model.device, model.spec
+    dev = model.device
     block_bytes = model.position_bytes() * block_size
-    layer_block = block_bytes // (2 * s.n_layer)  # one block of one layer's keys
-    cap = max(1, model.device.max_binding_bytes() // layer_block - 1)  # (the scratch block too)
+    cap = binding_cap(model, block_size)
     memory = dev.memory_bytes()
     if kv_memory is None:
         want = n_seqs * -(-model.n_ctx // block_size)
         if memory is not None:
             want = min(want, max(1, int(0.9 * memory - model.weight_bytes) // block_bytes))
-        return max(1, min(want, cap))
+        return int(max(1, min(want, cap)))
     size = parse_kv_memory(kv_memory)
     if isinstance(size, float):
         if memory is None:

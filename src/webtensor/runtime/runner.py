@@ -39,7 +39,7 @@ from ..tensor import Tensor, from_buffer
 from ..validate import check_ids
 from .batch import StepBatch
 from .blocks import BlockManager
-from .cache import BLOCK_SIZE, KVCache
+from .cache import BLOCK_SIZE, KVCache, binding_cap
 
 MAX_GRAPHS = 48  # captured step shapes kept (least recently used released beyond: their buffers)
 RING_STEPS = 16  # steps one `follow` may launch (its tokens: a ring of this many rows of the step's width)
@@ -54,6 +54,11 @@ class Runnable(Protocol):
 
     @property
     def vocab_size(self) -> int: ...
+
+    @property
+    def spec(self) -> Any: ...
+
+    def position_bytes(self) -> int: ...
 
     def new_cache(self, n_seqs: int = 1, n_blocks: int | None = None, block_size: int = BLOCK_SIZE) -> KVCache: ...
 
@@ -222,7 +227,7 @@ class ModelRunner:
                  block_size: int = BLOCK_SIZE):
         """`weak`: hold the model by weak reference (a runner the model itself keeps, in its pool: no cycle, so a
         dropped model is freed at once). `kv_blocks`: the pool's blocks of `block_size` positions (default: every
-        slot's whole context, `n_slots * ceil(n_ctx / block_size)`)."""
+        slot's whole context, `n_slots * ceil(n_ctx / block_size)`, at most what one binding holds a layer)."""
         if n_slots < 1:
             raise ArgumentError(f"a runner needs at least one slot, got {n_slots}")
         self._model: Any = weakref.ref(model) if weak else (lambda: model)
@@ -234,7 +239,7 @@ class ModelRunner:
         # block; else every step shape its own graph (a client whose steps have few shapes: one sequence decoding)
         self.block_size = block_size
         self.max_blocks = -(-self.n_ctx // block_size)
-        n_blocks = n_slots * self.max_blocks if kv_blocks is None else kv_blocks
+        n_blocks = min(n_slots * self.max_blocks, binding_cap(model, block_size)) if kv_blocks is None else kv_blocks
         self.cache = model.new_cache(n_slots, n_blocks, block_size)
         self.blocks = BlockManager(self.cache.n_blocks, block_size, prefix_caching=False)  # (rows without blocks)
         self._owned: list[list[int]] = [[] for _ in range(n_slots)]  # each slot's blocks from self.blocks

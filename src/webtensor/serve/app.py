@@ -399,7 +399,7 @@ def _sequence(engine: Engine, ids: list[int], body: SamplingRequest, max_tokens:
     return Generation(ids, max_tokens, sampling, stops, ignore_eos=body.ignore_eos, echo=echo, grammar=grammar)
 
 
-async def kv_positions(engine: Engine) -> int | None:
+def kv_positions(engine: Engine) -> int | None:
     """Positions the engine's KV pool holds (None: an engine without one)."""
     n = getattr(engine, "kv_blocks", None)
     return None if n is None else int(n) * int(getattr(engine, "block_size", 1))

@@ -35,7 +35,7 @@ def add_parsers(sub: Any) -> None:
                    help="positions per sequence slot (default: the model's context, at most 4096)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--max-batch", type=int, default=32, help="sequences decoded together (KV-cache slots)")
+    p.add_argument("--max-batch", type=int, default=32, help="sequences decoded together (the KV cache's memory is --kv-memory)")
     p.add_argument("--engine", default="batched",
                    help="batched (default: a step's decode rows as one forward) or reference (row by row)")
     p.add_argument("--max-queue", type=int, default=256, help="requests waiting for a slot before 429")
@@ -83,6 +83,8 @@ def add_parsers(sub: Any) -> None:
     b.add_argument("--plot", default=None, help="draw tokens/s and latency per level to this image file")
     b.add_argument("--shared-prefix", type=int, default=0, metavar="N",
                    help="start every prompt with the same text of N tokens (prefix reuse shows in TTFT)")
+    b.add_argument("--prompt-tokens", type=int, default=0, metavar="N",
+                   help="prompts of exactly N tokens, each its own (streams of N + --max-tokens positions of KV cache)")
     b.add_argument("--hf", action="store_true", help="also time HF transformers' batched generate, same prompts")
     b.add_argument("--hf-only", action="store_true", help="time only HF's batched generate (no server needed)")
     b.add_argument("--hf-device", default="cpu", help="torch device for --hf / --hf-only (default cpu; e.g. cuda)")
@@ -202,6 +204,8 @@ def run_bench(a: argparse.Namespace) -> int:
         return _fail("--max-tokens and --rounds must be >= 1")
     if a.shared_prefix < 0:
         return _fail(f"--shared-prefix must be >= 0, got {a.shared_prefix}")
+    if a.prompt_tokens < 0 or (a.prompt_tokens and (a.hf or a.hf_only)):
+        return _fail(f"--prompt-tokens must be >= 0 (and is not for --hf), got {a.prompt_tokens}")
     if a.hf_threads < 0:
         return _fail(f"--hf-threads must be >= 0, got {a.hf_threads}")
     if a.hf_dtype not in ("float32", "float16", "bfloat16"):
@@ -210,6 +214,6 @@ def run_bench(a: argparse.Namespace) -> int:
 
     try:
         return bench.main(a.url, levels, a.max_tokens, a.rounds, a.model, a.api_key, a.json, a.plot, a.hf,
-                          a.hf_only, a.hf_device, a.hf_dtype, a.hf_threads, a.shared_prefix)
+                          a.hf_only, a.hf_device, a.hf_dtype, a.hf_threads, a.shared_prefix, a.prompt_tokens)
     except WebtensorError as e:
         return _fail(str(e))

@@ -181,9 +181,10 @@ class Scheduler:
         self._to_release: list[int] = []  # slots whose sequences are done (released before the next step)
         # the KV pool's bookkeeping (an engine with a paged pool), prefix caching where the engine reuses prefixes
         self.reuse = bool(getattr(engine, "prefix_reuse", False))
-        n_blocks = getattr(engine, "kv_blocks", None)
-        self.kv = None if n_blocks is None else BlockManager(n_blocks, engine.block_size, prefix_caching=self.reuse)  # type: ignore[attr-defined]
-        self.watermark = 0 if self.kv is None else max(1, n_blocks // 100)  # blocks admission keeps free
+        n_blocks: int | None = getattr(engine, "kv_blocks", None)
+        self.kv = None if n_blocks is None else BlockManager(n_blocks, getattr(engine, "block_size"),  # noqa: B009
+                                                             prefix_caching=self.reuse)
+        self.watermark = 0 if n_blocks is None else max(1, n_blocks // 100)  # blocks admission keeps free
         self._admissions = itertools.count()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="webtensor-engine")
         self._wake: asyncio.Event | None = None

@@ -150,15 +150,15 @@ class NativeGpu:
         self._offsets: dict[int, Any] = {}  # dynamic-offset arrays for the raw path, by offset
         self._trusted = None if shader_checks else _TrustedModules.load()
         self.shader_checks = self._trusted is None
-        self._memory: int | None | bool = False  # (memory_bytes, once asked)
+        self._memory: list[int | None] = []  # (memory_bytes, once asked)
 
     def memory_bytes(self) -> int | None:
         """The Vulkan device-local heap of this adapter (WebGPU does not say; vkmem asks Vulkan), else None."""
-        if self._memory is False:
+        if not self._memory:
             from .vkmem import device_local_bytes
 
-            self._memory = device_local_bytes(self.info.name) if self.info.backend == "Vulkan" else None
-        return self._memory  # type: ignore[return-value]
+            self._memory.append(device_local_bytes(self.info.name) if self.info.backend == "Vulkan" else None)
+        return self._memory[0]
 
     # -- creation -------------------------------------------------------------------------------
     @staticmethod
