@@ -287,6 +287,24 @@ def kv_rows(pos: np.ndarray, slot: np.ndarray, cache_shape: tuple[int, ...], tab
     return np.where(ok, blk * bs + p % bs, -1)
 
 
+def seq_rows(table: np.ndarray | None, seq: int, n: int, cache_shape: tuple[int, ...]) -> slice | np.ndarray:
+    """The pool rows of positions 0 .. n - 1 of sequence `seq` (`kv_rows` for a whole prefix): a slice where they are
+    consecutive (a contiguous cache, or blocks in order: a view, no copy), else an index array. The checks and
+    errors of `kv_rows`."""
+    n_blocks, bs = cache_shape[:2]
+    if table is None:
+        _check_slots(np.array([seq]), n_blocks)
+        return slice(seq * bs, seq * bs + min(n, bs))
+    _check_slots(np.array([seq]), table.shape[0])
+    nb = -(-n // bs)
+    blk = table[seq, :nb]
+    if nb and (blk.min() < 0 or blk.max() >= n_blocks):
+        return kv_rows(np.arange(n), np.full(n, seq), cache_shape, table)  # (raises, naming the position)
+    if nb and blk[-1] - blk[0] == nb - 1 and (nb == 1 or bool((np.diff(blk) == 1).all())):
+        return slice(int(blk[0]) * bs, int(blk[0]) * bs + n)
+    return (blk[:, None].astype(np.int64) * bs + np.arange(bs)).reshape(-1)[:n]
+
+
 def _pool_rows(cache: np.ndarray) -> np.ndarray:
     # a pool (n_blocks, block_size, KVH, last) as its (n_blocks * block_size, KVH, last) rows (a view)
     return cache.reshape(-1, *cache.shape[2:])
@@ -305,8 +323,9 @@ def kv_store(cache: np.ndarray, rows: np.ndarray, x: np.ndarray) -> None:
             flat[r] = v
 
 
-def kv_load(cache: np.ndarray, rows: np.ndarray, head_dim: int) -> np.ndarray:
-    """Pool rows `rows` (>= 0) of a cache as float32 (n, KVH, D): as stored, widened (q8_0: quant * scale)."""
+def kv_load(cache: np.ndarray, rows: np.ndarray | slice, head_dim: int) -> np.ndarray:
+    """Pool rows `rows` (>= 0, or a slice) of a cache as float32 (n, KVH, D): as stored, widened (q8_0: quant *
+    scale); a float32 cache's slice is a view."""
     v = _pool_rows(cache)[rows]
     return q8_load(v, head_dim) if cache.dtype == np.int32 else _f32(v)
 
@@ -344,7 +363,7 @@ def _attend(out: np.ndarray, q: np.ndarray, kc: np.ndarray, vc: np.ndarray, pos:
         if n == 0:  # (a negative position: attends to nothing, as the kernels: 0 / 0)
             out[t] = np.nan
             continue
-        rows = kv_rows(np.arange(n), np.full(n, s), kc.shape, table)
+        rows = seq_rows(table, s, n, kc.shape)
         k, v = kv_load(kc, rows, D).transpose(1, 2, 0), kv_load(vc, rows, D).transpose(1, 0, 2)  # (KVH, D|n, n|D)
         scores = qh[t] @ k  # (KVH, G, n)
         np.multiply(scores, sc, out=scores)
@@ -365,8 +384,7 @@ def cached_attention(q: np.ndarray, kc: np.ndarray, vc: np.ndarray, pos: np.ndar
 
 def cache_gather(cache: np.ndarray, slot: int, n: int, head_dim: int, table: np.ndarray | None = None) -> np.ndarray:
     # positions 0 .. n - 1 of sequence `slot` as stored, float32 (n, KVH, D)
-    rows = kv_rows(np.arange(n), np.full(n, slot), cache.shape, table)
-    return kv_load(cache, rows, head_dim)
+    return np.array(kv_load(cache, seq_rows(table, slot, n, cache.shape), head_dim))
 
 
 def advance_tokens(new: np.ndarray, ids: np.ndarray, pos: np.ndarray, tokens: np.ndarray,
