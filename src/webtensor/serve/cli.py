@@ -35,7 +35,8 @@ def add_parsers(sub: Any) -> None:
                    help="positions per sequence slot (default: the model's context, at most 4096)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--max-batch", type=int, default=32, help="sequences decoded together (the KV cache's memory is --kv-memory)")
+    p.add_argument("--max-batch", type=int, default=32,
+                   help="sequences decoded together (the KV cache's memory is --kv-memory's)")
     p.add_argument("--engine", default="batched",
                    help="batched (default: a step's decode rows as one forward) or reference (row by row)")
     p.add_argument("--max-queue", type=int, default=256, help="requests waiting for a slot before 429")

@@ -533,7 +533,7 @@ class Scheduler:
         req.fed, req.ready = n, len(found.blocks)
         if first:
             req.reused = n
-            self.metrics.prefix_queries.inc(len(req.prompt))
+        self.metrics.prefix_queries.inc(len(tokens))  # (a resumed sequence looks its tokens up again)
         if n:
             self.metrics.prefix_hits.inc(n)
         return True
@@ -661,3 +661,4 @@ class Scheduler:
             self._to_release.append(req.slot)
             self._free.append(req.slot)
         self.metrics.active.set(len(self._active))
+        self._pool_metrics()
