@@ -63,13 +63,13 @@ def test_paged_ops_match_the_reference(gpu, seed, block, kvh, group, kv, n_seqs,
     table = rng.permutation(n_blocks)[:n_seqs * max_blocks].reshape(n_seqs, max_blocks).astype(np.int32)
     n_pos = max_blocks * block
     rows = data.draw(st.integers(1, n_seqs if fused else 6))
-    slot = (rng.permutation(n_seqs)[:rows] if fused else rng.integers(0, n_seqs, rows)).astype(np.int32)
-    pos = rng.integers(0, n_pos, rows).astype(np.int32)
-    for t in range(rows):  # (no two rows store one place)
-        while any(slot[u] == slot[t] and pos[u] == pos[t] for u in range(t)):
-            pos[t] = (pos[t] + 1) % n_pos
-    if len({(s, p) for s, p in zip(slot, pos, strict=True)}) < rows:
-        return
+    if fused:  # (one row a sequence)
+        slot, pos = rng.permutation(n_seqs)[:rows], rng.integers(0, n_pos, rows)
+    else:  # (rows may share a sequence; no two store one place)
+        rows = min(rows, n_seqs * n_pos)
+        pairs = rng.permutation(n_seqs * n_pos)[:rows]
+        slot, pos = pairs // n_pos, pairs % n_pos
+    slot, pos = slot.astype(np.int32), pos.astype(np.int32)
     qkv = rnd(seed, rows, h + 2 * kvh, d)
     init = rnd(seed + 1, n_blocks, block, kvh, d)
     cos, sin = rope_tables(n_pos + 2, max(1, d // 2))
