@@ -7,6 +7,7 @@ Importable without numpy (the page): only `logits` needs it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -81,7 +82,10 @@ class LanguageModel:
         return kv_position_bytes(s.n_layer, s.n_kv_head, s.head_dim, self.kv_dtype)
 
     def forward(self, batch: StepBatch, cache: KVCache) -> Tensor:
-        """The family's forward: the rows of `batch` -> logits (rows needing them, V)."""
+        """The family's forward: the rows of `batch` -> logits (rows needing them, V). The rows' slots are rows of
+        the cache's block table (a batch made without a table reads the cache's own)."""
+        if batch.table is None:
+            batch = dataclasses.replace(batch, table=cache.table)
         logits: Tensor = self.weights.forward(batch, cache)
         return logits
 

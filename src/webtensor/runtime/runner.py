@@ -394,6 +394,14 @@ class ModelRunner:
         """The slot's sequence is done; its next row starts at position 0."""
         self.truncate(slot, 0)
 
+    def reserve(self, slot: int, positions: int) -> None:
+        """Give the slot's sequence the runner's own KV blocks for its first `positions` positions (a caller that runs
+        its own `StepBatch` over `cache` at positions no row of the runner reached yet); KVCacheFullError when the
+        pool is out."""
+        self._check_slot(slot)
+        if positions > 0:
+            self._place([RunRow(slot, (0,), positions - 1)])
+
     def truncate(self, slot: int, n: int) -> None:
         """Keep the slot's first `n` positions (their keys and values stay valid); the next row starts at n. The
         runner's own blocks past them go back to its pool."""
