@@ -11,11 +11,11 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..errors import ContextLengthError, SamplingError
+from ..errors import ArgumentError, ContextLengthError, SamplingError
 from ..runtime.batch import StepBatch
 from ..runtime.cache import BLOCK_SIZE, KVCache, check_kv_dtype
 from ..runtime.generate import RunnerPool, generate, generate_batch
-from ..runtime.runner import ModelRunner, int_tensor, pos_slot_tensors
+from ..runtime.runner import RING_STEPS, ModelRunner, int_tensor, pos_slot_tensors
 from ..sampling import SamplingParams, SequenceState, check_max_new_tokens, sample, with_seed
 from ..tensor import Tensor
 from ..validate import check_ids, check_text, fit_context
@@ -114,8 +114,7 @@ class LanguageModel:
             raise ContextLengthError(f"{len(ids)} tokens exceed the context of {self.n_ctx}")
         dev, T = self.device, len(ids)
         cache = self.new_cache(1, -(-T // BLOCK_SIZE))
-        cache.set_blocks(0, list(range(cache.n_blocks)))
-        cache.sync()
+        cache.give_all()
         with dev.dispatch_scope():
             batch = StepBatch(int_tensor(ids, dev), *pos_slot_tensors(list(range(T)), [0] * T, dev), span=(0, 0),
                               table=cache.table)
@@ -128,7 +127,7 @@ class LanguageModel:
                      stop_at_eos: bool = True, truncate_prompt: bool = False, reuse_prefix: bool = False, *,
                      min_p: float = 0.0, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
                      repetition_penalty: float = 1.0, logit_bias: Any = (), min_tokens: int = 0,
-                     stop_token_ids: Sequence[int] = ()) -> Iterator[int]:
+                     stop_token_ids: Sequence[int] = (), follow_steps: int = RING_STEPS) -> Iterator[int]:
         """Yield new token ids one by one. Refuses a prompt that does not fit (ContextLengthError) unless
         `truncate_prompt`, which keeps the prompt's last tokens. The same seed gives the same tokens on every
         device (a token's draw depends on the seed and its position only), and as the server gives them.
@@ -137,7 +136,11 @@ class LanguageModel:
         equal to float rounding). min_p, the penalties (presence / frequency over the generated tokens, HF's
         repetition_penalty over prompt and generated), logit_bias ({id: bias}), min_tokens (no EOS or
         stop_token_ids before) and stop_token_ids (ids that end generation besides EOS): see
-        `webtensor.sampling`."""
+        `webtensor.sampling`. `follow_steps` (1 to RING_STEPS): the most greedy steps one readback brings back
+        (`runtime.generate`); the default reads back fewest times, 1 yields each token as soon as it is chosen
+        (the next step already queued on the device) for a reader watching every token."""
+        if not isinstance(follow_steps, int) or isinstance(follow_steps, bool) or not 1 <= follow_steps <= RING_STEPS:
+            raise ArgumentError(f"follow_steps must be an integer in [1, {RING_STEPS}], got {follow_steps!r}")
         params = with_seed(SamplingParams(temperature, top_k, top_p, seed, min_p, presence_penalty,
                                           frequency_penalty, repetition_penalty, logit_bias, min_tokens,
                                           stop_token_ids))  # seed None: one fresh seed a call
@@ -157,7 +160,7 @@ class LanguageModel:
         runner = self._runners.acquire(1, lambda: self.runner(1, bucketed=False, weak=True))
         try:  # (greedy without moved logits: the device's argmax, steps followed on the device)
             yield from generate(runner, ids, n_new, params.greedy and not params.moves_logits, pick, eos,
-                                reuse_prefix=reuse_prefix)
+                                batch=follow_steps, reuse_prefix=reuse_prefix)
         finally:
             self._runners.release(1, runner)
 
@@ -170,8 +173,10 @@ class LanguageModel:
         """Greedy continuations of several prompts decoded together: one forward over all rows a step (the weights
         read once for the batch, as one matrix product), a captured graph replayed. Each list stops after its first
         EOS. The rows are not promised bit-identical to decoding each alone (the server's batched engine is: it
-        multiplies row by row)."""
+        multiplies row by row). No prompts: no continuations (an empty list)."""
         n_new = check_max_new_tokens(max_new_tokens)
+        if not prompts:
+            return []
         rows = [fit_context(self._check_ids(p), n_new, self.n_ctx, False) for p in prompts]
         out: list[list[int]] = [[] for _ in rows]
         eos = self.eos_ids if stop_at_eos else frozenset()

@@ -60,6 +60,7 @@ def profile_prefill(model: Any, n_tokens: int) -> dict[str, Any]:
     dev = model.device
     ids = [i % model.vocab_size for i in range(n_tokens)]
     cache = model.new_cache()
+    cache.give_all()  # (the prompt's sequence holds the pool)
     batch = StepBatch(int_tensor(ids, dev), int_tensor(list(range(n_tokens)), dev), int_tensor([0] * n_tokens, dev),
                       span=(0, 0), last_only=True)
     g = dev.capture(lambda: model.forward(batch, cache))
