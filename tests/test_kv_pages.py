@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import rel_err
+from conftest import rel_err, set_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from op_fixtures import on, rnd
@@ -236,3 +236,60 @@ def test_float16_pools_round_as_numpy_does(gpu):
             a = wt.cached_attention(wt.zeros((1, 1, 4), device=dev), kc, vc, *on(dev, np.zeros(1, np.int32),
                                     np.zeros(1, np.int32)), k_new=one, v_new=one).numpy()
             assert a[0, 0, 0] == want[i, 0, 0].astype(np.float32)  # (by value: the weighted sum makes -0 +0)
+
+
+@pytest.fixture(params=[True, False], ids=["gpu-kernels", "cpu-kernels"])
+def kernels(request, monkeypatch, gpu):
+    """The GPU kernels (attention_tiled_cache) or the CPU adapters' (attention_flash_cache) on this adapter."""
+    set_policy(monkeypatch, gpu, gpu_style=request.param)
+    return request.param
+
+
+@SETTINGS
+@given(seed=seeds, block=st.integers(1, 7), kvh=st.integers(1, 2), group=st.integers(1, 3),
+       kv=st.sampled_from(["float32", "float16", "q8_0"]), p0=st.integers(0, 40), T=st.integers(2, 70),
+       pad=st.integers(0, 5), spare=st.integers(0, 3), data=st.data())
+def test_paged_chunk_attention_matches_the_reference(gpu, kernels, seed, block, kvh, group, kv, p0, T, pad, spare,
+                                                     data):
+    """A prompt chunk through the block table: its T rows (and `pad` padding rows, stored nowhere: their store
+    position is the table's end) store their keys and values at positions p0.. of one sequence (`cache_write`), then
+    `chunk_attention` reads the cached prefix and the chunk from the pool, blocks crossed in any order: the pools on
+    the CPU and on WebGPU hold the same bytes, and every row equals a float64 attention over the values as stored
+    (whatever kernel runs: the tiled one, the CPU adapters' or cached_attention's)."""
+    if kv == "float16" and not gpu.has_f16:
+        pytest.skip("this adapter has no shader-f16")
+    d = data.draw(st.sampled_from([32, 64] if kv == "q8_0" else [8, 16, 20, 32, 64]))
+    h = kvh * group
+    rng = np.random.default_rng(seed)
+    n_seqs = 2
+    max_blocks = -(-(p0 + T) // block)
+    n_blocks = n_seqs * max_blocks + spare
+    table = rng.permutation(n_blocks)[:n_seqs * max_blocks].reshape(n_seqs, max_blocks).astype(np.int32)
+    s = int(rng.integers(0, n_seqs))
+    end = max_blocks * block
+    store = np.concatenate([np.arange(p0, p0 + T), np.full(pad, end)]).astype(np.int32)
+    pos = np.concatenate([np.arange(p0, p0 + T), np.full(pad, p0 + T - 1)]).astype(np.int32)
+    slot = np.full(T + pad, s, np.int32)
+    q, k, v = rnd(seed, T + pad, h, d), rnd(seed + 1, T + pad, kvh, d), rnd(seed + 2, T + pad, kvh, d)
+    init = rnd(seed + 3, n_blocks, block, kvh, d)
+    outs = []
+    for dev in (wt.Device.cpu(), gpu):
+        kc, vc = on(dev, pool_of(kv, init), pool_of(kv, init * 0.5))
+        qt, kt, vt, tb, pt, sst = on(dev, q, k, v, table, pos, np.stack([store, slot]))
+        wt.cache_write(kc, kt, sst[0], sst[1], table=tb)
+        wt.cache_write(vc, vt, sst[0], sst[1], table=tb)
+        outs.append((wt.chunk_attention(qt, kc, vc, pt, sst[1], scale=0.3, table=tb).numpy(), kc.numpy(),
+                     vc.numpy()))
+    (a0, k0, v0), (a1, k1, v1) = outs
+    assert np.array_equal(k0, k1) and np.array_equal(v0, v1)
+    kref, vref = stored(kv, init), stored(kv, init * np.float32(0.5))
+    for t in range(T):
+        b, o = int(table[s, (p0 + t) // block]), (p0 + t) % block
+        kref[b, o], vref[b, o] = stored(kv, k[t]), stored(kv, v[t])
+    assert np.array_equal(read_pool(kv, k0, d), kref) and np.array_equal(read_pool(kv, v0, d), vref)
+    for t in range(T + pad):
+        where = rows_of(table, block, s, int(pos[t]) + 1)
+        ks = np.stack([kref[b, o] for b, o in where])
+        vs = np.stack([vref[b, o] for b, o in where])
+        want = ref_attention(q[t:t + 1], ks, vs, False, 0.3)
+        assert rel_err(a0[t:t + 1], want) <= TOL and rel_err(a1[t:t + 1], want) <= TOL

@@ -501,26 +501,11 @@ def cached_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor, s
     news = [t for t in (k_new, v_new) if t is not None]
     if len(news) == 1:
         raise ArgumentError("cached_attention: give both k_new and v_new, or neither")
-    check_same_device("cached_attention", q, k_cache, v_cache, pos, slot, *news)
-    _need_float("cached_attention", q, *news)
-    if q.ndim != 3:
-        raise ShapeError(f"cached_attention: q must be (T, H, D), got {q.shape}")
-    T, H, D = q.shape
-    if k_cache.ndim != 4:
-        raise ShapeError(f"cached_attention: a KV cache is (blocks, block_size, KVH, D), got {k_cache.shape}")
-    KVH = k_cache.shape[2]
-    _check_heads("cached_attention", H, KVH)
-    _check_cache("cached_attention", k_cache, KVH, D)
-    if v_cache.shape != k_cache.shape or v_cache.dtype is not k_cache.dtype:
-        raise ShapeError(f"cached_attention: k and v caches differ: {k_cache.dtype.name} {k_cache.shape} vs "
-                         f"{v_cache.dtype.name} {v_cache.shape}")
-    _check_cache("cached_attention", v_cache, KVH, D)
-    _check_table("cached_attention", table, k_cache)
+    T, KVH, D = _check_attention_rows("cached_attention", q, k_cache, v_cache, pos, slot, table, *news)
+    _need_float("cached_attention", *news)
     if any(t.shape != (T, KVH, D) for t in news):
         raise ShapeError(f"cached_attention: k_new and v_new must be (T, KVH, D) = {(T, KVH, D)}, "
                          f"got {[t.shape for t in news]}")
-    _int_vector("cached_attention", "pos", pos, T)
-    _int_vector("cached_attention", "slot", slot, T)
     rope = _check_rope("cached_attention", rope, D, q)
     return q.device.backend.cached_attention(q, k_cache, v_cache, pos, slot, _scale(scale, D), k_new, v_new, rope,
                                              table)
@@ -549,6 +534,47 @@ def cache_gather(cache: Tensor, slot: int, n: int, table: Tensor | None = None, 
         if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= hi:
             raise ArgumentError(f"cache_gather: {name} must be an int in [0, {hi}], got {v!r}")
     return cache.device.backend.cache_gather(cache, slot, n, head_dim, table)
+
+
+def chunk_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor, slot: Tensor,
+                    scale: float | None = None, table: Tensor | None = None) -> Tensor:
+    """`cached_attention` of rows that are one sequence's (a prompt chunk): q (T, H, D), caches
+    (`cache_write`'s: pools of blocks read through the block `table`, or contiguous without one), pos
+    and slot int32 (T,) with every row in sequence slot[0]; row t sees positions 0..pos[t] of that
+    sequence (a position past the table: every position it has) -> (T, H, D) float32, the numbers
+    `cached_attention` gives each row. The rows' own keys and values must be in
+    the cache already (`cache_write` first), since every row reads the ones before it. On GPUs the
+    rows share key and value tiles (attention_tiled_cache.wgsl: query tiles of 64 rows, each tile of
+    keys loaded once for all of them), positions and slot read on the device, so one captured graph
+    serves every chunk of every prompt. The CPU checks that the slots agree (a ShapeError naming
+    two that do not) and are in range; WebGPU reads slot[0], and gives zeros for every row when it is out
+    of range and for a row at a negative position (device data is not read back to be checked)."""
+    _check_attention_rows("chunk_attention", q, k_cache, v_cache, pos, slot, table)
+    return q.device.backend.chunk_attention(q, k_cache, v_cache, pos, slot, _scale(scale, q.shape[2]), table)
+
+
+def _check_attention_rows(op: str, q: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor, slot: Tensor,
+                          table: Tensor | None, *more: Tensor) -> tuple[int, int, int]:
+    """The checks `cached_attention` and `chunk_attention` share: query rows, caches (pools of one type and
+    shape), their block table, positions and slots. (T, KVH, D)."""
+    check_same_device(op, q, k_cache, v_cache, pos, slot, *more)
+    _need_float(op, q)
+    if q.ndim != 3:
+        raise ShapeError(f"{op}: q must be (T, H, D), got {q.shape}")
+    T, H, D = q.shape
+    if k_cache.ndim != 4:
+        raise ShapeError(f"{op}: a KV cache is (blocks, block_size, KVH, D), got {k_cache.shape}")
+    KVH = k_cache.shape[2]
+    _check_heads(op, H, KVH)
+    _check_cache(op, k_cache, KVH, D)
+    if v_cache.shape != k_cache.shape or v_cache.dtype is not k_cache.dtype:
+        raise ShapeError(f"{op}: k and v caches differ: {k_cache.dtype.name} {k_cache.shape} vs "
+                         f"{v_cache.dtype.name} {v_cache.shape}")
+    _check_cache(op, v_cache, KVH, D)
+    _check_table(op, table, k_cache)
+    _int_vector(op, "pos", pos, T)
+    _int_vector(op, "slot", slot, T)
+    return T, KVH, D
 
 
 def advance_tokens(new: Tensor, ids: Tensor, pos: Tensor, tokens: Tensor, count: Tensor) -> None:

@@ -1,8 +1,9 @@
 """Prefix caching: a prompt whose first full KV blocks (16 tokens each) hold what an earlier sequence computed shares
-those blocks and reads on from there, and gives the tokens and log-probabilities of a cold run bit for bit (the CPU
-device and WebGPU on lavapipe, float32, the batched engine: greedy rows followed on the device, and sampled rows
-with log-probabilities); a conversation's next turn finds its earlier turns; /metrics counts the tokens looked up
-and reused."""
+those blocks and reads on from there, and gives the tokens of a cold run and its log-probabilities to float32's
+rounding (the CPU device and WebGPU on lavapipe, float32, the batched engine: greedy rows followed on the device, and
+sampled rows with log-probabilities: a prompt's chunks are matrix products, whose sums for a row depend on the chunk's
+rows, and a reused prefix's keys and values were computed in other chunks, or by decode steps, than a cold run's);
+a conversation's next turn finds its earlier turns; /metrics counts the tokens looked up and reused."""
 
 from __future__ import annotations
 
@@ -42,8 +43,14 @@ def _run(engine: ModelEngine, jobs: list[tuple[list[int], Sampling, int]]) -> tu
     return asyncio.run(go())
 
 
+def same_run(got: tuple, want: tuple) -> bool:
+    """The same tokens, and log-probabilities within float32's rounding (an absolute floor: they are O(1))."""
+    return got[0] == want[0] and len(got[1]) == len(want[1]) and \
+        bool(np.allclose(got[1], want[1], rtol=1e-5, atol=1e-5))
+
+
 @pytest.mark.parametrize("dev_name", ["cpu", "wgpu"])
-def test_reused_prefix_gives_the_cold_runs_tokens_bit_for_bit(dev_name, gpu):
+def test_reused_prefix_gives_the_cold_runs_tokens(dev_name, gpu):
     dev = wt.Device.cpu() if dev_name == "cpu" else gpu
     model = wt.load_model(None, device=dev)
     rng = np.random.default_rng(7)
@@ -68,9 +75,10 @@ def test_reused_prefix_gives_the_cold_runs_tokens_bit_for_bit(dev_name, gpu):
 
     def blocks(n: int) -> int:  # the tokens of the whole blocks among n
         return n // BLOCK_SIZE * BLOCK_SIZE
-    assert got_b[2] == blocks(100) and got_b[:2] == want_b[:2]  # a's prompt shared 100 tokens with b's
-    assert got_b2[2] == blocks(len(b) - 1) and got_b2[:2] == want_b2[:2]  # b's own blocks: all but its last token
-    assert got_t2[2] == blocks(len(b) + 11) and got_t2[:2] == want_t2[:2]  # b's prompt and answer but the last one
+    assert got_b[2] == blocks(100) and same_run(got_b[:2], want_b[:2])  # a's prompt shared 100 tokens with b's
+    # b's own blocks: all but its last token; then b's prompt and answer but the last one
+    assert got_b2[2] == blocks(len(b) - 1) and same_run(got_b2[:2], want_b2[:2])
+    assert got_t2[2] == blocks(len(b) + 11) and same_run(got_t2[:2], want_t2[:2])
     hits = sched.metrics.prefix_hits._value.get()
     assert hits == blocks(100) + blocks(len(b) - 1) + blocks(len(b) + 11)
     assert sched.metrics.prefix_queries._value.get() == len(a) + 2 * len(b) + len(turn2)

@@ -87,6 +87,10 @@ class Backend(Protocol):
     def cache_gather(self, cache: Tensor, slot: int, n: int, head_dim: int, table: Tensor | None = None) -> Tensor:
         """Positions 0 .. n - 1 of sequence `slot` of a KV cache, float32 (n, KVH, head_dim)."""
         ...
+    def chunk_attention(self, q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float,
+                        table: Tensor | None = None) -> Tensor:
+        """`cached_attention` of one sequence's rows (every slot slot[0]'s), the rows sharing key tiles."""
+        ...
     def advance_tokens(self, new: Tensor, ids: Tensor, pos: Tensor, tokens: Tensor, count: Tensor) -> None: ...
 
     # -- execution ------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from ..errors import ArgumentError, ContextLengthError, SamplingError
 from ..runtime.batch import StepBatch
 from ..runtime.cache import BLOCK_SIZE, KVCache, check_kv_dtype
 from ..runtime.generate import RunnerPool, generate, generate_batch
-from ..runtime.runner import RING_STEPS, ModelRunner, int_tensor, pos_slot_tensors
+from ..runtime.runner import RING_STEPS, ModelRunner, RunRow
 from ..sampling import SamplingParams, SequenceState, check_max_new_tokens, sample, with_seed
 from ..tensor import Tensor
 from ..validate import check_ids, check_text, fit_context
@@ -90,11 +90,12 @@ class LanguageModel:
         return logits
 
     def runner(self, n_slots: int, invariant: bool = True, use_graph: bool | None = None,
-               bucketed: bool = True, weak: bool = False, kv_blocks: int | None = None) -> ModelRunner:
+               bucketed: bool = True, weak: bool = False, kv_blocks: int | None = None,
+               prefill_chunk: int | None = None) -> ModelRunner:
         """A new runner of `n_slots` sequences over a KV pool of `kv_blocks` blocks (default: every slot's whole
         context; the server's engines hold one: see `runtime.runner`)."""
         return ModelRunner(self, n_slots, use_graph=use_graph, invariant=invariant, bucketed=bucketed, weak=weak,
-                           kv_blocks=kv_blocks)
+                           kv_blocks=kv_blocks, prefill_chunk=prefill_chunk)
 
     def describe(self, pool_positions: int | None = None) -> str:
         """One line: the model, its device, and its memory — the weights, the KV cache's type and bytes a position,
@@ -106,20 +107,19 @@ class LanguageModel:
 
     # -- forward -------------------------------------------------------------------------------------------
     def logits(self, ids: Sequence[int]) -> Any:
-        """Full forward over `ids` (the prompt path): logits (T, V) as float32 numpy."""
+        """Full forward over `ids` (the prompt path: `ModelRunner`'s prompt chunks, the LM head on every row):
+        logits (T, V) as float32 numpy."""
         import numpy as np
 
         ids = self._check_ids(ids)
         if len(ids) > self.n_ctx:
             raise ContextLengthError(f"{len(ids)} tokens exceed the context of {self.n_ctx}")
-        dev, T = self.device, len(ids)
-        cache = self.new_cache(1, -(-T // BLOCK_SIZE))
-        cache.give_all()
-        with dev.dispatch_scope():
-            batch = StepBatch(int_tensor(ids, dev), *pos_slot_tensors(list(range(T)), [0] * T, dev), span=(0, 0),
-                              table=cache.table)
-            out = self.forward(batch, cache)
-            return out.numpy().astype(np.float32, copy=False)
+        runner = self._runners.acquire(1, lambda: self.runner(1, bucketed=False, weak=True))
+        try:
+            got = runner.collect(runner.launch([RunRow(0, tuple(ids), 0, pick=False, every_logits=True)]))
+            return np.asarray(got.every_logits[0], np.float32)  # type: ignore[index]
+        finally:
+            self._runners.release(1, runner)
 
     # -- generation ----------------------------------------------------------------------------------------
     def generate_ids(self, ids: Sequence[int], max_new_tokens: int = 32, temperature: float = 0.0,

@@ -91,7 +91,7 @@ BODY_DEADLINE = 60.0  # seconds a whole request body may take to arrive (408); `
 
 
 def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
-               scheduler: Scheduler | None = None, prefill_budget: int = 256, max_body: int = MAX_BODY,
+               scheduler: Scheduler | None = None, prefill_budget: int | None = None, max_body: int = MAX_BODY,
                cors_origins: Sequence[str] = (), body_timeout: float = BODY_TIMEOUT,
                body_deadline: float = BODY_DEADLINE) -> FastAPI:
     metrics = scheduler.metrics if scheduler else Metrics()
@@ -127,7 +127,7 @@ def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
         return {"status": "draining" if sched.draining else "ok", "model": engine.name,
                 "active": sched.active, "queued": sched.queued, "max_batch": engine.max_batch,
                 "engine": getattr(engine, "engine", None), "graphs": getattr(engine, "graph_stats", None),
-                "kv": sched.kv_stats()}
+                "prefill_chunk": sched.prefill_chunk, "prefill_budget": sched.prefill_budget, "kv": sched.kv_stats()}
 
     @_get(app, "/metrics")
     async def metrics_text() -> Response:

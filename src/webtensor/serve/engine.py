@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 from ..errors import ArgumentError
 from ..models.base import memory_line
 from ..runtime.logprobs import TokenLogprob, report, report_rows
-from ..runtime.runner import Collected, Launched, RunRow
+from ..runtime.runner import Collected, Launched, RunRow, prefill_policy
 from ..sampling import SamplingParams, SequenceState, sample
 
 if TYPE_CHECKING:
@@ -249,9 +249,13 @@ class ModelEngine:
     """A model's sequences served from one runner of `max_batch` slots (see the module docstring)."""
 
     def __init__(self, model: LanguageModel, max_batch: int, name: str | None = None, engine: str = "batched",
-                 use_graph: bool | None = None, prefix_reuse: bool = True, kv_blocks: int | None = None):
+                 use_graph: bool | None = None, prefix_reuse: bool = True, kv_blocks: int | None = None,
+                 prefill_chunk: int | None = None, prefill_budget: int | None = None):
         """`prefix_reuse`: the scheduler shares the KV blocks of prompts' common starts (its prefix cache); False:
-        every prompt is computed whole. `kv_blocks`: the KV pool's blocks (default: `max_batch` whole contexts)."""
+        every prompt is computed whole. `kv_blocks`: the KV pool's blocks (default: `max_batch` whole contexts).
+        `prefill_chunk` (the tokens of a prompt row: one replayed prompt-chunk graph) and `prefill_budget` (the
+        prompt tokens a step reads beside decoding sequences), what the scheduler asks of this engine: None for the
+        device policy's (`runtime.runner.prefill_policy`)."""
         if model.tokenizer is None:
             raise ArgumentError("serving needs a model with a tokenizer")
         if max_batch < 1:
@@ -264,7 +268,11 @@ class ModelEngine:
         self.eos_ids, self.bos_id = model.eos_ids, model.spec.bos_id
         self.tokenizer, self.chat_template = model.tokenizer, model.chat_template
         self.runner = model.runner(max_batch, use_graph=use_graph if engine == "batched" else False,
-                                   kv_blocks=kv_blocks)
+                                   kv_blocks=kv_blocks, prefill_chunk=prefill_chunk)
+        self.prefill_chunk = self.runner.prefill_chunk
+        self.prefill_budget = prefill_budget or prefill_policy(model.device)[1]
+        if self.prefill_budget < 1:
+            raise ArgumentError(f"prefill_budget must be >= 1, got {self.prefill_budget}")
         self.use_graph = self.runner.use_graph
         cache = self.runner.cache
         self.kv_blocks, self.block_size, self.kv_dtype = cache.n_blocks, cache.block_size, cache.kv_dtype

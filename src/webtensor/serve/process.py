@@ -7,15 +7,15 @@ step run one after the other. Measured on the 2-core machine at 8 streams: the e
 the loop's work ~2 ms a step, so ~5 ms between tokens in one process (docs/performance-notes.md).
 In its own process the engine steps on one core while the loop serves the tokens on the other.
 
-The parent keeps what the scheduler reads (name, max_batch, n_ctx, vocab_size, eos_ids, bos_id, the
-tokenizer and the chat template: sent once by the child) and forwards `launch` / `follow` / `collect` (and so
-`step`) and `release` over a pipe; the engine thread waiting on the pipe releases the GIL. Calls are messages
-answered in order, so the scheduler can queue a `follow` (the next greedy step, its tokens fed back
-in the child: `ModelEngine.follow`) before it reads the step before it: the child then goes
-from one step to the next without waiting for the parent. The child builds the model and engine itself (from `spec`,
-the serve command's choices), so nothing unpicklable crosses. An exception in the child's step is
-raised in the parent as an `EngineProcessError` with the child's message (the scheduler fails that
-step's requests and goes on); a child that died is an `EngineProcessError` on every call after.
+The parent keeps what the scheduler reads (name, max_batch, n_ctx, vocab_size, eos_ids, bos_id, the tokenizer, the
+chat template, the prompt chunk and budget: sent once by the child) and forwards `launch` / `follow` / `collect`
+(and so `step`) and `release` over a pipe; the engine thread waiting on the pipe releases the GIL. Calls are
+messages answered in order, so the scheduler can queue a `follow` (the next greedy step, its tokens fed back in the
+child: `ModelEngine.follow`) before it reads the step before it: the child then goes from one step to the next
+without waiting for the parent. The child builds the model and engine itself (from `spec`, the serve command's
+choices), so nothing unpicklable crosses. An exception in the child's step is raised in the parent as an
+`EngineProcessError` with the child's message (the scheduler fails that step's requests and goes on); a child that
+died is an `EngineProcessError` on every call after.
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ def build_engine(spec: dict[str, Any]) -> Any:
     """The engine `spec` describes: model (a source for `load_model`; None: the shipped one), device, dtype,
     n_ctx (None: the model's, at most SERVE_CTX), max_batch, engine ("batched" or "reference"), name, blas_threads
     (0: as the library has it), prefix_reuse (default True), chat_template (where given: the template's text, None
-    for the plain one, in place of the model's), kv_dtype (None: the device's default), kv_memory (the KV pool:
-    bytes or a share of the device's memory, `runtime.cache.pool_blocks`; None: the default)."""
+    for the plain one, in place of the model's), prefill_chunk and prefill_budget (None: the device's), kv_dtype
+    (None: the device's default), kv_memory (the KV pool: bytes or a share of the device's memory,
+    `runtime.cache.pool_blocks`; None: the default)."""
     from ..device import Device
     from ..models import loader
     from ..runtime.cache import pool_blocks
@@ -56,7 +57,8 @@ def build_engine(spec: dict[str, Any]) -> Any:
     n_ctx = spec.get("n_ctx") or min(ck.config.spec.n_ctx, SERVE_CTX)
     model = loader.build(ck, dev, dtype, min(n_ctx, ck.config.spec.n_ctx), kv_dtype=spec.get("kv_dtype"))
     return ModelEngine(model, spec["max_batch"], name=spec["name"], engine=spec["engine"],
-                       prefix_reuse=spec.get("prefix_reuse", True),
+                       prefix_reuse=spec.get("prefix_reuse", True), prefill_chunk=spec.get("prefill_chunk"),
+                       prefill_budget=spec.get("prefill_budget"),
                        kv_blocks=pool_blocks(model, spec["max_batch"], spec.get("kv_memory")))
 
 
@@ -70,7 +72,7 @@ def _child(conn: Any, spec: dict[str, Any]) -> None:
     try:
         engine = build_engine(spec)
         info = {k: getattr(engine, k) for k in ("name", "max_batch", "n_ctx", "vocab_size", "eos_ids", "bos_id",
-                                                "tokenizer", "chat_template")}
+                                                "tokenizer", "chat_template", "prefill_chunk", "prefill_budget")}
         info["engine"] = getattr(engine, "engine", None)
         info["prefix_reuse"] = getattr(engine, "prefix_reuse", False)
         for k in ("kv_blocks", "block_size", "kv_dtype", "memory"):
@@ -137,6 +139,8 @@ class ProcessEngine:
         self.block_size: int = info["block_size"]
         self.kv_dtype: str = info["kv_dtype"]
         self.memory: str = info["memory"]
+        self.prefill_chunk: int = info["prefill_chunk"]
+        self.prefill_budget: int = info["prefill_budget"]
         self._sent = self._answered = 0  # messages sent, answers received (in order)
         self._answers: dict[int, tuple[str, Any]] = {}  # received, not yet taken
 

@@ -229,6 +229,13 @@ class WgpuBackend:
     def cache_gather(self, cache: Tensor, slot: int, n: int, head_dim: int, table: Tensor | None = None) -> Tensor:
         return plan.cache_gather(cache, slot, n, head_dim, table)
 
+    def chunk_attention(self, q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float,
+                        table: Tensor | None = None) -> Tensor:
+        def run(r0: int, r1: int) -> Tensor:
+            return plan.chunk_attention(q[r0:r1], kc, vc, pos[r0:r1], slot[r0:r1], scale, table)
+
+        return by_rows("chunk_attention", q.device, q.shape, dt.float32, run, [q, pos, slot])
+
     def advance_tokens(self, new: Tensor, ids: Tensor, pos: Tensor, tokens: Tensor, count: Tensor) -> None:
         plan.advance_tokens(new, ids, pos, tokens, count)
 
