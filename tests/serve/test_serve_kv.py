@@ -1,8 +1,8 @@
 """Serving from a paged KV pool (docs/design-kv.md): under block pressure sequences are preempted and recomputed, and
-every one gives the tokens (and log-probabilities) of an uninterrupted run, greedy, seeded, with penalties and with a
-grammar, on the CPU device and lavapipe; requests arriving together with one long system prompt compute its blocks
-once; over HTTP, a request the pool can never hold gets a 400 naming max_tokens or the prompt, and the others all
-finish, counted in /metrics and /health."""
+every one gives the tokens (log-probabilities to float32's rounding) of an uninterrupted run, greedy, seeded, with
+penalties and with a grammar, on the CPU device and lavapipe; requests arriving together with one long system prompt
+compute its blocks once; over HTTP, a request the pool can never hold gets a 400 naming max_tokens or the prompt, and
+the others all finish, counted in /metrics and /health."""
 
 from __future__ import annotations
 
@@ -49,6 +49,16 @@ def _serve(engine: ModelEngine, jobs: list[dict], prefill_budget: int = 256, tog
     return asyncio.run(go())
 
 
+def same_runs(got: list, want: list) -> bool:
+    """Each job's same tokens, its log-probabilities within float32's rounding (an absolute floor: they are O(1)): a
+    recomputed sequence's prompt and generated tokens are read as prompt chunks, whose matrix products sum a row
+    differently from the decode steps that first computed them (docs/design-kv.md, "Batch invariance"), and no
+    error."""
+    return len(got) == len(want) and all(
+        g[0] == w[0] and len(g[1]) == len(w[1]) and bool(np.allclose(g[1], w[1], rtol=1e-5, atol=1e-5))
+        and g[2] is None and w[2] is None for g, w in zip(got, want, strict=True))
+
+
 def _jobs(rng: np.random.Generator, n: int, grammar: str | None) -> list[dict]:
     kinds = [Sampling(), Sampling(temperature=0.9, seed=11), Sampling(temperature=1.1, top_k=40, seed=5, logprobs=2),
              Sampling(presence_penalty=0.8, repetition_penalty=1.3), Sampling(temperature=0.7, seed=3)]
@@ -63,8 +73,8 @@ def _jobs(rng: np.random.Generator, n: int, grammar: str | None) -> list[dict]:
 @pytest.mark.parametrize("dev_name", ["cpu", "wgpu"])
 def test_preempted_sequences_give_an_uninterrupted_runs_tokens(dev_name, gpu):
     """Seven sequences of up to ~100 positions each through a pool of 8 blocks (128 positions): they are preempted
-    and recomputed many times over; each one's tokens and log-probabilities are those it gets alone in a pool that
-    holds everyone, and the pool is whole again at the end."""
+    and recomputed many times over; each one's tokens are those it gets alone in a pool that holds everyone (its
+    log-probabilities to float32's rounding: `same_runs`), and the pool is whole again at the end."""
     from webtensor.serve import grammar as g
 
     dev = wt.Device.cpu() if dev_name == "cpu" else gpu
@@ -80,8 +90,7 @@ def test_preempted_sequences_give_an_uninterrupted_runs_tokens(dev_name, gpu):
         got, sched = _serve(tight, jobs)
     finally:
         tight.close()
-    assert all(err is None for _, _, err in got)
-    assert got == want
+    assert same_runs(got, want)
     assert sched.metrics.preemptions._value.get() >= 3
     assert sched.kv is not None and sched.kv.used == 0 and sched.kv.free == 8
 
@@ -107,7 +116,7 @@ def test_a_shared_system_prompt_is_computed_and_held_once(dev_name, gpu):
         got, sched = _serve(warm, jobs)
     finally:
         warm.close()
-    assert got == want
+    assert same_runs(got, want)
     assert sched.metrics.prefix_hits._value.get() == 7 * 96
     assert sched.kv is not None and sched.kv.used == 0 and sched.kv.cached >= 6
 
