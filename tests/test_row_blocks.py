@@ -321,6 +321,28 @@ def test_paged_cached_attention_rows_in_blocks(dev, kv):
     assert np.array_equal(res[1].numpy(), res[3].numpy())
 
 
+@pytest.mark.parametrize("kv", ["float16", "q8_0"])
+def test_paged_chunk_attention_rows_in_blocks(dev, kv):
+    """A prompt chunk's rows over the binding limit against a paged pool (blocks of 3 positions, out of order, in
+    float16 and q8_0): `chunk_attention` a block of rows at a time, the same as the CPU."""
+    from webtensor.quant.kv import q8_store
+
+    rng = np.random.default_rng(10)
+    H, D, block = 2, 32, 3
+    T = rows_over(dev, H * D * 4)
+    table = np.array([[4, 1, 3, 0]], np.int32)
+    fill = rng.standard_normal((5, block, 1, D), np.float32)
+    pool = q8_store(fill) if kv == "q8_0" else fill.astype(np.float16)
+    q = rng.standard_normal((T, H, D), np.float32)
+    pos = (np.arange(T) % (4 * block)).astype(np.int32)
+    res = []
+    for d in (dev, CPU):
+        kc, vc, tb = on(d, pool, pool.copy(), table)
+        res.append(wt.chunk_attention(*on(d, q), kc, vc, *on(d, pos, np.zeros(T, np.int32)), table=tb))
+    assert chunks(res[0]) > 1
+    close(*res)
+
+
 def test_chunked_logits_downstream(dev):
     """The tied LM head of a long prompt: logits (T, V) over the limit, and what reads them."""
     rng = np.random.default_rng(7)

@@ -115,10 +115,13 @@ def int_tensor(values: Sequence[int], device: Any) -> Tensor:
     return from_buffer(struct.pack(f"<{len(values)}i", *values), (len(values),), "int32", device)
 
 
-def pos_slot_tensors(pos: Sequence[int], slot: Sequence[int], device: Any) -> tuple[Tensor, Tensor]:
-    """Positions and slots (T,) int32 as views of one (2, T) tensor: the KV kernels bind them as one buffer."""
-    both = from_buffer(struct.pack(f"<{2 * len(pos)}i", *pos, *slot), (2, len(pos)), "int32", device)
-    return both[0], both[1]
+def int_rows(device: Any, *rows: Sequence[int]) -> tuple[Tensor, ...]:
+    """int32 rows of one length T as views of one (len(rows), T) tensor: the KV kernels bind positions and slots as
+    one buffer (a step's positions and slots; a chunk's positions, store positions and slots)."""
+    T = len(rows[0])
+    flat = [v for r in rows for v in r]
+    both = from_buffer(struct.pack(f"<{len(flat)}i", *flat), (len(rows), T), "int32", device)
+    return tuple(both[i] for i in range(len(rows)))
 
 
 def upload_ints(t: Tensor, values: Sequence[int]) -> None:
@@ -222,7 +225,7 @@ class _StepGraph:
         dev = runner.device
         self.width = width
         self.ids = int_tensor([0] * width, dev)
-        self.pos, self.slot = pos_slot_tensors([0] * width, [0] * width, dev)
+        self.pos, self.slot = int_rows(dev, [0] * width, [0] * width)
         self.sel = None if picks is None else int_tensor([0] * picks, dev)
         self.bits = _mask_bits(runner, picks or width) if masked else None
         self.feeds_back = picks is None and not masked
@@ -250,8 +253,8 @@ class _ChunkGraph:
     def __init__(self, runner: ModelRunner, width: int, head: str, masked: bool = False):
         dev = runner.device
         self.width, self.head = width, head
-        self.ids, self.pos = (int_tensor([0] * width, dev) for _ in range(2))
-        self.store, self.slot = pos_slot_tensors([0] * width, [0] * width, dev)  # (cache_write binds them as one)
+        self.ids = int_tensor([0] * width, dev)
+        self.pos, self.store, self.slot = int_rows(dev, *([0] * width for _ in range(3)))
         self.sel = None if head == "every" else int_tensor([0] * (head == "last"), dev)
         self.bits = _mask_bits(runner, width if head == "every" else 1) if masked else None
         batch = StepBatch(self.ids, self.pos, self.slot, store=self.store, head_rows=self.sel, invariant=False,
@@ -382,8 +385,8 @@ class ModelRunner:
             return logits, best, len(ids)
         dev = self.device
         inputs, sel, masks = self._chunk_inputs(slot, ids, start, head, mask)
-        ids_t, pos_t = int_tensor(inputs[0], dev), int_tensor(inputs[1], dev)
-        store_t, slot_t = pos_slot_tensors(inputs[2], inputs[3], dev)
+        ids_t = int_tensor(inputs[0], dev)
+        pos_t, store_t, slot_t = int_rows(dev, *inputs[1:])
         batch = StepBatch(ids_t, pos_t, slot_t, store=store_t, head_rows=None if head == "every" else
                           int_tensor(sel, dev), invariant=False, table=self.cache.table)
         logits, best = _forward(self, batch, self._bits_tensor(masks) if mask is not None else None)()
@@ -496,7 +499,8 @@ class ModelRunner:
                 dev.backend.upload_into(g.bits, self._bits(masks, g.bits.shape[0]))
             logits, best = g.graph.replay()
         else:
-            batch = StepBatch(int_tensor(ids, dev), *pos_slot_tensors(pos, slot, dev),
+            pos_t, slot_t = int_rows(dev, pos, slot)
+            batch = StepBatch(int_tensor(ids, dev), pos_t, slot_t,
                               head_rows=None if every else int_tensor(picks or [0], dev), invariant=self.invariant,
                               table=self.cache.table)
             logits, best = _forward(self, batch, self._bits_tensor(masks or [None]) if masked else None)()
