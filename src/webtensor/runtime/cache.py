@@ -85,12 +85,6 @@ class KVCache:
             self._rows[seq] = row
             self._dirty.add(seq)
 
-    def give_all(self, seq: int = 0) -> None:
-        """Sequence `seq` gets the pool's blocks in order, as many as its table row holds (a cache made for one
-        prompt: `LanguageModel.logits`), uploaded."""
-        self.set_blocks(seq, list(range(min(self.n_blocks, self.max_blocks))))
-        self.sync()
-
     def sync(self) -> None:
         """Upload the table rows changed since the last sync (one queue write: the span of them)."""
         if not self._dirty:
