@@ -5,15 +5,19 @@
 // positions the table reaches), none at a negative position or when the sequence is outside the table;
 // block_keys is the largest limit among a block's 64 rows (found by one thread, read uniformly). k_at / v_at: vec4
 // d4 of key / value j of KV head kvh as the pool stores it, widened to f32 (float32 / float16: a vec4 of the
-// pool's type; Q8: a quant word times its block's scale), zeros where kv_row gives no row.
+// pool's type; Q8: a quant word times its block's scale), zeros where kv_row gives no row; they read the key's row
+// from key_rows, which tile_keys fills at the start of each tile of KEY_TILE keys (threads li < KEY_TILE: one
+// table lookup a key, where a lookup a load would repeat it D4 times and divide each time).
 // The includer declares p (with T, n_ctx, n_slots (the table's rows, or the contiguous cache's sequences), C4
 // (the pool's words a position: KVH D4 vec4s, or KVH q8_words(D) words), kc_off / vc_off (in those words) and
-// kv_pages.wgsl's fields), pos, slot, kv_table, kc and vc (array<vec4<KV>>, or array<u32> with Q8), and const D4.
+// kv_pages.wgsl's fields), pos, slot, kv_table, kc and vc (array<vec4<KV>>, or array<u32> with Q8), const D4 and
+// const KEY_TILE (the body's key tile, at most 64, tiles starting at multiples of it; at least as many threads).
 // Bounds: pos is read at rows clamped to T - 1 and slot at 0 (the planner binds tensors of T rows from element 0);
 // a limit is at most n_ctx and nonzero only for a slot < n_slots. A key's row r = kv_row(..) is < n_blocks
 // block or NO_ROW (not read), so kc_off + r C4 + kvh HW + (d4 or D4 + d4 / 16) with kvh < KVH, d4 < D4 (HW the
 // words of a head: D4, or q8_words(D) = D4 + ceil(D / 64) > D4 + d4 / 16) stays inside the (n_blocks, block, KVH,
-// ..) pool view. Loops end: block_keys runs over at most 64 rows.
+// ..) pool view; key_rows is indexed by li < KEY_TILE <= 64 and j % KEY_TILE. Loops end: block_keys runs over at
+// most 64 rows.
 
 // the sequence (n_slots where it is out of range: every limit is then 0, no key is read)
 fn sequence() -> u32 { return min(u32(slot[0]), p.n_slots); }
@@ -36,27 +40,34 @@ fn block_keys(b: u32, li: u32) -> u32 {
   return workgroupUniformLoad(&n_keys_sh);
 }
 
+var<workgroup> key_rows: array<u32, 64>;  // the pool rows of the current tile's keys (NO_ROW: none)
+
+fn tile_keys(sq: u32, j0: u32, n: u32, li: u32) {
+  if (li < KEY_TILE) { key_rows[li] = select(NO_ROW, kv_row(sq, j0 + li), j0 + li < n); }
+  workgroupBarrier();
+}
+
 // #if Q8
 fn k_at(sq: u32, j: u32, kvh: u32, d4: u32) -> vec4<f32> {
-  let r = kv_row(sq, j);
+  let r = key_rows[j % KEY_TILE];
   if (r == NO_ROW) { return vec4<f32>(); }
   let b = p.kc_off + r * p.C4 + kvh * q8_words(4u * D4);
   return q8_lane(kc[b + d4], q8_scale(kc[b + D4 + d4 / 16u], d4 / 8u));
 }
 fn v_at(sq: u32, j: u32, kvh: u32, d4: u32) -> vec4<f32> {
-  let r = kv_row(sq, j);
+  let r = key_rows[j % KEY_TILE];
   if (r == NO_ROW) { return vec4<f32>(); }
   let b = p.vc_off + r * p.C4 + kvh * q8_words(4u * D4);
   return q8_lane(vc[b + d4], q8_scale(vc[b + D4 + d4 / 16u], d4 / 8u));
 }
 // #else
 fn k_at(sq: u32, j: u32, kvh: u32, d4: u32) -> vec4<f32> {
-  let r = kv_row(sq, j);
+  let r = key_rows[j % KEY_TILE];
   if (r == NO_ROW) { return vec4<f32>(); }
   return vec4<f32>(kc[p.kc_off + r * p.C4 + kvh * D4 + d4]);
 }
 fn v_at(sq: u32, j: u32, kvh: u32, d4: u32) -> vec4<f32> {
-  let r = kv_row(sq, j);
+  let r = key_rows[j % KEY_TILE];
   if (r == NO_ROW) { return vec4<f32>(); }
   return vec4<f32>(vc[p.vc_off + r * p.C4 + kvh * D4 + d4]);
 }

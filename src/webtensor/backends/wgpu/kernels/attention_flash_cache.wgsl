@@ -29,6 +29,7 @@ struct P {
 @group(0) @binding(6) var<storage, read> vc: array<vec4<KV>>;
 // #endif
 @group(0) @binding(7) var<storage, read_write> o: array<vec4<f32>>;
+const KEY_TILE = 32u;  // (attention_flash_main.wgsl's key tile)
 // #include kv_pages.wgsl
 // #include attention_cache_rows.wgsl
 // #include attention_flash_main.wgsl

@@ -43,6 +43,7 @@ fn o4(x: vec4<f32>) -> OV { return x; }
 @group(0) @binding(6) var<storage, read> vc: array<vec4<KV>>;
 // #endif
 @group(0) @binding(7) var<storage, read_write> o: array<OV>;
+const KEY_TILE = 4u * KG;  // (attention_tiled_main.wgsl's BK)
 // #include kv_pages.wgsl
 // #include attention_cache_rows.wgsl
 
