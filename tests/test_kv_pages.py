@@ -1,8 +1,8 @@
 """The paged KV cache's ops (docs/design-kv.md): `cache_write`, `cached_attention` (with and without the fused store,
-with and without rope) and `cache_gather` through a block table, on pools of float32, float16 and q8_0, against a
-float64 reference written here (its own table walk; q8_0 through the Q8_0 weight quantizer, itself checked against
-llama.cpp's reference), on the CPU device and WebGPU: odd block sizes, sequences crossing blocks, tables in any
-order, odd binding limits; and what a bad table does."""
+with and without rope), `chunk_attention` (both kernel families) and `cache_gather` through a block table, on pools
+of float32, float16 and q8_0, against a float64 reference written here (its own table walk; q8_0 through the Q8_0
+weight quantizer, itself checked against llama.cpp's reference), on the CPU device and WebGPU: odd block sizes,
+sequences crossing blocks, tables in any order, odd binding limits; and what a bad table does."""
 
 from __future__ import annotations
 
