@@ -14,9 +14,10 @@ import math
 
 import numpy as np
 import pytest
-from conftest import _wgpu, rel_err, set_policy
+from conftest import _wgpu, set_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tolerance import assert_close, linear_scale
 
 import webtensor as wt
 from webtensor.backends.wgpu import ops as gops
@@ -46,8 +47,10 @@ def on(d: wt.Device, *arrays: np.ndarray) -> list[wt.Tensor]:
 
 
 def close(got: wt.Tensor, want: wt.Tensor, tol: float = 1e-5) -> None:
+    """Same shape and dtype, norm-wise relative error <= tol: the results here are rows over a binding
+    limit, hundreds of random outputs or more, whose norm does not cancel (no floor needed)."""
     assert got.shape == want.shape and got.dtype is want.dtype
-    assert rel_err(got.numpy(), want.numpy()) <= tol
+    assert_close(got, want, rtol=tol)
 
 
 @SETTINGS
@@ -260,7 +263,7 @@ def test_chunked_logits_downstream(dev):
     logits = wt.linear(wt.tensor(x, device=dev), wt.tensor(wte, device=dev).T)
     want = x @ wte.T
     assert chunks(logits) > 1
-    np.testing.assert_allclose(logits.numpy(), want, rtol=1e-5, atol=1e-5)
+    assert_close(logits, want, linear_scale(x, wte.T))
     assert logits.tobytes() == logits.numpy().tobytes()
     assert np.array_equal(wt.argmax(logits).numpy(), np.argmax(want, -1))
     last = logits[-1]
@@ -273,7 +276,7 @@ def test_chunked_logits_downstream(dev):
     np.testing.assert_array_equal(logits.reshape(T, 1, V)[:, 0].numpy(), logits.numpy())
     np.testing.assert_array_equal(logits.to("cpu").numpy(), logits.numpy())
     sm = wt.softmax(logits[1:])
-    assert rel_err(sm.numpy(), wt.softmax(wt.tensor(logits.numpy()[1:])).numpy()) <= 1e-5
+    assert_close(sm, wt.softmax(wt.tensor(logits.numpy()[1:])))
     np.testing.assert_array_equal(wt.argmax(logits[:, 3:9]).numpy(), np.argmax(logits.numpy()[:, 3:9], -1))
     np.testing.assert_array_equal(logits.T.contiguous().numpy(), logits.numpy().T)  # (blocks along V)
     if dev.has_f16:
