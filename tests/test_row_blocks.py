@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 from conftest import _wgpu, set_policy
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tolerance import assert_close, linear_scale
 
@@ -55,6 +55,7 @@ def close(got: wt.Tensor, want: wt.Tensor, tol: float = 1e-5) -> None:
 
 @SETTINGS
 @given(seed=st.integers(0, 2**16), C=st.integers(3, 61), extra=st.floats(1.2, 3.5))
+@example(seed=0, C=3, extra=3.5)  # (found by the thorough profile: argmax's (T,) result is over the limit too)
 def test_elementwise_and_row_ops(dev, seed, C, extra):
     rng = np.random.default_rng(seed)
     T = rows_over(dev, C * 4, extra)
@@ -77,8 +78,8 @@ def test_elementwise_and_row_ops(dev, seed, C, extra):
         got = f(dev)
         assert chunks(got) > 1 or got.nbytes <= dev.max_binding_bytes(), name
         close(got, f(CPU))
-    am = wt.argmax(on(dev, x)[0])
-    assert chunks(am) == 1 and np.array_equal(am.numpy(), np.argmax(x, -1))
+    am = wt.argmax(on(dev, x)[0])  # (T,) int32: over the limit itself where a row of x is under 4 * extra bytes
+    assert (chunks(am) > 1) == (am.nbytes > dev.max_binding_bytes()) and np.array_equal(am.numpy(), np.argmax(x, -1))
     if dev.has_f16:
         h = on(dev, x)[0].to("float16")
         assert (chunks(h) > 1) == (h.nbytes > dev.max_binding_bytes())
