@@ -5,9 +5,12 @@ One page session on the shipped GPT-2 runs the op-parity cases, generates throug
 below check its results against numpy and against the native model. A second session serves two models:
 GPT-2 in int8 (then float32, by the dtype menu), then, picked in the model menu, the real SmolLM2-135M-
 Instruct Q4_1 GGUF (98 MB, its blocks uploaded as they are), chatted with in its own template: the page's
-tokens equal `webtensor.load_model(same file)`'s on lavapipe and on the CPU. Short sessions check the
-page's error states. Needs Debian's chromium, Node and the npm packages of package.json (`bash setup.sh
---test` installs them); under CI=true a missing piece fails loudly instead of skipping.
+tokens equal `webtensor.load_model(same file)`'s on lavapipe and on the CPU. A third session, on one
+persistent browser profile, uses the page as a person does: replies streamed token by token, runs stopped
+(Stop, Escape, New chat), a blank message, reloads that keep the conversation and move no model bytes, the
+model menu switched back and forth (CDP's Network events and the server's count of bytes sent). Short
+sessions check the page's error states. Needs Debian's chromium, Node and the npm packages of package.json
+(`bash setup.sh --test` installs them); under CI=true a missing piece fails loudly instead of skipping.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -57,16 +59,21 @@ ids = m.encode(PROMPT)
 json.dumps(dict(features=sorted(dev.ctx.api.features), greedy=m.generate(ids, N_NEW, temperature=0),
                 sampled=m.generate(ids, N_NEW, **SAMPLED), distinct=dev is not await Device.wgpu_async()))
 """
-# bad inputs typed into the page: (name, the fields, the same values as `webtensor generate` flags)
+# bad inputs typed into the page: (name, the fields, the page's message: the label on screen and what was typed;
+# LIMIT: the tokens box's limit for the model, CTX: the prompt's fit)
 BAD = [
-    ("tokens-zero", dict(maxNewTokens=0), ["-n", "0"]),
-    ("temperature-negative", dict(temperature=-1), ["-t", "-1"]),
-    ("top-k-negative", dict(topK=-3), ["--top-k", "-3"]),
-    ("top-k-fraction", dict(topK=2.5), ["--top-k", "2.5"]),
-    ("top-p-zero", dict(topP=0), ["--top-p", "0"]),
-    ("top-p-over-one", dict(topP=1.5), ["--top-p", "1.5"]),
-    ("seed-negative", dict(seed=-1), ["--seed", "-1"]),
-    ("prompt-too-long", dict(prompt=LONG), []),
+    ("tokens-zero", dict(maxNewTokens=0), "tokens must be a whole number from 1 to LIMIT, got '0'"),
+    ("tokens-over-the-box", dict(maxNewTokens=5000), "tokens must be a whole number from 1 to LIMIT, got '5000'"),
+    ("temperature-negative", dict(temperature=-1), "temperature must be a number >= 0 (0 = greedy), got '-1'"),
+    ("temperature-1e400", dict(temperature="1e400"), "temperature must be a number >= 0 (0 = greedy), got '1e400'"),
+    ("temperature-blank", dict(temperature=""), "temperature is empty: enter a number >= 0 (0 = greedy)"),
+    ("top-k-negative", dict(topK=-3), "top-k must be a whole number >= 0 (0 or blank = off), got '-3'"),
+    ("top-k-fraction", dict(topK=2.5), "top-k must be a whole number >= 0 (0 or blank = off), got '2.5'"),
+    ("top-p-zero", dict(topP=0), "top-p must be a number in (0, 1] (1 or blank = off), got '0'"),
+    ("top-p-over-one", dict(topP=1.5), "top-p must be a number in (0, 1] (1 or blank = off), got '1.5'"),
+    ("seed-negative", dict(seed=-1), "seed must be a whole number >= 0 (blank = random), got '-1'"),
+    ("seed-text", dict(seed="abc"), "seed must be a whole number >= 0 (blank = random), got 'abc'"),
+    ("prompt-too-long", dict(prompt=LONG), "CTX"),
 ]
 ARTIFACTS = Path(os.environ.get("WEBTENSOR_ARTIFACTS", Path(__file__).resolve().parents[2] / "out"))
 
@@ -342,27 +349,22 @@ def test_page_chat_with_the_plain_template(session, native):
     assert t["messages"] == [*conv, {"role": "assistant", "content": res["text"].strip()}]
 
 
-def _cli_message(capsys, model_dir, prompt: str, flags: list[str]) -> str:
-    """What `webtensor generate` says about these inputs: its one error line, without the prefix."""
-    from webtensor.cli import main
-
-    model = [arg for m in _served(model_dir) for arg in ("--model", str(m))]
-    sampled = ["-t", "0.8", "--top-k", "40", "--top-p", "0.9", "--seed", "1234", "-n", str(N_NEW)]
-    capsys.readouterr()
-    assert main(["generate", prompt, "--device", "cpu", *model, *sampled, *flags]) == 2  # a usage error
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("webtensor: error: ") and "\n" not in err, err
-    err = re.sub(r" \(see `webtensor generate --help`\)$", "", err)  # the CLI's pointer to its help
-    return re.sub(r"^webtensor: error: (argument [^ ]+: )?", "", err)
-
-
-@pytest.mark.parametrize("name, fields, flags", BAD, ids=[b[0] for b in BAD])
-def test_page_refuses_what_the_cli_refuses(session, model_dir, capsys, name, fields, flags):
+@pytest.mark.parametrize("name, fields, message", BAD, ids=[b[0] for b in BAD])
+def test_page_refuses_bad_fields_naming_the_labels(session, native, name, fields, message):
+    """Each bad field typed into the page is refused with one line naming its label on screen and what was typed
+    (1e400 included: the boxes are text, so nothing is emptied before the check); nothing is generated and no
+    figures stay from the run before."""
     gen = session[f"bad:{name}"]
     assert "error" not in gen, gen.get("error")  # the driver saw the run fail, as expected
-    want = _cli_message(capsys, model_dir, fields.get("prompt", PROMPT), flags)
+    limit = min(1000, native.n_ctx - 1)
+    if message == "CTX":
+        n = len(native.encode(LONG))
+        message = (f"prompt of {n} tokens + {N_NEW} new tokens = {n + N_NEW} exceeds the model's context of "
+                   f'{native.n_ctx} positions; shorten the prompt, lower tokens, or tick "truncate prompt" to keep '
+                   "the prompt's last tokens")
     assert gen["phase"] == "failed" and gen["errorShown"]
-    assert gen["errorText"] == want  # the CLI's message, word for word
+    assert gen["errorText"] == message.replace("LIMIT", str(limit))
+    assert not any(api in gen["errorText"] for api in ("max_new_tokens", "top_k", "top_p", "None", "--"))
     assert gen["runError"]["type"] in ("SamplingError", "ContextLengthError")
     # shown as an error, not as output, and no figures left from the run before
     assert gen["output"] == "" and gen["generated"] is None and gen["result"] is None
@@ -584,3 +586,196 @@ def test_page_says_model_failed(model_dir, tmp_path):
     assert boot["phase"] == "error"
     assert boot["error"]["title"] == "Model failed to load."
     assert "safetensors" in boot["error"]["detail"]
+
+
+# -- the page as a person uses it: streaming token by token, Stop, a conversation kept across reloads, model files
+# kept by the browser (a warm visit and a switch back move no model bytes), a blank message, the fallback adapter --
+STORY = "Tell me a long story about a dragon."
+STREAM_N = 16
+
+
+@pytest.fixture(scope="module")
+def second_model(tmp_path_factory) -> Path:
+    from gpt2_fixtures import make_checkpoint
+
+    return make_checkpoint(tmp_path_factory.mktemp("second-gpt2"), vocab_size=400, n_embd=64, n_layer=2, n_head=4,
+                           n_positions=128)
+
+
+@pytest.fixture(scope="module")
+def visits(model_dir, second_model) -> dict:
+    """One browser profile (a disk cache and Cache Storage, as a person's): a cold visit, runs stopped three ways,
+    reloads, and the model menu switched back and forth."""
+    _need_browser()
+    from webtensor.web.headless import run_page
+
+    first, second = _model_id(model_dir), _model_id(second_model)
+    long = dict(maxNewTokens=90, temperature=0)
+    tasks = [
+        dict(type="generate_ui", name="stream", prompt=PROMPT, maxNewTokens=STREAM_N, temperature=0),
+        dict(type="chat_ui", name="turn-1", message=CHAT_MESSAGE, maxNewTokens=N_NEW, temperature=0),
+        dict(type="stop_ui", name="stop-button", mode="chat", text=STORY, after=3, how="button", **long),
+        dict(type="stop_ui", name="stop-escape", mode="complete", text=PROMPT, after=2, how="escape", **long),
+        dict(type="blank_message", name="blank", message=" \n\t "),
+        dict(type="reload", name="reload"),
+        dict(type="model", name="to-second", model=second),
+        dict(type="model", name="back", model=first),
+        dict(type="model", name="to-second-again", model=second),
+        dict(type="model", name="back-again", model=first),
+        dict(type="stop_ui", name="stop-new-chat", mode="chat", text=STORY, after=2, how="new_chat", **long),
+        dict(type="reload", name="reload-after-new-chat"),
+    ]
+    out = run_page(tasks, [*_served(model_dir), second_model], timeout_s=300, query=f"?model={first}")
+    if out.get("error"):
+        pytest.fail(f"the browser session failed: {out['error']}\n" + "\n".join(out.get("console", [])[-20:]))
+    print("\nbrowser tasks (ms): " + ", ".join(f"{t['name']} {t['ms']}" for t in out["tasks"]))
+    return {t["name"]: t for t in out["tasks"]} | {k: out[k] for k in ("boot", "bootNet", "served")}
+
+
+def _model_bytes(net: dict) -> int:
+    """Bytes the browser received for model files (the manifest aside), headers included."""
+    return sum(n for p, n in net["byPath"].items() if p.startswith("/model/") and p != "/model/manifest.json")
+
+
+def _file_sizes(model_dir: Path) -> dict[str, int]:
+    from webtensor.web.server import served_model
+
+    m = served_model(_source(model_dir))
+    return {f"/model/{m.id}/{f['name']}": f["size"] for f in m.downloads("float32")}
+
+
+def test_page_streams_token_by_token(visits, native):
+    """A reply is shown token by token: the output changes on screen (DOM updates as the browser delivers them)
+    about once a token, not in bursts of growing readbacks; the tokens are the native model's."""
+    t = visits["stream"]
+    assert "error" not in t, t.get("error")
+    res = t["result"]
+    ids = native.encode(PROMPT)
+    assert res["token_ids"] == native.generate(ids, STREAM_N, temperature=0) and res["new_tokens"] == STREAM_N
+    assert t["updates"] >= STREAM_N - 1, t["updates"]  # (ring readbacks of 1, 2, 4, 8: about 5)
+    chat = visits["turn-1"]
+    assert chat["updates"] >= chat["result"]["new_tokens"] - 1
+    print(f"\n{STREAM_N} tokens shown in {t['updates']} updates; {res['tokens_per_s']:.2f} tokens/s decode")
+
+
+def test_page_stop_keeps_the_partial_reply(visits, native):
+    """Stop during a reply ends it at the next token: the partial reply (the native model's first tokens) stays in
+    the conversation and in its messages; Stop shows only while a reply runs, New chat and the fields stay usable."""
+    t = visits["stop-button"]
+    assert "error" not in t, t.get("error")
+    res = t["result"]
+    assert t["atStop"]["stopShown"] and t["atStop"]["newChatEnabled"] and t["atStop"]["fieldsEnabled"]
+    assert res["ended"] == "stopped" and t["phase"] == "stopped"
+    assert t["status"] == f"Stopped after {res['new_tokens']} tokens; the text so far is kept."
+    # at the next token: the one the GPU was computing when Stop's click was handled, after `stopAt` tokens
+    assert t["atStop"]["pieces"] <= t["stopAt"] and res["new_tokens"] == t["stopAt"] + 1 < 90
+    first_reply = visits["turn-1"]["result"]["reply"]
+    conv = [{"role": "user", "content": CHAT_MESSAGE}, {"role": "assistant", "content": first_reply},
+            {"role": "user", "content": STORY}]
+    ids = native.apply_chat_template(conv, tokenize=True)
+    assert res["prompt_ids"] == ids
+    assert res["token_ids"] == native.generate(ids, 90, temperature=0)[: res["new_tokens"]]
+    assert t["messages"] == [*conv, {"role": "assistant", "content": res["reply"]}] and res["reply"]
+    assert t["turns"][-1] == dict(role="assistant", text=res["text"]) and len(t["turns"]) == 4
+    assert not t["stopShown"]
+    esc = visits["stop-escape"]  # Escape does what Stop does
+    assert "error" not in esc, esc.get("error")
+    assert esc["result"]["ended"] == "stopped" and esc["result"]["new_tokens"] == esc["stopAt"] + 1 < 90
+    assert esc["output"] == PROMPT + esc["result"]["text"] and esc["result"]["text"]
+
+
+def test_page_refuses_a_blank_message(visits):
+    t = visits["blank"]
+    assert "error" not in t, t.get("error")
+    assert t["sendDisabled"] and t["sent"] is None and t["runs"] == 0 and t["turns"] == 4  # nothing sent
+    assert t["runError"]["message"] == t["errorText"] == "Message is empty: type something to send"
+
+
+def test_page_keeps_the_conversation_across_reloads(visits):
+    """A reload shows the model's conversation again (localStorage, per model), the stopped reply included; another
+    model has its own; New chat (here during a reply: it stops it first) forgets it, reloads included."""
+    kept = visits["stop-button"]["messages"]
+    state = visits["reload"]["state"]
+    assert state["phase"] == "ready" and state["messages"] == kept and state["mode"] == "chat"
+    assert state["turns"] == [dict(role=m["role"], text=m["content"]) for m in kept]
+    assert visits["to-second"]["phase"] == "ready"
+    cleared = visits["stop-new-chat"]
+    assert "error" not in cleared, cleared.get("error")
+    assert cleared["result"]["ended"] == "stopped" and cleared["turns"] == [] and cleared["messages"] == []
+    after = visits["reload-after-new-chat"]["state"]
+    assert after["messages"] == [] and after["turns"] == []
+
+
+def test_page_warm_visits_move_no_model_bytes(visits, model_dir, second_model):
+    """Model files come from the browser's Cache Storage once downloaded: a reload and every switch back in the model
+    menu receive no model bytes (CDP's Network events) and the server sends each file once; the cold load's bytes
+    are the files' sizes, its download shown in percent."""
+    cold, sizes = visits["bootNet"], _file_sizes(model_dir)
+    boot = visits["boot"]
+    assert boot["model"]["downloaded_bytes"] == boot["model"]["download_bytes"] == sum(sizes.values())
+    assert set(boot["model"]["sources"].values()) == {"network"} and "downloaded" in boot["weights"]
+    assert _model_bytes(cold) >= sum(sizes.values())
+    assert boot["download"]["percent"] == 100 and boot["download"]["received"] == boot["download"]["total"] > 0
+    reload = visits["reload"]
+    assert _model_bytes(reload["net"]) == 0 and reload["net"]["bytes"] < 20_000  # headers, the manifest
+    assert set(reload["state"]["model"]["sources"].values()) == {"cache"}
+    assert reload["state"]["model"]["downloaded_bytes"] == 0
+    assert "from this browser's cache" in reload["state"]["weights"]
+    assert _model_bytes(visits["to-second"]["net"]) >= sum(_file_sizes(second_model).values())  # its cold load
+    for name in ("back", "to-second-again", "back-again"):
+        t = visits[name]
+        assert _model_bytes(t["net"]) == 0 and t["model"]["downloaded_bytes"] == 0, name
+        assert t["speed"] == "–", name  # the Speed line starts afresh with each model
+    sent = {p: n for p, n in visits["served"].items() if p.startswith("/model/") and p != "/model/manifest.json"}
+    assert sent == sizes | _file_sizes(second_model)  # each model file sent once in the whole session
+    print(f"\nbytes received: cold visit {cold['bytes']:,}, warm reload {reload['net']['bytes']:,} "
+          f"(model files {_model_bytes(reload['net'])}); switching back {visits['back']['net']['bytes']:,}")
+
+
+def test_page_says_the_adapter_is_a_software_fallback(visits):
+    """Headless Chromium's SwiftShader is a fallback adapter (`isFallbackAdapter`): the page says so, and that a
+    Pyodide with numpy would let it use webtensor's CPU device (npm's Pyodide has none: WebGPU it is, the device
+    menu's CPU entry off)."""
+    boot = visits["boot"]
+    assert boot["info"]["fallback"] is True and boot["info"]["software"] is True
+    name = boot["info"]["adapter"].removesuffix(" (fallback adapter)")
+    assert boot["noteShown"] and f"software fallback adapter here ({name})" in boot["note"]
+    assert "A Pyodide with numpy" in boot["note"]
+    assert boot["device"] == "webgpu" and boot["devices"] == [dict(value="webgpu", disabled=False),
+                                                               dict(value="cpu", disabled=True)]
+    assert boot["model"]["device"] == "webgpu" and boot["weights"].endswith("on the GPU")
+
+
+def test_page_refuses_the_cpu_device_without_numpy(model_dir):
+    boot = _error_page(model_dir, query="?device=cpu")
+    assert boot["phase"] == "error" and boot["error"]["title"] == "Model failed to load."
+    assert boot["error"]["detail"].startswith("the CPU device needs numpy, which this server's Pyodide does not have")
+
+
+PYODIDE_WITH_NUMPY = os.environ.get("WEBTENSOR_PYODIDE_NUMPY")  # a Pyodide distribution holding numpy's wheel
+
+
+@pytest.mark.skipif(not PYODIDE_WITH_NUMPY, reason="WEBTENSOR_PYODIDE_NUMPY (a Pyodide distribution with numpy, "
+                                                   "e.g. Pyodide's full release) is not set")
+def test_page_on_the_cpu_device_where_pyodide_has_numpy(model_dir, native):
+    """With a Pyodide that has numpy, the page on a software fallback adapter runs the model on webtensor's CPU device
+    by default: the native model's tokens, streamed token by token, stopped at the next token; the device menu
+    switches to WebGPU (the same tokens)."""
+    _need_browser()
+    from webtensor.web.headless import run_page
+
+    tasks = [dict(type="generate_ui", name="cpu", prompt=PROMPT, maxNewTokens=STREAM_N, temperature=0),
+             dict(type="stop_ui", name="stop", mode="complete", text=PROMPT, maxNewTokens=90, after=3, how="button"),
+             dict(type="device", name="to-webgpu", device="webgpu"),
+             dict(type="generate_ui", name="webgpu", prompt=PROMPT, maxNewTokens=STREAM_N, temperature=0)]
+    out = run_page(tasks, _served(model_dir), timeout_s=300, pyodide_dir=PYODIDE_WITH_NUMPY)
+    assert not out.get("error"), out.get("error")
+    boot, t = out["boot"], {t["name"]: t for t in out["tasks"]}
+    assert boot["device"] == "cpu" and boot["model"]["device"] == "cpu" and "CPU device" in boot["note"]
+    want = native.generate(native.encode(PROMPT), STREAM_N, temperature=0)
+    assert t["cpu"]["result"]["token_ids"] == want and t["cpu"]["result"]["adapter"] == "CPU (numpy)"
+    assert t["cpu"]["updates"] >= STREAM_N - 1
+    assert t["stop"]["result"]["ended"] == "stopped" and t["stop"]["result"]["new_tokens"] == t["stop"]["stopAt"] + 1
+    assert t["to-webgpu"]["model"]["device"] == "webgpu" and t["webgpu"]["result"]["token_ids"] == want
+    print(f"\nCPU device in the page: {t['cpu']['result']['tokens_per_s']:.1f} tokens/s; WebGPU (SwiftShader): "
+          f"{t['webgpu']['result']['tokens_per_s']:.1f}")

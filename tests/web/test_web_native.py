@@ -29,7 +29,9 @@ KERNELS = Path(wt.__file__).parent / "backends" / "wgpu" / "kernels"
 
 # shared pieces: no entry point, or bindings declared for their includers
 INCLUDES = {"common.wgsl", "epilogue.wgsl", "argreduce.wgsl", "gemv_norm.wgsl", "quant_linear_io.wgsl",
+            "matmul_engine_core.wgsl",
             "cached_attention_lanes.wgsl", "cached_attention_main.wgsl", "cached_attention_params.wgsl",
+            "attention_tiled_main.wgsl", "attention_flash_main.wgsl", "attention_cache_rows.wgsl", "kv_cache.wgsl",
             "quant_dequant.wgsl", *(f"quant_{t.lower()}.wgsl" for t in quant.TYPES)}
 
 
@@ -93,14 +95,26 @@ def test_from_buffer(where, gpu):
         from_buffer(data, (4, 2), "float32", dev)
 
 
-# -- the page's inputs: checked as `webtensor generate` checks its flags ----------------------------
-PAGE_BAD = [  # (the form's field, the text typed, the CLI flag)
-    ("max_new_tokens", "0", "-n"), ("max_new_tokens", "many", "-n"), ("max_new_tokens", "", "-n"),
-    ("temperature", "-1", "-t"), ("temperature", "nan", "-t"), ("temperature", "hot", "-t"),
-    ("top_k", "-3", "--top-k"), ("top_k", "2.5", "--top-k"), ("top_p", "0", "--top-p"),
-    ("top_p", "1.01", "--top-p"), ("seed", "-1", "--seed"), ("seed", "abc", "--seed"),
+# -- the page's inputs: the API's rules, refused in the page's words (the labels on screen) ------------------
+PAGE_BAD = [  # (the form's field, the text typed, the page's message); the test model's context is 32 positions
+    ("max_new_tokens", "0", "tokens must be a whole number from 1 to 31, got '0'"),
+    ("max_new_tokens", "5000", "tokens must be a whole number from 1 to 31, got '5000'"),
+    ("max_new_tokens", "many", "tokens must be a whole number from 1 to 31, got 'many'"),
+    ("max_new_tokens", "", "tokens is empty: enter a whole number from 1 to 31"),
+    ("temperature", "-1", "temperature must be a number >= 0 (0 = greedy), got '-1'"),
+    ("temperature", "1e400", "temperature must be a number >= 0 (0 = greedy), got '1e400'"),
+    ("temperature", "nan", "temperature must be a number >= 0 (0 = greedy), got 'nan'"),
+    ("temperature", "hot", "temperature must be a number >= 0 (0 = greedy), got 'hot'"),
+    ("temperature", " ", "temperature is empty: enter a number >= 0 (0 = greedy)"),
+    ("top_k", "-3", "top-k must be a whole number >= 0 (0 or blank = off), got '-3'"),
+    ("top_k", "2.5", "top-k must be a whole number >= 0 (0 or blank = off), got '2.5'"),
+    ("top_p", "0", "top-p must be a number in (0, 1] (1 or blank = off), got '0'"),
+    ("top_p", "1.01", "top-p must be a number in (0, 1] (1 or blank = off), got '1.01'"),
+    ("seed", "-1", "seed must be a whole number >= 0 (blank = random), got '-1'"),
+    ("seed", "abc", "seed must be a whole number >= 0 (blank = random), got 'abc'"),
 ]
 GOOD_FIELDS = dict(max_new_tokens="5", temperature="0.8", top_k="40", top_p="0.9", seed="7")
+API_NAMES = ("max_new_tokens", "top_k", "top_p", "None", "--")
 
 
 @pytest.fixture(scope="module")
@@ -113,39 +127,62 @@ def page_model(tmp_path_factory, gpu):
     return d, wt.load_model(d, gpu, "float32", reader="pure")
 
 
-def _cli_error(capsys, model_dir, prompt: str, argv: list[str]) -> str:
-    from webtensor.cli import main
+@pytest.mark.parametrize("field, text, want", PAGE_BAD, ids=[f"{f}={t!r}" for f, t, _ in PAGE_BAD])
+def test_page_fields_refused_naming_the_label(page_model, field, text, want):
+    """Each bad field is refused with one line that names its label on screen and what was typed (1e400, which a
+    number box would have emptied, included), never an API name; in a completion and in a chat turn alike."""
+    from webtensor.web.app import check_chat, check_request
 
-    capsys.readouterr()
-    assert main(["generate", prompt, "--model", str(model_dir), "--device", "cpu", *argv]) == 2
-    err = capsys.readouterr().err.strip()
-    err = re.sub(r" \(see `webtensor generate --help`\)$", "", err)
-    return re.sub(r"^webtensor: error: (argument [^ ]+: )?", "", err)
-
-
-@pytest.mark.parametrize("field, text, flag", PAGE_BAD, ids=[f"{f}={t!r}" for f, t, _ in PAGE_BAD])
-def test_page_fields_refused_with_the_cli_message(page_model, capsys, field, text, flag):
-    from webtensor.web.app import check_request
-
-    d, model = page_model
-    with pytest.raises(wt.SamplingError) as e:
-        check_request(model, "Once upon a time", **{**GOOD_FIELDS, field: text})
-    assert str(e.value) == _cli_error(capsys, d, "Once upon a time", [flag, text])
+    _, model = page_model
+    for check, first in ((check_request, "Once upon a time"), (check_chat, [{"role": "user", "content": "Hi"}])):
+        with pytest.raises(wt.SamplingError) as e:
+            check(model, first, **{**GOOD_FIELDS, field: text})
+        assert str(e.value) == want
+        assert not any(n in str(e.value) for n in API_NAMES)
 
 
-def test_page_prompt_over_the_context(page_model, capsys):
-    from webtensor.web.app import check_request
+def test_page_tokens_limited_by_the_box_and_the_context(page_model, tmp_path):
+    """The tokens box takes at most app.MAX_NEW_TOKENS (what the page shows), less where the model's context is
+    smaller; load_model reports the limit the page shows."""
+    import asyncio
+
+    from webtensor.web import app
 
     d, model = page_model
+    assert app.max_new_tokens_limit(model) == 31
+    room = 32 - len(model.encode("Hi"))
+    assert app.check_request(model, "Hi", str(room), "0")["max_new_tokens"] == room
+    from gpt2_fixtures import make_checkpoint
+
+    long = wt.load_model(make_checkpoint(tmp_path / "long", vocab_size=300, n_embd=32, n_layer=1, n_head=2,
+                                         n_positions=2048), model.device, "float32", reader="pure")
+    assert app.max_new_tokens_limit(long) == app.MAX_NEW_TOKENS == 1000
+    assert app.check_request(long, "Hi", "1000", "0")["max_new_tokens"] == 1000
+    with pytest.raises(wt.SamplingError, match="^tokens must be a whole number from 1 to 1000, got '1001'$"):
+        app.check_request(long, "Hi", "1001", "0")
+    app._state.update(device=model.device)
+    try:
+        facts = json.loads(asyncio.run(app.load_model(str(d), None, "float32")))
+        assert facts["max_new_tokens"] == 31 and facts["n_positions"] == 32
+    finally:
+        app._state.update(device=None, model=None, dtype=None)
+
+
+def test_page_prompt_over_the_context(page_model):
+    from webtensor.web.app import check_request
+
+    _, model = page_model
     prompt = "Once upon a time, " * 10
+    n = len(model.encode(prompt))
     with pytest.raises(wt.ContextLengthError) as e:
         check_request(model, prompt, **GOOD_FIELDS, truncate_prompt=False)
-    assert str(e.value) == _cli_error(capsys, d, prompt, ["-n", "5"])
+    assert str(e.value) == (f"prompt of {n} tokens + 5 new tokens = {n + 5} exceeds the model's context of 32 "
+                            'positions; shorten the prompt, lower tokens, or tick "truncate prompt" to keep the '
+                            "prompt's last tokens")
     req = check_request(model, prompt, **GOOD_FIELDS, truncate_prompt=True)  # as --truncate-prompt
     assert req["run_ids"] == req["ids"][-(32 - 5):] and len(req["ids"]) > 27
-    with pytest.raises(wt.SamplingError, match="not valid UTF-8") as e:
+    with pytest.raises(wt.SamplingError, match="not valid UTF-8"):
         check_request(model, "bad \udcff byte", **GOOD_FIELDS)
-    assert str(e.value) == _cli_error(capsys, d, "bad \udcff byte", [])
 
 
 def test_page_blank_optional_fields_are_off(page_model):
@@ -315,24 +352,77 @@ def test_page_stream_stops(text, stops, n, want, ended, asked):
     assert model.asked == asked == st.new_tokens
 
 
-def test_page_chat_checks(page_model, capsys):
-    """A chat turn's fields are refused with the CLI's messages; a conversation that leaves no room for a reply,
-    an empty one, bad text and a message without a role are refused with one line each."""
-    from webtensor.web.app import check_chat
+@pytest.mark.parametrize("stop_after, n, want, ended", [
+    (3, 30, "Hel", "stopped"), (1, 30, "H", "stopped"), (5, 5, "Hello", "length"), (9, 30, "Hello", "eos")])
+def test_page_stream_stop_requested(stop_after, n, want, ended):
+    """The page's Stop: `stop_requested()` is asked after each token; once it says so, generation ends there (no
+    further token asked for), the text so far kept and the run marked "stopped" (a run that ended by itself
+    anyway is not)."""
+    from webtensor.sampling import SamplingParams
+    from webtensor.web import app
 
-    d, model = page_model
+    model = _Spelled("Hello", eos=True)
+    asked: list[int] = []
+
+    def stop_requested() -> bool:
+        asked.append(model.asked)
+        return model.asked >= stop_after
+
+    shown: list[str] = []
+    got, why, st = app._stream(model, [1], n, SamplingParams(0.0), lambda p, k, tps: shown.append(p),
+                               stop_requested=stop_requested)
+    assert (got, why, "".join(shown)) == (want, ended, want)
+    assert model.asked == st.new_tokens == min(stop_after, n, 6)
+    assert asked == list(range(1, min(stop_after, n - 1, 6) + 1))  # after each token but the last one asked for
+
+
+def test_follow_steps_reads_back_each_token(page_model, monkeypatch):
+    """follow_steps=1 (the page while a reply is on screen): every readback of followed greedy steps brings one
+    token, with the next step already queued; the tokens are the default ring's (16 steps a readback at most)."""
+    from webtensor.runtime.runner import RING_STEPS, ModelRunner
+
+    _, model = page_model
+    ids = model.encode("Once upon a time")
+    sizes: list[int] = []
+    collect = ModelRunner.collect
+
+    def counted(self, h):
+        out = collect(self, h)
+        sizes.append(len(out.tokens))
+        return out
+
+    monkeypatch.setattr(ModelRunner, "collect", counted)
+    want = model.generate(ids, 20, stop_at_eos=False)
+    assert max(sizes) > 1 and len(sizes) < 19  # the default: readbacks of several steps
+    sizes.clear()
+    streamed = model.generate_ids(ids, 20, stop_at_eos=False, follow_steps=1)
+    got = [next(streamed)]  # the prompt's token
+    got.append(next(streamed))
+    assert sizes == [1]  # the first followed token is out after one readback of one step
+    got += list(streamed)
+    assert got == want and sizes == [1] * 19
+    for bad in (0, RING_STEPS + 1, 1.5, True):
+        with pytest.raises(wt.ArgumentError, match="follow_steps must be an integer in \\[1, 16\\]"):
+            model.generate(ids, 3, follow_steps=bad)
+
+
+def test_page_chat_checks(page_model):
+    """A conversation that leaves no room for a reply, an empty one, a blank last message, bad text and a message
+    without a role are refused with one line each; the reply gets what the context leaves."""
+    from webtensor.web.app import EMPTY_MESSAGE, check_chat
+
+    _, model = page_model
     msgs = [{"role": "user", "content": "Hello"}]
-    with pytest.raises(wt.SamplingError) as e:
-        check_chat(model, msgs, "0", "0")
-    assert str(e.value) == _cli_error(capsys, d, "Hello", ["-n", "0"])
-    with pytest.raises(wt.SamplingError) as e:
-        check_chat(model, msgs, "5", "0", top_p="2")
-    assert str(e.value) == _cli_error(capsys, d, "Hello", ["--top-p", "2"])
-    req = check_chat(model, msgs, "500", "0", seed="3")
+    for blank in ("", "  \n\t"):
+        with pytest.raises(wt.SamplingError) as e:
+            check_chat(model, [*msgs, {"role": "assistant", "content": "Hi"}, {"role": "user", "content": blank}],
+                       "5", "0")
+        assert str(e.value) == EMPTY_MESSAGE == "Message is empty: type something to send"
+    req = check_chat(model, msgs, "31", "0", seed="3")
     assert req["prompt"] == "User: Hello\nAssistant:" and req["ids"] == model.apply_chat_template(msgs, tokenize=True)
     assert req["max_new_tokens"] == 32 - len(req["ids"]) and req["seed"] == 3  # what the context leaves
     with pytest.raises(wt.ContextLengthError, match=r"the conversation is \d+ tokens, the model's context 32 "
-                                                    "positions: start a new chat"):
+                                                    "positions: press New chat"):
         check_chat(model, [{"role": "user", "content": "Once upon a time, " * 10}], "5", "0")
     with pytest.raises(wt.SamplingError, match="a chat needs a list of messages"):
         check_chat(model, [], "5", "0")
@@ -363,17 +453,19 @@ def served(tmp_path, llama_gguf):
     (model / "additional_chat_templates").mkdir()
     (model / "additional_chat_templates" / "terse.jinja").write_text("{{ messages[0]['content'] }}")
     srv, url = serve_in_thread(models=[model, llama_gguf], pyodide_dir=_pyodide_stand_in(tmp_path))
-    yield url, model
+    yield url, model, srv.webtensor_app
     srv.shutdown()
     srv.server_close()
 
 
-def _get(url: str) -> tuple[int, bytes, str]:
+def _get(url: str, method: str = "GET", **headers: str) -> tuple[int, bytes, str, dict[str, str]]:
+    """(status, body, Content-Type, the headers) of a request with `headers` (If_None_Match= ...)."""
+    req = urllib.request.Request(url, method=method, headers={k.replace("_", "-"): v for k, v in headers.items()})
     try:
-        with urllib.request.urlopen(url, timeout=30) as r:
-            return r.status, r.read(), r.headers.get("Content-Type", "")
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read(), r.headers.get("Content-Type", ""), dict(r.headers)
     except urllib.error.HTTPError as e:
-        return e.code, e.read(), ""
+        return e.code, e.read(), "", dict(e.headers)
 
 
 def test_server_lists_every_model(served, llama_gguf):
@@ -381,7 +473,7 @@ def test_server_lists_every_model(served, llama_gguf):
     float16 / int8 (its files; the int8 GGUF's size once written), a GGUF file as stored (its weight type)."""
     from webtensor.web.server import default_model_dir
 
-    url, model = served
+    url, model, _ = served
     man = json.loads(_get(url + "model/manifest.json")[1])
     assert [m["id"] for m in man["models"]] == ["tiny-gpt2", "tiny-llama.Q4_1", "webtensor-shipped"]
     assert man["default"] == dict(model="tiny-gpt2", dtype="float32")
@@ -392,13 +484,15 @@ def test_server_lists_every_model(served, llama_gguf):
                           "additional_chat_templates/terse.jinja"}
     assert all(f["size"] == (model / f["name"]).stat().st_size for f in gpt2["files"]["float32"])
     assert gpt2["files"]["float16"] == gpt2["files"]["float32"]
-    assert gpt2["files"]["int8"] == [dict(name="model.q8_0.gguf", size=None)]  # not written yet
+    assert gpt2["files"]["int8"] == [dict(name="model.q8_0.gguf", size=None, etag=None)]  # not written yet
+    gguf_etag = _get(url + "model/tiny-llama.Q4_1/tiny-llama.Q4_1.gguf", method="HEAD")[3]["ETag"]
     assert llama == dict(id="tiny-llama.Q4_1", name="tiny-llama.Q4_1.gguf", format="gguf", stored="Q4_1",
-                         dtypes=["Q4_1"], files={"Q4_1": [dict(name=llama_gguf.name, size=llama_gguf.stat().st_size)]})
+                         dtypes=["Q4_1"], files={"Q4_1": [dict(name=llama_gguf.name, size=llama_gguf.stat().st_size,
+                                                               etag=gguf_etag)]})
     assert shipped["name"] == "webtensor shipped GPT-2"
     assert {f["name"] for f in shipped["files"]["float32"]} == {
         p.name for p in default_model_dir().iterdir() if p.suffix in (".json", ".safetensors", ".txt")}
-    status, body, _ = _get(url + "model/tiny-llama.Q4_1/tiny-llama.Q4_1.gguf")
+    status, body, _, _ = _get(url + "model/tiny-llama.Q4_1/tiny-llama.Q4_1.gguf")
     assert status == 200 and body == llama_gguf.read_bytes()
     assert _get(url + "model/tiny-gpt2/additional_chat_templates/terse.jinja")[1] == b"{{ messages[0]['content'] }}"
 
@@ -408,38 +502,144 @@ def test_server_serves_int8(served):
     float32 bytes), its size in the manifest after."""
     from webtensor.formats.gguf_pure import GGUFFile
 
-    url, model = served
-    status, body, _ = _get(url + "model/webtensor-shipped/model.q8_0.gguf")
+    url, model, _ = served
+    status, body, _, _ = _get(url + "model/webtensor-shipped/model.q8_0.gguf")
     assert status == 200
     f = GGUFFile.from_bytes(body)
     assert f.tensors["token_embd.weight"].type_name == "Q8_0" and f.tensors["position_embd.weight"].type_name == "F32"
     shipped = json.loads(_get(url + "model/manifest.json")[1])["models"][-1]
-    assert shipped["files"]["int8"] == [dict(name="model.q8_0.gguf", size=len(body))]
+    assert shipped["files"]["int8"] == [dict(name="model.q8_0.gguf", size=len(body), etag=_get(
+        url + "model/webtensor-shipped/model.q8_0.gguf", method="HEAD")[3]["ETag"])]
     f32 = next(f["size"] for f in shipped["files"]["float32"] if f["name"] == "model.safetensors")
     assert len(body) < 0.45 * f32
     assert _get(url + "model/webtensor-shipped/model.q8_0.gguf")[1] == body  # kept, not written again
 
 
 def test_server_reaches_only_served_files(served):
-    url, _ = served
+    url, _, _ = served
     assert _get(url + "model/tiny-gpt2/config.json")[0] == 200
     for bad in ("model/tiny-gpt2/secret.txt", "model/tiny-gpt2/../tiny-gpt2/config.json", "model/tiny-gpt2/",
                 "model/tiny-gpt2", "model/other/config.json", "model/tiny-llama.Q4_1/model.q8_0.gguf",
                 "model/tiny-llama.Q4_1/config.json", "model/webtensor-shipped/README.md",
                 "model/tiny-gpt2/%2e%2e/%2e%2e/etc/passwd", "model/..%2f..%2fetc/passwd", "model/config.json",
                 "pyodide/../../etc/passwd", "pyodide/%2e%2e/x", "etc/passwd", "web/server.py"):
-        status, body, _ = _get(url + bad)
+        status, body, _, _ = _get(url + bad)
         assert status == 404, bad
         assert b"not a model" not in body
 
 
 def test_server_routes(served):
-    url, _ = served
-    status, body, ctype = _get(url)
+    url, _, _ = served
+    status, body, ctype, _ = _get(url)
     assert status == 200 and b"webtensor" in body and ctype.startswith("text/html")
     for name in ("app.js", "gpu_helper.js", "pyodide/pyodide.js"):
         assert _get(url + name)[0] == 200, name
     assert _get(url + "pyodide/pyodide.asm.wasm")[2] == "application/wasm"
+
+
+def test_server_validators_and_304(served, llama_gguf):
+    """Every model file, the page's files, its zip and Pyodide's carry a strong ETag (files also Last-Modified);
+    a request whose If-None-Match (else If-Modified-Since) matches gets 304 with no body, and no bytes are
+    counted as sent; the manifest lists each model file's ETag; a changed file gets a new one."""
+    from email.utils import formatdate, parsedate_to_datetime
+
+    url, model, app = served
+    paths = ["model/tiny-gpt2/model.safetensors", "model/tiny-gpt2/config.json",
+             f"model/tiny-llama.Q4_1/{llama_gguf.name}", "model/webtensor-shipped/model.q8_0.gguf",
+             "webtensor.zip", "app.js", "", "pyodide/pyodide.asm.wasm"]
+    for path in paths:
+        status, body, _, h = _get(url + path)
+        etag, sent = h["ETag"], app.sent["/" + path]
+        assert status == 200 and body and re.fullmatch(r'"[0-9a-f-]+"', etag), (path, h)  # strong: no W/
+        assert h["Cache-Control"] == ("max-age=3600" if path.startswith("pyodide/") else "no-cache")
+        assert sent == len(body)
+        for same in (etag, f'"other", {etag}', f"W/{etag}", "*"):
+            status, body, _, h304 = _get(url + path, If_None_Match=same)
+            assert (status, body, h304["ETag"]) == (304, b"", etag), (path, same)
+        assert _get(url + path, If_None_Match='"other"')[:2] == (200, _get(url + path)[1])
+        if path.endswith(".zip") or path.endswith(".gguf") and "q8_0" in path:  # bytes made in memory
+            assert "Last-Modified" not in h
+        else:
+            modified = h["Last-Modified"]
+            assert _get(url + path, If_Modified_Since=modified)[:2] == (304, b"")
+            before = formatdate(parsedate_to_datetime(modified).timestamp() - 10, usegmt=True)
+            assert _get(url + path, If_Modified_Since=before)[0] == 200
+            assert _get(url + path, If_Modified_Since="not a date")[0] == 200
+            # If-None-Match decides alone when both are sent
+            assert _get(url + path, If_None_Match='"other"', If_Modified_Since=modified)[0] == 200
+    man = json.loads(_get(url + "model/manifest.json")[1])
+    listed = {f"model/{m['id']}/{f['name']}": f["etag"] for m in man["models"] for fs in m["files"].values()
+              for f in fs}
+    for path in paths[:4]:
+        assert listed[path] == _get(url + path, method="HEAD")[3]["ETag"], path
+    old = _get(url + paths[1], method="HEAD")[3]["ETag"]
+    cfg = model / "config.json"
+    cfg.write_text(cfg.read_text() + " ")  # changed: a new ETag, and the old one no longer matches
+    status, body, _, h = _get(url + paths[1], If_None_Match=old)
+    assert status == 200 and body == cfg.read_bytes() and h["ETag"] != old
+
+
+def test_server_survives_an_aborted_download(served, capfd):
+    """A page that goes away mid-download (a reload) costs the server nothing: no traceback, the next request
+    answered."""
+    import socket
+    import time
+
+    url, _, app = served
+    host, port = url.split("//")[1].rstrip("/").split(":")
+    for _ in range(3):
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(b"GET /model/webtensor-shipped/model.safetensors HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert sock.recv(64).startswith(b"HTTP/1.1 200")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset, at once
+    time.sleep(0.5)
+    assert _get(url + "model/manifest.json")[0] == 200
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Error" not in err, err
+
+
+def test_server_offers_the_cpu_device_where_pyodide_has_numpy(tmp_path, llama_gguf):
+    """The manifest's `cpu`: the served Pyodide lists numpy (pyodide-lock.json) and holds its wheel and its
+    dependencies' (Pyodide's full release), so the page can load numpy offline; npm's core-only package does not."""
+    from webtensor.web.server import WebApp, find_pyodide, pyodide_numpy
+
+    npm = find_pyodide()
+    assert "numpy" in json.loads((npm / "pyodide-lock.json").read_text())["packages"]  # listed, not held
+    assert pyodide_numpy(npm) is None and WebApp([], npm).manifest()["cpu"] is False
+    full = _pyodide_stand_in(tmp_path)
+    lock = dict(info={}, packages=dict(
+        numpy=dict(name="numpy", file_name="numpy-2.0.2-cp312-cp312-pyodide_2024_0_wasm32.whl", depends=["libx"]),
+        libx=dict(name="libx", file_name="libx-1.0.zip", depends=[])))
+    (full / "pyodide-lock.json").write_text(json.dumps(lock))
+    (full / lock["packages"]["numpy"]["file_name"]).write_bytes(b"PK")
+    assert pyodide_numpy(full) is None  # a dependency's file is missing
+    (full / "libx-1.0.zip").write_bytes(b"PK")
+    assert pyodide_numpy(full) == "numpy-2.0.2-cp312-cp312-pyodide_2024_0_wasm32.whl"
+    assert WebApp([llama_gguf], full).manifest()["cpu"] is True
+    (full / "pyodide-lock.json").write_text("not json")
+    assert pyodide_numpy(full) is None
+
+
+def test_page_runs_a_model_on_the_cpu_device(page_model):
+    """app.load_model(..., device="cpu"): the model on webtensor's CPU device (what the page uses where its Pyodide
+    has numpy), the tokens of the same calls on WebGPU; another device name is refused."""
+    import asyncio
+
+    from webtensor.web import app
+
+    d, model = page_model
+    app._state.update(device=model.device)
+    try:
+        facts = json.loads(asyncio.run(app.load_model(str(d), None, "float32", "cpu")))
+        assert facts["device"] == "cpu" and app._state["model"].device.kind == "cpu"
+        res = json.loads(asyncio.run(app.generate("Once upon a time", "6", "0.8", "7", None, "40", "0.9")))
+        ids = model.encode("Once upon a time")
+        assert res["adapter"] == "CPU (numpy)"
+        assert res["token_ids"] == model.generate(ids, 6, temperature=0.8, top_k=40, top_p=0.9, seed=7)
+        with pytest.raises(ValueError, match="runs a model on webgpu or cpu, not 'tpu'"):
+            asyncio.run(app.load_model(str(d), None, "float32", "tpu"))
+    finally:
+        app._state.update(device=None, model=None, dtype=None)
 
 
 def test_page_zip_carries_jinja2_and_markupsafe():

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..errors import ContextLengthError, SamplingError
+from ..errors import ArgumentError, ContextLengthError, SamplingError
 from ..runtime.batch import StepBatch
 from ..runtime.cache import KVCache
 from ..runtime.generate import RunnerPool, generate, generate_batch
-from ..runtime.runner import ModelRunner, int_tensor
+from ..runtime.runner import RING_STEPS, ModelRunner, RunRow
 from ..sampling import SamplingParams, SequenceState, check_max_new_tokens, sample, with_seed
 from ..tensor import Tensor
 from ..validate import check_ids, check_text, fit_context
@@ -61,24 +61,26 @@ class LanguageModel:
         return logits
 
     def runner(self, n_slots: int, invariant: bool = True, use_graph: bool | None = None,
-               bucketed: bool = True, weak: bool = False) -> ModelRunner:
+               bucketed: bool = True, weak: bool = False, prefill_chunk: int | None = None) -> ModelRunner:
         """A new runner of `n_slots` sequences (the server's engines hold one; see `runtime.runner`)."""
-        return ModelRunner(self, n_slots, use_graph=use_graph, invariant=invariant, bucketed=bucketed, weak=weak)
+        return ModelRunner(self, n_slots, use_graph=use_graph, invariant=invariant, bucketed=bucketed, weak=weak,
+                           prefill_chunk=prefill_chunk)
 
     # -- forward -------------------------------------------------------------------------------------------
     def logits(self, ids: Sequence[int]) -> Any:
-        """Full forward over `ids` (the prompt path): logits (T, V) as float32 numpy."""
+        """Full forward over `ids` (the prompt path: `ModelRunner`'s prompt chunks, the LM head on every row):
+        logits (T, V) as float32 numpy."""
         import numpy as np
 
         ids = self._check_ids(ids)
         if len(ids) > self.n_ctx:
             raise ContextLengthError(f"{len(ids)} tokens exceed the context of {self.n_ctx}")
-        dev, T = self.device, len(ids)
-        with dev.dispatch_scope():
-            batch = StepBatch(int_tensor(ids, dev), int_tensor(list(range(T)), dev), int_tensor([0] * T, dev),
-                              span=(0, 0))
-            out = self.forward(batch, self.new_cache())
-            return out.numpy().astype(np.float32, copy=False)
+        runner = self._runners.acquire(1, lambda: self.runner(1, bucketed=False, weak=True))
+        try:
+            got = runner.collect(runner.launch([RunRow(0, tuple(ids), 0, pick=False, every_logits=True)]))
+            return np.asarray(got.every_logits[0], np.float32)  # type: ignore[index]
+        finally:
+            self._runners.release(1, runner)
 
     # -- generation ----------------------------------------------------------------------------------------
     def generate_ids(self, ids: Sequence[int], max_new_tokens: int = 32, temperature: float = 0.0,
@@ -86,7 +88,7 @@ class LanguageModel:
                      stop_at_eos: bool = True, truncate_prompt: bool = False, reuse_prefix: bool = False, *,
                      min_p: float = 0.0, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
                      repetition_penalty: float = 1.0, logit_bias: Any = (), min_tokens: int = 0,
-                     stop_token_ids: Sequence[int] = ()) -> Iterator[int]:
+                     stop_token_ids: Sequence[int] = (), follow_steps: int = RING_STEPS) -> Iterator[int]:
         """Yield new token ids one by one. Refuses a prompt that does not fit (ContextLengthError) unless
         `truncate_prompt`, which keeps the prompt's last tokens. The same seed gives the same tokens on every
         device (a token's draw depends on the seed and its position only), and as the server gives them.
@@ -95,7 +97,11 @@ class LanguageModel:
         equal to float rounding). min_p, the penalties (presence / frequency over the generated tokens, HF's
         repetition_penalty over prompt and generated), logit_bias ({id: bias}), min_tokens (no EOS or
         stop_token_ids before) and stop_token_ids (ids that end generation besides EOS): see
-        `webtensor.sampling`."""
+        `webtensor.sampling`. `follow_steps` (1 to RING_STEPS): the most greedy steps one readback brings back
+        (`runtime.generate`); the default reads back fewest times, 1 yields each token as soon as it is chosen
+        (the next step already queued on the device) for a reader watching every token."""
+        if not isinstance(follow_steps, int) or isinstance(follow_steps, bool) or not 1 <= follow_steps <= RING_STEPS:
+            raise ArgumentError(f"follow_steps must be an integer in [1, {RING_STEPS}], got {follow_steps!r}")
         params = with_seed(SamplingParams(temperature, top_k, top_p, seed, min_p, presence_penalty,
                                           frequency_penalty, repetition_penalty, logit_bias, min_tokens,
                                           stop_token_ids))  # seed None: one fresh seed a call
@@ -115,7 +121,7 @@ class LanguageModel:
         runner = self._runners.acquire(1, lambda: self.runner(1, bucketed=False, weak=True))
         try:  # (greedy without moved logits: the device's argmax, steps followed on the device)
             yield from generate(runner, ids, n_new, params.greedy and not params.moves_logits, pick, eos,
-                                reuse_prefix=reuse_prefix)
+                                batch=follow_steps, reuse_prefix=reuse_prefix)
         finally:
             self._runners.release(1, runner)
 
@@ -128,8 +134,10 @@ class LanguageModel:
         """Greedy continuations of several prompts decoded together: one forward over all rows a step (the weights
         read once for the batch, as one matrix product), a captured graph replayed. Each list stops after its first
         EOS. The rows are not promised bit-identical to decoding each alone (the server's batched engine is: it
-        multiplies row by row)."""
+        multiplies row by row). No prompts: no continuations (an empty list)."""
         n_new = check_max_new_tokens(max_new_tokens)
+        if not prompts:
+            return []
         rows = [fit_context(self._check_ids(p), n_new, self.n_ctx, False) for p in prompts]
         out: list[list[int]] = [[] for _ in rows]
         eos = self.eos_ids if stop_at_eos else frozenset()

@@ -19,11 +19,19 @@ What it serves:
 A float checkpoint loads in float32, float16 (adapters with shader-f16) or int8; a GGUF file as stored
 (its quantized blocks uploaded as they are). Nothing but the files listed in the manifest (and the page's
 own) is reachable through the server.
+
+Caching: every response carries a strong validator (`ETag`: a file's inode, size and modification time, as
+nginx makes it; for bytes made in memory, a hash of them) and a file its `Last-Modified`; a request whose
+`If-None-Match` (else `If-Modified-Since`) matches is answered 304 with no body. Model files and the page's
+own are `Cache-Control: no-cache` (kept, revalidated on each use); the manifest lists each model file's
+ETag, so the page (which keeps model files in Cache Storage) uses its copy without asking when they agree.
+Pyodide's files may be used for an hour unasked. `WebApp.sent` counts the body bytes sent per path.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import json
 import mimetypes
@@ -36,6 +44,7 @@ import zipfile
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from email.utils import formatdate, parsedate_to_datetime
 from functools import cached_property
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -58,6 +67,7 @@ MODEL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "vocab
 Q8_GGUF = "model.q8_0.gguf"  # a float checkpoint's int8 weights, written at serve time
 SHIPPED_ID = "webtensor-shipped"
 THIRD_PARTY = ("jinja2", "markupsafe")  # pure-Python packages the page's zip carries (chat templates)
+NO_CACHE = "no-cache"  # a response may be kept, but is revalidated (ETag / Last-Modified) before each use
 MIME = {".wasm": "application/wasm", ".mjs": "text/javascript", ".js": "text/javascript",
         ".json": "application/json", ".html": "text/html; charset=utf-8", ".zip": "application/zip",
         ".map": "application/json", ".txt": "text/plain; charset=utf-8", ".jinja": "text/plain; charset=utf-8"}
@@ -65,6 +75,37 @@ MIME = {".wasm": "application/wasm", ".mjs": "text/javascript", ".js": "text/jav
 
 class SetupError(WebtensorError, RuntimeError):
     """Something the page needs is not installed or not found; the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class Validators:
+    """What identifies one version of a response body: a strong ETag (quoted) and, for a file, its
+    modification time (seconds since the epoch)."""
+
+    etag: str
+    mtime: float | None = None
+
+    @classmethod
+    def of_stat(cls, st: os.stat_result) -> Validators:
+        return cls(f'"{st.st_ino:x}-{st.st_size:x}-{st.st_mtime_ns:x}"', st.st_mtime)
+
+    @classmethod
+    def of_bytes(cls, body: bytes) -> Validators:
+        return cls(f'"{hashlib.sha256(body).hexdigest()[:32]}"')
+
+    def matches(self, if_none_match: str | None, if_modified_since: str | None) -> bool:
+        """Whether a conditional GET with these headers may be answered 304 (RFC 9110 13.1.2 / 13.1.3:
+        If-None-Match, when present, decides alone, by weak comparison; If-Modified-Since is a date)."""
+        if if_none_match is not None:
+            tags = [t.strip() for t in if_none_match.split(",")]
+            return "*" in tags or any(t.removeprefix("W/") == self.etag for t in tags)
+        if if_modified_since is None or self.mtime is None:
+            return False
+        try:
+            since = parsedate_to_datetime(if_modified_since).timestamp()
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return False  # an unreadable date: send the body
+        return int(self.mtime) <= since
 
 
 def find_pyodide(explicit: str | os.PathLike[str] | None = None) -> Path:
@@ -82,6 +123,27 @@ def find_pyodide(explicit: str | os.PathLike[str] | None = None) -> Path:
         "Pyodide was not found (looked in " + ", ".join(str(c) for c in cands) + "). Install it from the "
         "repository root with `bash setup.sh --web` (npm install of package.json), or pass --pyodide DIR"
     )
+
+
+def pyodide_numpy(pyodide_dir: Path) -> str | None:
+    """The numpy wheel that the Pyodide distribution in `pyodide_dir` lists (pyodide-lock.json) and holds, with the
+    wheels it depends on, so the page can load it offline (`pyodide.loadPackage("numpy")`) and run models on
+    webtensor's CPU device: its file name, else None (npm's `pyodide` package is core only: it lists numpy but holds
+    no wheel; Pyodide's full release holds them all)."""
+    try:
+        packages = json.loads((pyodide_dir / "pyodide-lock.json").read_text(encoding="utf-8"))["packages"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    todo, seen = ["numpy"], set()
+    while todo:
+        name = todo.pop()
+        entry = packages.get(name) if isinstance(packages, dict) else None
+        if not isinstance(entry, dict) or not isinstance(entry.get("file_name"), str) \
+                or not (pyodide_dir / entry["file_name"]).is_file():
+            return None
+        seen.add(name)
+        todo += [d for d in entry.get("depends", ()) if d not in seen]
+    return str(packages["numpy"]["file_name"])
 
 
 def default_model_dir() -> Path:
@@ -153,6 +215,7 @@ class ServedModel:
     files: dict[str, Path]
     stored: str  # a GGUF file's weight type (its matrices' most common one by bytes); "float" otherwise
     _q8: bytes | None = None
+    _q8_validators: Validators | None = None
     _q8_error: str | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -161,9 +224,9 @@ class ServedModel:
         """What the page can load it in: a float checkpoint in any of `DTYPES`, a GGUF file as stored."""
         return [self.stored] if self.gguf else list(DTYPES)
 
-    def q8_gguf(self) -> bytes:
-        """The checkpoint as a q8_0 GGUF file, written once (SetupError when it cannot be: a bad checkpoint;
-        the message says why, every time)."""
+    def q8_gguf(self) -> tuple[bytes, Validators]:
+        """The checkpoint as a q8_0 GGUF file, written once, and its validators (SetupError when it cannot be:
+        a bad checkpoint; the message says why, every time)."""
         from ..formats.gguf_writer import gguf_bytes
 
         if self.gguf:
@@ -172,18 +235,25 @@ class ServedModel:
             if self._q8 is None and self._q8_error is None:
                 try:
                     self._q8 = gguf_bytes(self.path, "q8_0")
+                    self._q8_validators = Validators.of_bytes(self._q8)
                 except WebtensorError as e:
                     self._q8_error = f"the int8 (q8_0) weights of {self.name} could not be written: {e}"
-            if self._q8 is None:
+            if self._q8 is None or self._q8_validators is None:
                 raise SetupError(self._q8_error)
-            return self._q8
+            return self._q8, self._q8_validators
 
     def downloads(self, dtype: str) -> list[dict[str, Any]]:
-        """The files the page downloads for `dtype`: [{name, size}] (the int8 GGUF's size is None until the
-        server has written it)."""
+        """The files the page downloads for `dtype`: [{name, size, etag}] (the int8 GGUF's size and ETag are
+        None until the server has written it)."""
         if dtype == "int8" and not self.gguf:
-            return [dict(name=Q8_GGUF, size=None if self._q8 is None else len(self._q8))]
-        return [dict(name=n, size=p.stat().st_size) for n, p in self.files.items()]
+            v = self._q8_validators
+            return [dict(name=Q8_GGUF, size=None if self._q8 is None else len(self._q8),
+                         etag=None if v is None else v.etag)]
+        out = []
+        for n, p in self.files.items():
+            st = p.stat()
+            out.append(dict(name=n, size=st.st_size, etag=Validators.of_stat(st).etag))
+        return out
 
     def describe(self) -> dict[str, Any]:
         return dict(id=self.id, name=self.name, format="gguf" if self.gguf else "safetensors", stored=self.stored,
@@ -246,8 +316,11 @@ class WebApp:
         if dtype not in DTYPES:
             raise UsageError(f"the page's dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         self.pyodide_dir = find_pyodide(pyodide_dir)
+        self.numpy_wheel = pyodide_numpy(self.pyodide_dir)  # None: the page runs on WebGPU only
         self.default_dtype = dtype
         self.models: dict[str, ServedModel] = {}
+        self.sent: Counter[str] = Counter()  # body bytes sent, by path (what a cold / warm visit costs)
+        self._sent_lock = threading.Lock()
         for src in [*models, None]:
             m = served_model(src)
             if any(m.path == other.path for other in self.models.values()):
@@ -261,20 +334,35 @@ class WebApp:
     def zip_bytes(self) -> bytes:
         return package_zip()
 
+    @cached_property
+    def zip_validators(self) -> Validators:
+        return Validators.of_bytes(self.zip_bytes)
+
+    def count_sent(self, path: str, n: int) -> None:
+        with self._sent_lock:
+            self.sent[path] += n
+
+    def model_bytes_sent(self) -> int:
+        """Body bytes of model files sent so far (the manifest not counted)."""
+        with self._sent_lock:
+            return sum(n for p, n in self.sent.items() if p.startswith("/model/") and p != "/model/manifest.json")
+
     @property
     def default(self) -> str:
         """The model the page loads first: the first one given."""
         return next(iter(self.models))
 
     def manifest(self) -> dict[str, Any]:
-        """What the page can load: {default: {model, dtype}, models: [ServedModel.describe(), ...]} (the default
-        dtype: `--dtype` for a float checkpoint, a GGUF file's stored type)."""
+        """What the page can load: {default: {model, dtype}, models: [ServedModel.describe(), ...], cpu: whether
+        the page can run models on webtensor's CPU device (the Pyodide served has numpy)} (the default dtype:
+        `--dtype` for a float checkpoint, a GGUF file's stored type)."""
         first = self.models[self.default]
         return dict(default=dict(model=first.id, dtype=first.stored if first.gguf else self.default_dtype),
-                    models=[m.describe() for m in self.models.values()])
+                    models=[m.describe() for m in self.models.values()], cpu=self.numpy_wheel is not None)
 
-    def model_file(self, model_id: str, name: str) -> Path | bytes:
-        """A served model's file (its path, or the int8 GGUF's bytes); SetupError for an unknown one."""
+    def model_file(self, model_id: str, name: str) -> Path | tuple[bytes, Validators]:
+        """A served model's file (its path, or the int8 GGUF's bytes and validators); SetupError for an unknown
+        one."""
         m = self.models.get(model_id)
         if m is None:
             raise SetupError(f"no model {model_id!r} is served")
@@ -289,33 +377,63 @@ class WebApp:
 def _handler(app: WebApp, quiet: bool) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "webtensor"
+        # HTTP/1.1: browsers revalidate with an ETag only from 1.1 responses (every response here has a
+        # Content-Length, or no body, so connections are kept alive)
+        protocol_version = "HTTP/1.1"
+        _path = ""  # the request's path, unquoted
 
         def log_message(self, fmt: str, *args: Any) -> None:
             if not quiet:
                 super().log_message(fmt, *args)
 
-        def _head(self, status: int, size: int, ctype: str, cache: bool) -> None:
+        def _head(self, status: int, size: int | None, ctype: str, cache: str,
+                  validators: Validators | None = None) -> None:
             self.send_response(status)
             self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(size))
-            self.send_header("Cache-Control", "max-age=3600" if cache else "no-cache")
+            if size is not None:
+                self.send_header("Content-Length", str(size))
+            self.send_header("Cache-Control", cache)
+            if validators is not None:
+                self.send_header("ETag", validators.etag)
+                if validators.mtime is not None:
+                    self.send_header("Last-Modified", formatdate(validators.mtime, usegmt=True))
             # cross-origin isolation: finer performance.now() (the page's timings) and SharedArrayBuffer
             self.send_header("Cross-Origin-Resource-Policy", "same-origin")
             self.send_header("Cross-Origin-Opener-Policy", "same-origin")
             self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
             self.end_headers()
 
-        def _send(self, status: int, body: bytes, ctype: str, cache: bool = False) -> None:
-            self._head(status, len(body), ctype, cache)
+        def _unchanged(self, ctype: str, cache: str, validators: Validators) -> bool:
+            """Answers 304 (no body) when the request's validators match; whether it did."""
+            if self.command not in ("GET", "HEAD") or not validators.matches(
+                    self.headers.get("If-None-Match"), self.headers.get("If-Modified-Since")):
+                return False
+            self._head(HTTPStatus.NOT_MODIFIED, None, ctype, cache, validators)
+            return True
+
+        def _send(self, status: int, body: bytes, ctype: str, cache: str = NO_CACHE,
+                  validators: Validators | None = None) -> None:
+            if validators is not None and self._unchanged(ctype, cache, validators):
+                return
+            self._head(status, len(body), ctype, cache, validators)
             if self.command != "HEAD":
+                app.count_sent(self._path, len(body))  # (before: a client may have it all before write returns)
                 self.wfile.write(body)
 
-        def _file(self, path: Path, cache: bool = False) -> None:
+        def _file(self, path: Path, cache: str = NO_CACHE) -> None:
             ctype = MIME.get(path.suffix) or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
             with path.open("rb") as f:  # streamed: a model file may be large
-                self._head(200, os.fstat(f.fileno()).st_size, ctype, cache)
+                st = os.fstat(f.fileno())
+                validators = Validators.of_stat(st)
+                if self._unchanged(ctype, cache, validators):
+                    return
+                self._head(200, st.st_size, ctype, cache, validators)
                 if self.command != "HEAD":
-                    shutil.copyfileobj(f, self.wfile, 1 << 20)
+                    app.count_sent(self._path, st.st_size)
+                    try:
+                        shutil.copyfileobj(f, self.wfile, 1 << 20)
+                    except (BrokenPipeError, ConnectionResetError):  # the page went away mid-download (a reload)
+                        self.close_connection = True
 
         def _not_found(self, why: str = "not found") -> None:
             self._send(HTTPStatus.NOT_FOUND, why.encode(), "text/plain; charset=utf-8")
@@ -324,20 +442,20 @@ def _handler(app: WebApp, quiet: bool) -> type[BaseHTTPRequestHandler]:
             self.do_GET()
 
         def do_GET(self) -> None:
-            path = unquote(urlsplit(self.path).path)
+            path = self._path = unquote(urlsplit(self.path).path)
             if path in ("/", "/index.html"):
                 return self._file(WEB_DIR / "index.html")
             name = path.lstrip("/")
             if name in PAGE_FILES:
                 return self._file(PAGE_FILES[name] / name)
             if name == "webtensor.zip":
-                return self._send(200, app.zip_bytes, MIME[".zip"])
+                return self._send(200, app.zip_bytes, MIME[".zip"], validators=app.zip_validators)
             if name.startswith("pyodide/"):
                 rel = name[len("pyodide/"):]
                 target = (app.pyodide_dir / rel).resolve()
                 if target.parent != app.pyodide_dir or not target.is_file():  # flat folder: no subpaths
                     return self._not_found()
-                return self._file(target, cache=True)
+                return self._file(target, cache="max-age=3600")
             if name == "model/manifest.json":
                 return self._send(200, json.dumps(app.manifest()).encode(), MIME[".json"])
             if name.startswith("model/") and name.count("/") >= 2:
@@ -348,7 +466,7 @@ def _handler(app: WebApp, quiet: bool) -> type[BaseHTTPRequestHandler]:
                     return self._not_found(f"no such model file: {e}")
                 if isinstance(found, Path):
                     return self._file(found)
-                return self._send(200, found, "application/octet-stream")
+                return self._send(200, found[0], "application/octet-stream", validators=found[1])
             return self._not_found()
 
     return Handler

@@ -87,7 +87,8 @@ class BrowserGpu:
         self._ctx = ctx
         d = described
         name = d["name"]
-        sw = d.get("isFallbackAdapter") or any(s in name.lower() for s in ("swiftshader", "llvmpipe", "warp"))
+        self.fallback = bool(d.get("isFallbackAdapter"))  # the browser says: a software fallback (SwiftShader, WARP)
+        sw = self.fallback or any(s in name.lower() for s in ("swiftshader", "llvmpipe", "warp"))
         self.info = AdapterInfo(
             name=name,
             backend="WebGPU (browser)",

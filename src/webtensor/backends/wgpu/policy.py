@@ -28,6 +28,7 @@ KNOWN_UNITS: tuple[tuple[str, int], ...] = (
     (r"mi300", 304), (r"mi250", 208), (r"rx 7900 xtx", 96),
     (r"apple m\d (max)", 38), (r"apple m\d (pro)", 18), (r"apple m\d", 10),
 )
+CPU_ADAPTER_PREFILL = (128, 128)  # a CPU adapter's (prefill_chunk, prefill_budget)
 DEFAULT_UNITS = {"DiscreteGPU": 64, "IntegratedGPU": 16, "VirtualGPU": 16, "CPU": 1}
 
 
@@ -40,21 +41,27 @@ class KernelPolicy:
     gpu_style: bool = True
     # multiprocessors the matmul engine's tile and split-K rules count in (H200: 132 SMs)
     compute_units: int = 64
-    # GEMV (gemv.wgsl, gemv_q8.wgsl): up to gemv_max_rows rows of A a bandwidth-bound GEMV beats the
+    # GEMV (gemv.wgsl, gemv_quant.wgsl): up to gemv_max_rows rows of A a bandwidth-bound GEMV beats the
     # tiled kernels; a stack of one-row products takes gemv_group rows a workgroup; a stack of more
-    # than gemv_stack_f16_max_rows rows with float16 weights goes to the engine on GPUs (None: never);
-    # float16 weights read as u32 pairs (gemv_packed_f16; H200: 4.5x faster LM-head GEMV); gemv_q8's
+    # than gemv_stack_f16_max_rows rows with float16 weights, or gemv_stack_quant_max_rows with quantized
+    # ones, goes to the engine on GPUs (None: never; ops.stack_goes_tiled);
+    # float16 weights read as u32 pairs (gemv_packed_f16; H200: 4.5x faster LM-head GEMV); gemv_quant's
     # outputs a thread on CPU adapters and on GPUs (gemv_quant_nr, gemv_quant_nr_gpu)
     gemv_max_rows: int = 8
     gemv_group: int = 8
     gemv_stack_f16_max_rows: int | None = 16
+    gemv_stack_quant_max_rows: int | None = 16
     gemv_packed_f16: bool = True
     gemv_quant_nr: int = 2
     gemv_quant_nr_gpu: int = 1
-    # the matmul engine (matmul_engine.wgsl) for M > gemv_max_rows on GPUs (False: matmul.wgsl);
+    # the matmul engine (matmul_engine.wgsl; matmul_engine_quant.wgsl for quantized weights) for
+    # M > gemv_max_rows on GPUs (False: matmul.wgsl, matmul_quant.wgsl);
     # float16 operands read as u32 words, float16 outputs written as words, float16 x float16 math in
     # "f32" (f32 tiles and FMAs), "f16" (f16 tiles) or "chunked" (packed f16 FMAs a BK step)
     engine: bool = True
+    # the K step of f32 tiles: 8 (16 KiB of workgroup memory at most), or 16 (fewer barriers and loads a
+    # FMA; 16 to 32 KiB by tile, taken only where the device's limit holds the tiles, else 8)
+    engine_bk: int = 8
     engine_f16_words: bool = True
     engine_f16_out_words: bool = True
     engine_f16_math: str = "f32"
@@ -78,12 +85,28 @@ class KernelPolicy:
     flash_min_queries: int = 2
     # argmax: a row is split over up to 64 workgroups of this many columns
     argmax_cols_per_part: int = 1024
+    # prompts (runtime.runner.prefill_policy): a prompt is read prefill_chunk tokens a replayed graph (the
+    # prompt-chunk graphs' largest shape), and a server step adds at most prefill_budget prompt tokens beside
+    # running decode rows (at least one chunk; none running: every waiting prompt's next chunk). GPUs: chunks
+    # big enough to fill the matrix engine; CPU adapters (for_adapter): smaller, their products are slow
+    prefill_chunk: int = 512
+    prefill_budget: int = 512
+    # submission (WgpuContext._lead): a batch of submit_split_min commands or more (a prompt chunk's) is
+    # submitted in pieces, the first of submit_first commands, so the GPU starts while the rest is encoded;
+    # smaller ones (a decode step) whole; 0: always whole (CPU adapters: their submit runs the kernels)
+    submit_first: int = 64
+    submit_split_min: int = 256
 
     def __post_init__(self) -> None:
         if self.engine_f16_math not in ENGINE_F16_MATHS:
             raise ValueError(f"engine_f16_math must be one of {ENGINE_F16_MATHS}, got {self.engine_f16_math!r}")
+        if self.engine_bk not in (8, 16):
+            raise ValueError(f"engine_bk must be 8 or 16, got {self.engine_bk!r}")
         if self.compute_units < 1:
             raise ValueError(f"compute_units must be positive, got {self.compute_units}")
+        if self.prefill_chunk < 1 or self.prefill_budget < 1:
+            raise ValueError(f"prefill_chunk and prefill_budget must be positive, got {self.prefill_chunk} and "
+                             f"{self.prefill_budget}")
 
     @classmethod
     def for_adapter(cls, info: Any) -> KernelPolicy:
@@ -93,7 +116,10 @@ class KernelPolicy:
         units = next((n for pat, n in KNOWN_UNITS if re.search(pat, name)), None)
         if units is None:
             units = DEFAULT_UNITS.get(str(info.adapter_type), DEFAULT_UNITS["IntegratedGPU"])
-        return cls(gpu_style=not info.is_software, compute_units=units)
+        if info.is_software:
+            return cls(gpu_style=False, compute_units=units, prefill_chunk=CPU_ADAPTER_PREFILL[0],
+                       prefill_budget=CPU_ADAPTER_PREFILL[1], submit_first=0)
+        return cls(gpu_style=True, compute_units=units)
 
     def replace(self, **changes: Any) -> KernelPolicy:
         """A copy with `changes` (field names; ValueError for an unknown one or a bad value)."""

@@ -101,15 +101,18 @@ class LlamaConfig:
             raise CheckpointError(f"{where}: quantization_config is set: pre-quantized HF checkpoints are not "
                                   "supported (use a GGUF file, or dtype='q8_0' on a float checkpoint)")
         theta, scaling, partial = _rope_from_hf(raw, where)
-        attention_bias = req.bool("attention_bias", False)
+        # transformers reads attention_bias for llama and qwen3 only (qwen2: q/k/v biases always, none on o_proj;
+        # mistral: none), and mlp_bias for llama only: the other architectures ignore the keys, and so does this
+        attention_bias = req.bool("attention_bias", False) if arch in ("llama", "qwen3") else False
+        mlp_bias = req.bool("mlp_bias", False) if arch == "llama" else False
         cfg = cls(
             architecture=arch, vocab_size=req.int("vocab_size"), hidden_size=C,
             intermediate_size=req.int("intermediate_size"), num_hidden_layers=req.int("num_hidden_layers"),
             num_attention_heads=H, num_key_value_heads=KV, head_dim=D, max_position_embeddings=max_pos,
             rms_norm_eps=req.float("rms_norm_eps", 1e-6), rope_theta=theta, rope_scaling=scaling,
             partial_rotary_factor=partial,
-            qkv_bias=True if arch == "qwen2" else attention_bias, o_bias=attention_bias and arch != "qwen2",
-            mlp_bias=req.bool("mlp_bias", False), qk_norm=arch == "qwen3",
+            qkv_bias=arch == "qwen2" or attention_bias, o_bias=attention_bias, mlp_bias=mlp_bias,
+            qk_norm=arch == "qwen3",
             tie_word_embeddings=req.bool("tie_word_embeddings", False),
             eos_token_id=token_ids(raw.get("eos_token_id"), "eos_token_id", where),
             bos_token_id=token_id(raw.get("bos_token_id"), "bos_token_id", where))
