@@ -11,6 +11,14 @@
   wants them: `WEBTENSOR_TEST_NO_HF=1 pytest -m "not hf"` proves the core tier needs neither.
 - Hypothesis: under CI=true the `ci` profile (derandomized: the same examples every run, no example
   database); elsewhere `dev` (fresh random examples, the database in .hypothesis/ replays failures).
+  `--hypothesis-profile thorough` runs THOROUGH_FACTOR (20) times each test's examples, fresh ones:
+  the hunt for the inputs a new seed can hit (run it a suite at a time, it is long).
+- Tolerances: a parity test compares with `tolerance.assert_close(got, want, scale, rtol=...)`, never
+  with a bare relative error (test_tolerance.py checks the suite for it): results that can be near
+  zero get an absolute floor scaled by the inputs (tolerance.py derives it).
+- `--quick`: the everyday tier (<= 5 minutes on 2 cores) leaves out the tests marked `slow`, `browser`
+  or `hf` and the shader-checked kernel runs (below), and says so in its last line; plain `pytest`
+  (the README's command, CI's) runs everything.
 
 Shader runtime checks: the WebGPU device compiles webtensor's kernels without the shader
 compiler's bounds checks and loop bounding (the product default). The kernel parity suites
@@ -38,6 +46,8 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 settings.register_profile("dev")
+settings.register_profile("thorough", derandomize=False, print_blob=True)  # (examples: THOROUGH_FACTOR)
+THOROUGH_FACTOR = 20
 settings.load_profile("ci" if IN_CI else "dev")  # (before the test modules: their @settings inherit it)
 
 HF_MODULES = ("torch", "transformers")
@@ -83,10 +93,16 @@ CHECKED_EXAMPLES = 3  # hypothesis examples a test keeps in the checked run (der
 GPU_FIXTURES = {"gpu", "gpu_small", "device"}
 
 
+QUICK_LEAVES_OUT = ("slow", "browser", "hf")  # the marks `--quick` leaves out
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--shader-checks", choices=("off", "on", "both"), default="both",
                      help="run the kernel parity suites without the shader runtime checks (off), with them (on) "
                           "or both ways (default)")
+    parser.addoption("--quick", action="store_true",
+                     help=f"the everyday tier: leave out the tests marked {', '.join(QUICK_LEAVES_OUT)} (the "
+                          "shader-checked kernel runs are `slow`); plain pytest runs everything")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -99,23 +115,63 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                          indirect=True, scope="session")
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Items of the checked run keep CHECKED_EXAMPLES derandomized examples. Hypothesis reads a test's
-    settings from `_hypothesis_internal_use_settings` when it runs, so each checked item gets its own
-    wrapper with the reduced settings (the trusted item keeps the original function and settings)."""
-    from hypothesis import settings
+def _checked(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and callspec.params.get("shader_checks") is True
 
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The examples each hypothesis test runs, and the quick tier's selection.
+
+    Items of the checked run are marked `slow` and keep CHECKED_EXAMPLES derandomized examples; under the
+    `thorough` profile every other hypothesis test runs THOROUGH_FACTOR times its examples. Hypothesis
+    reads a test's settings from `_hypothesis_internal_use_settings` when it runs, so each such item gets
+    its own wrapper with the new settings (the others keep the original function and settings).
+    With --quick the items marked QUICK_LEAVES_OUT are deselected. (tryfirst: before `-m` selects.)"""
+    thorough = settings.get_current_profile_name() == "thorough"
     for item in items:
-        callspec = getattr(item, "callspec", None)
-        if callspec is None or callspec.params.get("shader_checks") is not True:
-            continue
+        if _checked(item):
+            item.add_marker(pytest.mark.slow)
         fn = getattr(item, "obj", None)
         old = getattr(fn, "_hypothesis_internal_use_settings", None)
         if old is None:
             continue
-        reduced = settings(old, max_examples=min(old.max_examples, CHECKED_EXAMPLES), derandomize=True,
+        if _checked(item):
+            new = settings(old, max_examples=min(old.max_examples, CHECKED_EXAMPLES), derandomize=True,
                            database=None)
-        item.obj = _with_settings(fn, reduced)
+        elif thorough:
+            new = settings(old, max_examples=old.max_examples * THOROUGH_FACTOR)
+        else:
+            continue
+        item.obj = _with_settings(fn, new)
+    if not config.getoption("--quick"):
+        return
+    kept, left = [], []
+    for item in items:
+        out = any(item.get_closest_marker(m) is not None for m in QUICK_LEAVES_OUT)
+        (left if out else kept).append(item)
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = kept
+    config.stash[_QUICK_LEFT] = left
+
+
+_QUICK_LEFT = pytest.StashKey[list[pytest.Item]]()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A quick run's last line (after pytest's counts): what it left out and how to run it."""
+    left = config.stash.get(_QUICK_LEFT, None)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if left is None or reporter is None:
+        return
+    counts = {m: sum(1 for i in left if i.get_closest_marker(m) is not None) for m in QUICK_LEAVES_OUT}
+    what = ", ".join(f"{n} {m}" for m, n in counts.items() if n)
+    reporter.write_line(
+        f"quick tier: left out {len(left)} tests ({what or 'none'}; a test may carry two marks). "
+        f"Everything (CI's run): `python -m pytest -q`; only what was left out: "
+        f"`python -m pytest -q -m \"{' or '.join(QUICK_LEAVES_OUT)}\"`")
 
 
 def _with_settings(fn: Any, reduced: Any) -> Any:

@@ -6,7 +6,7 @@ import asyncio
 
 import numpy as np
 import pytest
-from conftest import rel_err
+from tolerance import assert_close, linear_scale
 
 import webtensor as wt
 
@@ -100,7 +100,7 @@ def test_scope_batches_into_one_submit(gpu):
     c = wt.Device.cpu()
     xc, wc = wt.tensor(x.numpy(), device=c), wt.tensor(w.numpy(), device=c)
     want = wt.softmax(wt.gelu(wt.layer_norm(xc @ wc + xc, wt.tensor(g.numpy()), wt.tensor(b.numpy())))).numpy()
-    assert rel_err(y.numpy(), want) <= 1e-5
+    assert_close(y, want)  # (fixed inputs, 64-wide rows of softmax: no cancellation)
 
 
 def test_without_scope_each_dispatch_submits(gpu):
@@ -157,9 +157,9 @@ def test_row_chunking_under_small_cap(gpu_small, cpu):
     np.testing.assert_array_equal(wt.embedding(t, ids).numpy(), table[ids])
     x = rng.standard_normal((5, C)).astype(np.float32)
     logits = (wt.tensor(x, device=gpu_small) @ t.T).numpy()  # tied LM head: x @ wte.T
-    assert rel_err(logits, x @ table.T) <= 1e-5
+    assert_close(logits, x @ table.T, linear_scale(x, table.T))
     y = rng.standard_normal((3, V)).astype(np.float32)
-    assert rel_err((wt.tensor(y, device=gpu_small) @ t).numpy(), y @ table) <= 1e-5  # chunks along K
+    assert_close(wt.tensor(y, device=gpu_small) @ t, y @ table, linear_scale(y, table))  # chunks along K
     np.testing.assert_array_equal(t.T.numpy(), table.T)
     rows = t[3:5]  # a view inside one chunk: that chunk's buffer alone
     assert len(rows._storage.chunks) == 1 and np.array_equal(rows.numpy(), table[3:5])

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import rel_err
+from tolerance import assert_close, linear_scale
 
 import webtensor as wt
 from webtensor.backends.wgpu.context import WgpuContext
@@ -86,7 +86,7 @@ def test_two_devices_plan_by_their_own_policy(gpu: wt.Device, monkeypatch: pytes
     for dev in (gpu, other):
         wk = wt.tensor(np.ascontiguousarray(w.T), device=dev).T  # k-major, as models store weights
         got = wt.matmul(wt.tensor(a, device=dev), wk).numpy()
-        assert rel_err(got, want) <= 1e-5
+        assert_close(got, want, linear_scale(a, w))
     ran = {i: n for i, n in names if n.startswith("matmul")}
     gpu_kernel = {True: "matmul_engine", False: "matmul_regs"}
     assert ran[id(gpu.ctx)] == gpu_kernel[native] and ran[id(other.ctx)] == gpu_kernel[not native]

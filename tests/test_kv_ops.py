@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import rel_err, set_policy
-from hypothesis import HealthCheck, given, settings
+from conftest import set_policy
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from op_fixtures import append_and_attend, on, rnd
+from tolerance import assert_close, cached_attention_scale, layer_norm_scale, linear_scale
 
 import webtensor as wt
 
@@ -43,7 +44,8 @@ def test_cache_write_and_cached_attention(gpu, style, seed, slots, n_ctx, h, d, 
         outs.append((a.numpy(), kc.numpy(), vc.numpy()))
     (a0, k0, v0), (a1, k1, v1) = outs
     assert np.array_equal(k0, k1) and np.array_equal(v0, v1)
-    assert rel_err(a1, a0) <= 1e-5
+    mag = cached_attention_scale(qkv[:, 0], k0, v0, pos, slot, 0.3)  # (a one-dim head can cancel to ~0)
+    assert_close(a1, a0, mag)
     # the reference itself: row t's output is attention over its slot's first pos + 1 positions
     t = 0
     n = min(pos[t] + 1, n_ctx)
@@ -51,7 +53,7 @@ def test_cache_write_and_cached_attention(gpu, style, seed, slots, n_ctx, h, d, 
     s = np.einsum("hd,nhd->hn", qkv[t, 0], kk) * np.float32(0.3)
     p = np.exp(s - s.max(-1, keepdims=True))
     want = np.einsum("hn,nhd->hd", p / p.sum(-1, keepdims=True), vv)
-    assert rel_err(a0[t], want) <= 1e-5
+    assert_close(a0[t], want, mag[t])
 
 
 def test_cached_ops_refuse_bad_arguments(device):
@@ -89,7 +91,7 @@ def test_bad_slots_and_positions_touch_nothing(gpu, style, seed, slots, n_ctx, b
     kc0, vc0, kt0, vt0, pt0, st0 = on(wt.Device.cpu(), cache, cache * 0.5, k[:n], v[:n], pos[:n], slot[:n])
     want = append_and_attend(kt0, kc0, vc0, pt0, st0, kt0, vt0, 0.5, fused).numpy()
     assert np.array_equal(kc.numpy(), kc0.numpy()) and np.array_equal(vc.numpy(), vc0.numpy())
-    assert rel_err(a[:n], want) <= 1e-5
+    assert_close(a[:n], want, cached_attention_scale(k[:n], kc0.numpy(), vc0.numpy(), pos[:n], slot[:n], 0.5))
     assert np.isnan(a[n]).all()  # attended to nothing
 
 
@@ -171,8 +173,9 @@ def test_chunk_attention(gpu, style, monkeypatch, launched, subgroups, seed, T, 
     assert launched == [kernel] or (kernel == "cached_attention" and launched == ["unary", "unary", kernel])
     want = chunk_reference(q, kc, vc, pos, s, scale)
     assert outs[1].dtype == np.float32 and outs[1].shape == (T + pad, H, D)
-    assert rel_err(outs[0], want) <= 1e-6
-    assert rel_err(outs[1], want) <= 1e-5
+    mag = cached_attention_scale(q, kc, vc, pos, slot, scale)
+    assert_close(outs[0], want, mag, rtol=1e-6)
+    assert_close(outs[1], want, mag, rtol=1e-5)
     if pad > past:  # a padding row is its position's row again
         assert np.array_equal(outs[1][T], outs[1][T - 1])
 
@@ -210,7 +213,8 @@ def test_chunk_attention_bad_slots_and_positions(gpu, style, seed, slots, bad, n
     if neg:
         assert np.array_equal(got[2], np.zeros_like(got[2]))
         keep = [0, 1, 3, 4]
-        assert rel_err(got[keep], chunk_reference(q[keep], kc, vc, pos[keep], 0, D ** -0.5)) <= 1e-5
+        assert_close(got[keep], chunk_reference(q[keep], kc, vc, pos[keep], 0, D ** -0.5),
+                     cached_attention_scale(q[keep], kc, vc, pos[keep], np.zeros(4, np.int32), D ** -0.5))
     else:
         assert np.array_equal(got, np.zeros_like(got))
 
@@ -235,7 +239,8 @@ def test_graph_reuses_its_intermediates(gpu):
     g = gpu.capture(chain)
     held = ctx.bytes_in_use - before
     assert held <= (12 + 4) * 4096 * 4  # 12 constants, the output and a few intermediates (not 24 + 12)
-    assert rel_err(g.replay().numpy(), want) <= 1e-6 and rel_err(g.replay().numpy(), want) <= 1e-6
+    for _ in range(2):  # (every output is >= 11 - |x|: nothing cancels, no floor)
+        assert_close(g.replay().numpy(), want, rtol=1e-6)
     g.release()
 
 
@@ -262,6 +267,7 @@ def test_advance_tokens(gpu, seed, b, ring, steps):
 @SETTINGS
 @given(seed=seeds, m=st.integers(1, 12), k=st.sampled_from([4, 8, 36, 64, 100]), n=st.integers(1, 40),
        act=st.sampled_from([None, "gelu"]))
+@example(seed=8187622, m=1, k=64, n=1, act="gelu")  # (issue #29: one output of -1.3e-27 failed a relative error)
 def test_linear_with_layer_norm(gpu, style, seed, m, k, n, act):
     x, w, b, g, beta = rnd(seed, m, k), rnd(seed + 1, k, n), rnd(seed + 2, n), rnd(seed + 3, k), rnd(seed + 4, k)
     outs = []
@@ -270,8 +276,9 @@ def test_linear_with_layer_norm(gpu, style, seed, m, k, n, act):
         outs.append(wt.linear(xt, wt_.T, bt, act=act, ln=(gt, betat, 1e-5)).numpy())
     want = wt.linear(*on(wt.Device.cpu(), wt.layer_norm(*on(wt.Device.cpu(), x, g, beta)).numpy(), w, b),
                      act=act).numpy()
-    assert rel_err(outs[0], want) <= 1e-6
-    assert rel_err(outs[1], outs[0]) <= 1e-5
+    mag = linear_scale(layer_norm_scale(x, g, beta, 1e-5), w, b)  # (GELU's tail: outputs of 1e-27)
+    assert_close(outs[0], want, mag, rtol=1e-6)
+    assert_close(outs[1], outs[0], mag)
 
 
 @SETTINGS
@@ -300,7 +307,8 @@ def test_graph_replays_with_state_on_the_device(device):
     g = device.capture(step)  # (capturing runs nothing, on either device)
     wt.copy_into(state, wt.tensor(rnd(1, 1, 8), device=device))
     out = g.replay(3)
-    assert rel_err(out.numpy(), ref) <= 1e-5 and rel_err(state.numpy(), ref) <= 1e-5
+    assert_close(out, ref)  # (fixed inputs, no cancellation)
+    assert_close(state, ref)
     g.release()
 
 
@@ -342,4 +350,6 @@ def test_gemv_float16_weights(gpu, style, monkeypatch, packed, seed, m, k, n, ln
         outs.append(wt.linear(xt, wk, bt, act="gelu", ln=(gt, betat, 1e-5) if ln else None).numpy())
     # (the fused norm is one shifted float32 pass against the reference's float64 two: up to ~2e-5
     # on a single output)
-    assert outs[1].dtype == np.float32 and rel_err(outs[1], outs[0]) <= (5e-5 if ln else 1e-5)
+    assert outs[1].dtype == np.float32
+    mag = linear_scale(layer_norm_scale(x, g, beta, 1e-5) if ln else x, w, b)
+    assert_close(outs[1], outs[0], mag, rtol=5e-5 if ln else 1e-5)

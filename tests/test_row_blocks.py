@@ -14,10 +14,11 @@ import math
 
 import numpy as np
 import pytest
-from conftest import _wgpu, rel_err, set_policy
-from hypothesis import HealthCheck, given, settings
+from conftest import _wgpu, set_policy
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from op_fixtures import quant_weight
+from tolerance import assert_close, linear_scale
 
 import webtensor as wt
 from webtensor import quant
@@ -50,12 +51,15 @@ def on(d: wt.Device, *arrays: np.ndarray) -> list[wt.Tensor]:
 
 
 def close(got: wt.Tensor, want: wt.Tensor, tol: float = 1e-5) -> None:
+    """Same shape and dtype, norm-wise relative error <= tol: the results here are rows over a binding
+    limit, hundreds of random outputs or more, whose norm does not cancel (no floor needed)."""
     assert got.shape == want.shape and got.dtype is want.dtype
-    assert rel_err(got.numpy(), want.numpy()) <= tol
+    assert_close(got, want, rtol=tol)
 
 
 @SETTINGS
 @given(seed=st.integers(0, 2**16), C=st.integers(3, 61), extra=st.floats(1.2, 3.5))
+@example(seed=0, C=3, extra=3.5)  # (found by the thorough profile: argmax's (T,) result is over the limit too)
 def test_elementwise_and_row_ops(dev, seed, C, extra):
     rng = np.random.default_rng(seed)
     T = rows_over(dev, C * 4, extra)
@@ -78,8 +82,8 @@ def test_elementwise_and_row_ops(dev, seed, C, extra):
         got = f(dev)
         assert chunks(got) > 1 or got.nbytes <= dev.max_binding_bytes(), name
         close(got, f(CPU))
-    am = wt.argmax(on(dev, x)[0])
-    assert chunks(am) == 1 and np.array_equal(am.numpy(), np.argmax(x, -1))
+    am = wt.argmax(on(dev, x)[0])  # (T,) int32: over the limit itself where a row of x is under 4 * extra bytes
+    assert (chunks(am) > 1) == (am.nbytes > dev.max_binding_bytes()) and np.array_equal(am.numpy(), np.argmax(x, -1))
     if dev.has_f16:
         h = on(dev, x)[0].to("float16")
         assert (chunks(h) > 1) == (h.nbytes > dev.max_binding_bytes())
@@ -352,7 +356,7 @@ def test_chunked_logits_downstream(dev):
     logits = wt.linear(wt.tensor(x, device=dev), wt.tensor(wte, device=dev).T)
     want = x @ wte.T
     assert chunks(logits) > 1
-    np.testing.assert_allclose(logits.numpy(), want, rtol=1e-5, atol=1e-5)
+    assert_close(logits, want, linear_scale(x, wte.T))
     assert logits.tobytes() == logits.numpy().tobytes()
     assert np.array_equal(wt.argmax(logits).numpy(), np.argmax(want, -1))
     last = logits[-1]
@@ -365,7 +369,7 @@ def test_chunked_logits_downstream(dev):
     np.testing.assert_array_equal(logits.reshape(T, 1, V)[:, 0].numpy(), logits.numpy())
     np.testing.assert_array_equal(logits.to("cpu").numpy(), logits.numpy())
     sm = wt.softmax(logits[1:])
-    assert rel_err(sm.numpy(), wt.softmax(wt.tensor(logits.numpy()[1:])).numpy()) <= 1e-5
+    assert_close(sm, wt.softmax(wt.tensor(logits.numpy()[1:])))
     np.testing.assert_array_equal(wt.argmax(logits[:, 3:9]).numpy(), np.argmax(logits.numpy()[:, 3:9], -1))
     np.testing.assert_array_equal(logits.T.contiguous().numpy(), logits.numpy().T)  # (blocks along V)
     if dev.has_f16:

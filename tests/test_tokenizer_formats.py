@@ -43,7 +43,11 @@ FRAGMENTS = [
     "Ａ", "①", "½", "e\u0301", "\u0301\u0316", "\u32ff", "\ua7f2", "\u1ac1", "\U0001e030", "\u0340",
     "\U00010d50", "\u1c89", "😀", "👍🏽", "\ufffd",
 ]
-TEXT = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=6)), max_size=12).map("".join)
+# characters this Python's Unicode database knows (Cn: unassigned): `tokenizers`' Rust tables are newer, so a
+# character assigned since (U+1E030, Unicode 15; Python 3.11 has 14) is a letter to one and not the other, and
+# an added token with single_word matches next to it in one only (the thorough profile found it)
+CHARS = st.characters(exclude_categories=("Cs", "Cn"))
+TEXT = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(CHARS, max_size=6)), max_size=12).map("".join)
 
 
 def _save(d: Path, data: dict[str, Any]) -> Path:

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from conftest import rel_err  # noqa: E402
 from gpt2_fixtures import make_checkpoint  # noqa: E402
+from tolerance import assert_close  # noqa: E402
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -76,7 +76,7 @@ def test_greedy_tokens_and_logits_match_hf(hf, data):
     got_tokens, got_logits = ours(TorchGPT2Step(hf, span=span), [ids], STEPS)
     assert got_tokens == want_tokens
     for g, w in zip(got_logits, want_logits, strict=True):
-        assert rel_err(g, w) <= 1e-5
+        assert_close(g, w)
 
 
 def test_continuation_varies_and_generate_agrees(hf):
@@ -93,7 +93,7 @@ def test_batch_rows_match_hf(hf):
     got_tokens, got_logits = ours(TorchGPT2Step(hf, batch=3), rows, STEPS)
     assert got_tokens == want_tokens
     for g, w in zip(got_logits, want_logits, strict=True):
-        assert rel_err(g, w) <= 1e-5
+        assert_close(g, w)
 
 
 def test_a_second_prefill_starts_afresh(hf):
@@ -140,7 +140,7 @@ def test_cuda_graph_replays_the_eager_step(hf, dtype):
     e_tok, e_log = ours(eager, [ids], STEPS)
     assert g_tok == e_tok
     for g, e in zip(g_log, e_log, strict=True):  # the same kernels, but cuBLAS may choose others in a capture
-        assert rel_err(g, e) <= (1e-5 if dtype == torch.float32 else 2e-3)
+        assert_close(g, e, rtol=(1e-5 if dtype == torch.float32 else 2e-3))
     if dtype == torch.float32:  # and HF's own greedy tokens
         assert g_tok == [hf_greedy(hf, [ids], STEPS)[0][0]]
 
@@ -176,7 +176,7 @@ def test_llama_step_matches_hf(hf_llama):
         assert got_tokens == want_tokens
         assert len({t for r in want_tokens for t in r}) > 3  # (the decode path is exercised, not one token repeated)
         for g, w in zip(got_logits, want_logits, strict=True):
-            assert rel_err(g, w) <= 1e-5
+            assert_close(g, w)
 
 
 def test_llama_step_refusals(hf_llama):
@@ -205,4 +205,4 @@ def test_llama_cuda_graph_replays_the_eager_step(hf_llama):
     e_tok, e_log = ours(eager, [ids], STEPS)
     assert g_tok == e_tok == hf_greedy(hf_llama, [ids], STEPS)[0]
     for g, e in zip(g_log, e_log, strict=True):
-        assert rel_err(g, e) <= 1e-5
+        assert_close(g, e)

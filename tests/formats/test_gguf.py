@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from conftest import rel_err  # noqa: E402
 from gguf_fixtures import hf_tensors, write_gguf, write_gguf_metadata  # noqa: E402
 from gpt2_fixtures import CORPUS, make_checkpoint  # noqa: E402
+from tolerance import assert_close  # noqa: E402
 
 import webtensor as wt  # noqa: E402
 from webtensor import quant  # noqa: E402
@@ -104,7 +104,7 @@ def test_f32_gguf_logits_match_hf(files) -> None:
     ids = [int(i) for i in np.random.default_rng(0).integers(0, 320, 19)]
     with torch.no_grad():
         want = hf(torch.tensor([ids])).logits[0].numpy()
-    assert rel_err(m.logits(ids), want) <= 1e-5
+    assert_close(m.logits(ids), want)
     assert m.generate(ids[:5], 8) == GPT2.from_pretrained(files["hf"], device="cpu").generate(ids[:5], 8)
 
 

@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent.parent))
 from conftest import rel_err  # noqa: E402
 from gpt2_fixtures import make_checkpoint  # noqa: E402
+from tolerance import assert_close  # noqa: E402
 
 import webtensor as wt  # noqa: E402
 from webtensor.models.gpt2 import GPT2  # noqa: E402
@@ -57,7 +58,7 @@ def test_logits_match_hf(ckpt, dev):
     if dev.kind == "wgpu" and dev.max_binding_bytes() < m.wte.nbytes:
         assert len(m.wte._storage.chunks) > 1  # the chunked path is what runs here
     ids = prompt(23, m.config.vocab_size)
-    assert rel_err(m.logits(ids), hf_logits(hf, ids)) <= 1e-5
+    assert_close(m.logits(ids), hf_logits(hf, ids))
 
 
 def test_greedy_matches_hf_generate(ckpt, dev):
@@ -82,7 +83,7 @@ def test_kv_cached_decode_equals_full_recompute(ckpt, dev):
     for p, t in enumerate(ids[5:], start=5):
         stepped.append(runner.collect(runner.launch([RunRow(0, (t,), p, read_logits=True)])).logits[0])
     full = m.logits(ids)[4:]
-    assert rel_err(np.stack(stepped), full) <= 1e-5
+    assert_close(np.stack(stepped), full)
 
 
 @pytest.mark.parametrize("use_graph", [True, False])

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import rel_err
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tolerance import assert_close
 
 import webtensor as wt
 from webtensor.models.gpt2 import GPT2
@@ -34,7 +34,7 @@ def test_int8_on_webgpu_equals_the_cpu_reference(gpu, cpu_int8, monkeypatch, gpu
     m = GPT2.from_pretrained(None, device=gpu, dtype="int8", kv_dtype="float32")  # (the CPU's KV type)
     assert m.quant == "q8_0" and type(m.wte).__name__ == "QuantGpu" and m.wte.qtype == "Q8_0"  # (blocks as stored)
     ids = cpu_int8.encode(PROSE)[:40]
-    assert rel_err(m.logits(ids), cpu_int8.logits(ids)) <= 1e-5
+    assert_close(m.logits(ids), cpu_int8.logits(ids))
     p = cpu_int8.encode(PROMPT)
     want = cpu_int8.generate(p, 24, stop_at_eos=False)
     assert len(set(want)) > 3

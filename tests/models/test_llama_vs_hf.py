@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from conftest import rel_err  # noqa: E402
 from llama_fixtures import VARIANTS, make_llama  # noqa: E402
+from tolerance import assert_close  # noqa: E402
 
 import webtensor as wt  # noqa: E402
 
@@ -53,7 +53,7 @@ def test_float32_logits_and_greedy_match_hf_on_cpu(ckpts, variant):
     path = ckpts[variant]
     m = wt.load_model(path, "cpu", "float32")
     assert m.spec.family == "llama" and m.spec.architecture == VARIANTS[variant.removesuffix("-legacy")][0]
-    assert rel_err(m.logits(IDS), hf_logits(path, IDS)) <= 1e-5
+    assert_close(m.logits(IDS), hf_logits(path, IDS))
     assert m.generate(IDS[:6], 12, stop_at_eos=False) == hf_greedy(path, IDS[:6], 12)
 
 
@@ -62,7 +62,7 @@ def test_float32_logits_and_greedy_match_hf_on_cpu(ckpts, variant):
 def test_float32_logits_and_greedy_match_hf_on_lavapipe(ckpts, gpu, variant):
     path = ckpts[variant]
     m = wt.load_model(path, gpu, "float32", kv_dtype="float32")
-    assert rel_err(m.logits(IDS), hf_logits(path, IDS)) <= 1e-5
+    assert_close(m.logits(IDS), hf_logits(path, IDS))
     assert m.generate(IDS[:6], 12, stop_at_eos=False) == hf_greedy(path, IDS[:6], 12)  # the captured decode step
 
 
@@ -76,7 +76,7 @@ def test_sharded_and_half_precision_files(ckpts, tmp_path):
         for f in ("tokenizer.json", "tokenizer_config.json"):
             (d / f).write_bytes((ckpts["qwen2"] / f).read_bytes())
         m = wt.load_model(d, "cpu", "float32")
-        assert rel_err(m.logits(IDS), hf_logits(d, IDS)) <= 1e-5
+        assert_close(m.logits(IDS), hf_logits(d, IDS))
 
 
 def test_generation_config_eos_list(ckpts, tmp_path):
@@ -112,7 +112,7 @@ def test_gguf_matches_transformers_reading_the_same_file(ggufs, variant, outtype
     m = wt.load_model(f, "cpu")
     kw = dict(gguf_file=f.name)
     want = hf_logits(f.parent, IDS, **kw)
-    assert rel_err(m.logits(IDS), want) <= GGUF_TYPES[outtype]
+    assert_close(m.logits(IDS), want, rtol=GGUF_TYPES[outtype])
     assert m.generate(IDS[:6], 10, stop_at_eos=False) == hf_greedy(f.parent, IDS[:6], 10, **kw)
 
 
@@ -121,7 +121,7 @@ def test_gguf_matches_transformers_reading_the_same_file(ggufs, variant, outtype
 def test_gguf_on_lavapipe_equals_the_cpu(ggufs, gpu, outtype):
     f = ggufs[("qwen2", outtype)]
     cpu, gp = wt.load_model(f, "cpu"), wt.load_model(f, gpu)
-    assert rel_err(gp.logits(IDS), cpu.logits(IDS)) <= 1e-4
+    assert_close(gp.logits(IDS), cpu.logits(IDS), rtol=1e-4)
     assert gp.generate(IDS[:6], 10, stop_at_eos=False) == cpu.generate(IDS[:6], 10, stop_at_eos=False)
 
 

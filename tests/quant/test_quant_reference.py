@@ -12,6 +12,7 @@ from gguf.quants import dequantize as gguf_dequantize
 from gguf.quants import quantize as gguf_quantize
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tolerance import assert_close, linear_scale
 
 from webtensor import quant
 from webtensor.errors import ArgumentError, CheckpointError
@@ -97,7 +98,7 @@ def test_quant_matmul_is_x_times_the_dequantized_transpose(qtype: str, m: int, s
     want = x.astype(np.float64) @ w.dequantize().astype(np.float64).T
     got = quant_matmul(x, w)
     assert got.dtype == np.float32 and got.shape == (m, 1, 5)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    assert_close(got, want, linear_scale(x, w.dequantize().T))
 
 
 @pytest.mark.parametrize("qtype", sorted(quant.TYPES))

@@ -113,8 +113,10 @@ def test_matmul_and_add_scale_invariant(device, m, k, n, exponent, seed):
     scale = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)  # error bound ~ k * eps * |a||b|
     assert np.all(np.abs(got - want) <= 4 * k * 2**-24 * scale + 1e-45)
     c = (rng.standard_normal((m, n)) * s).astype(np.float32)
-    np.testing.assert_allclose((_t(want.astype(np.float32), device) + _t(c, device)).numpy(),
-                               want.astype(np.float32) + c, rtol=1e-6)
+    # (one correctly rounded add on every device: equal bits; an allclose's default atol of 1e-8 would pass
+    # anything at magnitudes of 1e-20)
+    np.testing.assert_array_equal((_t(want.astype(np.float32), device) + _t(c, device)).numpy(),
+                                  want.astype(np.float32) + c)
 
 
 # -- NaN and inf: the documented behaviour --------------------------------------------------------

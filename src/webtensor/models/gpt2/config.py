@@ -222,6 +222,9 @@ class GPT2Config:
         for key, value in raw.items():
             _check_known(key, value, where)
         act = raw.get("activation_function", "gelu_new")
+        if not isinstance(act, str):  # (a list or an object cannot be looked up: refused by name, not a TypeError)
+            raise CheckpointError(f"{where}: activation_function = {_show(act)} is not supported: expected one of "
+                                  f"{', '.join(ACTIVATIONS)}")
         if act in REFUSED_ACTIVATIONS:
             raise CheckpointError(f"{where}: activation_function {act!r} is not supported ({REFUSED_ACTIVATIONS[act]})")
         if act not in ACTIVATIONS:
