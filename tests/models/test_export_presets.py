@@ -111,10 +111,10 @@ def test_presets_are_what_transformers_reads(name):
     s = cfg.spec
     assert (s.n_layer, s.vocab_size, s.n_ctx) == (hf_cfg.num_hidden_layers, hf_cfg.vocab_size,
                                                   hf_cfg.max_position_embeddings)
-    if family.name == "llama":  # (HF's rotary class, built on the CPU: its inv_freq)
-        from webtensor.models.llama.config import inv_freq
+    if hasattr(cfg, "rope"):  # a decoder family (HF's rotary class, built on the CPU: its inv_freq)
+        from webtensor.models.decoder.rope import inv_freq
 
         want = type(hf.model.rotary_emb)(hf_cfg).inv_freq.numpy()
         # (within one float32 ulp: webtensor's base ** (i / dim) is rounded from double precision, torch's is
         # float32's pow; for qwen3-0.6b one of 64 frequencies differs by an ulp)
-        np.testing.assert_array_max_ulp(np.asarray(inv_freq(cfg), np.float32), want, maxulp=1)
+        np.testing.assert_array_max_ulp(np.asarray(inv_freq(cfg.rope, cfg.head_dim), np.float32), want, maxulp=1)

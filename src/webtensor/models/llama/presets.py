@@ -37,3 +37,20 @@ PRESETS: dict[str, dict[str, Any]] = {
                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
                      "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009]},
 }
+
+# Tiny configs of every architecture and option, for the conformance suite (tests/models/test_conformance.py):
+# random checkpoints of these, written by transformers, run every path against transformers.
+_TINY: dict[str, Any] = {"hidden_act": "silu", "vocab_size": 4096, "hidden_size": 64, "intermediate_size": 96,
+                         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                         "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+                         "tie_word_embeddings": False, "bos_token_id": 0, "eos_token_id": 0}
+EXAMPLES: dict[str, dict[str, Any]] = {
+    "llama": {**_TINY, "model_type": "llama", "attention_bias": True,
+              "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                               "original_max_position_embeddings": 32}},
+    "llama-tied-mqa": {**_TINY, "model_type": "llama", "num_key_value_heads": 1, "tie_word_embeddings": True,
+                       "rope_scaling": {"rope_type": "linear", "factor": 4.0}},
+    "mistral": {**_TINY, "model_type": "mistral", "sliding_window": None, "head_dim": 32},
+    "qwen2": {**_TINY, "model_type": "qwen2", "tie_word_embeddings": True},
+    "qwen3": {**_TINY, "model_type": "qwen3", "head_dim": 32},
+}
