@@ -46,25 +46,28 @@ class StepBatch:
         return (self.T, 1, width) if self.span is None and self.invariant else (self.T, width)
 
     def attend(self, k_cache: Tensor, v_cache: Tensor, q: Tensor, k: Tensor, v: Tensor, scale: float,
-               rope: ops.Rope | None = None) -> Tensor:
+               rope: ops.Rope | None = None, window: int | None = None, softcap: float | None = None) -> Tensor:
         """Store the rows' keys and values in one layer's cache (n_slots, n_ctx, KVH, D) and attend:
         q (T, H, D), k and v (T, KVH, D) -> (T, H, D) float32. rope = (cos, sin, interleaved): q and k
         rotated at the rows' positions first (`ops.rope`), inside the store and the attention where
         the step's kernels take it (the decode step: one launch for the rotation, the store and the
-        attention), else (a prompt) a rope of q and a store of k that rotates it."""
+        attention), else (a prompt) a rope of q and a store of k that rotates it. `window`: the layer's
+        sliding window (each row sees its last `window` positions, itself included); `softcap`: its
+        attention scores' soft-cap (`ops.attention`)."""
+        extra: dict[str, Any] = {"window": window, "softcap": softcap}
         if self.span is not None:
             if rope is not None:
                 q = ops.rope(q, self.pos, *rope)
             ops.cache_write(k_cache, k, self.pos, self.slot, rope=rope)
             ops.cache_write(v_cache, v, self.pos, self.slot)
             s, n = self.span[0], self.span[1] + self.T
-            return ops.attention(q, k_cache[s, :n], v_cache[s, :n], causal=True, scale=scale)
+            return ops.attention(q, k_cache[s, :n], v_cache[s, :n], causal=True, scale=scale, **extra)
         if self.shared_slots:
             ops.cache_write(k_cache, k, self.pos, self.slot, rope=rope)
             ops.cache_write(v_cache, v, self.pos, self.slot)
-            return ops.cached_attention(q, k_cache, v_cache, self.pos, self.slot, scale=scale, rope=rope)
+            return ops.cached_attention(q, k_cache, v_cache, self.pos, self.slot, scale=scale, rope=rope, **extra)
         return ops.cached_attention(q, k_cache, v_cache, self.pos, self.slot, scale=scale, k_new=k, v_new=v,
-                                    rope=rope)
+                                    rope=rope, **extra)
 
     def head_input(self, x: Tensor) -> Tensor:
         """The rows of x (T, ..., C) that need logits, shaped as this batch holds activations: (S, 1, C) or (S, C)."""

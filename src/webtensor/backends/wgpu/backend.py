@@ -13,6 +13,7 @@ from typing import Any
 
 from ... import dtypes as dt
 from ...dtypes import DType
+from ...errors import ArgumentError
 from ...tensor import Tensor
 from . import ops as plan
 from .context import Graph, WgpuContext
@@ -119,6 +120,16 @@ class WgpuBackend:
     def swiglu(self, gate: Tensor, up: Tensor, out_dtype: DType) -> Tensor:
         return self.binary("swiglu", gate, up, gate.shape, out_dtype)
 
+    def geglu(self, gate: Tensor, up: Tensor, out_dtype: DType) -> Tensor:
+        return self.binary("geglu", gate, up, gate.shape, out_dtype)
+
+    def softcap(self, x: Tensor, cap: float) -> Tensor:
+        def run(t: Tensor, out: Tensor | None = None) -> Tensor:
+            return plan.unary("softcap", t, x.dtype, alpha=cap, out=out)
+        if crosses(x):
+            return elementwise_any_view("softcap", x, x.dtype, lambda src, dst: run(src, dst))
+        return self._by_rows("softcap", x, x.dtype, run)
+
     def cast(self, x: Tensor, dtype: DType) -> Tensor:
         return self._elementwise("copy", x, dtype)
 
@@ -169,7 +180,7 @@ class WgpuBackend:
         def run(x: Tensor, residual: Tensor | None) -> Tensor:
             x2 = x.reshape(1, x.shape[0]) if x.ndim == 1 else x
             res = None if residual is None else residual.reshape(x2.shape[:-1] + (N,))
-            out = plan.matmul(x2, w, out_dtype, bias=bias, act=act, residual=res, ln=ln, rms=rms, glu=glu is not None)
+            out = plan.matmul(x2, w, out_dtype, bias=bias, act=act, residual=res, ln=ln, rms=rms, glu=glu)
             return out.reshape((*x.shape[:-1], N))
 
         if x.ndim == 1:
@@ -197,7 +208,9 @@ class WgpuBackend:
         return by_rows("embedding", ids.device, (*ids.shape, table.shape[1]), dt.float32,
                        lambda r0, r1: quant_ops.quant_embedding(table, ids[r0:r1]), [ids])
 
-    def attention(self, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Tensor:
+    def attention(self, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, window: int | None = None,
+                  softcap: float | None = None) -> Tensor:
+        _not_yet(window, softcap)
         T, S = q.shape[0], k.shape[0]
 
         def run(r0: int, r1: int) -> Tensor:
@@ -219,7 +232,10 @@ class WgpuBackend:
 
     def cached_attention(self, q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float,
                          k_new: Tensor | None = None, v_new: Tensor | None = None,
-                         rope: tuple[Tensor, Tensor, bool] | None = None) -> Tensor:
+                         rope: tuple[Tensor, Tensor, bool] | None = None, window: int | None = None,
+                         softcap: float | None = None) -> Tensor:
+        _not_yet(window, softcap)
+
         def run(r0: int, r1: int) -> Tensor:
             return plan.cached_attention(q[r0:r1], kc, vc, pos[r0:r1], slot[r0:r1], scale,
                                          _rows_of(k_new, r0, r1), _rows_of(v_new, r0, r1), rope)
@@ -265,3 +281,8 @@ class WgpuBackend:
 
     def release(self) -> None:
         self.ctx.release_device()
+
+
+def _not_yet(window: int | None, softcap: float | None) -> None:
+    if window is not None or softcap is not None:
+        raise ArgumentError("attention with a sliding window or a score soft-cap is not on WebGPU yet")

@@ -182,7 +182,8 @@ def _broadcast_strides(t: Tensor, out_shape: tuple[int, ...]) -> tuple[int, ...]
     return tuple(0 if d < k or t.shape[d - k] == 1 else t._strides[d - k] for d in range(len(out_shape)))
 
 
-_BINARY = {"add": "0u", "mul": "1u", "sub": "2u", "div": "3u", "swiglu": "4u"}  # elementwise.wgsl's OP
+_BINARY = {"add": "0u", "mul": "1u", "sub": "2u", "div": "3u", "swiglu": "4u", "geglu": "5u"}  # elementwise's OP
+GLU = {None: "0u", "swiglu": "1u", "geglu": "2u"}  # the gemv kernels' GLU: a gated prologue's kind
 
 
 def binary(op: str, a: Tensor, b: Tensor, out_shape: tuple[int, ...], out_dtype: dt.DType) -> Tensor:
@@ -202,7 +203,7 @@ def binary(op: str, a: Tensor, b: Tensor, out_shape: tuple[int, ...], out_dtype:
     return out
 
 
-_UNARY = {"copy": "0u", "gelu": "1u", "scale": "2u"}
+_UNARY = {"copy": "0u", "gelu": "1u", "scale": "2u", "softcap": "3u"}
 
 
 def unary(op: str, x: Tensor, out_dtype: dt.DType | None = None, alpha: float = 1.0,
@@ -395,13 +396,14 @@ def argmax(x: Tensor) -> Tensor:
 # -- matmul -------------------------------------------------------------------------------------
 def matmul(a: Tensor, b: Tensor, out_dtype: dt.DType, bias: Tensor | None = None, act: str | None = None,
            residual: Tensor | None = None, ln: tuple[Tensor, Tensor, float] | None = None,
-           rms: tuple[Tensor, float] | None = None, glu: bool = False) -> Tensor:
+           rms: tuple[Tensor, float] | None = None, glu: str | None = None) -> Tensor:
     """a: (..., M, K) @ b: (K, N) or (..., K, N) with the same batch dims -> (..., M, N).
     With b 2-d, the fused epilogue may add `bias` (N,), apply the activation `act` (a canonical
     name of `webtensor.activations`), then add `residual` (..., M, N); `ln` = (weight, bias, eps)
     layer-normalises a's rows first, `rms` = (weight, eps) RMS-normalises them (fused into the
-    GEMV's prologue where it can be); `glu` (b 2-d): a is (..., M, 2K), the product's input is
-    swiglu of its halves (in the GEMV's prologue where it can be, else one elementwise launch first)."""
+    GEMV's prologue where it can be); `glu` ("swiglu" / "geglu", b 2-d): a is (..., M, 2K), the product's
+    input is that gate of its halves (in the GEMV's prologue where it can be, else one elementwise launch
+    first)."""
     ctx = _ctx(a)
     M, K, N = a.shape[-2], a.shape[-1] // (2 if glu else 1), b.shape[-1]
     batch_shape = a.shape[:-2]
@@ -493,10 +495,10 @@ def gemv_group(ctx: WgpuContext, M: int, stack: bool) -> int:
 
 
 def gemv_kernel(ctx: WgpuContext, a_dtype: dt.DType, w_dtype: dt.DType, out_dtype: dt.DType, bias_dtype: dt.DType,
-                K: int, ln: bool = False, mr: int = 1, rms: bool = False, glu: bool = False) -> tuple[Any, int]:
+                K: int, ln: bool = False, mr: int = 1, rms: bool = False, glu: str | None = None) -> tuple[Any, int]:
     """The gemv variant for these dtypes and K, taking `mr` rows of A a workgroup, and how many
     outputs one workgroup computes; `ln`: a norm prologue, an RMS norm if `rms`, else a layer norm;
-    `glu`: the SwiGLU prologue (A's rows are 2K wide, [gate | up]).
+    `glu`: the gated prologue, "swiglu" or "geglu" (A's rows are 2K wide, [gate | up]).
     The subgroup reduction is built in only on devices with the feature and a fixed subgroup size."""
     lanes = gemv_lanes(ctx, K, ln)
     if ln and lanes == 1:
@@ -506,7 +508,7 @@ def gemv_kernel(ctx: WgpuContext, a_dtype: dt.DType, w_dtype: dt.DType, out_dtyp
     k = ctx.kernel("gemv", {"TA": a_dtype.wgsl, "TB": "u32" if pack else w_dtype.wgsl, "TC": out_dtype.wgsl,
                             "TBIAS": bias_dtype.wgsl, "LN": "true" if ln else "false", "LANES": f"{lanes}u",
                             "SG": f"{sg}u", "WPACK": "true" if pack else "false", "MR": f"{mr}u",
-                            "RMS": "true" if ln and rms else "false", "GLU": "true" if glu else "false"})
+                            "RMS": "true" if ln and rms else "false", "GLU": GLU[glu]})
     return k, 256 // lanes
 
 
@@ -569,10 +571,10 @@ def norm_fusable(norm: tuple[Tensor, Tensor | None, float]) -> bool:
 
 def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor, out: Tensor,
                epi: _Epilogue, ln: tuple[Tensor, Tensor | None, float] | None, stack: bool = False,
-               glu: bool = False) -> None:
+               glu: str | None = None) -> None:
     """out (M, N) = epilogue(norm(a) @ b), a's rows `lda` apart; `ln` = (weight, bias, eps) a layer
     norm, (weight, None, eps) an RMS norm; `stack`: the rows are a stack of one-row products (see
-    gemv_group); `glu`: a's rows are 2K wide and the input is swiglu of their halves (the GEMV's
+    gemv_group); `glu`: a's rows are 2K wide and the input is that gate of their halves (the GEMV's
     prologue, else one elementwise launch first)."""
     N = b.shape[1]
     parts = _parts(b, K, N)
@@ -582,10 +584,10 @@ def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor,
     mr = gemv_group(ctx, M, stack)
     gemv = mr > 0 and vec_ok
     fuse_ln = ln is not None and gemv and gemv_lanes(ctx, K, True) > 1 and norm_fusable(ln)
-    if glu and not gemv:  # the gated input as its own launch: swiglu of the halves, (M, K) contiguous
+    if glu is not None and not gemv:  # the gated input as its own launch: the gate of the halves, (M, K)
         x = Tensor(a.device, (M, 2 * K), a.dtype, storage=a._storage, strides=(lda, 1), offset=a._offset)
-        a = binary("swiglu", x[:, :K], x[:, K:], (M, K), a.dtype)
-        lda, glu = K, False
+        a = binary(glu, x[:, :K], x[:, K:], (M, K), a.dtype)
+        lda, glu = K, None
         vec_ok = vec_ok or (kmajor and K % 4 == 0 and all(pt[4] % 4 == 0 and pt[6] == K for pt in parts))
         gemv = mr > 0 and vec_ok
     if ln is not None and not fuse_ln:  # a separate norm, then the product of its output

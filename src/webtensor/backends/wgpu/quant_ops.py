@@ -303,18 +303,19 @@ def gemv_outputs(ctx: WgpuContext, K: int, mr: int) -> int:
 
 
 def kernel_for(ctx: WgpuContext, qtype: str, M: int, K: int, norm: int = 0,
-               stack: bool = False, glu: bool = False) -> tuple[Any, str, int, int]:
+               stack: bool = False, glu: str | None = None) -> tuple[Any, str, int, int]:
     """(kernel, which, MR, NR): which is "gemv" (MR rows of A a workgroup, NR outputs a thread),
     "tiled" or "regs". `norm`: gemv_quant's prologue, 1 layer norm, 2 RMS norm (only where it has
     lanes to reduce with: norm_fusable). `stack`: the rows are a stack of one-row products
-    (`ops.gemv_group`). `glu`: gemv_quant's SwiGLU prologue (asked for only where the GEMV runs)."""
+    (`ops.gemv_group`). `glu`: gemv_quant's gated prologue, "swiglu" or "geglu" (asked for only where the GEMV
+    runs)."""
     mr = gops.gemv_group(ctx, M, stack)
     if mr:
         lanes = gemv_lanes(ctx, K)
         nr = gemv_outputs(ctx, K, mr)
         sg = ctx.subgroup_size if lanes > 1 and 1 < ctx.subgroup_size <= lanes else 0
         defs = {qtype: "true", "LANES": f"{lanes}u", "MR": f"{mr}u", "NR": f"{nr}u", "NORM": f"{norm}u",
-                "SG": f"{sg}u", "GLU": "true" if glu else "false"}
+                "SG": f"{sg}u", "GLU": gops.GLU[glu]}
         return ctx.kernel("gemv_quant", defs), "gemv", mr, nr
     if not gops._gpu_style(ctx):
         return ctx.kernel("matmul_quant_regs", {qtype: "true"}), "regs", 0, 0
@@ -353,7 +354,8 @@ def quant_linear(x: Tensor, qweight: QuantWeight | QuantGpu, bias: Tensor | None
     (weight, bias, eps) layer-normalises x's rows first, `rms` = (weight, eps) RMS-normalises them
     (at most one of the two; in gemv_quant's prologue where it can, else as a layer_norm / rms_norm
     launch). glu="swiglu": x is (..., 2K), [gate | up], and the input is silu(gate) * up (in
-    gemv_quant's prologue where the GEMV runs, else as one elementwise launch first)."""
+    gemv_quant's prologue where the GEMV runs, else as one elementwise launch first); "geglu":
+    gelu_tanh(gate) * up."""
     device = x.device
     ctx = gops._ctx(x)
     w = on_device(device, qweight)
@@ -382,7 +384,7 @@ def quant_linear(x: Tensor, qweight: QuantWeight | QuantGpu, bias: Tensor | None
     fuse_glu = glu is not None and gops.gemv_group(ctx, M, stack) > 0
     if glu is not None and not fuse_glu:  # the gate as its own launch: (M, K) = swiglu of the halves
         gu = Tensor(device, (M, 2 * K), dt.float32, storage=x2._storage, strides=(lda, 1), offset=x2._offset)
-        x2, M, _, lda = _f32_rows(gops.binary("swiglu", gu[:, :K], gu[:, K:], (M, K), dt.float32))
+        x2, M, _, lda = _f32_rows(gops.binary(glu, gu[:, :K], gu[:, K:], (M, K), dt.float32))
     bits = gops.epilogue_bits(bias is not None, act, residual is not None)
     b_buf, b_off = None, 0
     if bias is not None:
@@ -393,7 +395,7 @@ def quant_linear(x: Tensor, qweight: QuantWeight | QuantGpu, bias: Tensor | None
         r, _, _, r_ld = _f32_rows(residual)
         r_buf, r_off = gops._buf(r), r._offset
     kern, which, mr, nr = kernel_for(ctx, w.qtype, M, K, (2 if rms is not None else 1) if fuse else 0, stack,
-                                     glu=fuse_glu)
+                                     glu=glu if fuse_glu else None)
     sw = scale_words(w.qtype, K)
     for n0, nn, qbuf, sbuf in w.chunks():
         params: dict[str, float] = dict(M=M, N=nn, K=K, a_off4=x2._offset // 4, lda4=lda // 4, d_ld=sw, c_off=n0,

@@ -14,32 +14,35 @@ Matrices arrive as the loader hands them: float matrices as (K, N) views (x @ W)
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ... import dtypes as dt
 from ... import ops
 from ...tensor import Tensor, from_buffer
 from .config import DecoderConfig
-from .rope import Rope, inv_freq, rope_tables
+from .rope import Rope, rope_tables
 
 Norm = tuple[Tensor, float]  # an RMS norm's (weight, eps), as `ops.linear(..., rms=...)` takes it
 
 
 def rope_per_layer(cfg: DecoderConfig, params: dict[str, Any], device: Any, n_ctx: int) -> list[ops.Rope]:
     """Each layer's (cos, sin, interleaved) for `n_ctx` positions: the tables of `cfg.layer_rope(i)` (divided by a
-    GGUF `rope_freqs` tensor where the file has one), each distinct rope uploaded once."""
+    GGUF `rope_freqs` tensor where the file has one; a longrope's factors from a GGUF file's `rope_factors_*`
+    tensors), each distinct rope uploaded once."""
     factors = params.get("rope_freqs.weight")
     made: dict[Rope, ops.Rope] = {}
     out = []
     for i in range(cfg.num_hidden_layers):
         rope = cfg.layer_rope(i)
+        if rope.scaling.type == "longrope" and not rope.scaling.short_factor:  # a GGUF file's: from its tensors
+            rope = replace(rope, scaling=replace(rope.scaling, short_factor=tuple(floats(
+                params["rope_factors_short.weight"])), long_factor=tuple(floats(params["rope_factors_long.weight"]))))
         if rope not in made:
-            freqs = inv_freq(rope, cfg.head_dim, n_ctx, None if factors is None else floats(factors))
-            cos, sin = rope_tables(freqs, n_ctx, rope.scaling.attention_factor)
+            cos, sin, half = rope_tables(rope, cfg.head_dim, n_ctx, None if factors is None else floats(factors))
             # the cos and sin tables (n_ctx, R/2) as views of one (2, n_ctx, R/2) tensor: one binding in the
             # fused attention kernel
-            tables = from_buffer(cos + sin, (2, n_ctx, len(freqs)), dt.float32, device)
+            tables = from_buffer(cos + sin, (2, n_ctx, half), dt.float32, device)
             made[rope] = (tables[0], tables[1], cfg.rope_interleaved)
         out.append(made[rope])
     return out
@@ -118,11 +121,14 @@ class GatedMLP:
                    p.get(pre + "up_proj.bias"), p[pre + "down_proj.weight"], p.get(pre + "down_proj.bias"))
 
 
-def gated_mlp(x: Tensor, w: GatedMLP, norm: Norm | None, residual: Tensor | None = None) -> Tensor:
-    """down(silu(gate(h)) * up(h)) (+ residual) of h = x RMS-normed by `norm` (None: x itself): with gate and up
-    one matrix, the gate silu(g) * u runs in the down product's prologue (`ops.linear(..., glu=...)`)."""
+def gated_mlp(x: Tensor, w: GatedMLP, norm: Norm | None, residual: Tensor | None = None,
+              glu: str = "swiglu") -> Tensor:
+    """down(act(gate(h)) * up(h)) (+ residual) of h = x RMS-normed by `norm` (None: x itself), act silu (`glu`
+    "swiglu") or gelu_tanh ("geglu"): with gate and up one matrix, the gate runs in the down product's prologue
+    (`ops.linear(..., glu=...)`)."""
     if w.gate_up is not None:  # (..., 2F) [gate | up]
         gu = ops.linear(x, w.gate_up, w.gate_up_bias, rms=norm)
-        return ops.linear(gu, w.down, w.down_bias, residual=residual, glu="swiglu")
-    h = ops.swiglu(ops.linear(x, w.gate, w.gate_bias, rms=norm), ops.linear(x, w.up, w.up_bias, rms=norm))
+        return ops.linear(gu, w.down, w.down_bias, residual=residual, glu=glu)
+    gate = ops.swiglu if glu == "swiglu" else ops.geglu
+    h = gate(ops.linear(x, w.gate, w.gate_bias, rms=norm), ops.linear(x, w.up, w.up_bias, rms=norm))
     return ops.linear(h, w.down, w.down_bias, residual=residual)

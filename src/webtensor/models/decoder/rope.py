@@ -79,8 +79,10 @@ def rope_from_hf(raw: Mapping[str, Any], where: str, layer_type: str | None = No
         if sub is not None and not isinstance(sub, dict):
             raise CheckpointError(f"{where}: {key}.{layer_type} must be an object, got {json.dumps(sub)}")
         params, key = dict(sub or {}), f"{key}.{layer_type}"
-    top_theta = raw.get(local_theta_key) if layer_type == "sliding_attention" and local_theta_key else None
-    theta = params.get("rope_theta", top_theta if top_theta is not None else raw.get("rope_theta", theta_default))
+    if layer_type == "sliding_attention" and local_theta_key:  # (the global rope_theta is not the local base)
+        theta = params.get("rope_theta", raw.get(local_theta_key, theta_default))
+    else:
+        theta = params.get("rope_theta", raw.get("rope_theta", theta_default))
     if isinstance(theta, bool) or not isinstance(theta, int | float):
         raise CheckpointError(f"{where}: rope_theta must be a number, got {theta!r}")
     kind = params.get("rope_type", params.get("type", "default"))
@@ -136,11 +138,11 @@ def _factors(params: Mapping[str, Any], name: str, key: str, where: str) -> tupl
 
 
 def check_rope_dims(rope: Rope, head_dim: int, where: str) -> None:
-    """A longrope's factors: one per rotated pair."""
+    """A longrope's factors: one per rotated pair (none: a GGUF file's, read from its tensors at build)."""
     n = rope.rotary_dim(head_dim) // 2
     for name in ("short_factor", "long_factor"):
         got = getattr(rope.scaling, name)
-        if rope.scaling.type == "longrope" and len(got) != n:
+        if rope.scaling.type == "longrope" and got and len(got) != n:
             raise CheckpointError(f"{where}: rope {name} has {len(got)} factors, the rotary dims need {n}")
 
 
@@ -190,8 +192,9 @@ def rope_gguf_tensors(rope: Rope, head_dim: int) -> dict[str, list[float]]:
     divisor that turns the base frequency into the scaled one: `LlamaModel.generate_extra_tensors`), longrope's
     `rope_factors_long` / `rope_factors_short` (Phi-3's lists)."""
     s = rope.scaling
-    if s.type == "longrope":
-        return {"rope_factors_long.weight": list(s.long_factor), "rope_factors_short.weight": list(s.short_factor)}
+    if s.type == "longrope":  # (none where a GGUF source's tensors hold them: written as its other tensors)
+        return {"rope_factors_long.weight": list(s.long_factor), "rope_factors_short.weight": list(s.short_factor)} \
+            if s.short_factor else {}
     if s.type != "llama3":
         return {}
     base = Rope(rope.theta, RopeScaling(), rope.partial_rotary_factor)
@@ -216,12 +219,12 @@ def _f32(x: float) -> float:
     return float(struct.unpack("<f", struct.pack("<f", x))[0])
 
 
-def inv_freq(rope: Rope, head_dim: int, n_ctx: int = 0, freq_factors: Sequence[float] | None = None) -> list[float]:
+def inv_freq(rope: Rope, head_dim: int, freq_factors: Sequence[float] | None = None,
+             long: bool = False) -> list[float]:
     """The rotary inverse frequencies (rotary_dim / 2 of them), each step in float32 as transformers computes them
     (`_compute_default_rope_parameters`, `..._linear_scaling_...`, `..._llama3_...`, `..._longrope_...`);
-    `freq_factors` (a GGUF `rope_freqs` tensor) divides them as llama.cpp does. A longrope takes its long factors
-    where the runtime context `n_ctx` exceeds the original one (llama.cpp's rule: transformers switches once a
-    sequence does), its short ones otherwise."""
+    `freq_factors` (a GGUF `rope_freqs` tensor) divides them as llama.cpp does. A longrope's with its short
+    factors, or its long ones where `long`."""
     dim = rope.rotary_dim(head_dim)
     base = _f32(rope.theta)
     out = [_f32(1.0 / _f32(base ** _f32(_f32(float(i)) / dim))) for i in range(0, dim, 2)]
@@ -243,7 +246,7 @@ def inv_freq(rope: Rope, head_dim: int, n_ctx: int = 0, freq_factors: Sequence[f
             scaled.append(g)
         out = scaled
     elif s.type == "longrope":  # 1 / (ext * base ** (i / dim)): the pow's float32 result, then the product
-        ext = s.long_factor if n_ctx > s.original_max_position_embeddings else s.short_factor
+        ext = s.long_factor if long else s.short_factor
         if len(ext) != len(out):
             raise CheckpointError(f"rope factors: {len(ext)} given, the rotary dims need {len(out)}")
         out = [_f32(1.0 / _f32(_f32(e) * _f32(base ** _f32(_f32(float(i)) / dim))))
@@ -255,7 +258,24 @@ def inv_freq(rope: Rope, head_dim: int, n_ctx: int = 0, freq_factors: Sequence[f
     return out
 
 
-def rope_tables(freqs: Sequence[float], n_pos: int, scale: float = 1.0) -> tuple[bytes, bytes]:
+def rope_tables(rope: Rope, head_dim: int, n_pos: int, freq_factors: Sequence[float] | None = None
+                ) -> tuple[bytes, bytes, int]:
+    """(cos, sin, R/2): the rope's float32 tables (n_pos, R/2) as little-endian bytes, row p for position p. A
+    longrope's rows below its original context come from its short factors, the rest from its long ones (what
+    transformers computes for every prompt within the original context and every token decoded after it: it
+    switches to the long factors once a sequence outgrows the original context; a prompt longer than that it
+    rotates wholly with the long ones), both times its attention factor."""
+    s = rope.scaling
+    short = inv_freq(rope, head_dim, freq_factors)
+    cos, sin = angle_tables(short, n_pos, s.attention_factor)
+    if s.type == "longrope" and n_pos > s.original_max_position_embeddings:
+        cut = s.original_max_position_embeddings * len(short) * 4  # (bytes of the rows below the original context)
+        cos_l, sin_l = angle_tables(inv_freq(rope, head_dim, freq_factors, long=True), n_pos, s.attention_factor)
+        cos, sin = cos[:cut] + cos_l[cut:], sin[:cut] + sin_l[cut:]
+    return cos, sin, len(short)
+
+
+def angle_tables(freqs: Sequence[float], n_pos: int, scale: float = 1.0) -> tuple[bytes, bytes]:
     """(cos, sin) float32 tables (n_pos, len(freqs)) as little-endian bytes: row p holds cos / sin of the float32
     angle p * f (as transformers' float32 `inv_freq @ position_ids`), times `scale` (a longrope's attention
     factor: transformers multiplies its cos and sin)."""

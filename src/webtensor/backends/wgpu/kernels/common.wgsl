@@ -17,6 +17,17 @@ fn gelu_tanh(v: f32) -> f32 {
 // (elementwise.wgsl's swiglu, the same operations: exp(-g) overflowing to inf gives silu(-large) = -0).
 fn swiglu4(g: vec4<f32>, u: vec4<f32>) -> vec4<f32> { return g * (1.0 / (1.0 + exp(-g))) * u; }
 
+// GeGLU of four gate and up values: gelu_tanh(g) * u (elementwise.wgsl's geglu, the same operations).
+fn geglu4(g: vec4<f32>, u: vec4<f32>) -> vec4<f32> {
+  return vec4<f32>(gelu_tanh(g.x), gelu_tanh(g.y), gelu_tanh(g.z), gelu_tanh(g.w)) * u;
+}
+
+// A gated prologue of kind `kind` (a kernel's const GLU: 1 SwiGLU, 2 GeGLU) of four gate and up values.
+fn glu4(kind: u32, g: vec4<f32>, u: vec4<f32>) -> vec4<f32> {
+  if (kind == 2u) { return geglu4(g, u); }
+  return swiglu4(g, u);
+}
+
 // Rotary embedding of one dim d < R = 2 half of a head, as rope.wgsl computes it: its pair is (a, b) =
 // dims (i, i + half) (rotate_half) or (2i, 2i + 1) (interleaved), rotated by the angle of table column
 // i to (a c - b s, b c + a s). rope_pair(d): (its partner dim, the column i, 1 if d is the pair's a);
