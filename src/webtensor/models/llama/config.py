@@ -81,10 +81,13 @@ class LlamaConfig(DecoderConfig):
         if arch == "granite":  # (transformers' Granite takes hidden_size / heads whatever head_dim says)
             fields["head_dim"] = fields["hidden_size"] // fields["num_attention_heads"]
         window, types = _windows(raw, req, where, arch, n)
-        attention_bias = req.bool("attention_bias", False)
+        # transformers reads attention_bias for llama, qwen3 and granite only (qwen2: q/k/v biases always, none
+        # on o_proj; mistral, phi3: none), and mlp_bias for llama and granite: the others ignore the keys, as here
+        attention_bias = req.bool("attention_bias", False) if arch in ("llama", "qwen3", "granite") else False
+        mlp_bias = req.bool("mlp_bias", False) if arch in ("llama", "granite") else False
         cfg = cls(**fields, rope=_rope(raw, where, arch), sliding_window=window, layer_types=types,
-                  qkv_bias=True if arch == "qwen2" else attention_bias, o_bias=attention_bias and arch != "qwen2",
-                  mlp_bias=req.bool("mlp_bias", False), qk_norm=arch == "qwen3",
+                  qkv_bias=arch == "qwen2" or attention_bias, o_bias=attention_bias, mlp_bias=mlp_bias,
+                  qk_norm=arch == "qwen3",
                   fused_qkv=arch == "phi3", fused_gate_up=arch == "phi3",
                   **(_granite(req) if arch == "granite" else {}))
         cfg.check(where)
