@@ -13,7 +13,6 @@ from typing import Any
 
 from ... import dtypes as dt
 from ...dtypes import DType
-from ...errors import ArgumentError
 from ...tensor import Tensor
 from . import ops as plan
 from .context import Graph, WgpuContext
@@ -210,13 +209,12 @@ class WgpuBackend:
 
     def attention(self, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, window: int | None = None,
                   softcap: float | None = None) -> Tensor:
-        _not_yet(window, softcap)
         T, S = q.shape[0], k.shape[0]
 
         def run(r0: int, r1: int) -> Tensor:
             # causal: query rows r0..r1 are positions S - T + r0.. and see keys 0 .. S - T + r1
             kv = slice(0, S - T + r1 if causal else S)
-            return plan.attention(q[r0:r1], k[kv], v[kv], causal, scale)
+            return plan.attention(q[r0:r1], k[kv], v[kv], causal, scale, window, softcap)
 
         return by_rows("attention", q.device, q.shape, q.dtype, run, [q])
 
@@ -234,11 +232,9 @@ class WgpuBackend:
                          k_new: Tensor | None = None, v_new: Tensor | None = None,
                          rope: tuple[Tensor, Tensor, bool] | None = None, window: int | None = None,
                          softcap: float | None = None) -> Tensor:
-        _not_yet(window, softcap)
-
         def run(r0: int, r1: int) -> Tensor:
             return plan.cached_attention(q[r0:r1], kc, vc, pos[r0:r1], slot[r0:r1], scale,
-                                         _rows_of(k_new, r0, r1), _rows_of(v_new, r0, r1), rope)
+                                         _rows_of(k_new, r0, r1), _rows_of(v_new, r0, r1), rope, window, softcap)
 
         return by_rows("cached_attention", q.device, q.shape, dt.float32, run, [q, pos, slot, k_new, v_new])
 
@@ -282,7 +278,3 @@ class WgpuBackend:
     def release(self) -> None:
         self.ctx.release_device()
 
-
-def _not_yet(window: int | None, softcap: float | None) -> None:
-    if window is not None or softcap is not None:
-        raise ArgumentError("attention with a sliding window or a score soft-cap is not on WebGPU yet")

@@ -805,9 +805,11 @@ def _engine_split_k(ctx: WgpuContext, a: Tensor, lda: int, M: int, b_dtype: dt.D
 
 
 # -- attention ------------------------------------------------------------------------------------
-def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Tensor:
+def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, window: int | None = None,
+              softcap: float | None = None) -> Tensor:
     """q: (T, H, D), k, v: (S, KVH, D) -> (T, H, D); query head h reads kv head h // (H // KVH)
-    (every kernel takes the group size H // KVH as a parameter)."""
+    (every kernel takes the group size H // KVH as a parameter). A sliding `window` and a score
+    `softcap` are taken by attention_tiled.wgsl and attention.wgsl (the others are not asked)."""
     ctx = _ctx(q)
     q, k, v = (t if t._strides[-1] == 1 else t.contiguous() for t in (q, k, v))
     T, H, D = q.shape
@@ -824,6 +826,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Te
                  o_ts=H * D, o_hs=D)
     bufs = dict(q=_buf(q), k=_buf(k), v=_buf(v), o=_buf(out))
     policy = ctx.policy
+    extra = dict(window=window or 0, softcap=softcap or 0.0)
+    plain = window is None and softcap is None  # (the prefill and flash kernels know neither)
     bk = tiled_keys_per_tile(ctx, q, k, v, vec) if T >= policy.tiled_min_queries else 0
     if bk:
         f16 = q.dtype is dt.float16
@@ -831,10 +835,10 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Te
             "TS": "f16" if f16 else "f32", "D4": f"{D // 4}u", "KG": f"{bk // 4}u", "F16": "true" if f16 else "false",
             "SG": "true" if 0 < bk // 4 <= ctx.subgroup_size else "false"})
         prm = {n: x // 4 for n, x in views.items() if n != "o_off"}
-        ctx.launch(kern, dict(prm, T=T, S=S, causal=int(causal), scale=scale, G=group), bufs,
+        ctx.launch(kern, dict(prm, T=T, S=S, causal=int(causal), scale=scale, G=group, **extra), bufs,
                    (math.ceil(T / 64), H, 1))
         return out
-    if T >= policy.prefill_min_queries and prefill_fits(ctx, q, k, v, vec):
+    if plain and T >= policy.prefill_min_queries and prefill_fits(ctx, q, k, v, vec):
         kern = ctx.kernel("attention_prefill", {
             "TQ": q.dtype.wgsl, "TO": out.dtype.wgsl, "TS": "f16" if q.dtype is dt.float16 else "f32",
             "D4": f"{D // 4}u", "DT": f"{D // 16}u", "BKV": f"{prefill_keys_per_tile(ctx, D, q.dtype)}u",
@@ -842,7 +846,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Te
         ctx.launch(kern, dict({n: x // 4 for n, x in views.items()}, T=T, S=S, causal=int(causal), scale=scale,
                               group=group), bufs, (math.ceil(T / 64), H, 1))
         return out
-    if (T >= policy.flash_min_queries and D % 4 == 0 and D <= 64 and all(x % 4 == 0 for x in vec)
+    if (plain and T >= policy.flash_min_queries and D % 4 == 0 and D <= 64 and all(x % 4 == 0 for x in vec)
             and q.dtype is k.dtype is v.dtype is dt.float32):
         kern = ctx.kernel("attention_flash", {"D4": f"{D // 4}u"})
         ctx.launch(kern, dict({n: x // 4 for n, x in views.items()}, T=T, S=S, causal=int(causal), scale=scale,
@@ -853,7 +857,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Te
         bufs["v"] = _buf(v)
         views.update(v_off=v._offset, v_ts=v._strides[0], v_hs=v._strides[1])
     kern = ctx.kernel("attention", {"TQ": q.dtype.wgsl, "TK": k.dtype.wgsl, "TO": out.dtype.wgsl})
-    ctx.launch(kern, dict(views, T=T, S=S, H=H, D=D, causal=int(causal), scale=scale, group=group), bufs, (T, H, 1))
+    ctx.launch(kern, dict(views, T=T, S=S, H=H, D=D, causal=int(causal), scale=scale, group=group, **extra), bufs,
+               (T, H, 1))
     return out
 
 
@@ -967,7 +972,8 @@ def _one_buffer(*ts: Tensor) -> bool:
 
 def cached_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float,
                      k_new: Tensor | None = None, v_new: Tensor | None = None,
-                     rot: tuple[Tensor, Tensor, bool] | None = None) -> Tensor:
+                     rot: tuple[Tensor, Tensor, bool] | None = None, window: int | None = None,
+                     softcap: float | None = None) -> Tensor:
     """q (T, H, D) against caches (n_slots, n_ctx, KVH, D) f32: row t sees positions 0..pos[t] of
     slot[t], query head h cache head h // (H // KVH) -> (T, H, D) f32, one workgroup per (head, row).
     With k_new, v_new (T, KVH, D) the rows' keys and values are stored at their positions by the
@@ -1000,7 +1006,7 @@ def cached_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tenso
     u = 4 if vec4 else 1
     prm = dict(T=T, H=H, D4=D // u, q_off4=q._offset // u, q_ts4=q._strides[0] // u, q_hs4=q._strides[1] // u,
                n_ctx=n_ctx, slot_stride4=n_ctx * KVH * D // u, scale=scale, group=H // KVH, n_slots=n_slots,
-               kc_off4=kc._offset // u, vc_off4=vc._offset // u)
+               kc_off4=kc._offset // u, vc_off4=vc._offset // u, window=window or 0, softcap=softcap or 0.0)
     bufs = dict(q=_buf(q), pos=_buf(pos), slot=_buf(slot), kc=_buf(kc), vc=_buf(vc), o=_buf(out))
     if len(views) == 3:
         k_new, v_new = views[1], views[2]

@@ -18,7 +18,10 @@
 //     ([key][d / 4]), and every thread reads, for each key, its rows' P (one vec4) and its dims
 //     of V (DV vec4s): 16 DV FMAs per two vec4 loads.
 // Causal: query t sees keys j <= t + (S - T) (the queries are the last T of S positions); a block
-// stops at its last query's limit and masks per key. Keys at or past S are masked (K and V
+// stops at its last query's limit and masks per key. With p.window > 0 (causal) query t sees only
+// keys j > t + (S - T) - window (a sliding window): a block starts at the tile of its first query's
+// first key and masks per key (a masked key's P is 0, set so, not left to exp). With p.softcap > 0
+// each scaled score s becomes softcap tanh(s / softcap) before the mask. Keys at or past S are masked (K and V
 // loaded as zeros, so P = 0 meets V = 0, never garbage). Query rows at or past T read row T - 1
 // and write nothing. Heavy blocks first: workgroup x runs query block nqb - 1 - x.
 // q: (T, H, D), k and v: (S, KVH, D) views with row / head strides and unit stride along D (the
@@ -42,6 +45,7 @@ struct P {
   G: u32, q_off: u32, q_ts: u32, q_hs: u32,
   k_off: u32, k_ts: u32, k_hs: u32, v_off: u32,
   v_ts: u32, v_hs: u32, o_ts: u32, o_hs: u32,
+  window: u32, softcap: f32,
 }
 @group(0) @binding(0) var<uniform> p: P;
 // #if F16
@@ -112,15 +116,25 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   let qb1 = p.q_off + min(t0 + 1u, p.T - 1u) * p.q_ts + h * p.q_hs;
   let qb2 = p.q_off + min(t0 + 2u, p.T - 1u) * p.q_ts + h * p.q_hs;
   let qb3 = p.q_off + min(t0 + 3u, p.T - 1u) * p.q_ts + h * p.q_hs;
-  // per row: keys j < lim are visible
+  // per row: keys lo <= j < lim are visible
   var lim = vec4<u32>(p.S);
+  var lo = vec4<u32>(0u);
   if (p.causal != 0u) { lim = min(vec4<u32>(p.S), vec4<u32>(t0 + shift + 1u) + vec4<u32>(0u, 1u, 2u, 3u)); }
+  let windowed = p.causal != 0u && p.window != 0u;
+  if (windowed) {
+    let end = vec4<u32>(t0 + shift + 1u) + vec4<u32>(0u, 1u, 2u, 3u);  // each row's position + 1
+    lo = select(vec4<u32>(0u), end - vec4<u32>(p.window), end > vec4<u32>(p.window));
+  }
   var n_keys = p.S;  // keys this block needs: up to its last query's limit
   if (p.causal != 0u) { n_keys = min(p.S, min(p.T, qblock * 64u + 64u) + shift); }
+  var j_first = 0u;  // from the tile of the block's first query's first key (uniform)
+  if (windowed && qblock * 64u + shift + 1u > p.window) {
+    j_first = (qblock * 64u + shift + 1u - p.window) / BK * BK;
+  }
   var acc: array<vec4<f32>, 4u * DV>;  // [row i * DV + v]: dims 4 (kg + 16 v) .. of row i
   var m = vec4<f32>(NEG);  // running max of each row (components: rows)
   var l = vec4<f32>(0.0);  // this thread's part of each row's running sum
-  for (var j0 = 0u; j0 < n_keys; j0 = j0 + BK) {
+  for (var j0 = j_first; j0 < n_keys; j0 = j0 + BK) {
     workgroupBarrier();  // the previous tile's readers of kt, vs and ps are done
     // K tile: thread (d4 = e % D4, quad) loads keys 4 quad .. + 3 at vec4 d4 (a key's row is read
     // by consecutive threads), then stores the 4 x 4 block transposed: kt[4 d4 + c][quad ^ sw]
@@ -161,22 +175,32 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         s3 = fma(vec4<f32>(q3[c]), kk, s3);
       }
     }
-    // scale, mask, the tile's row maxima
+    // scale, soft-cap, mask, the tile's row maxima
     let keys = vec4<u32>(j0 + 4u * kg) + vec4<u32>(0u, 1u, 2u, 3u);
-    s0 = select(vec4<f32>(NEG), s0 * p.scale, keys < vec4<u32>(lim.x));
-    s1 = select(vec4<f32>(NEG), s1 * p.scale, keys < vec4<u32>(lim.y));
-    s2 = select(vec4<f32>(NEG), s2 * p.scale, keys < vec4<u32>(lim.z));
-    s3 = select(vec4<f32>(NEG), s3 * p.scale, keys < vec4<u32>(lim.w));
+    s0 = s0 * p.scale; s1 = s1 * p.scale; s2 = s2 * p.scale; s3 = s3 * p.scale;
+    if (p.softcap > 0.0) {
+      let c = vec4<f32>(p.softcap);
+      s0 = tanh4(s0 / c) * c; s1 = tanh4(s1 / c) * c; s2 = tanh4(s2 / c) * c; s3 = tanh4(s3 / c) * c;
+    }
+    let v0 = (keys < vec4<u32>(lim.x)) & (keys >= vec4<u32>(lo.x));
+    let v1 = (keys < vec4<u32>(lim.y)) & (keys >= vec4<u32>(lo.y));
+    let v2 = (keys < vec4<u32>(lim.z)) & (keys >= vec4<u32>(lo.z));
+    let v3 = (keys < vec4<u32>(lim.w)) & (keys >= vec4<u32>(lo.w));
+    s0 = select(vec4<f32>(NEG), s0, v0);
+    s1 = select(vec4<f32>(NEG), s1, v1);
+    s2 = select(vec4<f32>(NEG), s2, v2);
+    s3 = select(vec4<f32>(NEG), s3, v3);
     let mx = vec4<f32>(max(max(s0.x, s0.y), max(s0.z, s0.w)), max(max(s1.x, s1.y), max(s1.z, s1.w)),
                        max(max(s2.x, s2.y), max(s2.z, s2.w)), max(max(s3.x, s3.y), max(s3.z, s3.w)));
     let m_new = max(m, group_reduce(mx, li, true));
     let corr = exp(m - m_new);
     m = m_new;
-    // P (masked scores give exp(NEG - m) = 0), this thread's part of the row sums, the rescale
-    let p0 = exp(s0 - vec4<f32>(m.x));
-    let p1 = exp(s1 - vec4<f32>(m.y));
-    let p2 = exp(s2 - vec4<f32>(m.z));
-    let p3 = exp(s3 - vec4<f32>(m.w));
+    // P (masked keys 0: a row whose keys so far were all masked has m = NEG, where exp would give 1),
+    // this thread's part of the row sums, the rescale
+    let p0 = select(vec4<f32>(0.0), exp(s0 - vec4<f32>(m.x)), v0);
+    let p1 = select(vec4<f32>(0.0), exp(s1 - vec4<f32>(m.y)), v1);
+    let p2 = select(vec4<f32>(0.0), exp(s2 - vec4<f32>(m.z)), v2);
+    let p3 = select(vec4<f32>(0.0), exp(s3 - vec4<f32>(m.w)), v3);
     l = l * corr + vec4<f32>(dot(p0, vec4<f32>(1.0)), dot(p1, vec4<f32>(1.0)), dot(p2, vec4<f32>(1.0)),
                              dot(p3, vec4<f32>(1.0)));
     for (var v4 = 0u; v4 < DV; v4 = v4 + 1u) {

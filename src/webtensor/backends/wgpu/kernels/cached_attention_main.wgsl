@@ -10,6 +10,7 @@ var<workgroup> qs: array<VK, 256>;
 var<workgroup> sc: array<f32, 256>;
 var<workgroup> acc4: array<VK, 256>;
 var<workgroup> len_sh: u32;
+var<workgroup> lo_sh: u32;
 var<workgroup> base_sh: u32;
 var<workgroup> fresh_sh: u32;
 var<workgroup> kq: array<VK, 256>;  // (fresh) the row's own key, as stored (rotated with ROPE)
@@ -39,10 +40,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let sl = u32(slot[t]);
     let ok = ps >= 0 && sl < p.n_slots;
     len_sh = select(0u, min(u32(ps) + 1u, p.n_ctx), ok);
+    // a sliding window: positions ps + 1 - window .. (none before 0, none past the cache's)
+    lo_sh = select(0u, min(len_sh, u32(ps) + 1u - p.window), ok && p.window != 0u && u32(ps) + 1u > p.window);
     base_sh = select(0u, sl * p.slot_stride4, ok);
     fresh_sh = select(0u, 1u, ok && p.write != 0u && u32(ps) < p.n_ctx);  // its own key is new
   }
   let L = workgroupUniformLoad(&len_sh);  // uniform, so loops with barriers may depend on it
+  let lo = workgroupUniformLoad(&lo_sh);  // the first position seen (lo <= L - 1 where L > 0)
   let base = workgroupUniformLoad(&base_sh);
   let fresh = workgroupUniformLoad(&fresh_sh) != 0u;
   let kvh = h / p.group;
@@ -92,7 +96,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   var m = -3.0e38;
   var l = 0.0;
   var acc = VK();
-  for (var j0 = 0u; j0 < L; j0 = j0 + 256u) {
+  for (var j0 = lo; j0 < L; j0 = j0 + 256u) {
     let j = j0 + li;
     var s = -3.0e38;
     if (j < Lc) {
@@ -105,6 +109,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
       for (var e = 0u; e < p.D4; e = e + 1u) { dotq = dotq + dotv(qs[e], kq[e]); }
       s = dotq;
     }
+    if (p.softcap > 0.0 && j < L) { s = tanh_f32(s / p.softcap) * p.softcap; }
     let m_new = max(m, wg_max(li, s));
     let e = select(0.0, exp(s - m_new), j < L);
     sc[li] = e;
@@ -112,7 +117,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     l = l * alpha + wg_sum(li, e);  // (the reduction's barriers also publish sc)
     acc = acc * alpha;
     if (g < G) {
-      let n_here = min(256u, Lc - j0);  // (j0 <= Lc: j0 < L <= Lc + 1)
+      let n_here = min(256u, Lc - j0);  // (lo <= j0 <= Lc: j0 < L <= Lc + 1)
       for (var jj = g; jj < n_here; jj = jj + G) { acc = acc + sc[jj] * vc[vb0 + (j0 + jj) * C4 + d]; }
       // the row's own value, in its group's order (its largest jj: last), as if read from the cache
       if (fresh && Lc - j0 < 256u && g == (Lc - j0) % G) { acc = acc + sc[Lc - j0] * VK(vn_at(vn0 + d)); }

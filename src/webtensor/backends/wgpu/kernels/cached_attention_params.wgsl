@@ -1,6 +1,7 @@
 // The parameters of cached_attention.wgsl and cached_attention_rope.wgsl (included where they say
 // `// #include cached_attention_params.wgsl`): the rope fields (half, P, tc_off, ts_off) are read by
 // cached_attention_rope.wgsl only; both kernels are planned with one parameter block (ops.cached_attention).
+// window > 0: each row sees only its last `window` positions; softcap > 0: scores soft-capped.
 struct P {
   T: u32, H: u32, D4: u32, q_off4: u32,
   q_ts4: u32, q_hs4: u32, k_off4: u32, k_ts4: u32,
@@ -8,4 +9,5 @@ struct P {
   n_ctx: u32, slot_stride4: u32, write: u32, scale: f32,
   group: u32, n_slots: u32, kc_off4: u32, vc_off4: u32,
   half: u32, P: u32, tc_off: u32, ts_off: u32,
+  window: u32, softcap: f32,
 }

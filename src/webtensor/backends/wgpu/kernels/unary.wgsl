@@ -26,6 +26,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   let v = f32(x[p.i_off + dot(idx, p.si)]);
   var z = v;
   if (OP == 1u) { z = gelu_tanh(v); } else if (OP == 2u) { z = v * p.alpha; }
-  else if (OP == 3u) { z = tanh(v / p.alpha) * p.alpha; }
+  else if (OP == 3u) { z = tanh_f32(v / p.alpha) * p.alpha; }
   o[p.o_off + dot(idx, p.so)] = TO(z);
 }
