@@ -146,9 +146,11 @@ def test_softcap_and_geglu_refuse_bad_arguments(device: wt.Device) -> None:
 
 
 # -- attention with a sliding window and a soft-cap -----------------------------------------------
+NO_FLASH = 1 << 30
 KERNELS = {  # the prefill attention kernels that take a window and a soft-cap (kernel-policy fields to force them)
-    "attention": dict(tiled=False),
-    "attention_tiled": dict(tiled=True, tiled_min_queries=1, gpu_style=True),
+    "attention": dict(tiled=False, flash_min_queries=NO_FLASH),
+    "attention_flash": dict(tiled=False, flash_min_queries=1),
+    "attention_tiled": dict(tiled=True, tiled_min_queries=1, gpu_style=True, flash_min_queries=NO_FLASH),
 }
 
 
@@ -161,7 +163,7 @@ def test_attention_with_window_and_softcap(gpu: wt.Device, monkeypatch: pytest.M
                                            t: int, extra: int, kvh: int, group: int, d: int, window: int | None,
                                            cap: float | None) -> None:
     """The prompt path: T queries, the last of S positions, each sees the last `window` keys up to its own (the
-    other prefill kernels know neither option: the planner does not ask them)."""
+    other prefill kernel, attention_prefill, knows neither option: the planner does not ask it)."""
     set_policy(monkeypatch, gpu, **KERNELS[kernel])
     if window is None and cap is None:
         window = 3
@@ -172,7 +174,43 @@ def test_attention_with_window_and_softcap(gpu: wt.Device, monkeypatch: pytest.M
     for dev in devices(gpu):
         got = wt.attention(*on(dev, q, k, v), causal=True, scale=0.7, window=window, softcap=cap).numpy()
         assert rel_err(got, want) <= TOL, (dev.describe(), rel_err(got, want))
-    assert spy.names == [kernel if d % 16 == 0 else "attention"]  # (attention_tiled needs D a multiple of 16)
+    assert spy.names == [kernel if d % 16 == 0 or kernel != "attention_tiled" else "attention"]  # (tiled: D % 16)
+
+
+CHUNK_KERNELS = {  # chunk_attention's kernels (kernel-policy fields to force them)
+    "attention_tiled_cache": dict(gpu_style=True, tiled=True, flash_min_queries=NO_FLASH),
+    "attention_flash_cache": dict(gpu_style=False, flash_min_queries=1),
+    "cached_attention": dict(gpu_style=False, flash_min_queries=NO_FLASH),
+}
+
+
+@pytest.mark.parametrize("kernel", list(CHUNK_KERNELS))
+@settings(SETTINGS, max_examples=10)
+@given(seed=seeds, t=st.integers(1, 80), p0=st.integers(0, 90), pad=st.integers(0, 3), kvh=st.integers(1, 2),
+       group=st.integers(1, 3), d=st.sampled_from([4, 16, 32, 64]), window=st.integers(1, 70),
+       cap=st.one_of(st.none(), st.sampled_from([0.3, 50.0])), past=st.booleans())
+def test_chunk_attention_with_window_and_softcap(gpu: wt.Device, monkeypatch: pytest.MonkeyPatch, kernel: str,
+                                                 seed: int, t: int, p0: int, pad: int, kvh: int, group: int, d: int,
+                                                 window: int, cap: float | None, past: bool) -> None:
+    """A prompt chunk over the KV cache: rows at positions p0 .. p0 + t - 1 of one slot (after a cached prefix,
+    `pad` padding rows repeating the last, with `past` the last one past the context) each see the last `window`
+    positions up to their own, scores soft-capped; windows that start inside, before and across the query tiles
+    and the key tiles (64 rows, 16..64 keys)."""
+    set_policy(monkeypatch, gpu, **CHUNK_KERNELS[kernel])
+    h, n_ctx = kvh * group, p0 + t + 2
+    q = rnd(seed, t + pad, h, d, scale=3.0)
+    q[t:] = q[t - 1]
+    kc, vc = rnd(seed + 1, 2, n_ctx, kvh, d), rnd(seed + 2, 2, n_ctx, kvh, d)
+    pos = np.concatenate([np.arange(p0, p0 + t), np.full(pad, p0 + t - 1)]).astype(np.int32)
+    if past and window > 4:  # (its window reaches back into the cache: a row seeing nothing is no one's)
+        pos[-1] = n_ctx + 3
+    slot = np.ones(t + pad, np.int32)
+    want = ref_attention(q, kc[1], vc[1], 0.7, pos, window, cap)
+    spy = Launches(gpu, monkeypatch)
+    for dev in devices(gpu):
+        got = wt.chunk_attention(*on(dev, q, kc, vc, pos, slot), scale=0.7, window=window, softcap=cap).numpy()
+        assert rel_err(got, want) <= TOL, (dev.describe(), rel_err(got, want))
+    assert spy.names == [kernel if kernel != "attention_tiled_cache" or d % 16 == 0 else "cached_attention"]
 
 
 @SETTINGS

@@ -89,6 +89,10 @@ class Backend(Protocol):
                          k_new: Tensor | None = None, v_new: Tensor | None = None,
                          rope: tuple[Tensor, Tensor, bool] | None = None, window: int | None = None,
                          softcap: float | None = None) -> Tensor: ...
+    def chunk_attention(self, q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float,
+                        window: int | None = None, softcap: float | None = None) -> Tensor:
+        """`cached_attention` of one sequence's rows (every slot slot[0]'s), the rows sharing key tiles."""
+        ...
     def advance_tokens(self, new: Tensor, ids: Tensor, pos: Tensor, tokens: Tensor, count: Tensor) -> None: ...
 
     # -- execution ------------------------------------------------------------------------------

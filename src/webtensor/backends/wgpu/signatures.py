@@ -182,14 +182,18 @@ SIGNATURES = {s.file: s for s in (
          "group", "q k v -> o"),
     _sig("attention_tiled", "T S causal scale:f32 G q_off q_ts q_hs k_off k_ts k_hs v_off v_ts v_hs o_ts o_hs "
          "window=0 softcap:f32=0", "q k v -> o"),
+    _sig("attention_tiled_cache", "T scale:f32 G q_off q_ts q_hs o_ts o_hs n_ctx n_slots C4 kc_off vc_off "
+         "window=0 softcap:f32=0", "q pos slot kc vc -> o"),
+    _sig("attention_flash_cache", "T scale:f32 group q_off q_ts q_hs o_ts o_hs n_ctx n_slots C4 kc_off vc_off "
+         "window=0 softcap:f32=0", "q pos slot kc vc -> o"),
     _sig("gemv_quant", f"M N K acc=0 a_off4 lda4 d_ld c_off=0 ldc {_EPI} eps:f32=0",
          "a qs scales bias? res? lnw? lnb? -> c"),
     *(_sig(k, f"M N K acc=0 a_off4 lda4 d_ld c_off=0 ldc {_EPI} eps:f32=0", "a qs scales bias? res? -> c")
       for k in ("matmul_quant", "matmul_quant_regs")),
     _sig("attention", "T S H D q_off q_ts q_hs causal k_off k_ts k_hs scale:f32 v_off v_ts v_hs o_off=0 o_ts o_hs "
          "group window=0 softcap:f32=0", "q k v -> o"),
-    _sig("attention_flash", "T S causal scale:f32 q_off q_ts q_hs k_off k_ts k_hs v_off v_ts v_hs o_ts o_hs group",
-         "q k v -> o"),
+    _sig("attention_flash", "T S causal scale:f32 q_off q_ts q_hs k_off k_ts k_hs v_off v_ts v_hs o_ts o_hs group "
+         "window=0 softcap:f32=0", "q k v -> o"),
     _sig("embedding", "n_ids cols row0 rows ids_off o_off=0 t_off", "table ids -> o"),
     _sig("embedding_quant", "n_ids K row0 rows ids_off o_off=0 d_ld", "qs scales ids -> o"),
     _sig("cache_write", "T H D src_off src_ts src_hs n_ctx slot_stride n_slots c_off half=0 P=1 tc_off=0 ts_off=0",
