@@ -7,6 +7,8 @@
 - a row alone equal to the same row among others in a batched step, bit for bit (batch invariance);
 - the forward shapes its activations with the step's rows (`StepBatch.rows`): every product of an invariant step
   is a stack of one-row products — a family that forgets it fails here, not silently in a server;
+- the server's engine: requests whose prompt chunks share steps with the others' decode rows get their greedy
+  tokens (positions past the sliding windows);
 - lavapipe equal to the CPU reference (float32 logits, greedy tokens);
 - q8_0 at load equal to transformers running the dequantized q8_0 weights;
 - a GGUF round trip through `formats.gguf_writer` (llama.cpp's layout): read back by webtensor with the
@@ -213,6 +215,41 @@ def test_the_row_check_fails_a_forward_that_ignores_the_steps_rows(examples, mon
     monkeypatch.setattr(StepBatch, "rows", lambda self, width: (self.T, width))
     with pytest.raises(AssertionError, match="batch.rows not used"):
         _assert_one_row_products(m, monkeypatch)
+
+
+def _served_tokens(m: Any, prompts: list[list[int]], chunk: int) -> list[list[int]]:
+    """Greedy tokens of `prompts` through the server's engine (`serve.engine.ModelEngine`, its replayed steps):
+    all at once, one slot each, prompts read `chunk` tokens a row beside the others' decode rows."""
+    from webtensor.serve.engine import ModelEngine, Row, Sampling
+
+    engine = ModelEngine(m, len(prompts))
+    fed, got = [0] * len(prompts), [[] for _ in prompts]
+    while any(len(g) < NEW for g in got):
+        rows = []
+        for slot, (p, g) in enumerate(zip(prompts, got, strict=True)):
+            if fed[slot] < len(p):
+                ids = tuple(p[fed[slot]:fed[slot] + chunk])
+                rows.append(Row(slot, ids, fed[slot], Sampling(), sample=fed[slot] + len(ids) == len(p),
+                                new=fed[slot] == 0, prompt=tuple(p)))
+                fed[slot] += len(ids)
+            elif len(g) < NEW:
+                rows.append(Row(slot, (g[-1],), len(p) + len(g) - 1, Sampling()))
+        for row, tok in zip(rows, engine.step(rows), strict=True):
+            if tok is not None:
+                got[row.slot].append(tok)
+    return got
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=_ids)
+def test_the_servers_engine_gives_each_request_its_greedy_tokens(examples, example):
+    """The serve path: three requests in one engine (prompt chunks beside decode rows in the same steps, positions
+    past the family's sliding windows) get transformers' greedy tokens of their prompts."""
+    ex = examples[example]
+    prompts = [IDS[:6], IDS[3:16], IDS]
+    got = _served_tokens(ex.load(), prompts, chunk=5)
+    assert got[0] == ex.hf_greedy
+    for p, g in zip(prompts[1:], got[1:], strict=True):
+        assert g == ex.load().generate(p, NEW, stop_at_eos=False)
 
 
 @pytest.mark.wgpu
