@@ -10,6 +10,7 @@
 - the server's engine: requests whose prompt chunks share steps with the others' decode rows get their greedy
   tokens (positions past the sliding windows);
 - lavapipe equal to the CPU reference (float32 logits, greedy tokens);
+- (one example a family) `webtensor generate` and `webtensor chat` from the command line;
 - q8_0 at load equal to transformers running the dequantized q8_0 weights;
 - a GGUF round trip through `formats.gguf_writer` (llama.cpp's layout): read back by webtensor with the
   checkpoint's logits (f32) and the q8_0-at-load model's (q8_0), and by transformers' GGUF reader where it knows
@@ -308,3 +309,38 @@ def test_gguf_round_trip(examples, example):
         hf = transformers.AutoModelForCausalLM.from_pretrained(str(f32.parent), gguf_file=f32.name,
                                                                config=ex.hf.config, dtype=torch.float32).eval()
         assert rel_err(got, ex.hf_logits(IDS, hf)) <= 1e-5
+
+
+# a Gemma-style chat template (turns between <start_of_turn> and <end_of_turn>, the assistant named "model")
+TEMPLATE = ("{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"
+            "{{ m['content'] }}<end_of_turn>\n{% endfor %}"
+            "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+ONE_A_FAMILY = [next(e for e in EXAMPLES if e[0] == f.name) for f in registry.families()]
+
+
+def _cli(*args: str, stdin: bytes = b"") -> Any:
+    import subprocess
+
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    return subprocess.run([sys.executable, "-m", "webtensor", *args], input=stdin, capture_output=True, timeout=240,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": src, "XDG_RUNTIME_DIR": "/tmp"})
+
+
+@pytest.mark.parametrize("example", ONE_A_FAMILY, ids=_ids)
+def test_generate_and_chat_from_the_command_line(examples, example, tmp_path):
+    """`webtensor generate` prints the model's greedy continuation; `webtensor chat` answers a message through the
+    checkpoint's chat template, without an error line."""
+    ex = examples[example]
+    d = tmp_path / "model"
+    shutil.copytree(ex.hf_dir, d)
+    (d / "chat_template.jinja").write_text(TEMPLATE)
+    m = ex.load()
+    ids = m.encode("a b c")
+    want = m.generate(ids, NEW, stop_at_eos=False)
+    want = want[:next((i for i, t in enumerate(want) if t in m.spec.eos_ids), len(want))]  # (generate stops there)
+    assert want  # (a continuation to find)
+    r = _cli("generate", "-m", str(d), "-d", "cpu", "-t", "0", "-n", str(NEW), "a b c")
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    assert m.decode(want) in r.stdout.decode()
+    r = _cli("chat", "-m", str(d), "-d", "cpu", "-t", "0", "-n", "4", stdin=b"Hello there\n")
+    assert r.returncode == 0 and b"webtensor: error" not in r.stderr, r.stderr.decode()[-2000:]
