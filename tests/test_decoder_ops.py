@@ -210,7 +210,8 @@ def test_chunk_attention_with_window_and_softcap(gpu: wt.Device, monkeypatch: py
     for dev in devices(gpu):
         got = wt.chunk_attention(*on(dev, q, kc, vc, pos, slot), scale=0.7, window=window, softcap=cap).numpy()
         assert rel_err(got, want) <= TOL, (dev.describe(), rel_err(got, want))
-    assert spy.names == [kernel if kernel != "attention_tiled_cache" or d % 16 == 0 else "cached_attention"]
+    attending = [n for n in spy.names if "attention" in n]  # (the others: copies of the positions and slots)
+    assert attending == [kernel if kernel != "attention_tiled_cache" or d % 16 == 0 else "cached_attention"]
 
 
 @SETTINGS
