@@ -153,6 +153,8 @@ def hf_layer_types(raw: Mapping[str, Any], where: str, n_layer: int,
 
 def hf_window(raw: Mapping[str, Any], where: str, default: int | None = None) -> int | None:
     """config.json's `sliding_window` (a positive integer, or null), `default` where absent."""
+    if raw.get("sliding_window", default) is None:  # (null: no window, as transformers writes Mistral's)
+        return None
     w = JSONConfig(raw, where).int("sliding_window", default) if "sliding_window" in raw else default
     if w is not None and w < 1:
         raise CheckpointError(f"{where}: sliding_window must be a positive integer or null, got {w}")
