@@ -27,11 +27,8 @@ their output rows into one matrix.
 
 from __future__ import annotations
 
-<<<<<<< HEAD
-import dataclasses
-=======
 import contextlib
->>>>>>> main
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
