@@ -210,6 +210,11 @@ class Device:
         """Largest single buffer binding, in bytes; larger tensors are stored in row chunks."""
         return self.backend.max_binding_bytes()
 
+    def memory_bytes(self) -> int | None:
+        """The device's memory in bytes (a GPU's device-local heap, through Vulkan; the host's RAM for the CPU
+        device), None where it cannot be told (the browser, other native APIs)."""
+        return self.backend.memory_bytes()
+
     def same_as(self, other: Device) -> bool:
         return self is other or self.backend.same_as(other.backend)
 

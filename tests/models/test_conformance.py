@@ -112,7 +112,7 @@ class _Example:
     def load(self, source: Path | None = None, device: Any = "cpu", dtype: Any = "float32") -> Any:
         key = (source or self.hf_dir, str(device), dtype)
         if key not in self.models:
-            self.models[key] = wt.load_model(key[0], device, dtype, n_ctx=N_CTX)
+            self.models[key] = wt.load_model(key[0], device, dtype, n_ctx=N_CTX, kv_dtype="float32")
         return self.models[key]
 
     def gguf(self, outtype: str) -> Path:

@@ -446,7 +446,7 @@ def _gguf_tokenizer(meta: Mapping[str, Any], vocab_size: int, src: str, reader: 
 
 # -- models -------------------------------------------------------------------------------------------------
 def load(source: Any = None, device: Any = None, dtype: Any = None, n_ctx: int | None = None,
-         progress: Progress | bool | None = None, reader: str = "auto") -> Any:
+         progress: Progress | bool | None = None, reader: str = "auto", kv_dtype: str | None = None) -> Any:
     """`webtensor.load_model`: open, check, upload, build."""
     from ..device import Device
 
@@ -455,24 +455,29 @@ def load(source: Any = None, device: Any = None, dtype: Any = None, n_ctx: int |
     if want == "float16" and not dev.has_f16:
         raise CheckpointError(f"{dev.describe()} has no shader-f16 feature: use dtype float32")
     ck = open_checkpoint(source, reader)
-    return build(ck, dev, want, n_ctx, progress)
+    return build(ck, dev, want, n_ctx, progress, kv_dtype=kv_dtype)
 
 
 def build(ck: Checkpoint, device: Any, dtype: str | None, n_ctx: int | None = None,
-          progress: Progress | bool | None = None, cls: Any = None) -> Any:
-    """A `LanguageModel` (or `cls`) of an opened checkpoint on `device`."""
+          progress: Progress | bool | None = None, cls: Any = None, kv_dtype: str | None = None) -> Any:
+    """A `LanguageModel` (or `cls`) of an opened checkpoint on `device`; `kv_dtype`: its KV cache's type (None: the
+    device's default, `models.base.default_kv_dtype`)."""
     from .base import LanguageModel
 
     spec = ck.config.spec
     ctx = min(spec.n_ctx, DEFAULT_CTX) if n_ctx is None else n_ctx
     if isinstance(ctx, bool) or not isinstance(ctx, int) or not 1 <= ctx <= spec.n_ctx:
         raise CheckpointError(f"n_ctx must be an integer in [1, {spec.n_ctx}] (the model's context), got {n_ctx!r}")
+    if kv_dtype is not None:  # (before the upload: a bad one costs nothing)
+        from ..runtime.cache import check_kv_dtype
+
+        check_kv_dtype(kv_dtype, spec.head_dim, device.has_f16)
     params = upload(ck, device, dtype, progress)
     weights = ck.family.build(ck.config, params, device, ctx)
     nbytes = sum(getattr(v, "nbytes", 0) for v in {id(v): v for v in params.values()}.values())
     return (cls or LanguageModel)(ck.family, ck.config, weights, device, ctx, tokenizer=ck.tokenizer,
                                   chat_template=ck.chat_template, eos_ids=ck.eos_ids, dtype=dtype, name=ck.name,
-                                  weight_bytes=nbytes, params=params)
+                                  weight_bytes=nbytes, params=params, kv_dtype=kv_dtype)
 
 
 def export_arrays(model: Any) -> dict[str, Any]:
@@ -540,8 +545,8 @@ def random_arrays(family: Family | str, config: Any, seed: int = 0) -> dict[str,
 
 
 def random(family: str, config: Any, device: Any = None, dtype: Any = None, seed: int = 0,
-           n_ctx: int | None = None) -> Any:
+           n_ctx: int | None = None, kv_dtype: str | None = None) -> Any:
     from ..device import Device
 
     ck = from_arrays(family, config, random_arrays(family, config, seed), name=f"random-{family}")
-    return build(ck, Device.parse(device), check_dtype(dtype), n_ctx, progress=False)
+    return build(ck, Device.parse(device), check_dtype(dtype), n_ctx, progress=False, kv_dtype=kv_dtype)

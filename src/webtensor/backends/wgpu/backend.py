@@ -226,23 +226,27 @@ class WgpuBackend:
                        lambda r0, r1: plan.embedding(table, ids[r0:r1]), [ids])
 
     def cache_write(self, cache: Tensor, src: Tensor, pos: Tensor, slot: Tensor,
-                    rope: tuple[Tensor, Tensor, bool] | None = None) -> None:
-        plan.cache_write(cache, src, pos, slot, rope)
+                    rope: tuple[Tensor, Tensor, bool] | None = None, table: Tensor | None = None) -> None:
+        plan.cache_write(cache, src, pos, slot, rope, table)
 
     def cached_attention(self, q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float,
                          k_new: Tensor | None = None, v_new: Tensor | None = None,
-                         rope: tuple[Tensor, Tensor, bool] | None = None, window: int | None = None,
-                         softcap: float | None = None) -> Tensor:
+                         rope: tuple[Tensor, Tensor, bool] | None = None, table: Tensor | None = None,
+                         window: int | None = None, softcap: float | None = None) -> Tensor:
         def run(r0: int, r1: int) -> Tensor:
             return plan.cached_attention(q[r0:r1], kc, vc, pos[r0:r1], slot[r0:r1], scale,
-                                         _rows_of(k_new, r0, r1), _rows_of(v_new, r0, r1), rope, window, softcap)
+                                         _rows_of(k_new, r0, r1), _rows_of(v_new, r0, r1), rope, table, window, softcap)
 
         return by_rows("cached_attention", q.device, q.shape, dt.float32, run, [q, pos, slot, k_new, v_new])
 
+    def cache_gather(self, cache: Tensor, slot: int, n: int, head_dim: int, table: Tensor | None = None) -> Tensor:
+        return plan.cache_gather(cache, slot, n, head_dim, table)
+
     def chunk_attention(self, q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float,
-                        window: int | None = None, softcap: float | None = None) -> Tensor:
+                        table: Tensor | None = None, window: int | None = None,
+                        softcap: float | None = None) -> Tensor:
         def run(r0: int, r1: int) -> Tensor:
-            return plan.chunk_attention(q[r0:r1], kc, vc, pos[r0:r1], slot[r0:r1], scale, window, softcap)
+            return plan.chunk_attention(q[r0:r1], kc, vc, pos[r0:r1], slot[r0:r1], scale, table, window, softcap)
 
         return by_rows("chunk_attention", q.device, q.shape, dt.float32, run, [q, pos, slot])
 
@@ -273,6 +277,9 @@ class WgpuBackend:
 
     def has_f16(self) -> bool:
         return self.ctx.has_f16
+
+    def memory_bytes(self) -> int | None:
+        return self.ctx.api.memory_bytes()
 
     def has_subgroups(self) -> bool:
         return self.ctx.has_subgroups

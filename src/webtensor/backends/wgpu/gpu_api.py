@@ -73,6 +73,9 @@ class GpuApi(Protocol):
     shader_checks: bool
 
     def create_buffer(self, size: int, usage: int, label: str = "") -> Any: ...
+    def memory_bytes(self) -> int | None:
+        """The adapter's own memory (its largest device-local heap), where the implementation can tell."""
+        ...
     def destroy_buffer(self, buffer: Any) -> None: ...
     def write_buffer(self, buffer: Any, offset: int, data: Any) -> None: ...
     def flush_writes(self) -> Any:
@@ -154,6 +157,15 @@ class NativeGpu:
         self._offsets: dict[int, Any] = {}  # dynamic-offset arrays for the raw path, by offset
         self._trusted = None if shader_checks else _TrustedModules.load()
         self.shader_checks = self._trusted is None
+        self._memory: list[int | None] = []  # (memory_bytes, once asked)
+
+    def memory_bytes(self) -> int | None:
+        """The Vulkan device-local heap of this adapter (WebGPU does not say; vkmem asks Vulkan), else None."""
+        if not self._memory:
+            from .vkmem import device_local_bytes
+
+            self._memory.append(device_local_bytes(self.info.name) if self.info.backend == "Vulkan" else None)
+        return self._memory[0]
 
     # -- creation -------------------------------------------------------------------------------
     @staticmethod
