@@ -294,7 +294,7 @@ def test_devices_without_the_dot_products_run_f32(gpu: wt.Device, dot4: dict[str
     assert [w for w, _, _ in dot4["ran"]] == ["gemv"]
     w = qw.dequantize().T
     assert_close(got, x.astype(np.float64) @ w, linear_scale(x, w))  # (the f32 GEMV: the suite's float rule)
-    defs = {"Q8_0": "true", "LANES": "8u", "MR": "1u", "NR": "1u", "NORM": "0u", "SG": "0u", "GLU": "false",
+    defs = {"Q8_0": "true", "LANES": "8u", "MR": "1u", "NR": "1u", "NORM": "0u", "SG": "0u", "GLU": "0u",
             "KT": "64u", "UNSEEN": "1u"}  # (a define no other test uses: a variant not compiled before)
     with pytest.raises(wt.GPUError, match="packed_4x8_integer_dot_product"):
         gpu.ctx.kernel("gemv_quant_dot4", defs)

@@ -91,6 +91,22 @@ def swiglu(gate: Tensor, up: Tensor) -> Tensor:
     return dev.backend.swiglu(gate, up, _result_dtype(gate, up))
 
 
+def geglu(gate: Tensor, up: Tensor) -> Tensor:
+    """gelu_tanh(gate) * up elementwise, one launch: the gated MLP of the Gemma family (`swiglu`'s rules for the
+    shapes, views and dtypes)."""
+    dev = check_same_device("geglu", gate, up)
+    _need_float("geglu", gate, up)
+    if gate.shape != up.shape:
+        raise ShapeError(f"geglu: gate {gate.shape} and up {up.shape} must have the same shape")
+    return dev.backend.geglu(gate, up, _result_dtype(gate, up))
+
+
+def softcap(x: Tensor, cap: float) -> Tensor:
+    """cap * tanh(x / cap) elementwise (Gemma 2's final-logit soft-capping), float32 arithmetic, in x's dtype."""
+    _need_float("softcap", x)
+    return x.device.backend.softcap(x, _check_cap("softcap", cap))
+
+
 def cast(x: Tensor, dtype: dt.DType) -> Tensor:
     dtype = dt.as_dtype(dtype)
     if dtype is x.dtype:
@@ -262,7 +278,7 @@ def linear(x: Tensor, weight: Any, bias: Tensor | None = None, act: str | None =
     (at most one of ln and rms). act: None or a name in `webtensor.activations.CODES` ("gelu" is
     "gelu_tanh"). glu="swiglu": x is (..., 2K), the gate and up halves [g | u] of a fused gate_up
     product, and the product's input is swiglu(g, u) = silu(g) * u (..., K) (the gated MLP's down
-    projection; not with ln or rms).
+    projection; not with ln or rms); glu="geglu" the same with gelu_tanh(g) * u (Gemma's).
 
     weight may also be a quantized weight of shape (N, K), nn.Linear's layout, in any of
     `quant.TYPES` (`quant.QuantWeight`, or its upload `backends.wgpu.quant_ops.QuantGpu`):
@@ -271,8 +287,8 @@ def linear(x: Tensor, weight: Any, bias: Tensor | None = None, act: str | None =
     quantized = _is_quant("linear", "weight", weight)
     if not isinstance(x, Tensor):
         raise DTypeError(f"linear: x must be a Tensor, got {type(x).__name__}")
-    if glu is not None and glu != "swiglu":
-        raise ArgumentError(f"linear: glu must be None or 'swiglu', got {glu!r}")
+    if glu is not None and glu not in GLUS:
+        raise ArgumentError(f"linear: glu must be None, 'swiglu' or 'geglu', got {glu!r}")
     if glu is not None and (ln is not None or rms is not None):
         raise ArgumentError("linear: glu (a gated input) does not combine with a norm prologue (ln, rms)")
     width = 2 if glu is not None else 1  # x's last axis: K values a row, 2K with glu (gate | up)
@@ -318,13 +334,17 @@ def linear(x: Tensor, weight: Any, bias: Tensor | None = None, act: str | None =
     return dev.backend.linear(x, weight, bias, act, residual, ln, _result_dtype(x, weight), rms, glu)
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, scale: float | None = None) -> Tensor:
+def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, scale: float | None = None,
+              window: int | None = None, softcap: float | None = None) -> Tensor:
     """Scaled dot-product attention. q: (T, H, D), k and v: (S, KVH, D), S >= T -> (T, H, D).
 
     Grouped-query attention where KVH < H (H % KVH == 0): query head h reads key / value head
     h // (H // KVH); KVH = 1 is multi-query attention, KVH = H the plain multi-head case.
     With `causal`, query t sees keys 0 .. t + (S - T): the queries are the last T positions of a
-    sequence of S, so `k`, `v` may be the first S rows of a KV cache. scale defaults to 1/sqrt(D)."""
+    sequence of S, so `k`, `v` may be the first S rows of a KV cache. scale defaults to 1/sqrt(D).
+    `window` (causal only): a sliding window, query t sees only the last `window` of those keys
+    (t + (S - T) - window < j, transformers' `sliding_window`). `softcap`: the scaled scores s become
+    softcap * tanh(s / softcap) before the mask and the softmax (Gemma 2's attention-logit capping)."""
     check_same_device("attention", q, k, v)
     _need_float("attention", q, k, v)
     if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
@@ -339,7 +359,10 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, scale: float
         raise ShapeError(f"attention: causal attention needs at least as many keys as queries (S={S} < T={T})")
     if S == 0:
         raise ShapeError("attention: no keys (S = 0)")
-    return q.device.backend.attention(q, k, v, bool(causal), _scale(scale, D))
+    if window is not None and not causal:
+        raise ArgumentError("attention: a sliding window needs causal attention")
+    return q.device.backend.attention(q, k, v, bool(causal), _scale(scale, D), **_window_cap("attention", window,
+                                                                                              softcap))
 
 
 def embedding(table: Tensor | Quantized, ids: Any) -> Tensor:
@@ -392,6 +415,28 @@ def _check_eps(op: str, eps: Any) -> float:
     if isinstance(eps, bool) or not isinstance(eps, int | float) or not eps >= 0:
         raise ArgumentError(f"{op}: eps must be a number >= 0, got {eps!r}")
     return float(eps)
+
+
+GLUS = ("swiglu", "geglu")  # linear's gated prologues: silu(gate) * up, gelu_tanh(gate) * up
+
+
+def _check_cap(op: str, cap: Any) -> float:
+    if isinstance(cap, bool) or not isinstance(cap, int | float) or not (math.isfinite(cap) and cap > 0):
+        raise ArgumentError(f"{op}: softcap must be a finite number > 0, got {cap!r}")
+    return float(cap)
+
+
+def _window_cap(op: str, window: Any, softcap: Any) -> dict[str, Any]:
+    """Attention's optional sliding window (an integer >= 1) and score soft-cap, checked, as backend kwargs
+    (only those given: a backend without them is called as before)."""
+    out: dict[str, Any] = {}
+    if window is not None:
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ArgumentError(f"{op}: window must be an integer >= 1 or None, got {window!r}")
+        out["window"] = window
+    if softcap is not None:
+        out["softcap"] = _check_cap(op, softcap)
+    return out
 
 
 def _scale(scale: Any, D: int) -> float:
@@ -482,7 +527,8 @@ def cache_write(cache: Tensor, src: Tensor, pos: Tensor, slot: Tensor, rope: Rop
 
 def cached_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor, slot: Tensor,
                      scale: float | None = None, k_new: Tensor | None = None, v_new: Tensor | None = None,
-                     rope: Rope | None = None, table: Tensor | None = None) -> Tensor:
+                     rope: Rope | None = None, table: Tensor | None = None, window: int | None = None,
+                     softcap: float | None = None) -> Tensor:
     """Attention of query rows against KV caches: q (T, H, D), caches (`cache_write`'s: blocks of KVH heads)
     with H % KVH == 0 (query head h reads cache head h // (H // KVH)); row t sees positions 0..pos[t] of
     sequence slot[t] (the rows may belong to different sequences), through the block `table` where given
@@ -497,7 +543,10 @@ def cached_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor, s
     (`rope(q, pos, cos, sin, interleaved)`, its rules for the tables and positions), so the rotated
     key is the one stored and attended to; the cache's rows are taken as they are (stored rotated).
     One launch on WebGPU where the tables are views of one buffer (e.g. of one (2, P, R/2) tensor),
-    else rope launches first."""
+    else rope launches first.
+
+    `window`: a sliding window, row t sees only positions pos[t] - window + 1 .. pos[t]; `softcap`:
+    the scaled scores soft-capped as in `attention`."""
     news = [t for t in (k_new, v_new) if t is not None]
     if len(news) == 1:
         raise ArgumentError("cached_attention: give both k_new and v_new, or neither")
@@ -508,7 +557,7 @@ def cached_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor, s
                          f"got {[t.shape for t in news]}")
     rope = _check_rope("cached_attention", rope, D, q)
     return q.device.backend.cached_attention(q, k_cache, v_cache, pos, slot, _scale(scale, D), k_new, v_new, rope,
-                                             table)
+                                             table, **_window_cap("cached_attention", window, softcap))
 
 
 def cache_gather(cache: Tensor, slot: int, n: int, table: Tensor | None = None, head_dim: int | None = None) -> Tensor:
@@ -537,7 +586,8 @@ def cache_gather(cache: Tensor, slot: int, n: int, table: Tensor | None = None, 
 
 
 def chunk_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor, slot: Tensor,
-                    scale: float | None = None, table: Tensor | None = None) -> Tensor:
+                    scale: float | None = None, table: Tensor | None = None, window: int | None = None,
+                    softcap: float | None = None) -> Tensor:
     """`cached_attention` of rows that are one sequence's (a prompt chunk): q (T, H, D), caches
     (`cache_write`'s: pools of blocks read through the block `table`, or contiguous without one), pos
     and slot int32 (T,) with every row in sequence slot[0]; row t sees positions 0..pos[t] of that
@@ -548,9 +598,11 @@ def chunk_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor, sl
     keys loaded once for all of them), positions and slot read on the device, so one captured graph
     serves every chunk of every prompt. The CPU checks that the slots agree (a ShapeError naming
     two that do not) and are in range; WebGPU reads slot[0], and gives zeros for every row when it is out
-    of range and for a row at a negative position (device data is not read back to be checked)."""
+    of range and for a row at a negative position (device data is not read back to be checked).
+    `window` and `softcap`: as in `cached_attention`."""
     _check_attention_rows("chunk_attention", q, k_cache, v_cache, pos, slot, table)
-    return q.device.backend.chunk_attention(q, k_cache, v_cache, pos, slot, _scale(scale, q.shape[2]), table)
+    return q.device.backend.chunk_attention(q, k_cache, v_cache, pos, slot, _scale(scale, q.shape[2]), table,
+                                            **_window_cap("chunk_attention", window, softcap))
 
 
 def _check_attention_rows(op: str, q: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor, slot: Tensor,

@@ -103,7 +103,7 @@ def test_presets_are_what_transformers_reads(name):
     specs = family.tensors(cfg)
     shapes = {family.canonical(k): tuple(t.shape) for k, t in hf.state_dict().items()}
     shapes = {k: v for k, v in shapes.items() if k is not None}
-    if cfg.spec.architecture != "gpt2" and cfg.tie_word_embeddings:
+    if cfg.spec.architecture != "gpt2" and cfg.tie_word_embeddings and "lm_head.weight" in shapes:
         shapes.pop("lm_head.weight")  # (HF lists the tied head under its own name too)
     if cfg.spec.architecture == "gpt2":
         shapes.pop("lm_head.weight")
@@ -111,10 +111,14 @@ def test_presets_are_what_transformers_reads(name):
     s = cfg.spec
     assert (s.n_layer, s.vocab_size, s.n_ctx) == (hf_cfg.num_hidden_layers, hf_cfg.vocab_size,
                                                   hf_cfg.max_position_embeddings)
-    if family.name == "llama":  # (HF's rotary class, built on the CPU: its inv_freq)
-        from webtensor.models.llama.config import inv_freq
+    if hasattr(cfg, "rope"):  # a decoder family (HF's rotary class, built on the CPU: its inv_freq per layer type)
+        from webtensor.models.decoder.rope import inv_freq
 
-        want = type(hf.model.rotary_emb)(hf_cfg).inv_freq.numpy()
-        # (within one float32 ulp: webtensor's base ** (i / dim) is rounded from double precision, torch's is
-        # float32's pow; for qwen3-0.6b one of 64 frequencies differs by an ulp)
-        np.testing.assert_array_max_ulp(np.asarray(inv_freq(cfg), np.float32), want, maxulp=1)
+        rotary = type(hf.model.rotary_emb)(hf_cfg)
+        ropes = {"": cfg.rope} if hasattr(rotary, "inv_freq") else \
+            {"full_attention_": cfg.rope, "sliding_attention_": cfg.rope_local or cfg.rope}
+        for prefix, rope in ropes.items():
+            want = getattr(rotary, f"{prefix}inv_freq").numpy()
+            # (within one float32 ulp: webtensor's base ** (i / dim) is rounded from double precision, torch's is
+            # float32's pow; for qwen3-0.6b one of 64 frequencies differs by an ulp)
+            np.testing.assert_array_max_ulp(np.asarray(inv_freq(rope, cfg.head_dim), np.float32), want, maxulp=1)

@@ -136,8 +136,9 @@ def _edit_config(src: Path, dst: Path, **changes: object) -> Path:
 
 
 @pytest.mark.parametrize(("variant", "changes", "match"), [
-    ("qwen2", dict(use_sliding_window=True), "use_sliding_window = true: sliding-window attention"),
-    ("mistral", dict(sliding_window=64), "sliding_window = 64: sliding-window attention is not supported"),
+    ("qwen2", dict(use_sliding_window=True, sliding_window=0), "sliding_window must be a positive integer or null"),
+    ("llama-gqa", dict(model_type="ministral", sliding_window=8, layer_types=["sliding"]), "layer_types must be"),
+    ("llama-gqa", dict(model_type="phi3"), r"'layers.0.self_attn.qkv_proj.weight' is missing"),
     ("llama-gqa", dict(rope_parameters=dict(rope_type="yarn", factor=4.0, rope_theta=1e4)), "rope_type 'yarn'"),
     ("llama-gqa", dict(rope_parameters=None, rope_scaling=dict(type="dynamic", factor=2.0)), "rope_type 'dynamic'"),
     ("llama-gqa", dict(hidden_act="gelu"), "hidden_act 'gelu' is not supported"),

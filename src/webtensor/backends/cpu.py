@@ -167,6 +167,14 @@ def swiglu(g: np.ndarray, u: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
         return (gv * sig * _f32(u)).astype(out_dtype)
 
 
+def geglu(g: np.ndarray, u: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
+    # gelu_tanh(g) * u in float32 (`gelu`'s expression, then the product)
+    return (gelu(_f32(g)) * _f32(u)).astype(out_dtype)
+
+
+GLU = {"swiglu": swiglu, "geglu": geglu}  # linear's gated prologues: (gate, up, out dtype) -> act(gate) * up
+
+
 def _check_positions(pos: np.ndarray, P: int) -> None:
     # rope's positions are host data here: checked on every call (and replay), as webtensor.ops
     # checks positions given from the host (rope.wgsl clamps them to the table instead)
@@ -197,9 +205,27 @@ def softmax(x: np.ndarray) -> np.ndarray:
     return (e / total).astype(x.dtype)
 
 
-def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float) -> np.ndarray:
+def softcap(x: np.ndarray, cap: float) -> np.ndarray:
+    # cap * tanh(x / cap) in float32, in x's dtype (Gemma 2's logit soft-capping: transformers' order)
+    c = F32(cap)
+    out: np.ndarray = (np.tanh(_f32(x) / c) * c).astype(x.dtype)
+    return out
+
+
+def _softcap_scores(scores: np.ndarray, cap: float | None) -> None:
+    # attention scores soft-capped in place: scores / cap, tanh, * cap (float32; transformers' order)
+    if cap is not None:
+        c = F32(cap)
+        np.true_divide(scores, c, out=scores)
+        np.tanh(scores, out=scores)
+        np.multiply(scores, c, out=scores)
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float, window: int | None = None,
+              cap: float | None = None) -> np.ndarray:
     # q: (T, H, D), k and v: (S, KVH, D) with S >= T; query head h reads kv head h // (H // KVH);
-    # query t sees keys j <= t + (S - T) if causal
+    # query t (position t + S - T) sees keys j <= t + (S - T) if causal, and of those j > t + (S - T) - window;
+    # the scores soft-capped by `cap` before the mask
     T, S = q.shape[0], k.shape[0]
     H, KVH = q.shape[1], k.shape[1]
     if KVH != H:  # grouped-query: each kv head repeated for its H // KVH query heads
@@ -207,8 +233,12 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: 
         k, v = k[:, heads], v[:, heads]  # (S, H, D)
     qh, kh, vh = (_f32(t).transpose(1, 0, 2) for t in (q, k, v))  # (H, T, D), (H, S, D)
     scores = (qh @ kh.transpose(0, 2, 1)) * F32(scale)  # (H, T, S)
+    _softcap_scores(scores, cap)
     if causal:
-        visible = np.arange(S)[None, :] <= np.arange(T)[:, None] + (S - T)
+        at = np.arange(T)[:, None] + (S - T)  # each query's position
+        visible = np.arange(S)[None, :] <= at
+        if window is not None:
+            visible &= np.arange(S)[None, :] > at - window
         scores = np.where(visible[None], scores, -np.inf)
     probs = softmax(scores)
     return (probs @ vh).transpose(1, 0, 2).astype(q.dtype)  # (T, H, D)
@@ -350,12 +380,13 @@ def _check_one_slot(slot: np.ndarray) -> None:
 
 
 def chunk_attention(q: np.ndarray, kc: np.ndarray, vc: np.ndarray, pos: np.ndarray, slot: np.ndarray,
-                    scale: float, table: np.ndarray | None = None) -> np.ndarray:
+                    scale: float, table: np.ndarray | None = None, window: int | None = None,
+                    cap: float | None = None) -> np.ndarray:
     # q: (T, H, D), the rows of one sequence (every slot slot[0]'s) at positions pos; kc, vc: pools (blocks,
     # block_size, KVH, D or q8_0 words) read through `table` (None: sequence s is block s). Row t attends to
-    # positions 0..pos[t] (within the table) of the sequence, as stored: every row's scores against the keys the
-    # rows see, in one product a KV head (query head h = kv head h // G, member h % G), the invisible ones masked
-    # -> (T, H, D) float32
+    # positions 0..pos[t] (within the table) of the sequence, as stored, the last `window` of them where it slides
+    # (`_seen`): every row's scores against the keys the rows see, in one product a KV head (query head h = kv
+    # head h // G, member h % G), soft-capped by `cap`, the invisible ones masked -> (T, H, D) float32
     _check_slots(slot, kc.shape[0] if table is None else table.shape[0])
     _check_one_slot(slot)
     T, H, D = q.shape
@@ -364,13 +395,16 @@ def chunk_attention(q: np.ndarray, kc: np.ndarray, vc: np.ndarray, pos: np.ndarr
     G = H // KVH
     if T == 0:
         return np.empty(q.shape, F32)
-    lim = np.minimum(pos.astype(np.int64) + 1, n_ctx)  # (T,) keys each row sees
+    lim = np.minimum(pos.astype(np.int64) + 1, n_ctx)  # (T,) keys lo <= j < lim each row sees
+    lo = np.zeros_like(lim) if window is None else np.clip(pos.astype(np.int64) + 1 - window, 0, lim)
     n = max(int(lim.max()), 1)  # (position 0 exists: rows at negative positions see nothing, NaN)
     rows_n = seq_rows(table, int(slot[0]), n, kc.shape)
     k, v = kv_load(kc, rows_n, D).transpose(1, 2, 0), kv_load(vc, rows_n, D).transpose(1, 0, 2)  # (KVH, D|n, n|D)
     qh = _f32(q).reshape(T, KVH, G, D).transpose(1, 0, 2, 3).reshape(KVH, T * G, D)  # rows (t, g)
     scores = (qh @ k) * F32(scale)  # (KVH, T G, n)
-    visible = np.repeat(np.arange(n)[None, :] < lim[:, None], G, axis=0)  # (T G, n)
+    _softcap_scores(scores, cap)
+    j = np.arange(n)[None, :]
+    visible = np.repeat((j < lim[:, None]) & (j >= lo[:, None]), G, axis=0)  # (T G, n)
     scores = np.where(visible[None], scores, F32(-np.inf))
     with np.errstate(invalid="ignore"):  # (a row that sees nothing: NaN)
         e = np.exp(scores - scores.max(axis=-1, keepdims=True))
@@ -386,10 +420,18 @@ def _query_groups(q: np.ndarray, KVH: int) -> np.ndarray:
     return q.reshape(T, KVH, H // KVH, D)
 
 
+def _seen(p: int, n_ctx: int, window: int | None) -> tuple[int, int]:
+    # the cache positions lo..n-1 a query at position p attends to: 0..p (within the cache), the last `window` of
+    # them where it slides
+    n = min(p + 1, n_ctx)
+    return (0 if window is None else max(0, min(n, p + 1 - window))), n
+
+
 def _attend(out: np.ndarray, q: np.ndarray, kc: np.ndarray, vc: np.ndarray, pos: np.ndarray, slot: np.ndarray,
-            scale: float, table: np.ndarray | None) -> None:
+            scale: float, table: np.ndarray | None, window: int | None = None, cap: float | None = None) -> None:
     # cached_attention into float32 `out` (q float32), row by row: row t's keys and values at positions
-    # 0..pos[t] of its sequence read from the pool (as stored, widened), then the G = H // KVH query heads of a kv
+    # 0..pos[t] of its sequence read from the pool (as stored, widened; the last `window` of them where it slides,
+    # `_seen`), then the G = H // KVH query heads of a kv
     # head as G rows against its keys, each as `attention` computes one query (non-causal: the same numpy
     # operations in the same order, without its conversions and masks). The eager op and the captured step both
     # run this, so their numbers are the same bit for bit.
@@ -398,14 +440,15 @@ def _attend(out: np.ndarray, q: np.ndarray, kc: np.ndarray, vc: np.ndarray, pos:
     qh = _query_groups(q, kc.shape[2])  # (T, KVH, G, D)
     sc, D = F32(scale), q.shape[2]
     for t, (p, s) in enumerate(zip(pos.tolist(), slot.tolist(), strict=True)):
-        n = max(0, min(p + 1, n_ctx))
-        if n == 0:  # (a negative position: attends to nothing, as the kernels: 0 / 0)
+        lo, n = _seen(p, n_ctx, window)
+        if n <= lo:  # (a negative position, or a window past the cache: attends to nothing, as the kernels: 0 / 0)
             out[t] = np.nan
             continue
         rows = seq_rows(table, s, n, kc.shape)
-        k, v = kv_load(kc, rows, D).transpose(1, 2, 0), kv_load(vc, rows, D).transpose(1, 0, 2)  # (KVH, D|n, n|D)
-        scores = qh[t] @ k  # (KVH, G, n)
+        k, v = kv_load(kc, rows, D)[lo:].transpose(1, 2, 0), kv_load(vc, rows, D)[lo:].transpose(1, 0, 2)
+        scores = qh[t] @ k  # (KVH, G, n - lo)
         np.multiply(scores, sc, out=scores)
+        _softcap_scores(scores, cap)
         np.subtract(scores, np.maximum.reduce(scores, axis=-1, keepdims=True), out=scores)  # (.max's reduce)
         np.exp(scores, out=scores)
         np.true_divide(scores, np.add.reduce(scores, axis=-1, keepdims=True), out=scores)  # (.sum's)
@@ -413,11 +456,13 @@ def _attend(out: np.ndarray, q: np.ndarray, kc: np.ndarray, vc: np.ndarray, pos:
 
 
 def cached_attention(q: np.ndarray, kc: np.ndarray, vc: np.ndarray, pos: np.ndarray, slot: np.ndarray,
-                     scale: float, table: np.ndarray | None = None) -> np.ndarray:
+                     scale: float, table: np.ndarray | None = None, window: int | None = None,
+                     cap: float | None = None) -> np.ndarray:
     # q: (T, H, D); kc, vc: pools (blocks, block_size, KVH, D or q8_0 words); row t attends to positions 0..pos[t]
-    # of sequence slot[t], query head h to kv head h // (H // KVH)
+    # of sequence slot[t] (the last `window` of them where it slides; scores soft-capped by `cap`), query head h
+    # to kv head h // (H // KVH)
     out = np.empty(q.shape, F32)
-    _attend(out, _f32(q), kc, vc, pos, slot, scale, table)
+    _attend(out, _f32(q), kc, vc, pos, slot, scale, table, window, cap)
     return out
 
 
@@ -444,14 +489,15 @@ RmsArgs = tuple[np.ndarray, float]  # rms_norm's (w, eps)
 
 def _normed(x: np.ndarray, ln: LnArgs | None, rms: RmsArgs | None, glu: str | None = None) -> np.ndarray:
     # linear's prologue: x layer-normalised (ln = (w, b, eps)), RMS-normalised (rms = (w, eps)),
-    # gated (glu: swiglu of x's halves (..., 2K) -> (..., K), in x's dtype as `swiglu` gives it) or as is
+    # gated (glu: swiglu / geglu of x's halves (..., 2K) -> (..., K), in x's dtype as `swiglu` / `geglu` give
+    # it) or as is
     if ln is not None:
         return layer_norm(_f32(x), *ln)
     if rms is not None:
         return rms_norm(_f32(x), *rms)
     if glu is not None:
         K = x.shape[-1] // 2
-        return swiglu(x[..., :K], x[..., K:], x.dtype)
+        return GLU[glu](x[..., :K], x[..., K:], x.dtype)
     return x
 
 
@@ -545,6 +591,20 @@ def _swiglu_step(out: np.ndarray, g: np.ndarray, u: np.ndarray) -> Callable[[], 
     return step
 
 
+def _geglu_step(out: np.ndarray, g: np.ndarray, u: np.ndarray) -> Callable[[], None]:
+    # geglu(g, u) into out (all float32): gelu's steps on a copy of g, then the product
+    gelu_in_place = _gelu_step(out)
+
+    def step() -> None:
+        np.copyto(out, g)
+        gelu_in_place()
+        np.multiply(out, u, out=out)
+    return step
+
+
+_GLU_STEPS = {"swiglu": _swiglu_step, "geglu": _geglu_step}
+
+
 def _rope_step(out: np.ndarray, x: np.ndarray, pos: np.ndarray, cos: np.ndarray, sin: np.ndarray,
                interleaved: bool) -> Callable[[], None]:
     # rope(x, pos, cos, sin) into out (x float32): the tables' rows gathered into scratch, then rope's
@@ -588,10 +648,10 @@ def _linear_step(out: np.ndarray, x: np.ndarray, w: np.ndarray, b: np.ndarray | 
         elif rms is not None:
             parts.append(_rms_norm_step(xn, x, *rms))
         x = xn
-    if glu is not None:  # swiglu of the halves into scratch (..., K)
+    if glu is not None:  # swiglu / geglu of the halves into scratch (..., K)
         K = x.shape[-1] // 2
         xg = np.empty(x.shape[:-1] + (K,), F32)
-        parts.append(_swiglu_step(xg, x[..., :K], x[..., K:]))
+        parts.append(_GLU_STEPS[glu](xg, x[..., :K], x[..., K:]))
         x = xg
     parts.append(lambda: np.matmul(x, w, out=out))
     if b is not None:
@@ -802,6 +862,16 @@ class CpuBackend:
         return self._op("swiglu", gate.device, gate.shape, dtype, lambda: swiglu(ga, ua, dtype),
                         (lambda out: _swiglu_step(out, ga, ua)) if fast else None)
 
+    def geglu(self, gate: Any, up: Any, out_dtype: Any) -> Any:
+        ga, ua, dtype = view(gate), view(up), out_dtype.name
+        fast = ga.dtype == ua.dtype == F32
+        return self._op("geglu", gate.device, gate.shape, dtype, lambda: geglu(ga, ua, dtype),
+                        (lambda out: _geglu_step(out, ga, ua)) if fast else None)
+
+    def softcap(self, x: Any, cap: float) -> Any:
+        xa = view(x)
+        return self._op("softcap", x.device, x.shape, xa.dtype, lambda: softcap(xa, cap))
+
     def cast(self, x: Any, dtype: Any) -> Any:
         xa, name = view(x), dtype.name
         return self._op("cast", x.device, x.shape, name, lambda: cast(xa, name))
@@ -915,9 +985,11 @@ class CpuBackend:
             return rows.reshape(*idx.shape, table.shape[1])
         return self._op("quant_embedding", ids.device, ids.shape + (table.shape[1],), F32, compute)
 
-    def attention(self, q: Any, k: Any, v: Any, causal: bool, scale: float) -> Any:
+    def attention(self, q: Any, k: Any, v: Any, causal: bool, scale: float, window: int | None = None,
+                  softcap: float | None = None) -> Any:
         qa, ka, va = view(q), view(k), view(v)
-        return self._op("attention", q.device, q.shape, qa.dtype, lambda: attention(qa, ka, va, causal, scale))
+        return self._op("attention", q.device, q.shape, qa.dtype,
+                        lambda: attention(qa, ka, va, causal, scale, window, softcap))
 
     def embedding(self, table: Any, ids: Any) -> Any:
         ta, idx = view(table), view(ids)
@@ -935,7 +1007,8 @@ class CpuBackend:
         self._inplace("cache_write", lambda: cache_write(c, s, p, sl, tb))
 
     def cached_attention(self, q: Any, kc: Any, vc: Any, pos: Any, slot: Any, scale: float,
-                         k_new: Any = None, v_new: Any = None, rope: Any = None, table: Any = None) -> Any:
+                         k_new: Any = None, v_new: Any = None, rope: Any = None, table: Any = None,
+                         window: int | None = None, softcap: float | None = None) -> Any:
         if rope is not None:  # the reference of the fused form: q and the new key rotated first
             q = self.rope(q, pos, *rope)
             k_new = None if k_new is None else self.rope(k_new, pos, *rope)
@@ -948,9 +1021,9 @@ class CpuBackend:
         def into(out: np.ndarray) -> Callable[[], None] | None:
             if qa.dtype != F32:
                 return None
-            return lambda: _attend(out, qa, ka, va, p, sl, scale, tb)
+            return lambda: _attend(out, qa, ka, va, p, sl, scale, tb, window, softcap)
         return self._op("cached_attention", q.device, q.shape, F32,
-                        lambda: cached_attention(qa, ka, va, p, sl, scale, tb), into)
+                        lambda: cached_attention(qa, ka, va, p, sl, scale, tb, window, softcap), into)
 
     def cache_gather(self, cache: Any, slot: int, n: int, head_dim: int, table: Any = None) -> Any:
         c = view(cache)
@@ -958,11 +1031,12 @@ class CpuBackend:
         return self._op("cache_gather", cache.device, (n, cache.shape[2], head_dim), F32,
                         lambda: cache_gather(c, slot, n, head_dim, tb))
 
-    def chunk_attention(self, q: Any, kc: Any, vc: Any, pos: Any, slot: Any, scale: float, table: Any = None) -> Any:
+    def chunk_attention(self, q: Any, kc: Any, vc: Any, pos: Any, slot: Any, scale: float, table: Any = None,
+                        window: int | None = None, softcap: float | None = None) -> Any:
         qa, ka, va, p, sl = view(q), view(kc), view(vc), view(pos), view(slot)
         tb = None if table is None else view(table)
         return self._op("chunk_attention", q.device, q.shape, F32,
-                        lambda: chunk_attention(qa, ka, va, p, sl, scale, tb))
+                        lambda: chunk_attention(qa, ka, va, p, sl, scale, tb, window, softcap))
 
     def advance_tokens(self, new: Any, ids: Any, pos: Any, tokens: Any, count: Any) -> None:
         n, i, p, t, c = view(new), view(ids), view(pos), view(tokens), view(count)

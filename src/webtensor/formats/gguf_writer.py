@@ -4,7 +4,8 @@ and the GGUF files the tests and benchmarks make from random checkpoints.
 
 Layout (llama.cpp's converter's): every matrix (out, in) = (N, K) — GPT-2's Conv1D matrices transposed —,
 embeddings (V, C), and whatever the family changes on the way (`Family.to_gguf`: llama.cpp permutes the rows of
-Q and K of the `llama` architecture); the family's metadata keys (`Family.gguf_metadata`), the byte-level BPE
+Q and K of the `llama` architecture); the family's metadata keys (`Family.gguf_metadata`) and the tensors the
+converter derives from the config (`Family.gguf_tensors`: llama3's `rope_freqs`), the byte-level BPE
 vocabulary (padded to the embedding's rows with [PAD{i}], as llama.cpp's converter pads) and the chat template.
 Matrices and embeddings are written in `outtype` (f32, f16, bf16, q8_0, q4_0, q4_1: the `gguf` package's own
 quantizers, bit for bit llama.cpp's reference; a matrix whose rows are not whole blocks stays f32 / f16), norms and
@@ -70,7 +71,7 @@ def write_gguf(model_dir: str | os.PathLike[str], out: str | os.PathLike[str], o
                             "ones)")
     ck = loader.open_checkpoint(model_dir)
     fam, cfg, spec = ck.family, ck.config, ck.config.spec
-    w = gguf.GGUFWriter(str(out), spec.architecture)
+    w = gguf.GGUFWriter(str(out), fam.gguf_architecture(cfg))
     try:
         w.add_name(Path(model_dir).name)
         w.add_file_type(file_type)
@@ -110,6 +111,8 @@ def write_gguf(model_dir: str | os.PathLike[str], out: str | os.PathLike[str], o
                 qtype = getattr(gguf.GGMLQuantizationType, t)
                 data = gguf.quants.quantize(arr, qtype)
                 w.add_tensor(names[name], data, raw_shape=data.shape, raw_dtype=qtype)
+        for gname, values in fam.gguf_tensors(cfg).items():  # (what the converter derives from the config)
+            w.add_tensor(gname, np.asarray(values, np.float32))
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_tensors_to_file()

@@ -28,6 +28,7 @@ their output rows into one matrix.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -135,6 +136,9 @@ def _open_gguf(path: Path, reader: str) -> Checkpoint:
     where = str(path)
     family = registry.for_gguf(f.architecture, where)
     cfg = family.config_from_gguf(f.metadata, list(f.tensors), where)
+    if getattr(cfg, "tie_word_embeddings", False) and "output.weight" in f.tensors and "token_embd.weight" in \
+            f.tensors and bytes(f.raw("output.weight")) != bytes(f.raw("token_embd.weight")):
+        cfg = dataclasses.replace(cfg, tie_word_embeddings=False)  # (an LM head of its own, as llama.cpp reads it)
     by_gguf = {g: c for c, g in family.gguf_names(cfg).items()}
     by_gguf.setdefault("output.weight", "lm_head.weight")  # (a tied model's stored copy of its head)
     names: dict[str, str] = {}

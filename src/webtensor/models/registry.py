@@ -10,7 +10,8 @@ from typing import Any
 from ..errors import CheckpointError
 from .spec import Family
 
-FAMILY_MODULES = ("webtensor.models.gpt2.family", "webtensor.models.llama.family")
+FAMILY_MODULES = ("webtensor.models.gpt2.family", "webtensor.models.llama.family", "webtensor.models.gemma.family",
+                  "webtensor.models.olmo2.family")
 _FAMILIES: dict[str, Family] = {}
 
 

@@ -48,7 +48,10 @@ class Family:
     (Hugging Face's, prefixes such as "model." dropped by `canonical`), in load order; `canonical(key)` a
     checkpoint key's canonical name (None: a tensor the family ignores, e.g. rotary buffers); `gguf_names(cfg)`
     canonical -> GGUF name; `fusions(cfg)` (fused name, parts) pairs the loader concatenates along the output
-    rows where the parts are stored alike (q, k, v -> qkv); `gguf_metadata(cfg)` the GGUF keys a converter writes and
+    rows where the parts are stored alike (q, k, v -> qkv); `gguf_metadata(cfg)` the GGUF keys a converter writes,
+    `gguf_architecture(cfg)` the `general.architecture` it writes (Mistral's is `llama`), `gguf_tensors(cfg)` the
+    tensors it derives from the config (GGUF name -> float32 values: llama3's `rope_freqs`)
+    and
     `to_gguf(cfg, name, float32 array)` a weight as llama.cpp stores it (`formats.gguf_writer`);
     `check(cfg, shapes, where)` the family's own checks of
     a checkpoint's tensors (by canonical name, HF layout) beyond "every expected tensor with its shape";
@@ -56,7 +59,9 @@ class Family:
     `forward(batch, cache) -> logits` runs the model; `to_hf(cfg, name, float32 array)` a weight as the loaded model
     holds it back in the Hugging Face checkpoint's form (the inverse of what the config says was done to it: llama's
     Q/K rows of a GGUF file un-permuted; `loader.export_arrays`); `presets` named shapes (random weights, for
-    benchmarks) as the config.json a published checkpoint of that shape carries."""
+    benchmarks) as the config.json a published checkpoint of that shape carries; `examples` tiny config.json
+    dicts, at least one per architecture the family registers, exercising its options (random checkpoints of
+    them are what the conformance suite, tests/models/test_conformance.py, runs every path on)."""
 
     name: str
     hf_model_types: tuple[str, ...]
@@ -70,6 +75,9 @@ class Family:
     check: Callable[[Any, Mapping[str, tuple[int, ...]], str], None] = lambda cfg, shapes, where: None
     fusions: Callable[[Any], list[tuple[str, tuple[str, ...]]]] = lambda cfg: []
     gguf_metadata: Callable[[Any], dict[str, Any]] = lambda cfg: {}
+    gguf_tensors: Callable[[Any], dict[str, list[float]]] = lambda cfg: {}
+    gguf_architecture: Callable[[Any], str] = lambda cfg: str(cfg.spec.architecture)
     to_gguf: Callable[[Any, str, Any], Any] = lambda cfg, name, arr: arr
     to_hf: Callable[[Any, str, Any], Any] = lambda cfg, name, arr: arr
     presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    examples: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)

@@ -48,22 +48,25 @@ class StepBatch:
         return (self.T, 1, width) if self.store is None and self.invariant else (self.T, width)
 
     def attend(self, k_cache: Tensor, v_cache: Tensor, q: Tensor, k: Tensor, v: Tensor, scale: float,
-               rope: ops.Rope | None = None) -> Tensor:
+               rope: ops.Rope | None = None, window: int | None = None, softcap: float | None = None) -> Tensor:
         """Store the rows' keys and values in one layer's cache (a pool of blocks through `table`, or a contiguous
         (n_slots, n_ctx, KVH, D) cache) and attend: q (T, H, D), k and v (T, KVH, D) -> (T, H, D) float32. rope =
         (cos, sin, interleaved): q and k rotated at the rows' positions first (`ops.rope`), inside the store and
         the attention where the step's kernels take it (the decode step: one launch for the rotation, the store and
         the attention), else (a prompt chunk) a rope of q and a store of k that rotates it. Every row attends to
-        the keys and values as the cache stores them (rounded to its type)."""
+        the keys and values as the cache stores them (rounded to its type). `window`: the layer's sliding window
+        (each row sees its last `window` positions, itself included); `softcap`: its attention scores' soft-cap
+        (`ops.attention`)."""
         t = self.table
+        extra: dict[str, Any] = {"window": window, "softcap": softcap}
         if self.store is not None:
             if rope is not None:
                 q = ops.rope(q, self.pos, *rope)
             ops.cache_write(k_cache, k, self.store, self.slot, rope=rope, table=t)
             ops.cache_write(v_cache, v, self.store, self.slot, table=t)
-            return ops.chunk_attention(q, k_cache, v_cache, self.pos, self.slot, scale=scale, table=t)
+            return ops.chunk_attention(q, k_cache, v_cache, self.pos, self.slot, scale=scale, table=t, **extra)
         return ops.cached_attention(q, k_cache, v_cache, self.pos, self.slot, scale=scale, k_new=k, v_new=v,
-                                    rope=rope, table=t)
+                                    rope=rope, table=t, **extra)
 
     def head_input(self, x: Tensor) -> Tensor:
         """The rows of x (T, ..., C) that need logits, shaped as this batch holds activations: (S, 1, C) or (S, C)."""

@@ -120,6 +120,16 @@ class WgpuBackend:
     def swiglu(self, gate: Tensor, up: Tensor, out_dtype: DType) -> Tensor:
         return self.binary("swiglu", gate, up, gate.shape, out_dtype)
 
+    def geglu(self, gate: Tensor, up: Tensor, out_dtype: DType) -> Tensor:
+        return self.binary("geglu", gate, up, gate.shape, out_dtype)
+
+    def softcap(self, x: Tensor, cap: float) -> Tensor:
+        def run(t: Tensor, out: Tensor | None = None) -> Tensor:
+            return plan.unary("softcap", t, x.dtype, alpha=cap, out=out)
+        if crosses(x):
+            return elementwise_any_view("softcap", x, x.dtype, lambda src, dst: run(src, dst))
+        return self._by_rows("softcap", x, x.dtype, run)
+
     def cast(self, x: Tensor, dtype: DType) -> Tensor:
         return self._elementwise("copy", x, dtype)
 
@@ -170,7 +180,7 @@ class WgpuBackend:
         def run(x: Tensor, residual: Tensor | None) -> Tensor:
             x2 = x.reshape(1, x.shape[0]) if x.ndim == 1 else x
             res = None if residual is None else residual.reshape(x2.shape[:-1] + (N,))
-            out = plan.matmul(x2, w, out_dtype, bias=bias, act=act, residual=res, ln=ln, rms=rms, glu=glu is not None)
+            out = plan.matmul(x2, w, out_dtype, bias=bias, act=act, residual=res, ln=ln, rms=rms, glu=glu)
             return out.reshape((*x.shape[:-1], N))
 
         if x.ndim == 1:
@@ -198,13 +208,14 @@ class WgpuBackend:
         return by_rows("embedding", ids.device, (*ids.shape, table.shape[1]), dt.float32,
                        lambda r0, r1: quant_ops.quant_embedding(table, ids[r0:r1]), [ids])
 
-    def attention(self, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Tensor:
+    def attention(self, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, window: int | None = None,
+                  softcap: float | None = None) -> Tensor:
         T, S = q.shape[0], k.shape[0]
 
         def run(r0: int, r1: int) -> Tensor:
             # causal: query rows r0..r1 are positions S - T + r0.. and see keys 0 .. S - T + r1
             kv = slice(0, S - T + r1 if causal else S)
-            return plan.attention(q[r0:r1], k[kv], v[kv], causal, scale)
+            return plan.attention(q[r0:r1], k[kv], v[kv], causal, scale, window, softcap)
 
         return by_rows("attention", q.device, q.shape, q.dtype, run, [q])
 
@@ -220,10 +231,11 @@ class WgpuBackend:
 
     def cached_attention(self, q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float,
                          k_new: Tensor | None = None, v_new: Tensor | None = None,
-                         rope: tuple[Tensor, Tensor, bool] | None = None, table: Tensor | None = None) -> Tensor:
+                         rope: tuple[Tensor, Tensor, bool] | None = None, table: Tensor | None = None,
+                         window: int | None = None, softcap: float | None = None) -> Tensor:
         def run(r0: int, r1: int) -> Tensor:
             return plan.cached_attention(q[r0:r1], kc, vc, pos[r0:r1], slot[r0:r1], scale,
-                                         _rows_of(k_new, r0, r1), _rows_of(v_new, r0, r1), rope, table)
+                                         _rows_of(k_new, r0, r1), _rows_of(v_new, r0, r1), rope, table, window, softcap)
 
         return by_rows("cached_attention", q.device, q.shape, dt.float32, run, [q, pos, slot, k_new, v_new])
 
@@ -231,9 +243,10 @@ class WgpuBackend:
         return plan.cache_gather(cache, slot, n, head_dim, table)
 
     def chunk_attention(self, q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float,
-                        table: Tensor | None = None) -> Tensor:
+                        table: Tensor | None = None, window: int | None = None,
+                        softcap: float | None = None) -> Tensor:
         def run(r0: int, r1: int) -> Tensor:
-            return plan.chunk_attention(q[r0:r1], kc, vc, pos[r0:r1], slot[r0:r1], scale, table)
+            return plan.chunk_attention(q[r0:r1], kc, vc, pos[r0:r1], slot[r0:r1], scale, table, window, softcap)
 
         return by_rows("chunk_attention", q.device, q.shape, dt.float32, run, [q, pos, slot])
 
@@ -279,3 +292,4 @@ class WgpuBackend:
 
     def release(self) -> None:
         self.ctx.release_device()
+

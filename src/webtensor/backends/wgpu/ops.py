@@ -193,7 +193,8 @@ def _broadcast_strides(t: Tensor, out_shape: tuple[int, ...]) -> tuple[int, ...]
     return tuple(0 if d < k or t.shape[d - k] == 1 else t._strides[d - k] for d in range(len(out_shape)))
 
 
-_BINARY = {"add": "0u", "mul": "1u", "sub": "2u", "div": "3u", "swiglu": "4u"}  # elementwise.wgsl's OP
+_BINARY = {"add": "0u", "mul": "1u", "sub": "2u", "div": "3u", "swiglu": "4u", "geglu": "5u"}  # elementwise's OP
+GLU = {None: "0u", "swiglu": "1u", "geglu": "2u"}  # the gemv kernels' GLU: a gated prologue's kind
 
 
 def binary(op: str, a: Tensor, b: Tensor, out_shape: tuple[int, ...], out_dtype: dt.DType) -> Tensor:
@@ -213,7 +214,7 @@ def binary(op: str, a: Tensor, b: Tensor, out_shape: tuple[int, ...], out_dtype:
     return out
 
 
-_UNARY = {"copy": "0u", "gelu": "1u", "scale": "2u"}
+_UNARY = {"copy": "0u", "gelu": "1u", "scale": "2u", "softcap": "3u"}
 
 
 def unary(op: str, x: Tensor, out_dtype: dt.DType | None = None, alpha: float = 1.0,
@@ -406,13 +407,14 @@ def argmax(x: Tensor) -> Tensor:
 # -- matmul -------------------------------------------------------------------------------------
 def matmul(a: Tensor, b: Tensor, out_dtype: dt.DType, bias: Tensor | None = None, act: str | None = None,
            residual: Tensor | None = None, ln: tuple[Tensor, Tensor, float] | None = None,
-           rms: tuple[Tensor, float] | None = None, glu: bool = False) -> Tensor:
+           rms: tuple[Tensor, float] | None = None, glu: str | None = None) -> Tensor:
     """a: (..., M, K) @ b: (K, N) or (..., K, N) with the same batch dims -> (..., M, N).
     With b 2-d, the fused epilogue may add `bias` (N,), apply the activation `act` (a canonical
     name of `webtensor.activations`), then add `residual` (..., M, N); `ln` = (weight, bias, eps)
     layer-normalises a's rows first, `rms` = (weight, eps) RMS-normalises them (fused into the
-    GEMV's prologue where it can be); `glu` (b 2-d): a is (..., M, 2K), the product's input is
-    swiglu of its halves (in the GEMV's prologue where it can be, else one elementwise launch first)."""
+    GEMV's prologue where it can be); `glu` ("swiglu" / "geglu", b 2-d): a is (..., M, 2K), the product's
+    input is that gate of its halves (in the GEMV's prologue where it can be, else one elementwise launch
+    first)."""
     ctx = _ctx(a)
     M, K, N = a.shape[-2], a.shape[-1] // (2 if glu else 1), b.shape[-1]
     batch_shape = a.shape[:-2]
@@ -508,10 +510,10 @@ def gemv_group(ctx: WgpuContext, M: int, stack: bool) -> int:
 
 
 def gemv_kernel(ctx: WgpuContext, a_dtype: dt.DType, w_dtype: dt.DType, out_dtype: dt.DType, bias_dtype: dt.DType,
-                K: int, ln: bool = False, mr: int = 1, rms: bool = False, glu: bool = False) -> tuple[Any, int]:
+                K: int, ln: bool = False, mr: int = 1, rms: bool = False, glu: str | None = None) -> tuple[Any, int]:
     """The gemv variant for these dtypes and K, taking `mr` rows of A a workgroup, and how many
     outputs one workgroup computes; `ln`: a norm prologue, an RMS norm if `rms`, else a layer norm;
-    `glu`: the SwiGLU prologue (A's rows are 2K wide, [gate | up]).
+    `glu`: the gated prologue, "swiglu" or "geglu" (A's rows are 2K wide, [gate | up]).
     The subgroup reduction is built in only on devices with the feature and a fixed subgroup size."""
     lanes = gemv_lanes(ctx, K, ln)
     if ln and lanes == 1:
@@ -521,7 +523,7 @@ def gemv_kernel(ctx: WgpuContext, a_dtype: dt.DType, w_dtype: dt.DType, out_dtyp
     k = ctx.kernel("gemv", {"TA": a_dtype.wgsl, "TB": "u32" if pack else w_dtype.wgsl, "TC": out_dtype.wgsl,
                             "TBIAS": bias_dtype.wgsl, "LN": "true" if ln else "false", "LANES": f"{lanes}u",
                             "SG": f"{sg}u", "WPACK": "true" if pack else "false", "MR": f"{mr}u",
-                            "RMS": "true" if ln and rms else "false", "GLU": "true" if glu else "false"})
+                            "RMS": "true" if ln and rms else "false", "GLU": GLU[glu]})
     return k, 256 // lanes
 
 
@@ -584,10 +586,10 @@ def norm_fusable(norm: tuple[Tensor, Tensor | None, float]) -> bool:
 
 def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor, out: Tensor,
                epi: _Epilogue, ln: tuple[Tensor, Tensor | None, float] | None, stack: bool = False,
-               glu: bool = False) -> None:
+               glu: str | None = None) -> None:
     """out (M, N) = epilogue(norm(a) @ b), a's rows `lda` apart; `ln` = (weight, bias, eps) a layer
     norm, (weight, None, eps) an RMS norm; `stack`: the rows are a stack of one-row products (see
-    gemv_group); `glu`: a's rows are 2K wide and the input is swiglu of their halves (the GEMV's
+    gemv_group); `glu`: a's rows are 2K wide and the input is that gate of their halves (the GEMV's
     prologue, else one elementwise launch first)."""
     N = b.shape[1]
     parts = _parts(b, K, N)
@@ -597,10 +599,10 @@ def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor,
     mr = gemv_group(ctx, M, stack)
     gemv = mr > 0 and vec_ok
     fuse_ln = ln is not None and gemv and gemv_lanes(ctx, K, True) > 1 and norm_fusable(ln)
-    if glu and not gemv:  # the gated input as its own launch: swiglu of the halves, (M, K) contiguous
+    if glu is not None and not gemv:  # the gated input as its own launch: the gate of the halves, (M, K)
         x = Tensor(a.device, (M, 2 * K), a.dtype, storage=a._storage, strides=(lda, 1), offset=a._offset)
-        a = binary("swiglu", x[:, :K], x[:, K:], (M, K), a.dtype)
-        lda, glu = K, False
+        a = binary(glu, x[:, :K], x[:, K:], (M, K), a.dtype)
+        lda, glu = K, None
         vec_ok = vec_ok or (kmajor and K % 4 == 0 and all(pt[4] % 4 == 0 and pt[6] == K for pt in parts))
         gemv = mr > 0 and vec_ok
     if ln is not None and not fuse_ln:  # a separate norm, then the product of its output
@@ -814,9 +816,11 @@ def _engine_split_k(ctx: WgpuContext, a: Tensor, lda: int, M: int, b_dtype: dt.D
 
 
 # -- attention ------------------------------------------------------------------------------------
-def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Tensor:
+def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, window: int | None = None,
+              softcap: float | None = None) -> Tensor:
     """q: (T, H, D), k, v: (S, KVH, D) -> (T, H, D); query head h reads kv head h // (H // KVH)
-    (every kernel takes the group size H // KVH as a parameter)."""
+    (every kernel takes the group size H // KVH as a parameter). A sliding `window` and a score
+    `softcap` are taken by every kernel but attention_prefill.wgsl (not asked for them)."""
     ctx = _ctx(q)
     q, k, v = (t if t._strides[-1] == 1 else t.contiguous() for t in (q, k, v))
     T, H, D = q.shape
@@ -833,6 +837,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Te
                  o_ts=H * D, o_hs=D)
     bufs = dict(q=_buf(q), k=_buf(k), v=_buf(v), o=_buf(out))
     policy = ctx.policy
+    extra = dict(window=window or 0, softcap=softcap or 0.0)
+    plain = window is None and softcap is None  # (attention_prefill knows neither)
     bk = tiled_keys_per_tile(ctx, q, k, v, vec) if T >= policy.tiled_min_queries else 0
     if bk:
         f16 = q.dtype is dt.float16
@@ -840,10 +846,10 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Te
             "TS": "f16" if f16 else "f32", "D4": f"{D // 4}u", "KG": f"{bk // 4}u", "F16": "true" if f16 else "false",
             "SG": "true" if 0 < bk // 4 <= ctx.subgroup_size else "false"})
         prm = {n: x // 4 for n, x in views.items() if n != "o_off"}
-        ctx.launch(kern, dict(prm, T=T, S=S, causal=int(causal), scale=scale, G=group), bufs,
+        ctx.launch(kern, dict(prm, T=T, S=S, causal=int(causal), scale=scale, G=group, **extra), bufs,
                    (math.ceil(T / 64), H, 1))
         return out
-    if T >= policy.prefill_min_queries and prefill_fits(ctx, q, k, v, vec):
+    if plain and T >= policy.prefill_min_queries and prefill_fits(ctx, q, k, v, vec):
         kern = ctx.kernel("attention_prefill", {
             "TQ": q.dtype.wgsl, "TO": out.dtype.wgsl, "TS": "f16" if q.dtype is dt.float16 else "f32",
             "D4": f"{D // 4}u", "DT": f"{D // 16}u", "BKV": f"{prefill_keys_per_tile(ctx, D, q.dtype)}u",
@@ -855,14 +861,15 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Te
             and q.dtype is k.dtype is v.dtype is dt.float32):
         kern = ctx.kernel("attention_flash", {"D4": f"{D // 4}u"})
         ctx.launch(kern, dict({n: x // 4 for n, x in views.items()}, T=T, S=S, causal=int(causal), scale=scale,
-                              group=group), bufs, (math.ceil(T / 64), H, 1))
+                              group=group, **extra), bufs, (math.ceil(T / 64), H, 1))
         return out
     if v.dtype is not k.dtype:
         v = copy(v, k.dtype)
         bufs["v"] = _buf(v)
         views.update(v_off=v._offset, v_ts=v._strides[0], v_hs=v._strides[1])
     kern = ctx.kernel("attention", {"TQ": q.dtype.wgsl, "TK": k.dtype.wgsl, "TO": out.dtype.wgsl})
-    ctx.launch(kern, dict(views, T=T, S=S, H=H, D=D, causal=int(causal), scale=scale, group=group), bufs, (T, H, 1))
+    ctx.launch(kern, dict(views, T=T, S=S, H=H, D=D, causal=int(causal), scale=scale, group=group, **extra), bufs,
+               (T, H, 1))
     return out
 
 
@@ -1026,13 +1033,15 @@ def _one_buffer(*ts: Tensor) -> bool:
 
 def cached_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float,
                      k_new: Tensor | None = None, v_new: Tensor | None = None,
-                     rot: tuple[Tensor, Tensor, bool] | None = None, table: Tensor | None = None) -> Tensor:
+                     rot: tuple[Tensor, Tensor, bool] | None = None, table: Tensor | None = None,
+                     window: int | None = None, softcap: float | None = None) -> Tensor:
     """q (T, H, D) against caches (blocks, block_size, KVH, D or q8_0 words): row t sees positions 0..pos[t] of
     sequence slot[t] through `table` (None: a contiguous cache), query head h cache head h // (H // KVH) -> (T, H, D)
     f32, one workgroup per (head, row). With k_new, v_new (T, KVH, D) the rows' keys and values are stored at their
     positions by the same launch and attended to as stored (see cached_attention.wgsl). rot = (cos, sin,
     interleaved): q and k_new rotated first, in the launch (cached_attention_rope.wgsl) where the tables are views
-    of one buffer and so are k_new and v_new, of q's dtype (8 storage bindings), else by rope launches."""
+    of one buffer and so are k_new and v_new, of q's dtype (8 storage bindings), else by rope launches.
+    `window`: each row sees its last `window` positions; `softcap`: its scores soft-capped."""
     ctx = _ctx(q)
     if rot is not None:
         cos, sin = (t if t.is_contiguous() else t.contiguous() for t in rot[:2])
@@ -1066,7 +1075,8 @@ def cached_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tenso
     n_ctx = block if table is None else table.shape[1] * block
     prm = dict(T=T, H=H, D4=D // u, q_off4=q._offset // u, q_ts4=q._strides[0] // u, q_hs4=q._strides[1] // u,
                n_ctx=n_ctx, scale=scale, group=H // KVH, pos_off=pos_off, slot_off=slot_off,
-               kc_off4=kc._offset // cu, vc_off4=vc._offset // cu, **geo)
+               kc_off4=kc._offset // cu, vc_off4=vc._offset // cu, window=window or 0,
+               softcap=softcap or 0.0, **geo)
     bufs = dict(q=_buf(q), ps=ps, kc=_buf(kc), vc=_buf(vc), o=_buf(out), **tb)
     if len(views) == 3:
         k_new, v_new = views[1], views[2]
@@ -1092,9 +1102,11 @@ def cached_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tenso
 
 
 def chunk_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float,
-                    table: Tensor | None = None) -> Tensor:
+                    table: Tensor | None = None, window: int | None = None,
+                    softcap: float | None = None) -> Tensor:
     """q (T, H, D) of one sequence's rows (all in sequence slot[0]) against caches (blocks, block_size, KVH, D or
-    q8_0 words) read through `table` (None: a contiguous cache): row t sees positions 0..pos[t] -> (T, H, D) f32.
+    q8_0 words) read through `table` (None: a contiguous cache): row t sees positions 0..pos[t] (the last `window`
+    of them where it slides, scores soft-capped by `softcap`) -> (T, H, D) f32.
     attention_tiled_cache.wgsl where it runs (GPUs: query tiles sharing key tiles, see `_tiled_keys`),
     attention_flash_cache.wgsl on CPU adapters (float32 q, D a multiple of 4 up to 64, as attention_flash), else
     cached_attention's kernel (one workgroup a row and head: the same numbers for rows of one sequence). The pool's
@@ -1111,7 +1123,7 @@ def chunk_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor
     flash = (not bk and T >= ctx.policy.flash_min_queries and D % 4 == 0 and D <= 64 and q.dtype is dt.float32
              and all(x % 4 == 0 for x in offsets))
     if not words or (not bk and not flash):
-        return cached_attention(q, kc, vc, pos, slot, scale, table=table)
+        return cached_attention(q, kc, vc, pos, slot, scale, table=table, window=window, softcap=softcap)
     out = _out(q.device, (T, H, D), dt.float32)
     if T == 0 or H == 0:
         return out
@@ -1129,7 +1141,8 @@ def chunk_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor
     group = {"G" if bk else "group": H // KVH}
     ctx.launch(kern, dict(T=T, scale=scale, q_off=q._offset // 4, q_ts=q._strides[0] // 4, q_hs=q._strides[1] // 4,
                           o_ts=H * D // 4, o_hs=D // 4, n_ctx=n_ctx, n_slots=n_seqs, C4=words,
-                          kc_off=kc._offset // cu, vc_off=vc._offset // cu, **group, **geo),
+                          kc_off=kc._offset // cu, vc_off=vc._offset // cu, window=window or 0,
+                          softcap=softcap or 0.0, **group, **geo),
                dict(q=_buf(q), pos=_buf(pos), slot=_buf(slot), kc=_buf(kc), vc=_buf(vc), o=_buf(out), **tb),
                (math.ceil(T / 64), H, 1))
     return out

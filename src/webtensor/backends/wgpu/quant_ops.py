@@ -390,15 +390,15 @@ def dot4_tile(ctx: WgpuContext, K: int, mr: int, lanes: int, nr: int) -> int:
 
 
 def kernel_for(ctx: WgpuContext, qtype: str, M: int, K: int, norm: int = 0,
-               stack: bool = False, glu: bool = False) -> tuple[Any, str, int, int]:
+               stack: bool = False, glu: str | None = None) -> tuple[Any, str, int, int]:
     """(kernel, which, MR, NR): which is "dot4" (int8 activations quantized in the kernel's prologue),
     "dot4q" (the same, its activations quantized by a quantize_q8 launch first: `quantize_rows`), "gemv"
     (float32 activations; MR rows of A a workgroup, NR outputs a thread, for both GEMVs), "engine"
     (matmul_engine_quant.wgsl: its variant, tile and split-K are `ops.matmul_engine`'s, so no kernel here),
     "tiled" (matmul_quant.wgsl, where the policy turns the engine off) or "regs" (CPU adapters). `norm`: the
     GEMV's prologue, 1 layer norm, 2 RMS norm (only where it has lanes to reduce with: norm_fusable). `stack`:
-    the rows are a stack of one-row products (`ops.gemv_group`). `glu`: the GEMV's SwiGLU prologue (asked for
-    only where a GEMV runs)."""
+    the rows are a stack of one-row products (`ops.gemv_group`). `glu`: the GEMV's gated prologue, "swiglu" or
+    "geglu" (asked for only where a GEMV runs)."""
     mr = gops.gemv_group(ctx, M, stack)
     if mr and uses_dot4(ctx, M, stack):
         pol = ctx.policy
@@ -409,7 +409,7 @@ def kernel_for(ctx: WgpuContext, qtype: str, M: int, K: int, norm: int = 0,
         kt = K if pre else dot4_tile(ctx, K, mr, lanes, nr)
         if kt and lanes >= mr:  # (lane q writes the group's output slot q: MR NR of them)
             defs = {qtype: "true", "LANES": f"{lanes}u", "MR": f"{mr}u", "NR": f"{nr}u",
-                    "NORM": f"{0 if pre else norm}u", "SG": f"{sg}u", "GLU": "false" if pre or not glu else "true",
+                    "NORM": f"{0 if pre else norm}u", "SG": f"{sg}u", "GLU": gops.GLU[None if pre else glu],
                     "KT": f"{kt}u", "PREQ": "true" if pre else "false", "UNROLL": f"{pol.gemv_dot4_unroll}u"}
             return ctx.kernel("gemv_quant_dot4", defs), "dot4q" if pre else "dot4", mr, nr
     if mr:
@@ -417,7 +417,7 @@ def kernel_for(ctx: WgpuContext, qtype: str, M: int, K: int, norm: int = 0,
         nr = gemv_outputs(ctx, K, mr)
         sg = ctx.subgroup_size if lanes > 1 and 1 < ctx.subgroup_size <= lanes else 0
         defs = {qtype: "true", "LANES": f"{lanes}u", "MR": f"{mr}u", "NR": f"{nr}u", "NORM": f"{norm}u",
-                "SG": f"{sg}u", "GLU": "true" if glu else "false"}
+                "SG": f"{sg}u", "GLU": gops.GLU[glu]}
         return ctx.kernel("gemv_quant", defs), "gemv", mr, nr
     if not gops._gpu_style(ctx):
         return ctx.kernel("matmul_quant_regs", {qtype: "true"}), "regs", 0, 0
@@ -458,7 +458,8 @@ def quant_linear(x: Tensor, qweight: QuantWeight | QuantGpu, bias: Tensor | None
     (weight, bias, eps) layer-normalises x's rows first, `rms` = (weight, eps) RMS-normalises them
     (at most one of the two; in gemv_quant's prologue where it can, else as a layer_norm / rms_norm
     launch). glu="swiglu": x is (..., 2K), [gate | up], and the input is silu(gate) * up (in
-    gemv_quant's prologue where the GEMV runs, else as one elementwise launch first)."""
+    gemv_quant's prologue where the GEMV runs, else as one elementwise launch first); "geglu":
+    gelu_tanh(gate) * up."""
     device = x.device
     ctx = gops._ctx(x)
     w = on_device(device, qweight)
@@ -488,14 +489,14 @@ def quant_linear(x: Tensor, qweight: QuantWeight | QuantGpu, bias: Tensor | None
     fuse_glu = glu is not None and gops.gemv_group(ctx, M, stack) > 0
     if glu is not None and not fuse_glu:  # the gate as its own launch: (M, K) = swiglu of the halves
         gu = Tensor(device, (M, 2 * K), dt.float32, storage=x2._storage, strides=(lda, 1), offset=x2._offset)
-        x2, M, _, lda = _f32_rows(gops.binary("swiglu", gu[:, :K], gu[:, K:], (M, K), dt.float32))
+        x2, M, _, lda = _f32_rows(gops.binary(glu, gu[:, :K], gu[:, K:], (M, K), dt.float32))
     if bias is not None and bias.dtype is not dt.float32:
         bias = gops.copy(bias, dt.float32)
     epi = gops._Epilogue(out, bias, act, residual)  # (float32 bias and residual: the kernels read them so)
     kern, which, mr, nr = kernel_for(ctx, w.qtype, M, K, (2 if rms is not None else 1) if fuse else 0, stack,
-                                     glu=fuse_glu)
+                                     glu=glu if fuse_glu else None)
     if which == "dot4q":  # the int8 activations once, for every chunk's launch
-        x2, lda = quantize_rows(x2, M, K, lda, norm if fuse else None, fuse_glu), q8_row_words(K)
+        x2, lda = quantize_rows(x2, M, K, lda, norm if fuse else None, glu if fuse_glu else None), q8_row_words(K)
         fuse = False
     sw = scale_words(w.qtype, K)
     if which == "engine":
@@ -531,15 +532,15 @@ def q8_row_words(K: int) -> int:
 
 
 def quantize_rows(x: Tensor, M: int, K: int, lda: int, norm: tuple[Tensor, Tensor | None, float] | None,
-                  glu: bool) -> Tensor:
+                  glu: str | None) -> Tensor:
     """Rows of x (M rows of K values at stride lda; 2K wide with `glu`), through the fused norm or
-    SwiGLU, quantized to int8 activations by one quantize_q8 launch: (M, q8_row_words(K)) float32 (u32 words),
+    gated prologue ("swiglu" or "geglu"), quantized to int8 activations by one quantize_q8 launch: (M, q8_row_words(K)) float32 (u32 words),
     each row K / 4 words of int8 then K / 32 (d, sums) pairs (the layout gemv_quant_dot4 reads with PREQ)."""
     ctx = gops._ctx(x)
     out = gops._out(x.device, (M, q8_row_words(K)), dt.float32)
     sg = ctx.subgroup_size if ctx.has_subgroups else 0
     code = 0 if norm is None else 2 if norm[1] is None else 1
-    kern = ctx.kernel("quantize_q8", {"NORM": f"{code}u", "SG": f"{sg}u", "GLU": "true" if glu else "false"})
+    kern = ctx.kernel("quantize_q8", {"NORM": f"{code}u", "SG": f"{sg}u", "GLU": gops.GLU[glu]})
     bufs: dict[str, Any] = dict(a=gops._buf(x), o=gops._buf(out))
     params: dict[str, float] = dict(M=M, K=K, a_off4=x._offset // 4, lda4=lda // 4, o_ld=q8_row_words(K))
     if norm is not None:

@@ -181,31 +181,31 @@ SIGNATURES = {s.file: s for s in (
     _sig("matmul_splitk_sum", "M N S ld_s acc=0 c_off=0 ldc epi=0 bias_off=0 r_off=0 r_ld=0", "part bias? res? -> c"),
     _sig("attention_prefill", "T S causal scale:f32 q_off q_ts q_hs k_off k_ts k_hs v_off v_ts v_hs o_off=0 o_ts o_hs "
          "group", "q k v -> o"),
-    _sig("attention_tiled", "T S causal scale:f32 G q_off q_ts q_hs k_off k_ts k_hs v_off v_ts v_hs o_ts o_hs",
-         "q k v -> o"),
-    _sig("attention_tiled_cache", f"T scale:f32 G q_off q_ts q_hs o_ts o_hs n_ctx n_slots C4 kc_off vc_off {_KV}",
-         "q pos slot kv_table? kc vc -> o"),
-    _sig("attention_flash_cache", f"T scale:f32 group q_off q_ts q_hs o_ts o_hs n_ctx n_slots C4 kc_off vc_off {_KV}",
-         "q pos slot kv_table? kc vc -> o"),
+    _sig("attention_tiled", "T S causal scale:f32 G q_off q_ts q_hs k_off k_ts k_hs v_off v_ts v_hs o_ts o_hs "
+         "window=0 softcap:f32=0", "q k v -> o"),
+    _sig("attention_tiled_cache", f"T scale:f32 G q_off q_ts q_hs o_ts o_hs n_ctx n_slots C4 kc_off vc_off {_KV} "
+         "window=0 softcap:f32=0", "q pos slot kv_table? kc vc -> o"),
+    _sig("attention_flash_cache", f"T scale:f32 group q_off q_ts q_hs o_ts o_hs n_ctx n_slots C4 kc_off vc_off {_KV} "
+         "window=0 softcap:f32=0", "q pos slot kv_table? kc vc -> o"),
     *(_sig(k, f"M N K acc=0 a_off4 lda4 d_ld c_off=0 ldc {_EPI} eps:f32=0", "a qs scales bias? res? lnw? lnb? -> c")
       for k in ("gemv_quant", "gemv_quant_dot4")),
     _sig("quantize_q8", "M K a_off4 lda4 o_ld eps:f32=0", "a lnw? lnb? -> o"),
     *(_sig(k, f"M N K acc=0 a_off4 lda4 d_ld c_off=0 ldc {_EPI} eps:f32=0", "a qs scales bias? res? -> c")
       for k in ("matmul_quant", "matmul_quant_regs")),
     _sig("attention", "T S H D q_off q_ts q_hs causal k_off k_ts k_hs scale:f32 v_off v_ts v_hs o_off=0 o_ts o_hs "
-         "group", "q k v -> o"),
-    _sig("attention_flash", "T S causal scale:f32 q_off q_ts q_hs k_off k_ts k_hs v_off v_ts v_hs o_ts o_hs group",
-         "q k v -> o"),
+         "group window=0 softcap:f32=0", "q k v -> o"),
+    _sig("attention_flash", "T S causal scale:f32 q_off q_ts q_hs k_off k_ts k_hs v_off v_ts v_hs o_ts o_hs group "
+         "window=0 softcap:f32=0", "q k v -> o"),
     _sig("embedding", "n_ids cols row0 rows ids_off o_off=0 t_off", "table ids -> o"),
     _sig("embedding_quant", "n_ids K row0 rows ids_off o_off=0 d_ld", "qs scales ids -> o"),
     _sig("cache_write", f"T H D src_off src_ts src_hs pos_off slot_off {_KV} c_off half=0 P=1 tc_off=0 ts_off=0",
          "src ps cos_t? sin_t? kv_table? -> cache"),
     _sig("cache_gather", f"n H D seq {_KV} c_off", "kv_table? cache -> o"),
     _sig("cached_attention", f"T H D4 q_off4 q_ts4 q_hs4 k_off4=0 k_ts4=0 k_hs4=0 v_off4=0 v_ts4=0 v_hs4=0 n_ctx "
-         f"write=0 scale:f32 group pos_off slot_off {_KV} kc_off4 vc_off4 half=0 P=1 tc_off=0 ts_off=0",
-         "q kn? vn? ps kv_table? -> kc vc o"),
+         f"write=0 scale:f32 group pos_off slot_off {_KV} kc_off4 vc_off4 half=0 P=1 tc_off=0 ts_off=0 window=0 "
+         "softcap:f32=0", "q kn? vn? ps kv_table? -> kc vc o"),
     _sig("cached_attention_rope", f"T H D4 q_off4 q_ts4 q_hs4 k_off4=0 k_ts4=0 k_hs4=0 v_off4=0 v_ts4=0 v_hs4=0 "
-         f"n_ctx write=0 scale:f32 group pos_off slot_off {_KV} kc_off4 vc_off4 half P tc_off ts_off",
-         "q kv? ps tab kv_table? -> kc vc o"),
+         f"n_ctx write=0 scale:f32 group pos_off slot_off {_KV} kc_off4 vc_off4 half P tc_off ts_off window=0 "
+         "softcap:f32=0", "q kv? ps tab kv_table? -> kc vc o"),
     _sig("advance_tokens", "B ring", "next_ids -> ids pos tokens count"),
 )}

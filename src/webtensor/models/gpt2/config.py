@@ -10,6 +10,7 @@ it would change. The numpy-free browser page reads checkpoints through this modu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -263,9 +264,10 @@ class GPT2Config:
         if not 0 <= cfg.layer_norm_epsilon < math.inf:
             raise CheckpointError(f"{where}: layer_norm_epsilon must be finite and >= 0, got {cfg.layer_norm_epsilon}")
         ff = m.int("feed_forward_length", None)
-        if ff is not None and ff != 4 * cfg.n_embd:
-            raise CheckpointError(f"{where}: feed_forward_length {ff} is not 4 x embedding_length "
-                                  f"({4 * cfg.n_embd}) as GPT-2 needs")
+        if ff is not None and ff != cfg.inner_dim:  # (llama.cpp reads any MLP width)
+            if ff <= 0:
+                raise CheckpointError(f"{where}: feed_forward_length must be a positive integer, got {ff}")
+            cfg = dataclasses.replace(cfg, n_inner=ff)
         return cfg
 
     def _check_sizes(self, raw: dict[str, Any], where: str) -> None:

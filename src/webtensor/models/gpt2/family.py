@@ -32,6 +32,18 @@ def _preset(shape: dict[str, int]) -> dict[str, Any]:
             "eos_token_id": 50256, "tie_word_embeddings": True}
 
 
+# tiny configs for the conformance suite (tests/models/test_conformance.py): tied, and an untied head with a
+# narrower MLP (what a GGUF file can say: llama.cpp's GPT-2 knows no other activation or attention scale)
+EXAMPLES = {
+    "gpt2": {"model_type": "gpt2", "vocab_size": 4096, "n_positions": 128, "n_embd": 64, "n_layer": 2, "n_head": 4,
+             "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True,
+             "bos_token_id": 0, "eos_token_id": 0},
+    "gpt2-untied": {"model_type": "gpt2", "vocab_size": 4096, "n_positions": 128, "n_embd": 64, "n_layer": 2,
+                    "n_head": 2, "n_inner": 96, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
+                    "tie_word_embeddings": False, "bos_token_id": 0, "eos_token_id": 0},
+}
+
+
 def _build(cfg: GPT2Config, params: dict[str, Any], device: Any, n_ctx: int) -> GPT2Weights:
     return GPT2Weights(cfg, params, device, n_ctx)
 
@@ -40,4 +52,5 @@ FAMILY = register(Family(
     name="gpt2", hf_model_types=("gpt2",), gguf_architectures=("gpt2",),
     config_from_hf=_from_hf, config_from_gguf=GPT2Config.from_gguf,
     tensors=names.tensors, canonical=names.canonical, gguf_names=names.gguf_names, build=_build,
-    check=_check, gguf_metadata=_gguf_metadata, presets={name: _preset(p) for name, p in PRESETS.items()}))
+    check=_check, gguf_metadata=_gguf_metadata, presets={name: _preset(p) for name, p in PRESETS.items()},
+    examples=EXAMPLES))

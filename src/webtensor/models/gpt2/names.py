@@ -111,7 +111,7 @@ def _check_implied_sizes(shapes: Mapping[str, tuple[int, ...]], cfg: GPT2Config,
     layers = {int(m.group(1)) for n in shapes if (m := re.match(r"h\.(\d+)\.", n))}
     n_layer = max(layers) + 1 if layers else 0
     if n_layer != cfg.n_layer:
-        raise CheckpointError(f"{where}: config.json says n_layer = {cfg.n_layer} but the checkpoint has "
+        raise CheckpointError(f"{where}: the config says n_layer = {cfg.n_layer} but the checkpoint has "
                               f"{n_layer} layers (h.0 .. h.{n_layer - 1})")
     implied = [("vocab_size", "wte.weight", 0, cfg.vocab_size), ("n_embd", "wte.weight", 1, cfg.n_embd),
                ("n_positions", "wpe.weight", 0, cfg.n_positions),
@@ -122,7 +122,7 @@ def _check_implied_sizes(shapes: Mapping[str, tuple[int, ...]], cfg: GPT2Config,
         shape = shapes.get(name)
         if shape is not None and len(shape) == 2 and shape[axis] != want:
             said = f"{cfg.n_inner} ({want})" if field == "n_inner" and cfg.n_inner is None else str(want)
-            raise CheckpointError(f"{where}: config.json says {field} = {said} but tensor {name!r} has shape "
+            raise CheckpointError(f"{where}: the config says {field} = {said} but tensor {name!r} has shape "
                                   f"{tuple(shape)}, i.e. {field} = {shape[axis]}")
     if cfg.tie_word_embeddings and "lm_head.weight" in shapes and "wte.weight" in shapes \
             and tuple(shapes["lm_head.weight"]) != tuple(shapes["wte.weight"]):

@@ -1,78 +1,71 @@
-"""`LlamaConfig`: the Llama family's hyper-parameters — Llama 2/3.x and SmolLM2 (`llama`), Mistral-style configs
-without a sliding window (`mistral`), Qwen2/2.5 (`qwen2`: q/k/v biases) and Qwen3 (`qwen3`: QK-norm, an explicit
-head_dim) — read from a Hugging Face config.json (both layouts seen in the wild: top-level `rope_theta` /
-`rope_scaling` as published Llama 3.x files have them, and transformers 5's `rope_parameters`) or from GGUF
-metadata as llama.cpp's converter writes it. What changes the computation and is not supported (another rope type,
-a sliding window, another activation, ...) is refused with one line naming the field; keys transformers' own
-model ignores are ignored here too.
+"""`LlamaConfig`: the Llama family's hyper-parameters — the architectures whose forward is Llama's (pre-norm
+blocks, rotary attention, a SwiGLU MLP) with options:
 
-`rope_tables` computes the rotary cos / sin tables on the host the way transformers does (float32 steps), so that
-every rope scaling is only a table and the positions stay on the device. numpy-free (the page).
+- `llama` (Llama 2/3.x, SmolLM2: llama3 / linear rope scaling, attention and MLP biases);
+- `mistral` and `ministral` (a sliding window on every layer, or on the layers `layer_types` says);
+- `qwen2` (q/k/v biases) and `qwen3` (QK-norm, an explicit head_dim), with `use_sliding_window`'s windows on
+  the layers from `max_window_layers` on;
+- `phi3` (Phi-3 / 3.5 / Phi-4-mini: q, k, v stored as one qkv_proj and gate, up as one gate_up_proj;
+  longrope scaling with short and long factors; a partial rotary factor; a sliding window);
+- `granite` (IBM Granite 3.x: embedding, residual and attention multipliers, logits divided by a scale).
+
+Read from a Hugging Face config.json (both layouts seen in the wild: the top-level `rope_theta` / `rope_scaling`
+published files carry, and transformers 5's `rope_parameters`) or from GGUF metadata as llama.cpp's converter
+writes it: the standard keys through `models.decoder.config`, the family's own here, each default the one
+transformers' config class has. What changes the computation and is not supported is refused with one line
+naming the field; keys transformers' own model ignores are ignored here too. numpy-free (the page).
 """
 
 from __future__ import annotations
 
-import json
-import math
-import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ...errors import CheckpointError
-from ..config_reader import GGUFMetadata, JSONConfig, token_id, token_ids
-from ..spec import ModelSpec
+from ..config_reader import JSONConfig
+from ..decoder.config import (
+    FULL,
+    SLIDING,
+    DecoderConfig,
+    gguf_fields,
+    gguf_layer_types,
+    hf_fields,
+    hf_layer_types,
+    hf_window,
+)
+from ..decoder.rope import Rope, RopeScaling, rope_from_hf
 
-ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")
-ROPE_TYPES = ("default", "linear", "llama3")
+ARCHITECTURES = ("llama", "mistral", "ministral", "qwen2", "qwen3", "phi3", "granite")
+GGUF_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "granite")  # (mistral: webtensor's older files)
+# transformers' defaults where config.json is silent: max_position_embeddings, rms_norm_eps
+_DEFAULTS = {"llama": (2048, 1e-6), "mistral": (32768, 1e-6), "ministral": (32768, 1e-6), "qwen2": (32768, 1e-6),
+             "qwen3": (32768, 1e-6), "phi3": (4096, 1e-5), "granite": (2048, 1e-6)}
 
 
-@dataclass(frozen=True)
-class RopeScaling:
-    """How the rotary frequencies are scaled (transformers' `rope_parameters`)."""
+@dataclass(frozen=True, kw_only=True)
+class LlamaConfig(DecoderConfig):
+    FAMILY = "llama"
 
-    type: str = "default"  # "default", "linear" or "llama3"
-    factor: float = 1.0
-    low_freq_factor: float = 1.0  # llama3
-    high_freq_factor: float = 4.0  # llama3
-    original_max_position_embeddings: int = 8192  # llama3
-
-
-@dataclass(frozen=True)
-class LlamaConfig:
-    architecture: str
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    max_position_embeddings: int
-    rms_norm_eps: float
-    rope_theta: float
-    rope_scaling: RopeScaling = field(default_factory=RopeScaling)
-    partial_rotary_factor: float = 1.0
-    rope_interleaved: bool = False  # llama.cpp's GGUF llama files: Q/K rows permuted for interleaved pairs
-    rope_freq_factors: bool = False  # GGUF llama 3.1+: a `rope_freqs` tensor divides the frequencies
-    qkv_bias: bool = False  # biases on q, k, v (Qwen2; attention_bias in Llama / Qwen3)
-    o_bias: bool = False  # a bias on o_proj (attention_bias in Llama / Qwen3)
+    qkv_bias: bool = False  # biases on q, k, v (Qwen2; attention_bias in Llama / Qwen3 / Granite)
+    o_bias: bool = False  # a bias on o_proj (attention_bias in Llama / Qwen3 / Granite)
     mlp_bias: bool = False
     qk_norm: bool = False  # Qwen3: an RMS norm over each head of q and k before rope
-    tie_word_embeddings: bool = False
-    eos_token_id: tuple[int, ...] = ()
-    bos_token_id: int | None = None
+    fused_qkv: bool = False  # Phi-3: q, k, v stored as one qkv_proj (N = Q + 2 KV rows)
+    fused_gate_up: bool = False  # Phi-3: gate and up stored as one gate_up_proj (2F rows)
+    attention_multiplier: float | None = None  # the scores' scale (Granite's); None: head_dim ** -0.5
+    embedding_multiplier: float = 1.0  # Granite: the embedding times this
+    residual_multiplier: float = 1.0  # Granite: each block's output times this before the residual add
+    logits_scaling: float = 1.0  # Granite: the logits divided by this
 
     @property
-    def rotary_dim(self) -> int:
-        """The dims of each head that rope turns (an even number <= head_dim)."""
-        return int(self.head_dim * self.partial_rotary_factor) // 2 * 2
+    def attention_scale(self) -> float:
+        return self.head_dim ** -0.5 if self.attention_multiplier is None else self.attention_multiplier
 
     @property
-    def spec(self) -> ModelSpec:
-        return ModelSpec("llama", self.architecture, self.max_position_embeddings, self.vocab_size,
-                         self.num_hidden_layers, self.num_attention_heads, self.num_key_value_heads, self.head_dim,
-                         self.hidden_size, frozenset(self.eos_token_id), self.bos_token_id)
+    def gguf_architecture(self) -> str:
+        """llama.cpp's converter writes MistralForCausalLM (and Ministral) as `llama`."""
+        return "llama" if self.architecture in ("mistral", "ministral") else self.architecture
 
     # -- Hugging Face config.json ---------------------------------------------------------------------
     @classmethod
@@ -81,41 +74,22 @@ class LlamaConfig:
         if arch not in ARCHITECTURES:
             raise CheckpointError(f"{where}: model_type {arch!r} is not a Llama-family architecture")
         req = JSONConfig(raw, where, null_as_default=True)
-        C = req.int("hidden_size")
-        H = req.int("num_attention_heads")
-        KV = H if raw.get("num_key_value_heads") is None else req.int("num_key_value_heads")
-        D = req.int("head_dim", None) or (128 if arch == "qwen3" else C // H if H else 0)  # (transformers' defaults)
-        act = raw.get("hidden_act", "silu")
-        if act not in ("silu", "swish"):
-            raise CheckpointError(f"{where}: hidden_act {act!r} is not supported (the Llama family's MLP is SwiGLU: "
-                                  "silu)")
-        if arch in ("qwen2", "qwen3") and (raw.get("use_sliding_window") or "sliding_attention" in
-                                           (raw.get("layer_types") or [])):
-            raise CheckpointError(f"{where}: use_sliding_window = true: sliding-window attention is not supported")
-        window = req.int("sliding_window", None)
-        max_pos = req.int("max_position_embeddings", 2048 if arch == "llama" else 32768)
-        if arch == "mistral" and window is not None and window < max_pos:
-            raise CheckpointError(f"{where}: sliding_window = {window}: sliding-window attention is not supported "
-                                  f"(max_position_embeddings is {max_pos})")
-        if raw.get("quantization_config") is not None:
-            raise CheckpointError(f"{where}: quantization_config is set: pre-quantized HF checkpoints are not "
-                                  "supported (use a GGUF file, or dtype='q8_0' on a float checkpoint)")
-        theta, scaling, partial = _rope_from_hf(raw, where)
-        # transformers reads attention_bias for llama and qwen3 only (qwen2: q/k/v biases always, none on o_proj;
-        # mistral: none), and mlp_bias for llama only: the other architectures ignore the keys, and so does this
-        attention_bias = req.bool("attention_bias", False) if arch in ("llama", "qwen3") else False
-        mlp_bias = req.bool("mlp_bias", False) if arch == "llama" else False
-        cfg = cls(
-            architecture=arch, vocab_size=req.int("vocab_size"), hidden_size=C,
-            intermediate_size=req.int("intermediate_size"), num_hidden_layers=req.int("num_hidden_layers"),
-            num_attention_heads=H, num_key_value_heads=KV, head_dim=D, max_position_embeddings=max_pos,
-            rms_norm_eps=req.float("rms_norm_eps", 1e-6), rope_theta=theta, rope_scaling=scaling,
-            partial_rotary_factor=partial,
-            qkv_bias=arch == "qwen2" or attention_bias, o_bias=attention_bias, mlp_bias=mlp_bias,
-            qk_norm=arch == "qwen3",
-            tie_word_embeddings=req.bool("tie_word_embeddings", False),
-            eos_token_id=token_ids(raw.get("eos_token_id"), "eos_token_id", where),
-            bos_token_id=token_id(raw.get("bos_token_id"), "bos_token_id", where))
+        max_pos, eps = _DEFAULTS[arch]
+        fields = hf_fields(raw, where, max_positions=max_pos, rms_norm_eps=eps,
+                           head_dim=128 if arch == "qwen3" else None)  # (transformers' defaults)
+        n = fields["num_hidden_layers"]
+        if arch == "granite":  # (transformers' Granite takes hidden_size / heads whatever head_dim says)
+            fields["head_dim"] = fields["hidden_size"] // fields["num_attention_heads"]
+        window, types = _windows(raw, req, where, arch, n)
+        # transformers reads attention_bias for llama, qwen3 and granite only (qwen2: q/k/v biases always, none
+        # on o_proj; mistral, phi3: none), and mlp_bias for llama and granite: the others ignore the keys, as here
+        attention_bias = req.bool("attention_bias", False) if arch in ("llama", "qwen3", "granite") else False
+        mlp_bias = req.bool("mlp_bias", False) if arch in ("llama", "granite") else False
+        cfg = cls(**fields, rope=_rope(raw, where, arch), sliding_window=window, layer_types=types,
+                  qkv_bias=arch == "qwen2" or attention_bias, o_bias=attention_bias, mlp_bias=mlp_bias,
+                  qk_norm=arch == "qwen3",
+                  fused_qkv=arch == "phi3", fused_gate_up=arch == "phi3",
+                  **(_granite(req) if arch == "granite" else {}))
         cfg.check(where)
         return cfg
 
@@ -123,161 +97,68 @@ class LlamaConfig:
     @classmethod
     def from_gguf(cls, meta: Mapping[str, Any], tensor_names: Sequence[str], where: str) -> LlamaConfig:
         arch = meta.get("general.architecture")
-        if arch not in ARCHITECTURES:
+        if arch not in GGUF_ARCHITECTURES:
             raise CheckpointError(f"{where}: general.architecture {arch!r} is not a Llama-family architecture")
-        m = GGUFMetadata(meta, arch, where)
-        C, H = m.int("embedding_length"), m.int("attention.head_count")
-        KV = m.int("attention.head_count_kv", H)
-        D = m.int("attention.key_length", C // H if H else 0)
-        rot = m.int("rope.dimension_count", D)
-        kind = meta.get(f"{arch}.rope.scaling.type", "none")
-        if kind not in ("none", "linear"):
-            raise CheckpointError(f"{where}: {arch}.rope.scaling.type {kind!r} is not supported (none, linear)")
-        scaling = RopeScaling("linear", m.float("rope.scaling.factor")) if kind == "linear" else RopeScaling()
-        if m.int("attention.sliding_window", None) is not None:
-            raise CheckpointError(f"{where}: {arch}.attention.sliding_window is set: sliding-window attention is "
-                                  "not supported")
         names = set(tensor_names)
+        m, fields = gguf_fields(meta, tensor_names, where, key_length=arch != "granite")
+        if "rope_factors_long.weight" in names:  # Phi-3's longrope: the factors are tensors, read at build
+            s = m.int("rope.scaling.original_context_length")
+            rope: Rope = fields["rope"]
+            fields["rope"] = Rope(rope.theta, RopeScaling(
+                "longrope", fields["max_position_embeddings"] / s, original_max_position_embeddings=s,
+                attention_factor=m.float("rope.scaling.attn_factor", 1.0)), rope.partial_rotary_factor)
+        window = m.int("attention.sliding_window", None) or None  # (0: none, as the Phi-3 converter writes it)
+        types = gguf_layer_types(m, fields["num_hidden_layers"], 0) if window else ()
+        granite: dict[str, Any] = {}
+        if arch == "granite":  # (no attention.scale: llama.cpp's 1 / sqrt(head_dim))
+            granite = dict(attention_multiplier=m.float("attention.scale") if f"{arch}.attention.scale" in meta
+                           else None, embedding_multiplier=m.float("embedding_scale", 1.0),
+                           residual_multiplier=m.float("residual_scale", 1.0),
+                           logits_scaling=m.float("logit_scale", 1.0))
         cfg = cls(
-            architecture=arch, vocab_size=m.vocab_size(), hidden_size=C,
-            intermediate_size=m.int("feed_forward_length"),
-            num_hidden_layers=m.int("block_count"), num_attention_heads=H, num_key_value_heads=KV, head_dim=D,
-            max_position_embeddings=m.int("context_length"),
-            rms_norm_eps=m.float("attention.layer_norm_rms_epsilon"),
-            rope_theta=m.float("rope.freq_base", 10000.0), rope_scaling=scaling,
-            partial_rotary_factor=rot / D if D else 1.0,
-            rope_interleaved=arch in ("llama", "mistral"),  # llama.cpp's converter permutes Q/K rows for these
+            **fields, sliding_window=window, layer_types=types,
+            rope_interleaved=arch in ("llama", "mistral", "granite"),  # llama.cpp's converter permutes their Q/K
             rope_freq_factors="rope_freqs.weight" in names,
-            qkv_bias="blk.0.attn_q.bias" in names, o_bias="blk.0.attn_output.bias" in names,
-            mlp_bias="blk.0.ffn_up.bias" in names, qk_norm="blk.0.attn_q_norm.weight" in names,
-            tie_word_embeddings="output.weight" not in names,
-            eos_token_id=m.token_ids("tokenizer.ggml.eos_token_id"),
-            bos_token_id=m.token_id("tokenizer.ggml.bos_token_id"))
+            qkv_bias="blk.0.attn_q.bias" in names or "blk.0.attn_qkv.bias" in names,
+            o_bias="blk.0.attn_output.bias" in names, mlp_bias="blk.0.ffn_up.bias" in names,
+            qk_norm="blk.0.attn_q_norm.weight" in names, fused_qkv="blk.0.attn_qkv.weight" in names,
+            fused_gate_up=arch == "phi3", **granite)
         cfg.check(where)
         return cfg
 
-    def check(self, where: str) -> None:
-        sizes = dict(vocab_size=self.vocab_size, hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
-                     num_hidden_layers=self.num_hidden_layers, num_attention_heads=self.num_attention_heads,
-                     num_key_value_heads=self.num_key_value_heads, head_dim=self.head_dim,
-                     max_position_embeddings=self.max_position_embeddings)
-        for k, v in sizes.items():
-            if v <= 0:
-                raise CheckpointError(f"{where}: {k} must be a positive integer, got {v}")
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise CheckpointError(f"{where}: num_attention_heads = {self.num_attention_heads} is not a multiple of "
-                                  f"num_key_value_heads = {self.num_key_value_heads}")
-        if self.head_dim % 2 or self.rotary_dim <= 0:
-            raise CheckpointError(f"{where}: head_dim = {self.head_dim} (rotary dims {self.rotary_dim}) must be even "
-                                  "and rotate at least one pair")
-        if not (math.isfinite(self.rms_norm_eps) and self.rms_norm_eps >= 0):
-            raise CheckpointError(f"{where}: rms_norm_eps must be a finite number >= 0, got {self.rms_norm_eps}")
-        if not (math.isfinite(self.rope_theta) and self.rope_theta > 0):
-            raise CheckpointError(f"{where}: rope_theta must be a finite number > 0, got {self.rope_theta}")
-        for name, ids in (("eos_token_id", self.eos_token_id),
-                          ("bos_token_id", () if self.bos_token_id is None else (self.bos_token_id,))):
-            bad = [i for i in ids if not 0 <= i < self.vocab_size]
-            if bad:
-                raise CheckpointError(f"{where}: {name} = {bad[0]} is out of range for vocab_size = {self.vocab_size}")
+
+def _rope(raw: dict[str, Any], where: str, arch: str) -> Rope:
+    """The rope of any architecture; Phi-3 reads "su" and "yarn" as longrope (as transformers' Phi3Config does)
+    and takes an `original_max_position_embeddings` of 4,096 where config.json gives none."""
+    if arch == "phi3":
+        raw = dict(raw)
+        raw.setdefault("original_max_position_embeddings", 4096)
+        for key in ("rope_scaling", "rope_parameters"):
+            p = raw.get(key)
+            if isinstance(p, dict) and p.get("rope_type", p.get("type")) in ("su", "yarn"):
+                raw[key] = {**{k: v for k, v in p.items() if k != "type"}, "rope_type": "longrope"}
+    return rope_from_hf(raw, where)
 
 
-def _rope_from_hf(raw: dict[str, Any], where: str) -> tuple[float, RopeScaling, float]:
-    """(theta, scaling, partial rotary factor) from either layout: transformers 5's `rope_parameters` (theta and
-    type inside), or the top-level `rope_theta` + `rope_scaling` published Llama 3.x configs carry."""
-    params = raw.get("rope_parameters")
-    key = "rope_parameters"
-    if params is None:
-        params, key = raw.get("rope_scaling"), "rope_scaling"
-    if params is not None and not isinstance(params, dict):
-        raise CheckpointError(f"{where}: {key} must be an object or null, got {json.dumps(params)}")
-    params = dict(params or {})
-    if "sliding_attention" in params or "full_attention" in params:  # per-layer-type parameters
-        raise CheckpointError(f"{where}: {key} per layer type is not supported")
-    theta = params.get("rope_theta", raw.get("rope_theta", 10000.0))
-    if isinstance(theta, bool) or not isinstance(theta, int | float):
-        raise CheckpointError(f"{where}: rope_theta must be a number, got {theta!r}")
-    kind = params.get("rope_type", params.get("type", "default"))
-    if kind not in ROPE_TYPES:
-        raise CheckpointError(f"{where}: {key}.rope_type {kind!r} is not supported (webtensor runs "
-                              f"{', '.join(ROPE_TYPES)})")
-
-    def num(name: str, default: Any = ...) -> float:
-        v = params.get(name, default)
-        if v is ...:
-            raise CheckpointError(f"{where}: {key}.{name} is needed for rope_type {kind!r}")
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
-            raise CheckpointError(f"{where}: {key}.{name} must be a finite number > 0, got {v!r}")
-        return float(v)
-
-    if kind == "default":
-        scaling = RopeScaling()
-    elif kind == "linear":
-        scaling = RopeScaling("linear", num("factor"))
-    else:
-        scaling = RopeScaling("llama3", num("factor"), num("low_freq_factor"), num("high_freq_factor"),
-                              int(num("original_max_position_embeddings", raw.get("max_position_embeddings", 8192))))
-        if scaling.high_freq_factor == scaling.low_freq_factor:
-            raise CheckpointError(f"{where}: {key}: high_freq_factor must differ from low_freq_factor")
-    partial = params.get("partial_rotary_factor", raw.get("partial_rotary_factor", 1.0))
-    if isinstance(partial, bool) or not isinstance(partial, int | float) or not 0 < partial <= 1:
-        raise CheckpointError(f"{where}: partial_rotary_factor must be in (0, 1], got {partial!r}")
-    return float(theta), scaling, float(partial)
+def _windows(raw: dict[str, Any], req: JSONConfig, where: str, arch: str, n: int) -> tuple[int | None, tuple[str, ...]]:
+    """(sliding_window, layer_types) as transformers' config of `arch` reads them."""
+    if arch in ("llama", "granite"):
+        return None, ()
+    if arch in ("qwen2", "qwen3"):  # windows on the layers from max_window_layers on, where use_sliding_window
+        window = hf_window(raw, where, 4096) if req.bool("use_sliding_window", False) else None
+        first = req.int("max_window_layers", 28)
+        types = hf_layer_types(raw, where, n, lambda i: SLIDING if window is not None and i >= first else FULL)
+        return (window, types) if SLIDING in types else (None, ())
+    window = hf_window(raw, where, 4096 if arch in ("mistral", "ministral") else None)
+    if window is None:
+        return None, ()
+    if arch == "ministral":
+        return window, hf_layer_types(raw, where, n, lambda i: SLIDING)
+    return window, (SLIDING,) * n  # (Mistral and Phi-3 slide on every layer, whatever layer_types says)
 
 
-# -- rotary tables ------------------------------------------------------------------------------------------
-def _f32(x: float) -> float:
-    """x rounded to float32 (a float32 operation's result, from the exact or double-precision value)."""
-    return float(struct.unpack("<f", struct.pack("<f", x))[0])
-
-
-def inv_freq(cfg: LlamaConfig, freq_factors: Sequence[float] | None = None) -> list[float]:
-    """The rotary inverse frequencies (rotary_dim / 2 of them), each step in float32 as transformers computes them
-    (`_compute_default_rope_parameters`, `_compute_linear_scaling_rope_parameters`, `_compute_llama3_parameters`);
-    `freq_factors` (a GGUF `rope_freqs` tensor) divides them as llama.cpp does."""
-    dim = cfg.rotary_dim
-    base = _f32(cfg.rope_theta)
-    out = [_f32(1.0 / _f32(base ** _f32(_f32(float(i)) / dim))) for i in range(0, dim, 2)]
-    s = cfg.rope_scaling
-    if s.type == "linear":
-        out = [_f32(f / _f32(s.factor)) for f in out]
-    elif s.type == "llama3":
-        low_wavelen = _f32(s.original_max_position_embeddings / s.low_freq_factor)
-        high_wavelen = _f32(s.original_max_position_embeddings / s.high_freq_factor)
-        two_pi, span = _f32(2 * math.pi), _f32(s.high_freq_factor - s.low_freq_factor)
-        scaled = []
-        for f in out:
-            wavelen = _f32(two_pi / f)
-            g = _f32(f / _f32(s.factor)) if wavelen > low_wavelen else f
-            if not wavelen < high_wavelen and not wavelen > low_wavelen:  # the medium band: interpolate
-                smooth = _f32(_f32(_f32(s.original_max_position_embeddings / wavelen) - _f32(s.low_freq_factor))
-                              / span)
-                g = _f32(_f32(_f32(_f32(1.0 - smooth) * g) / _f32(s.factor)) + _f32(smooth * g))
-            scaled.append(g)
-        out = scaled
-    if freq_factors is not None:
-        if len(freq_factors) != len(out):
-            raise CheckpointError(f"rope_freqs has {len(freq_factors)} factors, the rotary dims need {len(out)}")
-        out = [_f32(f / _f32(k)) for f, k in zip(out, freq_factors, strict=True)]
-    return out
-
-
-def rope_tables(freqs: Sequence[float], n_pos: int) -> tuple[bytes, bytes]:
-    """(cos, sin) float32 tables (n_pos, len(freqs)) as little-endian bytes: row p holds cos / sin of the float32
-    angle p * f (as transformers' float32 `inv_freq @ position_ids`)."""
-    np: Any
-    try:
-        import numpy as np
-    except ImportError:
-        np = None
-    if np is not None:  # the same numbers, faster: float32 angles, cos / sin in float64 rounded to float32
-        ang = np.arange(n_pos, dtype=np.float32)[:, None] * np.asarray(freqs, np.float32)[None, :]
-        return (np.cos(ang.astype(np.float64)).astype("<f4").tobytes(),
-                np.sin(ang.astype(np.float64)).astype("<f4").tobytes())
-    cos, sin = [], []
-    for p in range(n_pos):
-        for f in freqs:
-            a = _f32(f * p)
-            cos.append(math.cos(a))
-            sin.append(math.sin(a))
-    fmt = f"<{len(cos)}f"
-    return struct.pack(fmt, *cos), struct.pack(fmt, *sin)
+def _granite(req: JSONConfig) -> dict[str, Any]:
+    return dict(attention_multiplier=req.float("attention_multiplier", 1.0),
+                embedding_multiplier=req.float("embedding_multiplier", 1.0),
+                residual_multiplier=req.float("residual_multiplier", 1.0),
+                logits_scaling=req.float("logits_scaling", 1.0))

@@ -36,6 +36,29 @@ PRESETS: dict[str, dict[str, Any]] = {
                      "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
                      "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009]},
+    # microsoft/Phi-3.5-mini-instruct: q, k, v and gate, up stored fused, longrope from 4,096 to 131,072
+    # positions (its 48 short and 48 long factors stand in as 1.0 and 2.0 here: they move the numbers, not the
+    # speed), a 262,144 window (wider than the context)
+    "phi-3.5-mini": {"model_type": "phi3", "hidden_act": "silu", "vocab_size": 32064, "hidden_size": 3072,
+                     "intermediate_size": 8192, "num_hidden_layers": 32, "num_attention_heads": 32,
+                     "num_key_value_heads": 32, "max_position_embeddings": 131072,
+                     "original_max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+                     "rope_scaling": {"type": "longrope", "short_factor": [1.0] * 48, "long_factor": [2.0] * 48},
+                     "sliding_window": 262144, "tie_word_embeddings": False, "bos_token_id": 1,
+                     "eos_token_id": 32000, "pad_token_id": 32000},
+    # ibm-granite/granite-3.3-2b-instruct: embedding, residual and attention multipliers, logits scaled
+    "granite-3.3-2b": {"model_type": "granite", "hidden_act": "silu", "vocab_size": 49159, "hidden_size": 2048,
+                       "intermediate_size": 8192, "num_hidden_layers": 40, "num_attention_heads": 32,
+                       "num_key_value_heads": 8, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5,
+                       "rope_theta": 10000000.0, "embedding_multiplier": 12.0, "residual_multiplier": 0.22,
+                       "attention_multiplier": 0.015625, "logits_scaling": 8.0, "tie_word_embeddings": True,
+                       "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0},
+    # mistralai/Mistral-7B-v0.1: a 4,096 window on every layer
+    "mistral-7b": {"model_type": "mistral", "hidden_act": "silu", "vocab_size": 32000, "hidden_size": 4096,
+                   "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+                   "num_key_value_heads": 8, "max_position_embeddings": 32768, "rms_norm_eps": 1e-5,
+                   "rope_theta": 10000.0, "sliding_window": 4096, "tie_word_embeddings": False,
+                   "bos_token_id": 1, "eos_token_id": 2},
     # meta-llama/Llama-3.1-8B-Instruct: 32 layers, 8 KV heads of 128, llama3 rope scaling
     "llama-3.1-8b": {**_LLAMA, "vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336,
                      "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
@@ -43,4 +66,33 @@ PRESETS: dict[str, dict[str, Any]] = {
                      "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
                      "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009]},
+}
+
+# Tiny configs of every architecture and option, for the conformance suite (tests/models/test_conformance.py):
+# random checkpoints of these, written by transformers, run every path against transformers.
+_TINY: dict[str, Any] = {"hidden_act": "silu", "vocab_size": 4096, "hidden_size": 64, "intermediate_size": 96,
+                         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                         "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+                         "tie_word_embeddings": False, "bos_token_id": 0, "eos_token_id": 0}
+EXAMPLES: dict[str, dict[str, Any]] = {
+    "llama": {**_TINY, "model_type": "llama", "attention_bias": True,
+              "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                               "original_max_position_embeddings": 32}},
+    "llama-tied-mqa": {**_TINY, "model_type": "llama", "num_key_value_heads": 1, "tie_word_embeddings": True,
+                       "rope_scaling": {"rope_type": "linear", "factor": 4.0}},
+    # a window shorter than the prompts and the decoded positions: it slides in every path
+    "mistral": {**_TINY, "model_type": "mistral", "sliding_window": 5, "head_dim": 32},
+    "ministral": {**_TINY, "model_type": "ministral", "sliding_window": 4, "head_dim": 16,
+                  "layer_types": ["sliding_attention", "full_attention"]},
+    "qwen2": {**_TINY, "model_type": "qwen2", "tie_word_embeddings": True, "use_sliding_window": True,
+              "sliding_window": 6, "max_window_layers": 1},
+    "qwen3": {**_TINY, "model_type": "qwen3", "head_dim": 32},
+    # longrope (short factors within the original context of 64, the conformance suite's n_ctx; the long ones
+    # are tested apart), a partial rotary factor, a window
+    "phi3": {**_TINY, "model_type": "phi3", "partial_rotary_factor": 0.75, "sliding_window": 7, "pad_token_id": 0,
+             "original_max_position_embeddings": 64,
+             "rope_scaling": {"type": "longrope", "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5],
+                              "long_factor": [1.0, 1.5, 2.2, 3.1, 4.0, 5.2]}},
+    "granite": {**_TINY, "model_type": "granite", "embedding_multiplier": 12.0, "residual_multiplier": 0.22,
+                "attention_multiplier": 0.0078125, "logits_scaling": 8.0, "tie_word_embeddings": True},
 }

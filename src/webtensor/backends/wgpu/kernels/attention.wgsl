@@ -3,7 +3,9 @@
 // unbounded. q: (T, H, D), k/v: (S, KVH, D), out: (T, H, D), each with row / head strides and
 // unit stride along D (so q, k, v may be column slices of a fused qkv tensor, and k, v may be the
 // first S rows of a preallocated KV cache). Grouped-query: query head h reads kv head
-// h / p.group (group = H / KVH; 1 for plain multi-head). Causal: query t sees keys j <= t + (S - T).
+// h / p.group (group = H / KVH; 1 for plain multi-head). Causal: query t sees keys j <= t + (S - T),
+// and with p.window > 0 only the last p.window of them (a sliding window: j > t + (S - T) - window).
+// With p.softcap > 0 each scaled score s becomes softcap tanh(s / softcap) (Gemma 2's soft-capping).
 // D <= 256. Header: alias TQ, TK, TO.
 // Bounds (the kernels run without the compiler's runtime checks): D <= 256 (the planner refuses
 // more): qs[li] only for li < D, ps[i] for i < 256; q, k, v are read at t < T, j < last <= S, d <
@@ -14,7 +16,8 @@ struct P {
   q_off: u32, q_ts: u32, q_hs: u32, causal: u32,
   k_off: u32, k_ts: u32, k_hs: u32, scale: f32,
   v_off: u32, v_ts: u32, v_hs: u32, o_off: u32,
-  o_ts: u32, o_hs: u32, group: u32,
+  o_ts: u32, o_hs: u32, group: u32, window: u32,
+  softcap: f32,
 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> q: array<TQ>;
@@ -31,12 +34,16 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   let kh = h / p.group;  // its key / value head
   if (li < p.D) { qs[li] = f32(q[p.q_off + t * p.q_ts + h * p.q_hs + li]) * p.scale; }
   workgroupBarrier();
-  var last = p.S;  // keys [0, last) are visible
-  if (p.causal != 0u) { last = min(p.S, t + (p.S - p.T) + 1u); }
+  var last = p.S;  // keys [first, last) are visible
+  var first = 0u;
+  if (p.causal != 0u) {
+    last = min(p.S, t + (p.S - p.T) + 1u);
+    if (p.window != 0u && t + (p.S - p.T) + 1u > p.window) { first = t + (p.S - p.T) + 1u - p.window; }
+  }
   var m = -3.4028234663852886e38;
   var l = 0.0;
   var acc = 0.0;  // this thread's output element d = li
-  for (var j0 = 0u; j0 < last; j0 = j0 + 256u) {
+  for (var j0 = first; j0 < last; j0 = j0 + 256u) {
     let j = j0 + li;
     var s = -3.4028234663852886e38;
     if (j < last) {
@@ -44,6 +51,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
       var d0 = 0.0;
       for (var d = 0u; d < p.D; d = d + 1u) { d0 = d0 + qs[d] * f32(k[kb + d]); }
       s = d0;
+      if (p.softcap > 0.0) { s = tanh_f32(s / p.softcap) * p.softcap; }
     }
     let m_new = max(m, wg_max(li, s));
     var e = 0.0;

@@ -1,6 +1,7 @@
 // Scaled dot-product attention for many queries (prefill) on CPU adapters, over key / value views whose rows the
 // host knows: q (T, H, D), k and v (S, KVH, D) views (row / head strides, vec4 units), output (T, H, D) with its own
 // strides. Causal: query t sees keys j <= t + (S - T) (the queries are the last T of S positions); else all S.
+// With p.window > 0 (causal) only the last `window` of them; with p.softcap > 0 the scores soft-capped.
 // The loop, its tiles and its threads: attention_flash_main.wgsl.
 // Header: const D4 (head dim / 4, at most 16).
 // Bounds (the kernels run without the compiler's runtime checks): the planner builds it for float32 with D % 4 ==
@@ -10,6 +11,7 @@ struct P {
   q_off: u32, q_ts: u32, q_hs: u32, k_off: u32,
   k_ts: u32, k_hs: u32, v_off: u32, v_ts: u32,
   v_hs: u32, o_ts: u32, o_hs: u32, group: u32,
+  window: u32, softcap: f32,
 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;
@@ -27,6 +29,16 @@ fn row_limit(t: u32) -> u32 {
   if (p.causal == 0u) { return p.S; }
   return min(p.S, t + (p.S - p.T) + 1u);
 }
+
+// query t sees keys j >= row_start(t): 0, or (causal, a sliding window) its position + 1 - window
+fn row_start(t: u32) -> u32 {
+  let end = t + (p.S - p.T) + 1u;
+  if (p.causal == 0u || p.window == 0u || end <= p.window) { return 0u; }
+  return end - p.window;
+}
+
+// the first key block b's queries see: its first query's start (queries are consecutive positions)
+fn block_first(b: u32, li: u32) -> u32 { return row_start(b * 64u); }
 
 // the keys block b reads: its last query's limit
 fn block_keys(b: u32, li: u32) -> u32 { return row_limit(min(p.T, b * 64u + 64u) - 1u); }

@@ -3,7 +3,8 @@
 // q8_0 words, at kc_off / vc_off words, C4 words a position; attention_cache_rows.wgsl reads a key as f32), the rows'
 // positions pos (T,) and the sequence slot[0] on the device (attention_cache_rows.wgsl: row t sees positions 0 ..
 // pos[t], the chunk's own keys stored first). The loop: attention_flash_main.wgsl (key tiles from position 0: a
-// row's result does not depend on its chunk). Output (T, H, D) float32 contiguous. attention_tiled_cache.wgsl is
+// row's result does not depend on its chunk). Output (T, H, D) float32 contiguous. A sliding window
+// (p.window > 0) and a score soft-cap (p.softcap > 0) as in cached_attention. attention_tiled_cache.wgsl is
 // the GPUs' kernel for the same op.
 // Header: const D4 (head dim / 4, at most 16); the pool: alias KV (f32 / f16, KV16 for f16) or define Q8.
 // Bounds (the kernels run without the compiler's runtime checks): every key j < block_keys <= n_ctx is read through
@@ -14,7 +15,7 @@ struct P {
   q_ts: u32, q_hs: u32, o_ts: u32, o_hs: u32,
   n_ctx: u32, n_slots: u32, C4: u32, kc_off: u32,
   vc_off: u32, block: u32, max_blocks: u32, n_seqs: u32,
-  n_blocks: u32, table_off: u32,
+  n_blocks: u32, table_off: u32, window: u32, softcap: f32,
 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;

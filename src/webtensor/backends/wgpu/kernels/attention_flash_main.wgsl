@@ -5,13 +5,17 @@
 // softmax. Keys and values stream through workgroup memory in tiles of 32 from key 0, so they are read once per 64
 // queries (and a row's sums do not depend on which block or chunk it is in); at the end the 4 partial (max, sum,
 // row) of each query are merged. Which keys a row sees is the includer's: `row_limit(t)` (keys j < it are
-// visible), `block_keys(block, li)` the keys the block reads (at least every live row's limit; uniform, called by
-// every thread). A row that sees no key writes zeros. Grouped-query: the workgroup's head h reads kv head h /
+// visible), `row_start(t)` (and j >= it: a sliding window; else 0), `block_keys(block, li)` the keys the block
+// reads (at least every live row's limit) and `block_first(block, li)` the first key any of its rows sees (both
+// uniform, called by every thread; tiles run on the grid of 32 keys from key 0, the first read the one holding
+// block_first). With p.softcap > 0 each scaled score s becomes softcap tanh(s / softcap). A row that sees no key
+// writes zeros. Grouped-query: the workgroup's head h reads kv head h /
 // p.group.
-// The includer declares: struct P with T, scale, q_off, q_ts, q_hs, o_ts, o_hs, group (vec4 units), bindings p, q
-// and o (vec4<f32>), `sequence()`, `tile_keys(sq, j0, n_keys, li)` (called by every thread at the start of each tile
-// of keys j0 .. j0 + 31), `k_at(sq, j, kh, d)` / `v_at(sq, j, kh, d)` (vec4 d of key / value j, called for
-// j < block_keys only, of the current tile), `row_limit`, `block_keys`; const D4 (head dim / 4, at most 16).
+// The includer declares: struct P with T, scale, q_off, q_ts, q_hs, o_ts, o_hs, group (vec4 units), softcap, bindings
+// p, q and o (vec4<f32>), `sequence()`, `tile_keys(sq, j0, n_keys, li)` (called by every thread at the start of
+// each tile of keys j0 .. j0 + 31), `k_at(sq, j, kh, d)` / `v_at(sq, j, kh, d)` (vec4 d of key / value j, called
+// for j < block_keys only, of the current tile), `row_limit`, `row_start`, `block_keys`, `block_first`; const D4
+// (head dim / 4, at most 16).
 // Bounds (what the body indexes; the includers bound their own reads): kv[e] and kv[512 + e] with e < 32 D4 <= 512,
 // kv[qi D4 + d] < 64 x 16 = 1,024, ml[qi + 192] < 256; q and o only for live queries t < T, each inside its view.
 // Loops end: each runs to a uniform or constant bound in steps that cannot wrap (sizes stay under 2^31).
@@ -35,9 +39,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   var l = 0.0;
   let sq = sequence();
   let n_keys = block_keys(wg.x, li);  // keys this workgroup reads: up to its rows' largest limit
-  var my_end = 0u;  // this query's own limit
-  if (live) { my_end = row_limit(t); }
-  for (var j0 = 0u; j0 < n_keys; j0 = j0 + 32u) {
+  var my_end = 0u;  // this query's own keys: my_lo <= j < my_end
+  var my_lo = 0u;
+  if (live) { my_end = row_limit(t); my_lo = row_start(t); }
+  for (var j0 = block_first(wg.x, li) / 32u * 32u; j0 < n_keys; j0 = j0 + 32u) {
     tile_keys(sq, j0, n_keys, li);  // (the cache variant: the tile's keys' pool rows, looked up once)
     for (var e = li; e < 32u * D4; e = e + 256u) {
       let j = j0 + e / D4;
@@ -50,8 +55,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     workgroupBarrier();
     if (live) {
       for (var jj = sp; jj < 32u && j0 + jj < my_end; jj = jj + 4u) {
+        if (j0 + jj < my_lo) { continue; }
         var s = 0.0;
         for (var d = 0u; d < D4; d = d + 1u) { s = s + dot(qr[d], kv[jj * D4 + d]); }
+        if (p.softcap > 0.0) { s = tanh_f32(s / p.softcap) * p.softcap; }
         if (s > m) {
           let c = exp(m - s);
           l = l * c;

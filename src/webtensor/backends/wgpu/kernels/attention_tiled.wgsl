@@ -2,7 +2,8 @@
 // (S, KVH, D) views with row / head strides and unit stride along D (the fused qkv's column slices, a
 // KV cache's rows), offsets and strides in vec4s of elements; output (T, H, D) contiguous, in q's
 // dtype. Causal: query t sees keys j <= t + (S - T) (the queries are the last T of S positions);
-// else every row sees all S keys. The loop, its tiles and its threads: attention_tiled_main.wgsl.
+// else every row sees all S keys; with p.window > 0 (causal) only the last `window` of them (a sliding
+// window: keys j > t + (S - T) - window); with p.softcap > 0 the scores are soft-capped. The loop, its tiles and its threads: attention_tiled_main.wgsl.
 // With F16 the inputs are float16 read as u32 words (two per vec4, no 16-bit storage access), the
 // tiles `kt` / `vs` are TS (f16: the values exactly, half the memory, which lets D = 128 fit) and
 // the output float16 written as u32 words. All arithmetic and P are f32.
@@ -16,6 +17,7 @@ struct P {
   G: u32, q_off: u32, q_ts: u32, q_hs: u32,
   k_off: u32, k_ts: u32, k_hs: u32, v_off: u32,
   v_ts: u32, v_hs: u32, o_ts: u32, o_hs: u32,
+  window: u32, softcap: f32,
 }
 @group(0) @binding(0) var<uniform> p: P;
 // #if F16
@@ -46,6 +48,16 @@ fn row_limits(t0: u32) -> vec4<u32> {
   if (p.causal == 0u) { return vec4<u32>(p.S); }
   return min(vec4<u32>(p.S), vec4<u32>(t0 + (p.S - p.T) + 1u) + vec4<u32>(0u, 1u, 2u, 3u));
 }
+
+// rows t0 .. t0 + 3 see keys j >= lo: 0, or (a sliding window) from their position + 1 - window
+fn row_starts(t0: u32) -> vec4<u32> {
+  if (p.causal == 0u || p.window == 0u) { return vec4<u32>(0u); }
+  let end = vec4<u32>(t0 + (p.S - p.T) + 1u) + vec4<u32>(0u, 1u, 2u, 3u);
+  return select(vec4<u32>(0u), end - vec4<u32>(p.window), end > vec4<u32>(p.window));
+}
+
+// the first key block qblock's rows see: its first row's start (rows are consecutive positions)
+fn block_first(qblock: u32, li: u32) -> u32 { return row_starts(qblock * 64u).x; }
 
 // the keys block qblock reads: all S, or (causal) up to its last query's limit
 fn block_keys(qblock: u32, li: u32) -> u32 {

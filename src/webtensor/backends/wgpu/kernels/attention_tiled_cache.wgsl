@@ -6,8 +6,9 @@
 // positions 0 .. pos[t] of the sequence, causal within the chunk and over the cached prefix; the chunk's own keys and
 // values are stored, by cache_write, before this runs). Query tiles of 64 rows share every key and value tile they
 // load (attention_tiled_main.wgsl, whose tiles run from position 0: a row's result does not depend on which chunk or
-// tile it is in). Output (T, H, D) float32 contiguous. With F16 q is float16 (read as u32 words); the tiles are
-// float32 (a key as stored, widened). attention_flash_cache.wgsl is the CPU adapters' kernel for the same op.
+// tile it is in). Output (T, H, D) float32 contiguous. A sliding window (p.window > 0) and a score soft-cap
+// (p.softcap > 0) as in cached_attention. With F16 q is float16 (read as u32 words); the tiles are float32 (a key
+// as stored, widened). attention_flash_cache.wgsl is the CPU adapters' kernel for the same op.
 // Bounds (the kernels run without the compiler's runtime checks): every key j < block_keys <= n_ctx is read through
 // kv_row (attention_cache_rows.wgsl: inside the pool view, or not read). The body's bounds hold as in
 // attention_tiled.wgsl (the planner builds it for D a multiple of BK and tiles that fit).
@@ -18,7 +19,7 @@ struct P {
   q_ts: u32, q_hs: u32, o_ts: u32, o_hs: u32,
   n_ctx: u32, n_slots: u32, C4: u32, kc_off: u32,
   vc_off: u32, block: u32, max_blocks: u32, n_seqs: u32,
-  n_blocks: u32, table_off: u32,
+  n_blocks: u32, table_off: u32, window: u32, softcap: f32,
 }
 @group(0) @binding(0) var<uniform> p: P;
 // #if F16
@@ -49,5 +50,8 @@ const KEY_TILE = 4u * KG;  // (attention_tiled_main.wgsl's BK)
 
 fn row_limits(t0: u32) -> vec4<u32> {
   return vec4<u32>(row_limit(t0), row_limit(t0 + 1u), row_limit(t0 + 2u), row_limit(t0 + 3u));
+}
+fn row_starts(t0: u32) -> vec4<u32> {
+  return vec4<u32>(row_start(t0), row_start(t0 + 1u), row_start(t0 + 2u), row_start(t0 + 3u));
 }
 // #include attention_tiled_main.wgsl

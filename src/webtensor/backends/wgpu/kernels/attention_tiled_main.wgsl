@@ -19,23 +19,28 @@
 //     ([key][d / 4]), and every thread reads, for each key, its rows' P (one vec4) and its dims
 //     of V (DV vec4s): 16 DV FMAs per two vec4 loads.
 // Which keys a row sees is the includer's: `row_limits(t0)` gives rows t0 .. t0 + 3 their limits
-// (keys j < lim are visible: causal within the sequence), `block_keys(qblock, li)` the keys the
-// block reads (at least every limit of its live rows; uniform, called by every thread). Tiles run
-// from key 0 in steps of BK whatever the rows are, so a row's sums are the same in any block and any
-// chunk of its sequence (keys past its limit, in its last tiles or in tiles other rows need, add
-// exactly 0 to its sums: P = 0, the running max and sum unchanged). Keys at or past the block's
+// (keys j < lim are visible: causal within the sequence), `row_starts(t0)` their first keys (a
+// sliding window: keys j >= lo; 0 without one), `block_keys(qblock, li)` the keys the block reads
+// (at least every limit of its live rows) and `block_first(qblock, li)` the first key any of its
+// rows sees (both uniform, called by every thread). Tiles run on the grid of BK keys from key 0
+// whatever the rows are (the first one read is the tile holding block_first), so a row's sums are
+// the same in any block and any chunk of its sequence (keys outside its window, in tiles other rows
+// need, add exactly 0 to its sums: P = 0 — set so, since a row whose keys so far were all masked has
+// the running max NEG, where exp(NEG - m) would be 1 — the running max and sum unchanged). With
+// p.softcap > 0 each scaled score s becomes softcap tanh(s / softcap) (Gemma 2). Keys at or past the block's
 // count are loaded as zeros (P = 0 meets V = 0, never garbage). A row with limit 0 (the cache
 // variant's rows at negative positions or in a bad slot) attends to nothing: it writes zeros. Query
 // rows at or past T read row T - 1 and write nothing. Heavy blocks first: workgroup x runs query
 // block nqb - 1 - x.
-// The includer declares: struct P with T, scale, G, q_off, q_ts, q_hs, o_ts, o_hs (q a (T, H, D)
+// The includer declares: struct P with T, scale, G, q_off, q_ts, q_hs, o_ts, o_hs, softcap (q a (T, H, D)
 // view with row / head strides and unit stride along D, offsets and strides in vec4s; output (T, H,
 // D) at o_ts, o_hs vec4s), bindings p, q (QV words) and o (OV words); QV / f4 (q's words and their
 // f32 values), KV / fk (the keys' and values' words), OV / o4 (the output's words from f32);
 // `sequence()` (what its key reads need: 0, or the cache slot), `tile_keys(sq, j0, n_keys, li)`
 // (called by every thread at the start of each tile of keys j0 .. j0 + BK - 1: what k_at / v_at
 // need of the tile), `k_at(sq, j, kvh, d4)` / `v_at(sq, j, kvh, d4)` (vec4 d4 of key / value j of
-// KV head kvh, called for j < block_keys(..) only, of the current tile), `row_limits`, `block_keys`; the tile type TS and const D4 (D / 4), KG (key quads a
+// KV head kvh, called for j < block_keys(..) only, of the current tile), `row_limits`, `row_starts`,
+// `block_keys`, `block_first`; the tile type TS and const D4 (D / 4), KG (key quads a
 // tile: 16, 8 or 4), SG (subgroup shuffles for the row maxima and sums).
 // Bounds (what the body indexes; the includers bound their own reads): kt[d KG + (quad ^ sw)] with
 // d < D and quad, sw < KG: under KG D; vs[key D4 + d4] with key < BK, d4 < D4; ps[key 16 + (qg ^ x)]
@@ -97,12 +102,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   let qb2 = p.q_off + min(t0 + 2u, p.T - 1u) * p.q_ts + h * p.q_hs;
   let qb3 = p.q_off + min(t0 + 3u, p.T - 1u) * p.q_ts + h * p.q_hs;
   let sq = sequence();
-  let lim = row_limits(t0);  // per row: keys j < lim are visible
+  let lim = row_limits(t0);  // per row: keys lo <= j < lim are visible
+  let lo = row_starts(t0);
   let n_keys = block_keys(qblock, li);  // keys this block reads: up to its rows' largest limit
+  let j_first = block_first(qblock, li) / BK * BK;  // from the tile of the first key any row sees
   var acc: array<vec4<f32>, 4u * DV>;  // [row i * DV + v]: dims 4 (kg + 16 v) .. of row i
   var m = vec4<f32>(NEG);  // running max of each row (components: rows)
   var l = vec4<f32>(0.0);  // this thread's part of each row's running sum
-  for (var j0 = 0u; j0 < n_keys; j0 = j0 + BK) {
+  for (var j0 = j_first; j0 < n_keys; j0 = j0 + BK) {
     workgroupBarrier();  // the previous tile's readers of kt, vs and ps are done
     tile_keys(sq, j0, n_keys, li);  // (the cache variant: the tile's keys' pool rows, looked up once)
     // K tile: thread (d4 = e % D4, quad) loads keys 4 quad .. + 3 at vec4 d4 (a key's row is read
@@ -143,22 +150,31 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         s3 = fma(vec4<f32>(q3[c]), kk, s3);
       }
     }
-    // scale, mask, the tile's row maxima
+    // scale, soft-cap, mask, the tile's row maxima
     let keys = vec4<u32>(j0 + 4u * kg) + vec4<u32>(0u, 1u, 2u, 3u);
-    s0 = select(vec4<f32>(NEG), s0 * p.scale, keys < vec4<u32>(lim.x));
-    s1 = select(vec4<f32>(NEG), s1 * p.scale, keys < vec4<u32>(lim.y));
-    s2 = select(vec4<f32>(NEG), s2 * p.scale, keys < vec4<u32>(lim.z));
-    s3 = select(vec4<f32>(NEG), s3 * p.scale, keys < vec4<u32>(lim.w));
+    s0 = s0 * p.scale; s1 = s1 * p.scale; s2 = s2 * p.scale; s3 = s3 * p.scale;
+    if (p.softcap > 0.0) {
+      let c = vec4<f32>(p.softcap);
+      s0 = tanh4(s0 / c) * c; s1 = tanh4(s1 / c) * c; s2 = tanh4(s2 / c) * c; s3 = tanh4(s3 / c) * c;
+    }
+    let v0 = (keys < vec4<u32>(lim.x)) & (keys >= vec4<u32>(lo.x));
+    let v1 = (keys < vec4<u32>(lim.y)) & (keys >= vec4<u32>(lo.y));
+    let v2 = (keys < vec4<u32>(lim.z)) & (keys >= vec4<u32>(lo.z));
+    let v3 = (keys < vec4<u32>(lim.w)) & (keys >= vec4<u32>(lo.w));
+    s0 = select(vec4<f32>(NEG), s0, v0);
+    s1 = select(vec4<f32>(NEG), s1, v1);
+    s2 = select(vec4<f32>(NEG), s2, v2);
+    s3 = select(vec4<f32>(NEG), s3, v3);
     let mx = vec4<f32>(max(max(s0.x, s0.y), max(s0.z, s0.w)), max(max(s1.x, s1.y), max(s1.z, s1.w)),
                        max(max(s2.x, s2.y), max(s2.z, s2.w)), max(max(s3.x, s3.y), max(s3.z, s3.w)));
     let m_new = max(m, group_reduce(mx, li, true));
     let corr = exp(m - m_new);
     m = m_new;
-    // P (masked scores give exp(NEG - m) = 0), this thread's part of the row sums, the rescale
-    let p0 = exp(s0 - vec4<f32>(m.x));
-    let p1 = exp(s1 - vec4<f32>(m.y));
-    let p2 = exp(s2 - vec4<f32>(m.z));
-    let p3 = exp(s3 - vec4<f32>(m.w));
+    // P (masked keys 0), this thread's part of the row sums, the rescale
+    let p0 = select(vec4<f32>(0.0), exp(s0 - vec4<f32>(m.x)), v0);
+    let p1 = select(vec4<f32>(0.0), exp(s1 - vec4<f32>(m.y)), v1);
+    let p2 = select(vec4<f32>(0.0), exp(s2 - vec4<f32>(m.z)), v2);
+    let p3 = select(vec4<f32>(0.0), exp(s3 - vec4<f32>(m.w)), v3);
     l = l * corr + vec4<f32>(dot(p0, vec4<f32>(1.0)), dot(p1, vec4<f32>(1.0)), dot(p2, vec4<f32>(1.0)),
                              dot(p3, vec4<f32>(1.0)));
     for (var v4 = 0u; v4 < DV; v4 = v4 + 1u) {

@@ -27,6 +27,7 @@ var<workgroup> sc: array<f32, 256>;
 var<workgroup> rows_sh: array<u32, 256>;  // the pool rows of the tile's keys (NO_ROW: none)
 var<workgroup> acc4: array<VK, 256>;
 var<workgroup> len_sh: u32;
+var<workgroup> lo_sh: u32;
 var<workgroup> fresh_sh: u32;
 var<workgroup> own_sh: u32;
 var<workgroup> kvq: array<VK, 2 * LANES>;  // (fresh) the row's own key [0, D4) and value [LANES, ..) as stored
@@ -76,12 +77,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   if (li == 0u) {
     let ok = pos >= 0 && seq < select(p.n_seqs, p.n_blocks, p.max_blocks == 0u);
     len_sh = select(0u, min(u32(pos) + 1u, p.n_ctx), ok);
+    // a sliding window: positions pos + 1 - window .. (none before 0, none past the cache's)
+    lo_sh = select(0u, min(len_sh, u32(pos) + 1u - p.window), ok && p.window != 0u && u32(pos) + 1u > p.window);
     var own = NO_ROW;
     if (ok && p.write != 0u && u32(pos) < p.n_ctx) { own = kv_row(seq, u32(pos)); }
     own_sh = own;
     fresh_sh = select(0u, 1u, own != NO_ROW);  // its own key is new (and has a row to go to)
   }
   let L = workgroupUniformLoad(&len_sh);  // uniform, so loops with barriers may depend on it
+  let lo = workgroupUniformLoad(&lo_sh);  // the first position seen (lo <= L - 1 where L > 0)
   let fresh = workgroupUniformLoad(&fresh_sh) != 0u;
   let own = workgroupUniformLoad(&own_sh);
   let kvh = h / p.group;
@@ -175,7 +179,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   var m = -3.0e38;
   var l = 0.0;
   var acc = VK();
-  for (var j0 = 0u; j0 < L; j0 = j0 + 256u) {
+  for (var j0 = lo; j0 < L; j0 = j0 + 256u) {
     let j = j0 + li;
     var s = -3.0e38;
     var live = false;
@@ -194,6 +198,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
       s = dotq;
       live = true;
     }
+    if (p.softcap > 0.0 && live) { s = tanh_f32(s / p.softcap) * p.softcap; }
     rows_sh[li] = row;
     let m_new = max(m, wg_max(li, s));
     let e = select(0.0, exp(s - m_new), live);
@@ -202,7 +207,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     l = l * alpha + wg_sum(li, e);  // (the reduction's barriers also publish sc and rows_sh)
     acc = acc * alpha;
     if (g < G) {
-      let n_here = min(256u, Lc - j0);  // (j0 <= Lc: j0 < L <= Lc + 1)
+      let n_here = min(256u, Lc - j0);  // (lo <= j0 <= Lc: j0 < L <= Lc + 1)
       for (var jj = g; jj < n_here; jj = jj + G) {
         let r = rows_sh[jj];
         if (r != NO_ROW) { acc = acc + sc[jj] * v_lane(r, kvh, d); }

@@ -13,9 +13,35 @@ fn gelu_tanh(v: f32) -> f32 {
   return v / (1.0 + exp(-2.0 * u));
 }
 
+// tanh to a few ulps everywhere (WGSL's tanh may be computed as (e^2x - 1) / (e^2x + 1), whose
+// cancellation loses all precision near 0, where soft-capping puts most scores): an odd Taylor
+// polynomial below |x| = 0.25 (the next term's share under 1e-9), else (1 - e) / (1 + e) with
+// e = exp(-2 |x|) <= 0.61 (no cancellation; e underflows to 0 for large |x|: +-1).
+fn tanh_f32(x: f32) -> f32 {
+  let a = abs(x);
+  if (a < 0.25) {
+    let y = x * x;
+    return x * (1.0 + y * (-0.3333333333 + y * (0.1333333333 + y * (-0.0539682540 + y * 0.0218694885))));
+  }
+  let e = exp(-2.0 * a);
+  return sign(x) * (1.0 - e) / (1.0 + e);
+}
+fn tanh4(x: vec4<f32>) -> vec4<f32> { return vec4<f32>(tanh_f32(x.x), tanh_f32(x.y), tanh_f32(x.z), tanh_f32(x.w)); }
+
 // SwiGLU of four gate and up values: silu(g) * u = g * sigmoid(g) * u, sigmoid as 1 / (1 + exp(-g))
 // (elementwise.wgsl's swiglu, the same operations: exp(-g) overflowing to inf gives silu(-large) = -0).
 fn swiglu4(g: vec4<f32>, u: vec4<f32>) -> vec4<f32> { return g * (1.0 / (1.0 + exp(-g))) * u; }
+
+// GeGLU of four gate and up values: gelu_tanh(g) * u (elementwise.wgsl's geglu, the same operations).
+fn geglu4(g: vec4<f32>, u: vec4<f32>) -> vec4<f32> {
+  return vec4<f32>(gelu_tanh(g.x), gelu_tanh(g.y), gelu_tanh(g.z), gelu_tanh(g.w)) * u;
+}
+
+// A gated prologue of kind `kind` (a kernel's const GLU: 1 SwiGLU, 2 GeGLU) of four gate and up values.
+fn glu4(kind: u32, g: vec4<f32>, u: vec4<f32>) -> vec4<f32> {
+  if (kind == 2u) { return geglu4(g, u); }
+  return swiglu4(g, u);
+}
 
 // Rotary embedding of one dim d < R = 2 half of a head, as rope.wgsl computes it: its pair is (a, b) =
 // dims (i, i + half) (rotate_half) or (2i, 2i + 1) (interleaved), rotated by the angle of table column

@@ -13,9 +13,9 @@
 // With const LN (LANES > 1 only), A' = LayerNorm(A) (weights lnw, lnb; eps in p.eps) is computed in
 // the prologue, so "layer norm -> linear" is one dispatch; with LN and RMS, A' = RMSNorm(A)
 // (A / sqrt(mean(A^2) + eps) * lnw; lnb is not read, the dummy buffer stands in). With const GLU
-// (any LANES; not with LN), A's rows are 2K wide, [gate | up], and A'[m, k] = silu(gate) * up =
-// swiglu4 (common.wgsl) of A[m, k] and A[m, K + k]: the gated MLP's down projection reads its input
-// through the gate in one dispatch. Epilogue: + bias[n], GELU, + residual
+// > 0 (any LANES; not with LN), A's rows are 2K wide, [gate | up], and A'[m, k] = act(gate) * up =
+// glu4 (common.wgsl: 1 SwiGLU silu, 2 GeGLU gelu_tanh) of A[m, k] and A[m, K + k]: the gated MLP's down
+// projection reads its input through the gate in one dispatch. Epilogue: + bias[n], GELU, + residual
 // (p.epi bits 1 / 2 / 4). With p.acc, C is read and added to (a K-chunked product).
 // Needs K % 4 == 0 and 4-aligned offsets. Built with SG > 0 (the adapter's fixed subgroup
 // size, at most LANES; only on devices with the `subgroup` feature) the reductions use subgroupAdd
@@ -56,9 +56,9 @@ fn wvec(v: WV) -> vec4<f32> { return vec4<f32>(v); }
 
 const ROWS: u32 = 256u / LANES;
 
-// vec4 k of A's row starting at ab, through the SwiGLU prologue when GLU
+// vec4 k of A's row starting at ab, through the gated prologue when GLU (1 SwiGLU, 2 GeGLU)
 fn arow(ab: u32, k: u32) -> vec4<f32> {
-  if (GLU) { return swiglu4(vec4<f32>(a[ab + k]), vec4<f32>(a[ab + p.K4 + k])); }
+  if (GLU != 0u) { return glu4(GLU, vec4<f32>(a[ab + k]), vec4<f32>(a[ab + p.K4 + k])); }
   return vec4<f32>(a[ab + k]);
 }
 

@@ -1,8 +1,9 @@
 // The normalising prologue of a GEMV (included where gemv_quant.wgsl says `// #include
 // gemv_norm.wgsl`): with const NORM = 1 the rows of A are layer-normalised, A' = (A - mean) rstd lnw
 // + lnb (rstd = 1 / sqrt(var + eps)); with NORM = 2 RMS-normalised, A' = A rstd lnw (rstd = 1 /
-// sqrt(mean(A^2) + eps)); NORM = 0 reads A as it is. With const GLU (NORM = 0; any LANES) A's rows
-// are 2K wide, [gate | up], and A' = swiglu4 (common.wgsl) of the halves: silu(gate) * up. `norm_stats` computes each of the workgroup's
+// sqrt(mean(A^2) + eps)); NORM = 0 reads A as it is. With const GLU > 0 (NORM = 0; any LANES) A's rows
+// are 2K wide, [gate | up], and A' = glu4 (common.wgsl) of the halves: silu(gate) * up (GLU 1) or
+// gelu_tanh(gate) * up (GLU 2). `norm_stats` computes each of the workgroup's
 // rows' statistics with all 256 threads (one pass; the layer norm's shifted by the row's first value
 // against cancellation, as gemv.wgsl) into workgroup memory; `arow` reads a vec4 of a row through
 // it. Uses the including kernel's p (a_off4, lda4, K, eps), a, lnw, lnb, and SG (the subgroup
@@ -61,7 +62,7 @@ fn norm_stats(li: u32, m0: u32, rows: u32) {
 fn arow(m0: u32, m: u32, i: u32) -> vec4<f32> {
   let ab = p.a_off4 + (m0 + m) * p.lda4;
   let x = a[ab + i];
-  if (GLU) { return swiglu4(x, a[ab + p.K / 4u + i]); }
+  if (GLU != 0u) { return glu4(GLU, x, a[ab + p.K / 4u + i]); }
   if (NORM == 0u) { return x; }
   let st = stats[m];
   if (NORM == 1u) { return (x - st.x) * st.y * lnw[i] + lnb[i]; }

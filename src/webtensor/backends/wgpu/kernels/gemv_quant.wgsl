@@ -21,8 +21,8 @@
 // order: the same bits. It works one run at a time (16 activations live, not 32: CPU registers), the
 // unit's weights taken twice, each time only the run's half used (the rest is dead code).
 // Prologue (gemv_norm.wgsl, LANES > 1 only): NORM = 1 layer norm, 2 RMS norm, 0 none, so
-// "norm -> linear" is one dispatch; GLU (any LANES): A's rows are [gate | up], 2K wide, read through
-// silu(gate) * up. Epilogue (epilogue.wgsl): + bias[n], the activation,
+// "norm -> linear" is one dispatch; GLU > 0 (any LANES): A's rows are [gate | up], 2K wide, read through
+// silu(gate) * up (GLU 1) or gelu_tanh(gate) * up (GLU 2). Epilogue (epilogue.wgsl): + bias[n], the activation,
 // + residual[m, n], chosen by p.epi.
 // Header: the type define, const LANES, MR (1..8, a power of two), NR (MR NR <= 8), NORM, SG, GLU.
 //

@@ -9,7 +9,8 @@
 //
 // The activations are quantized once per workgroup, in the prologue, into workgroup memory (xq: 16
 // int8 a vec4<u32>; xm: per block of 32 its ds, d and the two 16-value runs' sums: 1.25 bytes a value), through the
-// fused RMS / layer norm or SwiGLU of gemv_norm.wgsl (NORM, GLU), for the workgroup's MR rows of A (m0
+// fused RMS / layer norm or gated prologue (SwiGLU / GeGLU) of gemv_norm.wgsl (NORM, GLU), for the workgroup's
+// MR rows of A (m0
 // = wg.z MR ..): KT values of each row at a time (all of K when it fits the workgroup memory; else
 // tiles of KT values, a multiple of 32 LANES values so each lane's units stay the same, staged one after
 // the other between barriers). With PREQ they were quantized before, by quantize_q8.wgsl: A is then

@@ -1,5 +1,5 @@
 // Rows of A' quantized to int8 activations in global memory (q8_act.wgsl; A' through gemv_norm.wgsl's
-// fused RMS / layer norm or SwiGLU: NORM, GLU), for gemv_quant_dot4.wgsl built with PREQ: row m of the
+// fused RMS / layer norm or SwiGLU / GeGLU: NORM, GLU), for gemv_quant_dot4.wgsl built with PREQ: row m of the
 // output is K / 4 words of int8 (four a word) then K / 32 pairs of words (q8_act.wgsl's ds: d and the two
 // run sums), o_ld words a row (K / 4 + 4 ceil(K / 64): whole vec4s). Workgroup (x, y) = (256 blocks of 32
 // values, row y); every workgroup derives its row's norm statistics itself. Header: const NORM, SG, GLU.

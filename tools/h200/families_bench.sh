@@ -1,0 +1,67 @@
+#!/bin/bash
+# H200, one device call (~8 minutes at most): the issue-31 dense families' bench presets (gemma-2-2b, gemma-3-1b,
+# phi-3.5-mini; `webtensor.models.registry.presets`) on WebGPU beside HF transformers (--compare) and llama.cpp CUDA
+# (llama-bench) on GGUF files of the same weights. Random weights of each preset's shape (tools/random_checkpoint.py,
+# float16), cut to N_LAYER layers (default 8: the full models' weights would not be written and read three times
+# within one call; every program runs the same cut, and the per-layer cost is what differs between them). The
+# windows (Gemma 2: 4,096 on every other layer; Gemma 3: 512 on five of six layers), Gemma 2's soft-caps and Phi-3.5's
+# longrope are all in the measured path; prompts of 128 and 1,024 tokens (Gemma 3's local layers slide at 1,024),
+# 128 decode tokens.
+#
+# Prepare, in the repository root here (once), as for tools/h200/models_bench.sh:
+#   ../shared/tools/gpu-prep gguf==0.19.0      (wgpu's wheels and the gguf package the GGUF writer needs)
+#   ../shared/tools/llamacpp-build prep        (llama.cpp's source for the CUDA build, into .lcpp/)
+# Run: carry [".gl", ".whl", ".lcpp"], command: bash tools/h200/families_bench.sh
+#
+# Order: llama.cpp's CUDA build in the background on cores 0-11 while the checkpoints are written and webtensor runs
+# on cores 12-15; (1) each preset beside HF transformers (--compare), (2) after the build, each beside llama-bench on
+# its GGUF. Every step is under a timeout cut to what is left of BUDGET seconds. $OUT gets a JSON report per step and
+# families_bench.log; a table is printed last.
+#
+# A trial here without the GPU parts (any subset of the presets, small prompts):
+#   LOCAL=1 DEVICE=lavapipe N_LAYER=1 PRESETS=gemma-3-1b PROMPTS=16 DECODE=4 PY=/work/main/.venv/bin/python \
+#     bash tools/h200/families_bench.sh
+set -u
+T0=$(date +%s)
+if [ -z "${LOCAL:-}" ]; then source .gl/env.sh || exit 1; else export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"; fi
+OUT=${OUT:-$(mktemp -d)}
+PY=${PY:-python3}
+DEVICE=${DEVICE:-wgpu} DECODE=${DECODE:-128} BUDGET=${BUDGET:-470} N_LAYER=${N_LAYER:-8}
+PRESETS=${PRESETS:-gemma-2-2b gemma-3-1b phi-3.5-mini} PROMPTS=${PROMPTS:-128,1024}
+W=${W:-/tmp/wt-families}
+exec > >(tee -a "$OUT/families_bench.log") 2>&1
+stamp() { echo "== $(( $(date +%s) - T0 ))s: $*"; }
+cap() { local left=$(( BUDGET - ($(date +%s) - T0) )); [ "$left" -lt 5 ] && left=5; [ "$1" -lt "$left" ] && echo "$1" || echo "$left"; }
+PIN=(); BUILD_PIN=()
+if command -v taskset >/dev/null && [ "$(nproc)" -ge 16 ]; then PIN=(taskset -c 12-15); BUILD_PIN=(taskset -c 0-11); fi
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version --format=csv
+
+LB=${LLAMA_BENCH:-/tmp/lcb/bin/llama-bench}
+if [ -z "${LLAMA_BENCH:-}" ] && [ -z "${LOCAL:-}" ]; then
+  stamp "llama.cpp CUDA build started (background, ${BUILD_PIN[*]:-all cores})"
+  ( "${BUILD_PIN[@]}" bash .lcpp/build-cuda.sh > /tmp/lcb.out 2>&1; echo $? > /tmp/lcb.rc ) &
+  BUILD=$!
+fi
+
+for m in $PRESETS; do
+  stamp "checkpoint $m ($N_LAYER layers, float16, random weights)"
+  timeout "$(cap 120)" "${PIN[@]}" $PY tools/random_checkpoint.py "$W/$m" --preset "$m" --dtype float16 \
+    --n-layer "$N_LAYER" || { stamp "checkpoint $m failed"; exit 1; }
+done
+
+B=($PY -m webtensor.cli bench --device "$DEVICE" --dtype float16 --decode "$DECODE" --prompts "$PROMPTS"
+   --processes 1 --repeats 2)
+run() { local name=$1 limit=$2; shift 2; stamp "$name"
+        timeout "$(cap "$limit")" "$@" --json "$OUT/$name.json" 2>&1 | grep -v "it/s\]" | grep -v "^  " | tail -14; }
+for m in $PRESETS; do run "$m-compare" 100 "${PIN[@]}" "${B[@]}" -m "$W/$m" --compare; done
+
+if [ -n "${BUILD:-}" ]; then
+  stamp "waiting for the llama.cpp build"
+  left=$(cap 300); while kill -0 "$BUILD" 2>/dev/null && [ "$left" -gt 0 ]; do sleep 2; left=$((left - 2)); done
+  [ "$(cat /tmp/lcb.rc 2>/dev/null)" != 0 ] && { stamp "llama.cpp build failed or unfinished"; tail -20 /tmp/lcb.out; }
+fi
+for m in $PRESETS; do [ -x "$LB" ] && run "$m-lcpp" 80 "${B[@]}" -m "$W/$m" --llama-bench "$LB"; done
+
+stamp "summary"
+$PY tools/bench_table.py $(ls "$OUT"/*.json 2>/dev/null | sort)
+stamp "done"
