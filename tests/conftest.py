@@ -77,7 +77,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             report.longrepr = f"{item.nodeid} needs torch or transformers but is not marked hf: {text[:300]}"
 
 
-BOTH_WAYS = {"test_ops_parity", "test_kv_ops", "test_matmul_engine", "test_q8_kernels", "test_gemv_stack"}
+BOTH_WAYS = {"test_ops_parity", "test_kv_ops", "test_matmul_engine", "test_quant_engine", "test_q8_kernels",
+             "test_gemv_stack"}
 CHECKED_EXAMPLES = 3  # hypothesis examples a test keeps in the checked run (derandomized)
 GPU_FIXTURES = {"gpu", "gpu_small", "device"}
 

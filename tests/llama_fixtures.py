@@ -22,15 +22,21 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
                                                        original_max_position_embeddings=32))),
     "llama-linear-rope": ("llama", dict(rope_parameters=dict(rope_type="linear", rope_theta=10000.0, factor=4.0))),
     "mistral": ("mistral", dict(sliding_window=None)),
+    # keys transformers' model ignores for the architecture (mistral: every bias; qwen2: attention_bias, mlp_bias;
+    # qwen3: mlp_bias): written to config.json all the same, and ignored by webtensor as by transformers
+    "mistral-bias-keys": ("mistral", dict(sliding_window=None, attention_bias=True, mlp_bias=True)),
     "qwen2": ("qwen2", dict(tie_word_embeddings=True)),
+    "qwen2-bias-keys": ("qwen2", dict(attention_bias=True, mlp_bias=True)),
     "qwen3": ("qwen3", dict(head_dim=32)),
+    "qwen3-bias": ("qwen3", dict(head_dim=32, attention_bias=True, mlp_bias=True)),
     "qwen3-hd128": ("qwen3", dict(head_dim=128, num_key_value_heads=1)),
 }
 
 
-def make_llama(out: Path, variant: str, legacy_rope: bool = False, seed: int = 0) -> Path:
+def make_llama(out: Path, variant: str, legacy_rope: bool = False, seed: int = 0, **overrides: Any) -> Path:
     """A random checkpoint of `variant` (VARIANTS) in `out`; `legacy_rope`: config.json with top-level
-    `rope_theta` / `rope_scaling` (as Llama 3.x's published files) instead of `rope_parameters`."""
+    `rope_theta` / `rope_scaling` (as Llama 3.x's published files) instead of `rope_parameters`; `overrides`:
+    more config fields (a larger vocabulary or context)."""
     import torch
     import transformers
 
@@ -42,6 +48,7 @@ def make_llama(out: Path, variant: str, legacy_rope: bool = False, seed: int = 0
                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
                               rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=0, eos_token_id=0)
     kw.update(extra)
+    kw.update(overrides)
     model = transformers.AutoModelForCausalLM.from_config(cls(**kw)).eval()
     with torch.no_grad():  # norms and biases away from their init (1 and 0), so that they matter
         for name, p in model.named_parameters():

@@ -40,11 +40,14 @@ def spy_kernels(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, int]]:
 
 
 def expected_kernel(dev: wt.Device, M: int, gpu_style: bool) -> str:
-    """The quantized-linear kernel the policy should pick for M rows: GEMV up to gemv_max_rows, then the tiled
-    kernel (GPU-style, or a hardware adapter) or the register-blocked one (a software adapter's CPU-style)."""
+    """The quantized-linear kernel the policy should pick for M rows: GEMV up to gemv_max_rows, then the matrix
+    engine (GPU-style, or a hardware adapter; matmul_quant's plain tiles where the policy turns the engine off)
+    or the register-blocked one (a software adapter's CPU-style)."""
     if M <= dev.kernel_policy.gemv_max_rows:
         return "gemv"
-    return "tiled" if gpu_style or not dev.ctx.info.is_software else "regs"
+    if gpu_style or not dev.ctx.info.is_software:
+        return "engine" if dev.kernel_policy.engine else "tiled"
+    return "regs"
 
 
 def append_and_attend(q: wt.Tensor, k_cache: wt.Tensor, v_cache: wt.Tensor, pos: wt.Tensor, slot: wt.Tensor,

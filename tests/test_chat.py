@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,7 +20,15 @@ pytestmark = pytest.mark.hf  # against transformers (the parity tier)
 
 from text_fixtures import families, run_in_pyodide, write_family_tokenizer  # noqa: E402
 
-from webtensor.chat import PLAIN_TEMPLATE, ChatTemplate, find_chat_template, template_for  # noqa: E402
+from webtensor.chat import (  # noqa: E402
+    PLAIN_TEMPLATE,
+    ChatTemplate,
+    TurnStops,
+    check_template,
+    find_chat_template,
+    template_for,
+    turn_stops,
+)
 from webtensor.errors import ChatTemplateError, CheckpointError  # noqa: E402
 from webtensor.text.tokenizer import Tokenizer  # noqa: E402
 
@@ -104,6 +113,27 @@ def test_real_templates_render_as_transformers(tokenizers: dict[str, tuple[Any, 
     got, want = _both(hf, ours, source, CONVERSATIONS["user"], True,
                       documents=[{"title": "Doc", "text": "Paris is the capital of France."}], **extra)
     assert got == want
+
+
+TURN_ENDS = {"meta-llama-Llama-3.1-8B-Instruct.jinja": "<|eot_id|>",
+             "meta-llama-Llama-3.2-3B-Instruct.jinja": "<|eot_id|>", "Qwen-Qwen2.5-7B-Instruct.jinja": "<|im_end|>",
+             "Qwen-Qwen3-0.6B.jinja": "<|im_end|>", "HuggingFaceTB-SmolLM3-3B.jinja": "<|im_end|>"}
+
+
+@pytest.mark.parametrize("template", sorted(REAL))
+def test_real_templates_turn_ends_and_check(tokenizers: dict[str, tuple[Any, Tokenizer]], template: str) -> None:
+    """`turn_stops` finds each real template's end-of-turn token (where the model's EOS ids lack it: a base model's
+    EOS, <|end_of_text|> / <|endoftext|>, with its instruct template), and `check_template` passes them all."""
+    _, ours = tokenizers[REAL[template][0]]
+    end = ours.token_to_id(TURN_ENDS[template])
+    assert end is not None and end in ours.special_ids
+    model = SimpleNamespace(chat_template=(TEMPLATES / template).read_text(encoding="utf-8"), tokenizer=ours,
+                            eos_ids=frozenset())
+    assert turn_stops(model) == TurnStops((), (end,))
+    model.eos_ids = frozenset({end})
+    assert turn_stops(model) == TurnStops()
+    check_template(model)
+    check_template(model, "You are terse.")
 
 
 def test_qwen3_thinking_switch_and_reasoning(tokenizers: dict[str, tuple[Any, Tokenizer]]) -> None:

@@ -74,7 +74,16 @@ BAD_ARGS = [
     ("no-command", [], USAGE, r"webtensor: error: the following arguments are required: COMMAND"),
     ("unknown-command", ["train"], USAGE, r"webtensor: error: argument COMMAND: invalid choice: 'train'"),
     ("prompt-over-context", [*GEN, "-n", "300"], USAGE, r"webtensor: error: prompt of \d+ tokens \+ 300 new tokens "
-     r"= \d+ exceeds the model's context of 256 positions"),
+     r"= \d+ exceeds the model's context of 256 positions; .*--truncate-prompt"),
+    ("truncate-no-room", [*GEN, "-n", "256", "--truncate-prompt"], USAGE, r"webtensor: error: 256 new tokens leave "
+     r"no room for the prompt in the model's context of 256 positions \(truncate_prompt keeps the prompt's last "
+     r"tokens, but at least one must fit\); lower max_new_tokens to 255 or less$"),
+    ("chat-drop-oldest-value", ["chat", "--drop-oldest=yes"], USAGE, r"webtensor: error: argument --drop-oldest: "
+     r"ignored explicit argument 'yes'"),
+    ("chat-blas-threads", ["chat", "--blas-threads", "-1"], USAGE, r"webtensor: error: argument --blas-threads: "
+     r"--blas-threads must be an integer >= 0, got '-1'"),
+    ("generate-blas-threads", [*GEN, "--blas-threads", "two"], USAGE, r"webtensor: error: argument --blas-threads: "
+     r"--blas-threads must be an integer >= 0, got 'two'"),
     ("model-missing", [*GEN, "--model", "/nonexistent/ckpt"], RUNTIME, r"webtensor: error: checkpoint directory "
      r"/nonexistent/ckpt does not exist"),
     ("devices-extra", ["devices", "--all"], USAGE, r"webtensor: error: unrecognized arguments: --all"),

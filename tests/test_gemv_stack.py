@@ -29,8 +29,9 @@ rows = st.one_of(st.just(40), st.integers(1, 40))
 @pytest.fixture(params=[False, True], ids=["cpu-kernels", "gpu-kernels"])
 def style(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, gpu: wt.Device,
           gpu_small: wt.Device) -> bool:
-    # every stack to the GEMV (the test after: the limit)
-    set_policy(monkeypatch, gpu, gpu_small, gpu_style=request.param, gemv_stack_f16_max_rows=None)
+    # every stack to the GEMV (the test after: the limit; quantized: test_quant_engine.py)
+    set_policy(monkeypatch, gpu, gpu_small, gpu_style=request.param, gemv_stack_f16_max_rows=None,
+               gemv_stack_quant_max_rows=None)
     return request.param
 
 

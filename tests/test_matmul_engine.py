@@ -133,6 +133,41 @@ def test_engine_float32(gpu, calls, monkeypatch, tile, kmajor, seed, M, K, N, ep
     assert rel_err(got, want) <= 1e-5
 
 
+@pytest.mark.parametrize("tile", TILES)
+@settings(SETTINGS, max_examples=4)
+@given(seed=st.integers(0, 2**31), M=dims, K=st.integers(1, 100), N=dims, epi=st.integers(0, 7),
+       b_dtype=st.sampled_from(["float32", "float16"]))
+def test_engine_k_steps_of_16(gpu, calls, monkeypatch, tile, seed, M, K, N, epi, b_dtype):
+    """f32 tiles 16 deep (policy.engine_bk = 16: 16 to 32 KiB of workgroup memory, which lavapipe has):
+    float32 activations x float32 or float16 weights."""
+    if b_dtype == "float16" and not gpu.ctx.has_f16:
+        pytest.skip("this adapter has no shader-f16")
+    monkeypatch.setattr(gops, "engine_tile", lambda m, n, p: tile)
+    set_policy(monkeypatch, gpu, engine_bk=16)
+    assert gops.engine_bk(gpu.ctx, tile) == 16
+    M = max(M, gpu.kernel_policy.gemv_max_rows + 1)
+    before = calls["engine"]
+    got, want, _, _ = run_linear(gpu, seed, M, K, N, True, "float32", epi, b_dtype=b_dtype)
+    assert calls["engine"] == before + 1 and got.dtype == np.float32
+    assert rel_err(got, want) <= 1e-5
+
+
+def test_engine_k_step_within_the_device_limit():
+    """engine_bk = 16 only where the device's workgroup memory holds the tiles at that depth."""
+    from types import SimpleNamespace
+
+    def ctx(limit: int, bk: int = 16) -> Any:
+        return SimpleNamespace(policy=H200.replace(engine_bk=bk),
+                               api=SimpleNamespace(limits={"max-compute-workgroup-storage-size": limit}))
+
+    assert [gops.engine_bk(ctx(16384), t) for t in TILES] == [16, 8, 8, 8]  # WebGPU's default: 16 KiB
+    assert [gops.engine_bk(ctx(32768), t) for t in TILES] == [16, 16, 16, 16]
+    assert [gops.engine_bk(ctx(24576), t) for t in TILES] == [16, 16, 16, 8]
+    assert [gops.engine_bk(ctx(49152, 8), t) for t in TILES] == [8, 8, 8, 8]
+    with pytest.raises(ValueError, match="engine_bk must be 8 or 16"):
+        H200.replace(engine_bk=32)
+
+
 F16_CASES = [  # (tile, k-major B, u32-word loads, float16 arithmetic); the largest tile compiles slowly on lavapipe
     ((1, 1), True, True, "f32"), ((1, 1), False, True, "f32"), ((2, 2), True, True, "f32"),  # the default
     ((1, 1), True, True, "f16"), ((1, 1), False, True, "chunked"), ((1, 2), True, True, "chunked"),

@@ -50,7 +50,8 @@ def weight(rng: np.random.Generator, qtype: str, n: int, k: int) -> QuantWeight:
 def style(request: pytest.FixtureRequest, gpu: wt.Device, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """The kernel family under test, and the kernels that ran (which, MR, NR)."""
     gpu_style = request.param != "cpu-adapter"
-    set_policy(monkeypatch, gpu, gpu_style=gpu_style)
+    # stacks of one-row products on the GEMV at any count (over the policy's limit: test_quant_engine.py)
+    set_policy(monkeypatch, gpu, gpu_style=gpu_style, gemv_stack_quant_max_rows=None)
     if request.param == "gpu-subgroups":
         if not gpu.ctx.has_subgroups:
             pytest.skip("this adapter has no subgroups")

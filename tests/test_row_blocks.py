@@ -17,9 +17,13 @@ import pytest
 from conftest import _wgpu, rel_err, set_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_quant_kernels import weight as quant_weight
 
 import webtensor as wt
+from webtensor import quant
 from webtensor.backends.wgpu import ops as gops
+from webtensor.backends.wgpu import quant_ops
+from webtensor.backends.wgpu.context import WgpuContext
 from webtensor.quant import quantize
 
 LIMITS = [1_003, 5_003, 30_001]
@@ -182,6 +186,32 @@ def test_quantized_linear_and_embedding(dev, qtype):
     ids = rng.integers(0, 40, rows_over(dev, K * 4)).astype(np.int32)
     emb = wt.embedding(table, wt.tensor(ids, device=dev))
     assert chunks(emb) > 1 and np.array_equal(emb.numpy(), table.dequantize()[ids])
+
+
+@pytest.mark.parametrize("qtype", sorted(quant.TYPES))
+def test_quantized_linear_on_the_engine(dev, qtype, monkeypatch):
+    """The GPU kernels (the matrix engine from 2 rows, K cut into slices as on a GPU of 64 SMs): rows of x and
+    the result over the limit in blocks, the weight in row chunks where it is over it too (else split-K, its
+    scratch a block of rows at a time); the CPU reference's numbers."""
+    set_policy(monkeypatch, dev, gpu_style=True, compute_units=64, engine_split_min_k=32, gemv_max_rows=1)
+    rng = np.random.default_rng(5)
+    K, N = quant.TYPES[qtype].values if qtype.endswith("K") else 96, 29
+    M = rows_over(dev, N * 4)
+    w = quant_weight(rng, qtype, N, K)
+    if K * 4 > dev.max_binding_bytes():  # (a row of x over the limit: refused, naming it)
+        with pytest.raises(wt.BufferLimitError, match="over the binding limit"):
+            wt.linear(*on(dev, np.ones((M, K), np.float32)), w)
+        return
+    x, res = rng.standard_normal((M, K), np.float32), rng.standard_normal((M, N), np.float32)
+    b = rng.standard_normal(N, np.float32)
+    ran: list[str] = []
+    launch = WgpuContext.launch
+    monkeypatch.setattr(WgpuContext, "launch", lambda self, k, *a: (ran.append(k.name.split("-")[0]),
+                                                                     launch(self, k, *a))[1])
+    got = wt.linear(*on(dev, x), w, *on(dev, b), act="gelu", residual=on(dev, res)[0])
+    one_piece = len(quant_ops.on_device(dev, w).chunks()) == 1  # (split-K: for a weight in one piece)
+    assert chunks(got) > 1 and "matmul_engine_quant" in ran and ("matmul_splitk_sum" in ran) == one_piece
+    close(got, wt.linear(*on(CPU, x), w, *on(CPU, b), act="gelu", residual=on(CPU, res)[0]))
 
 
 @SETTINGS

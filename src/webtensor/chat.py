@@ -8,8 +8,16 @@ webtensor's plain template:
     User: How are you?
     Assistant:
 
-("developer" messages read as "System"); generation with the plain template stops at the start of the next
-turn (`PLAIN_STOPS`).
+("developer" messages read as "System"; a message's content may be OpenAI's list of text parts, rendered as their
+text joined).
+
+One place decides what ends the assistant's turn, for every front end (the chat CLI, the server's chat and
+responses, the page): `turn_stops(model)` -- with the plain template the start of the next turn ("\nUser:",
+"\nSystem:": stop strings, cut off so that an invented turn never becomes part of the reply); with the model's
+own template the special token it writes after an assistant's message (ChatML's <|im_end|>, Llama 3's
+<|eot_id|>) where that is not one of the model's EOS ids already. `check_template(model)` renders small test
+conversations when a model is loaded, so that a template that cannot serve a chat is said so at once, not at
+the first message.
 
 `ChatTemplate(source, bos_token=..., eos_token=..., **extra)` compiles a template in the environment
 transformers uses (transformers/utils/chat_template_utils.py): jinja2's ImmutableSandboxedEnvironment with
@@ -33,7 +41,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
@@ -45,12 +53,27 @@ if TYPE_CHECKING:  # (jinja2 is imported where a template is compiled)
     import jinja2
 
 PLAIN_TEMPLATE = (
+    "{% set names = {'system': 'System', 'developer': 'System', 'user': 'User', 'assistant': 'Assistant'} %}"
     "{% for m in messages %}"
-    "{{ {'system': 'System', 'developer': 'System', 'user': 'User', 'assistant': 'Assistant'}[m['role']] }}: "
-    "{{ m['content'] }}\n"
+    "{% if m['role'] not in names %}"
+    "{{ raise_exception('the plain chat template renders system, developer, user and assistant messages, not ' "
+    "~ m['role']) }}"
+    "{% endif %}"
+    "{{ names[m['role']] }}: "
+    "{% if m['content'] is string or m['content'] is not defined %}{{ m['content'] }}"
+    "{% else %}{% for part in m['content'] %}"
+    "{% if part['type'] == 'text' %}{{ part['text'] }}"
+    "{% else %}{{ raise_exception('the plain chat template renders text parts only, not ' ~ part['type']) }}"
+    "{% endif %}{% endfor %}{% endif %}"
+    "{{ '\\n' }}"  # (an expression: trim_blocks would eat a newline written after a block tag)
     "{% endfor %}"
     "{% if add_generation_prompt %}Assistant:{% endif %}")
 PLAIN_STOPS = ["\nUser:", "\nSystem:"]
+
+# The conversation `turn_stops` and `check_template` render: a question, an answer, a thank-you.
+PROBE = [{"role": "user", "content": "Hello, who are you?"},
+         {"role": "assistant", "content": "I am a helpful assistant."},
+         {"role": "user", "content": "Thank you."}]
 
 # The names a message's reasoning comes under; templates read the first (transformers fills both it and
 # "thinking" from whichever is set).
@@ -65,9 +88,70 @@ def template_for(model: Any) -> ChatTemplate:
     return ChatTemplate(model.chat_template or PLAIN_TEMPLATE, **tokens)
 
 
+@dataclass(frozen=True)
+class TurnStops:
+    """What ends the assistant's turn besides the model's EOS ids: `strings` (text that starts another turn: cut off,
+    never part of the message) and `token_ids` (the template's end-of-turn token, where it is not an EOS id)."""
+
+    strings: tuple[str, ...] = ()
+    token_ids: tuple[int, ...] = ()
+
+
+def turn_stops(model: Any) -> TurnStops:
+    """Where an assistant's reply ends, for `model` (anything with `chat_template`, `tokenizer` and `eos_ids`: a
+    LanguageModel, a serving engine, a Checkpoint). The plain template (no template of its own): the next turn's
+    start, `PLAIN_STOPS`. Its own template: the special token the template writes right after an assistant's
+    message (found by rendering `PROBE`), unless that is an EOS id already; nothing where the template writes no
+    special token there or cannot render `PROBE` (`check_template` says why)."""
+    if not model.chat_template:
+        return TurnStops(tuple(PLAIN_STOPS))
+    end = _turn_end_token(model)
+    if end is None or end in frozenset(getattr(model, "eos_ids", ()) or ()):
+        return TurnStops()
+    return TurnStops((), (end,))
+
+
 def stops_for(model: Any) -> list[str]:
-    """Stop strings a chat needs besides the model's EOS ids: the plain template's turn boundaries."""
-    return [] if model.chat_template else list(PLAIN_STOPS)
+    """The stop strings of `turn_stops(model)` (a front end must also stop at its `token_ids`)."""
+    return list(turn_stops(model).strings)
+
+
+def _turn_end_token(model: Any) -> int | None:
+    """The special token that follows an assistant's message in the template's rendering of PROBE, or None."""
+    try:
+        text = template_for(model).render(PROBE, add_generation_prompt=True)
+    except ChatTemplateError:
+        return None
+    answer = PROBE[1]["content"]
+    at = text.find(answer)
+    rest = text[at + len(answer):].lstrip() if at >= 0 else ""
+    if not rest:
+        return None
+    tok = model.tokenizer
+    if tok is None:
+        return None
+    ids = tok.encode(rest, add_special_tokens=False)
+    return ids[0] if ids and ids[0] in getattr(tok, "special_ids", ()) else None
+
+
+def check_template(model: Any, system: str | None = None) -> None:
+    """ChatTemplateError unless `model`'s chat template (its own, or the plain one) compiles and renders small
+    conversations sensibly: one user message, and a question, an answer and a second question (PROBE); with
+    `system`, those after that system message. Sensibly: without an error, and with the text of every message in
+    what it renders. The error names what failed and on which conversation."""
+    template = template_for(model)  # (a syntax error raises here)
+    head = [{"role": "system", "content": system}] if system is not None else []
+    for what, conversation in (("one user message", PROBE[:1]), ("a question, an answer and a question", PROBE)):
+        messages = [*head, *conversation]
+        what = f"a system message and {what}" if head else what
+        try:
+            text = template.render(messages, add_generation_prompt=True)
+        except ChatTemplateError as e:
+            raise ChatTemplateError(f"{e} (checked with {what})") from None
+        missing = [m["content"] for m in messages if m["content"].strip() not in text]
+        if missing:
+            raise ChatTemplateError(f"the chat template leaves out a message's text ({missing[0]!r:.40}) when it "
+                                    f"renders {what}")
 
 
 class ChatTemplate:

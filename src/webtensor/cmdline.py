@@ -120,6 +120,44 @@ def int_list(what: str, minimum: int = 1) -> Callable[[str], list[int]]:
 DTYPE_CHOICES = ("auto", "float32", "float16", "q8_0", "int8")  # a model's --dtype (models.loader.check_dtype)
 
 
+PLAIN_TEMPLATE = "plain"  # --chat-template's name for webtensor's plain "User: / Assistant:" template
+
+
+def add_chat_template(p: argparse.ArgumentParser) -> None:
+    """`--chat-template FILE|plain`, as `chat` and `serve` take it; `chat_template_file` reads it."""
+    p.add_argument("--chat-template", default=None, metavar="FILE|plain",
+                   help="render conversations with this jinja2 template file (or 'plain': webtensor's "
+                        "'User: / Assistant:' one) instead of the model's own")
+
+
+def chat_template_file(value: str) -> str | None:
+    """The template `--chat-template value` names: the file's text, or None for `PLAIN_TEMPLATE`. UsageError for a
+    file that cannot be read as UTF-8 text."""
+    if value == PLAIN_TEMPLATE:
+        return None
+    try:
+        with open(value, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise UsageError(f"--chat-template {value}: cannot read it ({why}); give a jinja2 file or 'plain'") from None
+
+
+def add_blas_threads(p: argparse.ArgumentParser) -> None:
+    """`--blas-threads N` (default 1), as `generate`, `chat` and `serve` take it; `use_blas_threads` applies it."""
+    p.add_argument("--blas-threads", type=integer("--blas-threads", 0), default=1,
+                   help="threads of numpy's BLAS, which runs the CPU device's products (default 1: its extra "
+                        "threads spin and take the cores the rest of the work needs); 0 keeps the library's own count")
+
+
+def use_blas_threads(n: int) -> None:
+    """Give numpy's BLAS `n` threads from now on (0: leave it as it is; see `backends.blas`)."""
+    if n:
+        from .backends import blas
+
+        blas.set_threads(n)
+
+
 def device_name(text: str) -> str:
     """An argparse type: a device name (auto, cpu, wgpu, lavapipe and aliases), checked without
     creating the device; returns the kind."""

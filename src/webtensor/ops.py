@@ -265,7 +265,8 @@ def linear(x: Tensor, weight: Any, bias: Tensor | None = None, act: str | None =
 
     weight may also be a quantized weight of shape (N, K), nn.Linear's layout, in any of
     `quant.TYPES` (`quant.QuantWeight`, or its upload `backends.wgpu.quant_ops.QuantGpu`):
-    dequantized in registers on WebGPU, by the numpy reference on the CPU; the result is float32."""
+    dequantized on WebGPU as the kernels read it (in registers, or tile by tile in workgroup memory), by
+    the numpy reference on the CPU; the result is float32."""
     quantized = _is_quant("linear", "weight", weight)
     if not isinstance(x, Tensor):
         raise DTypeError(f"linear: x must be a Tensor, got {type(x).__name__}")

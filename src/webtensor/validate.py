@@ -166,7 +166,12 @@ def fit_context(ids: list[int], n_new: int, n_ctx: int, truncate_prompt: bool = 
     tokens if `truncate_prompt`, else ContextLengthError."""
     if len(ids) + n_new <= n_ctx:
         return ids
-    if not truncate_prompt or n_new >= n_ctx:
+    if truncate_prompt and n_new >= n_ctx:
+        raise ContextLengthError(
+            f"{n_new} new tokens leave no room for the prompt in the model's context of {n_ctx} positions "
+            f"(truncate_prompt keeps the prompt's last tokens, but at least one must fit); lower max_new_tokens "
+            f"to {n_ctx - 1} or less")
+    if not truncate_prompt:
         raise ContextLengthError(
             f"prompt of {len(ids)} tokens + {n_new} new tokens = {len(ids) + n_new} exceeds the model's "
             f"context of {n_ctx} positions; shorten the prompt, lower max_new_tokens, or pass "

@@ -27,3 +27,12 @@ def test_batch_checks_its_prompts(cpu):
         m.generate_batch([[1, 2], [10**9]], 4)
     with pytest.raises(wt.ContextLengthError):
         m.generate_batch([[1] * m.config.n_positions], 4)
+
+
+def test_no_prompts_no_continuations(cpu):
+    """`generate_batch([])`: an empty result (nothing launched), as `[generate(p) for p in []]`; its max_new_tokens
+    still checked."""
+    m = GPT2.from_pretrained(None, device=cpu)
+    assert m.generate_batch([], 4) == [] and m.generate_batch((), 1) == []
+    with pytest.raises(wt.SamplingError, match="max_new_tokens must be an integer >= 1"):
+        m.generate_batch([], 0)

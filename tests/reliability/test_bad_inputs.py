@@ -389,7 +389,8 @@ GEN_CASES = [
     ("prompt-plus-new-over-context", dict(max_new_tokens=62), wt.ContextLengthError,
      r"prompt of 3 tokens \+ 62 new tokens = 65 exceeds the model's context of 64"),
     ("truncate-but-too-many-new", dict(max_new_tokens=64, truncate_prompt=True), wt.ContextLengthError,
-     r"exceeds the model's context of 64 positions"),
+     r"^64 new tokens leave no room for the prompt in the model's context of 64 positions \(truncate_prompt keeps "
+     r"the prompt's last tokens, but at least one must fit\); lower max_new_tokens to 63 or less$"),
     ("empty-prompt", dict(ids=[]), wt.SamplingError, r"the prompt is empty: give at least one token"),
     ("text-prompt", dict(ids="hello"), wt.SamplingError, r"expected token ids; use model\.stream\(text\)"),
     ("token-out-of-range", dict(ids=[1, 320]), wt.SamplingError,

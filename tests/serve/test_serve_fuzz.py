@@ -1,6 +1,7 @@
 """A property-based fuzz of the request schema against a real server (hypothesis): request bodies
 whose every field is either plausible or junk of any JSON type (NaN, Infinity, lone surrogates,
-huge integers, nested lists and objects, unknown fields), and bodies that are not JSON at all.
+huge integers, nested lists and objects, unknown fields), and bodies that are not JSON at all; chat's
+with tools (plausible, odd or junk schemas, tool_choice of every kind, histories of calls and results).
 Whatever comes in, the answer is never a 5xx: a 200 that validates against OpenAI's schemas (a
 stream: chunks that validate, then [DONE], never an error event), or an OpenAI error body with a
 4xx."""
@@ -47,10 +48,33 @@ MESSAGE = st.fixed_dictionaries(
      "content": st.one_of(GOOD_TEXT, st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": GOOD_TEXT}),
                                               min_size=1, max_size=2))},
     optional={"name": GOOD_TEXT})
+# tools: plausible, odd (a schema of another type, one llguidance cannot compile, a custom tool, a bad name) or junk
+SCHEMA = st.one_of(st.none(), JUNK, st.sampled_from([
+    {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["a"]},
+    {"type": "object"}, {"type": "string"}, {"type": "object", "properties": {"a": {"type": "strin"}}},
+    {"type": "object", "properties": {"s": {"type": "string", "maxLength": 2}, "b": {"type": "boolean"}}}]))
+TOOL = st.fixed_dictionaries(
+    {"type": st.sampled_from(["function", "function", "custom"]),
+     "function": st.fixed_dictionaries({"name": st.sampled_from(["f", "g", "bad name"])},
+                                       optional={"parameters": SCHEMA, "description": GOOD_TEXT,
+                                                 "strict": st.booleans()})})
+TOOL_CHOICE = st.one_of(st.sampled_from(["none", "auto", "required"]), st.fixed_dictionaries(
+    {"type": st.just("function"), "function": st.fixed_dictionaries({"name": st.sampled_from(["f", "g", "h"])})}))
+CALL = st.fixed_dictionaries({"id": st.sampled_from(["c1", "abcdefghi"]), "type": st.just("function"),
+                              "function": st.fixed_dictionaries({"name": st.just("f"),
+                                                                 "arguments": st.sampled_from(['{"a": 1}', "{", ""])})})
+TOOL_MESSAGES = st.one_of(
+    st.fixed_dictionaries({"role": st.just("assistant"), "content": st.none() | GOOD_TEXT,
+                           "tool_calls": st.lists(CALL, min_size=1, max_size=2)}),
+    st.fixed_dictionaries({"role": st.just("tool"), "content": GOOD_TEXT},
+                          optional={"tool_call_id": st.sampled_from(["c1", "abcdefghi"])}))
 CHAT_FIELDS = {**SAMPLING, "max_completion_tokens": MAX_TOKENS, "logprobs": st.booleans(),
                "top_logprobs": st.sampled_from([None, 0, 2]),
                "response_format": st.fixed_dictionaries({"type": st.sampled_from(["text", "json_object"])}),
-               "tools": st.just([]), "tool_choice": st.sampled_from(["none", "auto"]), "store": st.booleans(),
+               "tools": st.lists(TOOL, max_size=3), "tool_choice": TOOL_CHOICE,
+               "parallel_tool_calls": st.booleans(), "store": st.booleans(),
+               "chat_template_kwargs": st.dictionaries(st.sampled_from(["enable_thinking", "messages", "x"]),
+                                                       st.booleans(), max_size=2),
                "metadata": st.dictionaries(GOOD_TEXT, GOOD_TEXT, max_size=2), "modalities": st.just(["text"])}
 
 
@@ -70,7 +94,7 @@ def bodies(draw: st.DrawFn, required: dict[str, st.SearchStrategy], fields: dict
 
 
 COMPLETION = bodies({"model": st.just(MODEL), "prompt": PROMPT, "max_tokens": MAX_TOKENS}, COMPLETION_FIELDS)
-CHAT = bodies({"model": st.just(MODEL), "messages": st.lists(MESSAGE, min_size=1, max_size=3),
+CHAT = bodies({"model": st.just(MODEL), "messages": st.lists(MESSAGE | TOOL_MESSAGES, min_size=1, max_size=3),
                "max_tokens": MAX_TOKENS}, CHAT_FIELDS)
 
 

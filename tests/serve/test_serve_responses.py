@@ -216,8 +216,11 @@ def test_text_format_json_schema_ends_completed(url):
 
 # -- refusals ---------------------------------------------------------------------------------------------------
 BAD = [
-    ({"tools": [{"type": "function", "name": "f", "parameters": {}}]}, "tools"),
-    ({"reasoning": {"effort": "low"}}, "reasoning"),
+    ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
+    ({"tools": [{"type": "function", "name": "f g"}]}, "tools.0.name"),
+    ({"tool_choice": {"type": "function", "name": "nope"}, "tools": [{"type": "function", "name": "f"}]},
+     "tool_choice"),
+    ({"reasoning": {"effort": "extreme"}}, "reasoning.effort"),
     ({"include": ["message.output_text.logprobs"]}, "include"),
     ({"background": True}, "background"),
     ({"truncation": "auto"}, "truncation"),
@@ -232,7 +235,8 @@ BAD = [
     ({"seed": -1}, "seed"),
     ({"stream_options": {"include_obfuscation": False}}, "stream_options"),
     ({"input": []}, "input"),
-    ({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}]}, "input.0.type"),
+    ({"input": [{"type": "function_call", "call_id": "c", "name": "f"}]}, "input.0.arguments"),
+    ({"input": [{"type": "function_call_output", "output": "x"}]}, "input.0.call_id"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input.0.content.0"),
     ({"input": [{"role": "user", "content": [{"type": "output_text", "text": "x"}]}]}, "input.0.content"),
     ({"input": [{"role": "tool", "content": "x"}]}, "input.0.role"),

@@ -5,6 +5,7 @@ All on the session's shared server (the shipped model on the CPU device, the bat
 
 from __future__ import annotations
 
+import codecs
 import json
 import sys
 import urllib.request
@@ -57,7 +58,17 @@ def _prompt(rng: np.random.Generator, n: int) -> list[int]:
 
 
 @pytest.mark.hf
-def test_echo_logprobs_are_hfs(api_server, hf):
+def _offsets(model, ids: list[int]) -> list[int]:
+    """Each token's text_offset: the characters decoded from the bytes before it (a character whose bytes are not
+    all there yet not counted), as the text itself is decoded."""
+    decoder, out, n = codecs.getincrementaldecoder("utf-8")(errors="replace"), [], 0
+    for i in ids:
+        out.append(n)
+        n += len(decoder.decode(model.tokenizer.token_bytes(i)))
+    return out
+
+
+def test_echo_logprobs_are_hfs(api_server, hf, model):
     """lm-evaluation-harness's request (echo, logprobs 1, max_tokens 1, greedy), and max_tokens 0: the prompt's
     tokens' log-probabilities (the first None) and the generated one's, equal to HF's within 1e-4, the top
     ones HF's largest; the prompt read in several chunks (70 > 64 tokens)."""
@@ -79,8 +90,8 @@ def test_echo_logprobs_are_hfs(api_server, hf):
             best = np.sort(ref[i - 1])[::-1][:3]
             assert np.abs(np.sort(list(top.values()))[::-1][:3] - best).max() <= 1e-4
         offsets = lp["text_offset"]
-        assert offsets[0] == 0
-        assert all(b - a == len(t) for a, b, t in zip(offsets, offsets[1:], lp["tokens"], strict=False))
+        assert offsets[0] == 0  # (each token's offset: the characters of the text before it)
+        assert offsets == _offsets(model, ids + [0] * max_tokens)
         assert body["usage"]["completion_tokens"] == max_tokens
         if max_tokens:  # the generated (greedy) token: the most likely, and its log-probability HF's
             assert lp["token_logprobs"][-1] == pytest.approx(ref[-1].max(), abs=1e-4)
@@ -174,5 +185,5 @@ def test_logit_bias_forces_and_stop_token_ids_stop(api_server, model):
     greedy = model.generate(model.encode(prompt), 8)
     status, body, _ = post(api_server.url + "/v1/completions", {
         "model": MODEL, "prompt": prompt, "max_tokens": 8, "temperature": 0, "stop_token_ids": [greedy[3]]})
-    assert body["choices"][0]["finish_reason"] == "stop"
-    assert body["choices"][0]["text"] == model.decode(greedy[:3]) and body["usage"]["completion_tokens"] == 4
+    assert body["choices"][0]["finish_reason"] == "stop"  # (the stop token is no special token: its text stays)
+    assert body["choices"][0]["text"] == model.decode(greedy[:4]) and body["usage"]["completion_tokens"] == 4

@@ -29,6 +29,7 @@ KERNELS = Path(wt.__file__).parent / "backends" / "wgpu" / "kernels"
 
 # shared pieces: no entry point, or bindings declared for their includers
 INCLUDES = {"common.wgsl", "epilogue.wgsl", "argreduce.wgsl", "gemv_norm.wgsl", "quant_linear_io.wgsl",
+            "matmul_engine_core.wgsl",
             "cached_attention_lanes.wgsl", "cached_attention_main.wgsl", "cached_attention_params.wgsl",
             "quant_dequant.wgsl", *(f"quant_{t.lower()}.wgsl" for t in quant.TYPES)}
 

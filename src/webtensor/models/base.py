@@ -132,8 +132,10 @@ class LanguageModel:
         """Greedy continuations of several prompts decoded together: one forward over all rows a step (the weights
         read once for the batch, as one matrix product), a captured graph replayed. Each list stops after its first
         EOS. The rows are not promised bit-identical to decoding each alone (the server's batched engine is: it
-        multiplies row by row)."""
+        multiplies row by row). No prompts: no continuations (an empty list)."""
         n_new = check_max_new_tokens(max_new_tokens)
+        if not prompts:
+            return []
         rows = [fit_context(self._check_ids(p), n_new, self.n_ctx, False) for p in prompts]
         out: list[list[int]] = [[] for _ in rows]
         eos = self.eos_ids if stop_at_eos else frozenset()

@@ -17,6 +17,10 @@ With an API key, /v1/*, /tokenize and /detokenize need `Authorization: Bearer KE
 browsers on those origins may call the API: CORS preflights (OPTIONS) are answered before the key
 is checked, as browsers send them without credentials. GET routes answer HEAD too.
 
+Conversations render through the model's chat template, checked when the app is made (`_Chats`): one that cannot
+render a simple conversation leaves the server up, as vLLM's does, and each request that needs it is answered 400
+naming the template's error; a reply ends where `chat.turn_stops` says a turn ends (the one rule of every front end).
+
 /tokenize and /detokenize follow vLLM's shapes: `{"prompt": text}` or `{"messages": [...]}` (the
 chat template's prompt) -> `{"count", "max_model_len", "tokens"}` (+ `token_strs`, each token's
 text, when `return_token_strs`), and `{"tokens": [...]}` -> `{"prompt": text}`.
@@ -25,6 +29,7 @@ text, when `return_token_strs`), and `{"tokens": [...]}` -> `{"prompt": text}`.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import functools
 import json
 import logging
@@ -46,7 +51,7 @@ from .. import chat
 from ..errors import ChatTemplateError, SamplingError
 from ..runtime.logprobs import TokenLogprob
 from ..sampling import choice_seed
-from . import responses
+from . import conversation, openapi, responses
 from .engine import Engine, Sampling
 from .metrics import CONTENT_TYPE, Metrics
 from .protocol import (
@@ -63,6 +68,7 @@ from .protocol import (
     CompletionRequest,
     DetokenizeRequest,
     DetokenizeResponse,
+    FinishReason,
     ModelCard,
     ModelList,
     ResponseFormat,
@@ -71,6 +77,7 @@ from .protocol import (
     SamplingRequest,
     TokenizeRequest,
     TokenizeResponse,
+    ToolCallOut,
     Usage,
     validation_error,
 )
@@ -80,14 +87,18 @@ log = logging.getLogger("webtensor.serve")
 
 MAX_BODY = 8 * 1024 * 1024  # bytes: a request body larger is refused (413); `--max-body`
 BODY_TIMEOUT = 30.0  # seconds a request body may stall between its parts (408); `--idle-timeout`
+BODY_DEADLINE = 60.0  # seconds a whole request body may take to arrive (408); `--body-timeout`
 
 
 def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
                scheduler: Scheduler | None = None, prefill_budget: int = 256, max_body: int = MAX_BODY,
-               cors_origins: Sequence[str] = (), body_timeout: float = BODY_TIMEOUT) -> FastAPI:
+               cors_origins: Sequence[str] = (), body_timeout: float = BODY_TIMEOUT,
+               body_deadline: float = BODY_DEADLINE) -> FastAPI:
     metrics = scheduler.metrics if scheduler else Metrics()
     sched = scheduler or Scheduler(engine, max_queue, metrics, prefill_budget=prefill_budget)
     prompts = _Prompts(engine)
+    grammars = conversation.Grammars(engine)
+    chats = _Chats(engine)
     started = int(time.time())
 
     @asynccontextmanager
@@ -100,8 +111,10 @@ def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
     app = FastAPI(title="webtensor", version="1", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url="/openapi.json")
     app.state.scheduler, app.state.metrics = sched, metrics
+    app.openapi = functools.partial(openapi.document, app)  # type: ignore[method-assign]
     _install_errors(app)
-    app.add_middleware(_Guard, api_key=api_key, metrics=metrics, max_body=max_body, body_timeout=body_timeout)
+    app.add_middleware(_Guard, api_key=api_key, metrics=metrics, max_body=max_body, body_timeout=body_timeout,
+                       body_deadline=body_deadline)
     if cors_origins:  # (added last: outermost, so preflights are answered before the key is asked for)
         app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST", "HEAD"],
                            allow_headers=["*"], expose_headers=["Retry-After"], max_age=600)
@@ -178,53 +191,93 @@ def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
     @app.post("/v1/chat/completions", responses={200: {"model": ChatCompletion}})
     async def chat_completions(body: ChatRequest) -> Any:
         _check_model(engine, body.model)
-        ids = await prompts.ids(_render_chat(engine, body.messages), "messages", special=False)
-        stops = _chat_stops(engine, body.stops())
+        functions = body.function_tools()
+        prompt = chats.render(body.messages, functions=functions, kwargs=body.template_kwargs(),
+                              describe_tools=body.choice() != "none")
+        ids = await prompts.ids(prompt, "messages", special=False)
+        plan = await conversation.plan(engine, grammars, prompt, functions, body.choice(),
+                                       body.parallel_tool_calls is not False, "tools.{}.function.parameters")
         k = (body.top_logprobs or 0) if body.logprobs else None
         n = body.choices()
-        grammar = await _grammar(engine, body.response_format)
-        seqs = [_sequence(engine, ids, body, body.max_new(), default_max=None, stops=stops, choice=j, logprobs=k,
-                          grammar=grammar) for j in range(n)]
+        grammar = plan.grammar or await _grammar(engine, body.response_format)
+        seqs = [_sequence(engine, ids, body, body.max_new(), default_max=None, stops=chats.stops(body.stops()),
+                          choice=j, logprobs=k, grammar=grammar, turn_end=chats.turn.token_ids, shown=plan.shown)
+                for j in range(n)]
         _start(sched, seqs)
         rid, name, created = f"chatcmpl-{uuid.uuid4().hex}", engine.name, int(time.time())
         usage_null = {"usage": None} if body.include_usage() else {}
+        parsers = [plan.parser() for _ in seqs]
 
         def message(index: int, delta: dict[str, Any], finish: Any, lp: Any = None) -> dict[str, Any]:
             return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": name,
                     "choices": [{"index": index, "delta": delta, "logprobs": lp, "finish_reason": finish}],
                     **usage_null}
 
-        def chunk(index: int, ev: Event) -> dict[str, Any]:
+        def chunk(index: int, ev: Event) -> dict[str, Any] | None:
             lp = {"content": _chat_logprobs(engine, ev.logprobs or []), "refusal": None} if k is not None else None
-            return message(index, {"content": ev.text} if ev.finish is None or ev.text else {}, ev.finish, lp)
+            if plan.plain:
+                return message(index, {"content": ev.text} if ev.finish is None or ev.text else {}, ev.finish, lp)
+            parser = parsers[index]
+            d = parser.feed(ev.text)
+            if ev.finish is not None:
+                d.extend(parser.finish())
+            delta: dict[str, Any] = {}
+            if d.reasoning:
+                delta["reasoning_content"] = d.reasoning
+            if d.content:
+                delta["content"] = d.content
+            if d.calls:
+                delta["tool_calls"] = d.calls
+            if not delta and ev.finish is None and lp is None:
+                return None
+            return message(index, delta, _finish(ev.finish, parser.started > 0), lp)
 
         def first(index: int) -> list[dict[str, Any]]:  # the role, once, in the stream's first chunk
             return [message(index, {"role": "assistant", "content": ""}, None)]
 
         def usage_chunk(u: Usage) -> dict[str, Any]:
             return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": name, "choices": [],
-                    "usage": u.model_dump()}
+                    "usage": u.model_dump(exclude_none=True)}
 
         if body.stream:
-            return _sse(sched, seqs, body.include_usage(), first, chunk, usage_chunk, n, k is None)
+            return _sse(sched, seqs, body.include_usage(), first, chunk, usage_chunk, n, k is None and plan.plain,
+                        cached=True)
         outs = await _collect(sched, seqs)
-        return ChatCompletion(id=rid, model=name, created=created, usage=_usage(seqs, n), choices=[
-            ChatChoice(index=i, message=ChatMessageOut(content=t), finish_reason=f,
-                       logprobs=None if k is None else ChatLogprobs.model_validate(
-                           {"content": _chat_logprobs(engine, seqs[i].reported)}))
-            for i, (t, f) in enumerate(outs)]).model_dump()
+        choices = []
+        for i, (text, f) in enumerate(outs):
+            answer = parsers[i].whole(text) if not plan.plain else None
+            msg = ChatMessageOut(content=text) if answer is None else ChatMessageOut(
+                content=answer.content, reasoning_content=answer.reasoning,
+                tool_calls=[ToolCallOut.model_validate(c.openai()) for c in answer.calls] or None)
+            finish = _finish(f, bool(answer and answer.calls)) or f
+            choices.append(ChatChoice(index=i, message=msg, finish_reason=finish,
+                                      logprobs=None if k is None else ChatLogprobs.model_validate(
+                                          {"content": _chat_logprobs(engine, seqs[i].reported)})))
+        out = ChatCompletion(id=rid, model=name, created=created, usage=_usage(seqs, n, cached=True),
+                             choices=choices).model_dump()
+        for c in out["choices"]:  # (tool_calls and reasoning_content: only where there are some)
+            for key in ("tool_calls", "reasoning_content"):
+                if c["message"][key] is None:
+                    del c["message"][key]
+        return out
 
     @app.post("/v1/responses", responses={200: {"model": ResponseObject}})
     async def create_response(body: ResponsesRequest) -> Any:
-        """The Responses API, text in and text out: the prompt and the sequence are chat's for the same messages
-        (responses.py: the answer, whole or streamed)."""
+        """The Responses API: the prompt, the sequence and the reading of the answer are chat's for the same
+        messages (responses.py: the answer's output items, whole or streamed)."""
         _check_model(engine, body.model)
-        ids = await prompts.ids(_render_chat(engine, body.messages(), param="input"), "input", special=False)
-        grammar = await _grammar(engine, body.response_format(), param="text.format")
+        functions = body.function_tools()
+        prompt = chats.render(body.messages(), param="input", functions=functions, kwargs=body.template_kwargs(),
+                              describe_tools=body.choice() != "none")
+        ids = await prompts.ids(prompt, "input", special=False)
+        plan = await conversation.plan(engine, grammars, prompt, functions, body.choice(),
+                                       body.parallel_tool_calls is not False, "tools.{}.parameters")
+        grammar = plan.grammar or await _grammar(engine, body.response_format(), param="text.format")
         seq = _sequence(engine, ids, body.sampling(), body.max_output_tokens, default_max=None,
-                        stops=_chat_stops(engine, []), grammar=grammar, max_param="max_output_tokens")
+                        stops=chats.stops([]), grammar=grammar, max_param="max_output_tokens",
+                        turn_end=chats.turn.token_ids, shown=plan.shown)
         _start(sched, [seq])
-        reply = responses.Reply(body, engine.name, seq)
+        reply = responses.Reply(body, engine.name, seq, plan)
         if body.stream:
             return responses.stream(sched, reply)
         [(text, finish)] = await _collect(sched, [seq])
@@ -251,10 +304,14 @@ def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
         if body.prompt is not None:
             ids = await prompts.encode(body.prompt, body.add_special_tokens)
         else:
-            ids = await prompts.encode(_render_chat(engine, body.messages or [], body.add_generation_prompt), False)
+            functions = [t.function.model_dump(exclude_none=True) for t in body.tools or []]
+            prompt = chats.render(body.messages or [], body.add_generation_prompt, functions=functions,
+                                  kwargs=body.chat_template_kwargs)
+            ids = await prompts.encode(prompt, False)
         strs = None
-        if body.return_token_strs:
-            strs = [engine.tokenizer.token_bytes(i).decode("utf-8", "replace") for i in ids]
+        if body.return_token_strs:  # (special tokens by their text, as vLLM gives them)
+            strs = [engine.tokenizer.token_bytes(i, skip_special_tokens=False).decode("utf-8", "replace")
+                    for i in ids]
         return TokenizeResponse(count=len(ids), max_model_len=engine.n_ctx, tokens=ids,
                                 token_strs=strs).model_dump(exclude_none=True)
 
@@ -285,19 +342,41 @@ def _check_model(engine: Engine, model: str, param: str = "model") -> None:
                        param=param, code="model_not_found")
 
 
-def _render_chat(engine: Engine, messages: Any, add_generation_prompt: bool = True, param: str = "messages") -> str:
-    """The conversation through the model's chat template (webtensor's plain one where it has none)."""
+class _Chats:
+    """Conversations through the model's chat template (webtensor's plain one where it has none), checked once when
+    the server starts (`chat.check_template`): a template that cannot render a simple conversation leaves the server
+    up, as vLLM does (completions need no template), and every request that needs it answered 400 with the
+    template's error. `turn` is where an assistant's turn ends (`chat.turn_stops`)."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.broken = template_problem(engine)
+        self.turn = chat.turn_stops(engine) if self.broken is None else chat.TurnStops()
+
+    def render(self, messages: Any, add_generation_prompt: bool = True, param: str = "messages",
+               functions: list[dict[str, Any]] | None = None, kwargs: dict[str, Any] | None = None,
+               describe_tools: bool = True) -> str:
+        """The prompt (`conversation.render`: with the request's tools, its history of calls and results and its
+        chat_template_kwargs)."""
+        if self.broken is not None:
+            raise APIError(400, f"{param}: this model's chat template cannot render conversations (found when the "
+                           f"server started): {self.broken}; /v1/completions takes a prompt of text",
+                           param=param, code="chat_template_error")
+        return conversation.render(self.engine, messages, functions, kwargs, add_generation_prompt, param,
+                                   describe_tools)
+
+    def stops(self, stops: Sequence[str]) -> list[str]:
+        """A chat's stop strings: the request's, and the turn's (the plain template's next-turn markers)."""
+        return list(dict.fromkeys([*stops, *self.turn.strings]))
+
+
+def template_problem(engine: Any) -> str | None:
+    """What is wrong with the model's chat template (`chat.check_template`), or None where it works."""
     try:
-        return chat.template_for(engine).render([{"role": m.role, "content": m.text()} for m in messages],
-                                                add_generation_prompt=add_generation_prompt)
-    except ChatTemplateError as e:  # the template's raise_exception: the conversation is refused
-        raise APIError(400, f"{param}: {e}", param=param) from None
-
-
-def _chat_stops(engine: Engine, stops: Sequence[str]) -> list[str]:
-    """A chat's stop strings: the request's, and the plain template's turn markers where the model has no
-    template of its own (its chat template ends turns with its EOS)."""
-    return list(dict.fromkeys([*stops, *([] if engine.chat_template else chat.PLAIN_STOPS)]))
+        chat.check_template(engine)
+    except ChatTemplateError as e:
+        return str(e)
+    return None
 
 
 def _check_ids(engine: Engine, ids: Sequence[int], param: str) -> None:
@@ -358,17 +437,22 @@ class _Prompts:
 
 def _sequence(engine: Engine, ids: list[int], body: SamplingRequest, max_tokens: int | None,
               default_max: int | None, stops: list[str], choice: int = 0, logprobs: int | None = None,
-              echo: bool = False, grammar: str | None = None, max_param: str = "max_tokens") -> Generation:
+              echo: bool = False, grammar: str | None = None, max_param: str = "max_tokens",
+              shown: frozenset[int] = frozenset(), turn_end: Sequence[int] = ()) -> Generation:
     """Choice `choice` of a request for prompt `ids`. Its seed: the request's (a fresh one where none is given),
     moved on for choices after the first by `sampling.choice_seed` (seed + choice * 2**64: each choice its own
     stream of draws, the first one's that of the same request with n = 1). `logprobs`: report each token's
-    log-probability and the k most likely; `echo`: the prompt's too."""
+    log-probability and the k most likely; `echo`: the prompt's too. `turn_end`: token ids that end a chat's turn
+    besides EOS (`chat.turn_stops`), stop ids as the request's own `stop_token_ids` are."""
     room = engine.n_ctx - len(ids)
     if max_tokens is None:
         max_tokens = room if default_max is None else min(default_max, room)
     elif len(ids) + max_tokens > engine.n_ctx:
         raise APIError(400, f"{max_param}: the prompt ({len(ids)} tokens) plus {max_tokens} new tokens exceeds this "
                        f"model's context of {engine.n_ctx} tokens", param=max_param, code="context_length_exceeded")
+    if body.min_tokens is not None and body.min_tokens > max_tokens:
+        raise APIError(400, f"min_tokens: {body.min_tokens} is more than the {max_tokens} tokens this request may "
+                       f"generate ({max_param})", param="min_tokens", code="invalid_value")
     seed = choice_seed(body.seed if body.seed is not None else secrets.randbits(63), choice)
     temperature, top_k, top_p = body.sampling_values()
     bias = body.bias()
@@ -378,13 +462,14 @@ def _sequence(engine: Engine, ids: list[int], body: SamplingRequest, max_tokens:
                         presence_penalty=body.presence_penalty or 0.0, frequency_penalty=body.frequency_penalty or 0.0,
                         repetition_penalty=1.0 if body.repetition_penalty is None else body.repetition_penalty,
                         logit_bias=tuple(sorted(bias.items())), min_tokens=body.min_tokens or 0,
-                        stop_token_ids=tuple(sorted(set(body.stop_token_ids or ()))), logprobs=logprobs,
+                        stop_token_ids=tuple(sorted({*(body.stop_token_ids or ()), *turn_end})), logprobs=logprobs,
                         constrained=grammar is not None)
     try:  # the sampler's own checks, here, so that nothing it refuses reaches an engine step
         sampling.params()
     except SamplingError as e:
         raise APIError(400, str(e), code="invalid_sampling") from None
-    return Generation(ids, max_tokens, sampling, stops, ignore_eos=body.ignore_eos, echo=echo, grammar=grammar)
+    return Generation(ids, max_tokens, sampling, stops, ignore_eos=body.ignore_eos, echo=echo, grammar=grammar,
+                      shown=shown)
 
 
 async def _grammar(engine: Engine, fmt: ResponseFormat | None, param: str = "response_format") -> str | None:
@@ -415,18 +500,35 @@ def _start(sched: Scheduler, seqs: list[Generation]) -> None:
             sched.finished_empty(s)
 
 
-def _usage(seqs: Sequence[Generation], n: int = 1) -> Usage:
-    """Usage of a request's sequences, `n` choices a prompt: each prompt counted once, every choice's tokens."""
-    return Usage.of(sum(len(s.prompt) for s in seqs[::n]), sum(s.streamed for s in seqs))
+def _usage(seqs: Sequence[Generation], n: int = 1, cached: bool = False) -> Usage:
+    """Usage of a request's sequences, `n` choices a prompt: each prompt counted once, every choice's tokens;
+    `cached`: with prompt_tokens_details.cached_tokens (the prompt tokens found in a slot's prefix cache)."""
+    prompts = seqs[::n]
+    return Usage.of(sum(len(s.prompt) for s in prompts), sum(s.streamed for s in seqs),
+                    sum(s.reused for s in prompts) if cached else None)
+
+
+def _finish(finish: FinishReason | None, called: bool) -> FinishReason | None:
+    """A chat choice's finish_reason: "tool_calls" where the answer called tools and ended by itself."""
+    return "tool_calls" if finish == "stop" and called else finish
 
 
 def _detokenize(engine: Engine, ids: Sequence[int]) -> str:
     return b"".join(engine.tokenizer.token_bytes(i) for i in ids).decode("utf-8", "replace")
 
 
-def _token_text(engine: Engine, i: int) -> str:
-    """A token's text as log-probabilities name it: its bytes as UTF-8 (a part of a character: U+FFFD)."""
-    return engine.tokenizer.token_bytes(i).decode("utf-8", "replace")
+def _token_bytes(engine: Engine, i: int) -> bytes:
+    """A token's own bytes (a special token's text too)."""
+    return engine.tokenizer.token_bytes(i, skip_special_tokens=False)
+
+
+def token_key(raw: bytes) -> str:
+    """A token as log-probabilities name it, losslessly: its text, or where its bytes are not whole UTF-8 (a
+    part of a character) `bytes:` and each byte as a \\xNN escape (vLLM's form), so no two tokens share a key."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
 
 
 def _lp(v: float) -> float:
@@ -435,24 +537,27 @@ def _lp(v: float) -> float:
 
 
 class _CompletionLogprobs:
-    """The completions API's `logprobs` of one choice, whole or a stream's part at a time: tokens, their
-    log-probabilities (the prompt's first: None), the k most likely {text: logprob}, and each token's offset in
-    the choice's text (echo: the prompt's tokens first, offsets from the prompt's start)."""
+    """The completions API's `logprobs` of one choice, whole or a stream's part at a time: tokens (`token_key`),
+    their log-probabilities (the prompt's first: None), the k most likely {key: logprob}, and each token's offset
+    in the choice's text (echo: the prompt's tokens first, offsets from the prompt's start): the characters of
+    the text before it, decoded as the text is (a token that ends inside a character: the character starts at
+    the next token's offset; special tokens add no text)."""
 
     def __init__(self, engine: Engine):
         self.engine, self.offset = engine, 0
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def _entries(self, lps: Sequence[TokenLogprob | None], tokens: Sequence[int]) -> dict[str, Any]:
         out: dict[str, Any] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        key = functools.partial(_token_bytes, self.engine)
         for tok, lp in zip(tokens, lps, strict=True):
-            text = _token_text(self.engine, tok)
-            out["tokens"].append(text)
+            out["tokens"].append(token_key(key(tok)))
             out["token_logprobs"].append(None if lp is None else _lp(lp.logprob))
             out["top_logprobs"].append(None if lp is None else  # (the k most likely and the token itself, as vLLM)
-                                       {_token_text(self.engine, i): _lp(v) for i, v in
+                                       {token_key(key(i)): _lp(v) for i, v in
                                         sorted({*lp.top, (lp.token, lp.logprob)}, key=lambda e: (-e[1], e[0]))})
             out["text_offset"].append(self.offset)
-            self.offset += len(text)
+            self.offset += len(self.decoder.decode(self.engine.tokenizer.token_bytes(tok)))
         return out
 
     def _prompt(self, seq: Generation) -> dict[str, Any] | None:
@@ -470,9 +575,10 @@ class _CompletionLogprobs:
 
 
 def _chat_logprobs(engine: Engine, lps: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
-    """Chat's `logprobs.content`: per token its text, log-probability, bytes and the k most likely."""
+    """Chat's `logprobs.content`: per token its key (`token_key`), log-probability, bytes and the k most likely."""
     def one(i: int, v: float) -> dict[str, Any]:
-        return {"token": _token_text(engine, i), "logprob": _lp(v), "bytes": list(engine.tokenizer.token_bytes(i))}
+        raw = _token_bytes(engine, i)
+        return {"token": token_key(raw), "logprob": _lp(v), "bytes": list(raw)}
 
     return [{**one(lp.token, lp.logprob), "top_logprobs": [one(i, v) for i, v in lp.top]} for lp in lps]
 
@@ -527,11 +633,17 @@ async def _events(seqs: list[Generation]) -> AsyncIterator[tuple[int, Event]]:
 
 
 def _sse(sched: Scheduler, seqs: list[Generation], include_usage: bool,
-         first: Callable[[int], list[dict[str, Any]]], chunk: Callable[[int, Event], dict[str, Any]],
-         usage_chunk: Callable[[Usage], dict[str, Any]], n: int = 1, plain: bool = True) -> StreamingResponse:
-    """`plain`: chunks carry text alone (no log-probabilities, no echo): made from a template (`_framer`)."""
+         first: Callable[[int], list[dict[str, Any]]], chunk: Callable[[int, Event], dict[str, Any] | None],
+         usage_chunk: Callable[[Usage], dict[str, Any]], n: int = 1, plain: bool = True,
+         cached: bool = False) -> StreamingResponse:
+    """`plain`: chunks carry text alone (no log-probabilities, no echo, nothing parsed): made from a template
+    (`_framer`). `chunk` may give None: nothing to send for that event. `cached`: usage with its cached tokens."""
     def text_chunk(i: int) -> Callable[[str], dict[str, Any]]:
-        return lambda text: chunk(i, Event(text))
+        def one(text: str) -> dict[str, Any]:
+            c = chunk(i, Event(text))
+            assert c is not None
+            return c
+        return one
 
     async def events() -> AsyncIterator[str]:
         try:
@@ -545,11 +657,14 @@ def _sse(sched: Scheduler, seqs: list[Generation], include_usage: bool,
                     yield _data(ev.error.body())
                     break
                 frame = frames[i]
-                yield frame(ev.text) if frame is not None and ev.finish is None else _data(chunk(i, ev))
+                if frame is not None and ev.finish is None:
+                    yield frame(ev.text)
+                elif (piece := chunk(i, ev)) is not None:
+                    yield _data(piece)
                 if ev.finish is not None:
                     left -= 1
                     if not left and include_usage:
-                        yield _data(usage_chunk(_usage(seqs, n)))
+                        yield _data(usage_chunk(_usage(seqs, n, cached)))
             yield "data: [DONE]\n\n"
         finally:
             for s in seqs:
@@ -603,9 +718,9 @@ class _Guard:
     anything that raised, and a request count by route and status."""
 
     def __init__(self, app: ASGIApp, api_key: str | None, metrics: Metrics, max_body: int,
-                 body_timeout: float):
+                 body_timeout: float, body_deadline: float = BODY_DEADLINE):
         self.app, self.api_key, self.metrics = app, api_key, metrics
-        self.max_body, self.body_timeout = max_body, body_timeout
+        self.max_body, self.body_timeout, self.body_deadline = max_body, body_timeout, body_deadline
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -641,8 +756,9 @@ class _Guard:
 
     async def _body(self, scope: Scope, receive: Receive) -> bytes | APIError:
         """The whole body; or a 413 as soon as it is known to pass max_body (from its Content-Length,
-        before reading any; else while reading), or a 408 when it stalls for body_timeout seconds.
-        What is left unread, uvicorn discards."""
+        before reading any; else while reading), or a 408 when it stalls for body_timeout seconds or has not
+        all come within body_deadline seconds of the request's head (a body that trickles in). The 408 closes
+        the connection (its body's rest is never read); what is left unread of a 413, uvicorn discards."""
         too_large = APIError(413, f"the request body is larger than this server takes ({self.max_body} bytes; "
                              "--max-body)", code="request_too_large")
         headers = dict(scope.get("headers") or [])
@@ -650,11 +766,17 @@ class _Guard:
         if length is not None and length.isdigit() and int(length) > self.max_body:
             return too_large
         parts, size = [], 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.body_deadline
         while True:
+            left = deadline - loop.time()
             try:
-                message = await asyncio.wait_for(receive(), self.body_timeout)
+                message = await asyncio.wait_for(receive(), max(0.0, min(self.body_timeout, left)))
             except TimeoutError:
-                return APIError(408, f"the request body stalled for {self.body_timeout:g} s", code="request_timeout")
+                why = f"stalled for {self.body_timeout:g} s" if left > self.body_timeout else \
+                    f"took longer than {self.body_deadline:g} s to arrive (--body-timeout)"
+                return APIError(408, f"the request body {why}", code="request_timeout",
+                                headers={"Connection": "close"})
             if message["type"] != "http.request":  # (the client went away)
                 break
             chunk = message.get("body", b"")

@@ -25,11 +25,11 @@ keep the device's argmax and can be followed.
 `ModelEngine` runs the steps on the model's `runtime.ModelRunner`. "batched" (the server's default): a whole step,
 decode tokens and prompt chunks alike, as one forward (the weights read once a step for all rows), captured step
 graphs replayed, greedy steps followed on the device (`follow`). "reference": each row alone, eagerly, through the
-same forward — the oracle the batched engine must equal: in float32 (and q8_0) a request's tokens are bit for bit
-the same alone or among any others (the runner's products are stacks of one-row products). float16 weights on a
-GPU: a step of more than `backends.wgpu.ops.GEMV_STACK_F16_MAX_ROWS` rows runs its products on the tiled engine,
-whose sums differ from the GEMV's in the last bits: logits agree to float16's precision, and a greedy token can
-differ where two logits are that close.
+same forward — the oracle the batched engine must equal: in float32 a request's tokens are bit for bit the same
+alone or among any others (the runner's products are stacks of one-row products). float16 and quantized weights
+on a GPU: a step of more than the kernel policy's `gemv_stack_f16_max_rows` / `gemv_stack_quant_max_rows` rows
+(16) runs its products on the tiled engine, whose sums differ from the GEMV's in the last bits: logits agree to
+the product's rounding, and a greedy token can differ where two logits are that close.
 """
 
 from __future__ import annotations

@@ -54,6 +54,14 @@ def compile_format(kind: str, schema: dict[str, Any] | None) -> str:
         raise GrammarError(f"the JSON schema cannot be compiled: {e}") from None
 
 
+def compile_lark(lark: str) -> str:
+    """The llguidance grammar of a lark text (llguidance's own syntax: `%json {...}` schemas, `<[id]>` special
+    tokens); compiled for a tokenizer by `check`."""
+    import llguidance
+
+    return str(llguidance.LLMatcher.grammar_from_lark(lark))
+
+
 def check(grammar: str, tokenizer: Any) -> None:
     """GrammarError unless llguidance compiles `grammar` for `tokenizer` (an LLTokenizer)."""
     import llguidance

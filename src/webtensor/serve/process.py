@@ -37,7 +37,8 @@ class EngineProcessError(WebtensorError):
 def build_engine(spec: dict[str, Any]) -> Any:
     """The engine `spec` describes: model (a source for `load_model`; None: the shipped one), device, dtype,
     n_ctx (None: the model's, at most SERVE_CTX), max_batch, engine ("batched" or "reference"), name, blas_threads
-    (0: as the library has it), prefix_reuse (default True)."""
+    (0: as the library has it), prefix_reuse (default True), chat_template (where given: the template's text, None
+    for the plain one, in place of the model's)."""
     from ..device import Device
     from ..models import loader
     from .engine import ModelEngine
@@ -48,6 +49,8 @@ def build_engine(spec: dict[str, Any]) -> Any:
         blas.set_threads(spec["blas_threads"])
     dev, dtype = Device.parse(spec["device"]), loader.check_dtype(spec["dtype"])
     ck = loader.open_checkpoint(spec["model"])
+    if "chat_template" in spec:
+        ck.chat_template = spec["chat_template"]
     n_ctx = spec.get("n_ctx") or min(ck.config.spec.n_ctx, SERVE_CTX)
     model = loader.build(ck, dev, dtype, min(n_ctx, ck.config.spec.n_ctx))
     return ModelEngine(model, spec["max_batch"], name=spec["name"], engine=spec["engine"],

@@ -27,7 +27,9 @@ usage: there it is left out).
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -35,12 +37,16 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
+    SerializerFunctionWrapHandler,
     StrictBool,
     StrictInt,
     StrictStr,
+    Tag,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -102,17 +108,21 @@ def validation_error(errors: list[dict[str, Any]]) -> APIError:
     if e.get("type") == "model_attributes_type" and not loc:
         return APIError(400, "the request body must be a JSON object (and sent as Content-Type: application/json)",
                         code="invalid_body")
-    param = ".".join(loc) or None
     msg = str(e.get("msg", "invalid value"))
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
+    named = re.match(r"([A-Za-z_][\w.]*): ", msg)  # (a check of several fields names the one at fault first)
+    if named:
+        loc, msg = [*loc, *named.group(1).split(".")], msg[named.end():]
+    param = ".".join(loc) or None
     return APIError(400, f"{param}: {msg}" if param else msg, param=param, code=str(e.get("type", "invalid")))
 
 
 def _type_tag(part: str) -> bool:
     """pydantic names the union member that failed in an error's location ("str", "list[int]",
-    "function-after[...]"): skip it."""
-    return part in ("str", "int", "float", "bool", "list", "dict", "none") or "[" in part or "-" in part
+    "function-after[...]", a model's name or tag: "InputMessage"): skip it."""
+    return part in ("str", "int", "float", "bool", "list", "dict", "none") or "[" in part or "-" in part or \
+        (part[:1].isupper() and part.isidentifier())
 
 
 # -- field types --------------------------------------------------------------------------------------
@@ -280,25 +290,129 @@ class TextPart(BaseModel):
     text: Text
 
 
+class FunctionCallIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: Text
+    arguments: Text  # (JSON text, as the answer gave it)
+
+
+class ToolCallIn(BaseModel):
+    """An assistant's earlier tool call, sent back in the history."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: Text
+    type: Literal["function"] = "function"
+    function: FunctionCallIn
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Text | list[TextPart] | None = Field(default=None, validate_default=True)  # null: an assistant only
     name: Text | None = None
     refusal: Text | None = None  # (an assistant's turn sent back as it came)
+    tool_calls: list[ToolCallIn] | None = None  # an assistant's calls
+    tool_call_id: Text | None = None  # a tool message: the call it answers
+    reasoning_content: Text | None = None  # an assistant's reasoning sent back (vLLM's field; its template may
+    reasoning: Text | None = None  # show it)
 
     @field_validator("content")
     @classmethod
     def _content(cls, v: str | list[TextPart] | None, info: ValidationInfo) -> str | list[TextPart] | None:
+        # OpenAI's schema: content is text or a list of at least one part; only an assistant's may be null
         role = info.data.get("role")
         if v is None and role != "assistant":
-            raise ValueError(f"a {role} message needs content")
+            raise ValueError(f"a {role} message needs content: text or a list of at least one part")
+        if isinstance(v, list) and not v:
+            raise ValueError(f"a {role} message's content must be text or a list of at least one part, got an "
+                             "empty list")
         return v
+
+    @model_validator(mode="after")
+    def _tool_fields(self) -> ChatMessage:
+        if self.tool_calls is not None and self.role != "assistant":
+            raise ValueError(f"tool_calls: only an assistant message has them, not a {self.role} message")
+        if (self.tool_call_id is not None) != (self.role == "tool"):
+            raise ValueError("tool_call_id: a tool message needs one (the id of the call it answers), and only it")
+        return self
 
     def text(self) -> str:
         if self.content is None:
             return ""
         return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+    def template_dict(self) -> dict[str, Any]:
+        """The message as chat templates read it (transformers' form): text content, and the calls' arguments as
+        objects where they are JSON objects (templates write them with `tojson`)."""
+        out: dict[str, Any] = {"role": self.role, "content": self.text()}  # (null as "": templates read text)
+        for key in ("name", "tool_call_id", "reasoning_content", "reasoning"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.tool_calls:
+            out["tool_calls"] = [{"id": c.id, "type": "function", "function": {
+                "name": c.function.name, "arguments": _json_object(c.function.arguments)}}
+                for c in self.tool_calls]
+        return out
+
+
+def _json_object(text: str) -> Any:
+    """`text` as the object it encodes, where it encodes one (else the text itself)."""
+    try:
+        v = json.loads(text)
+    except ValueError:
+        return text
+    return v if isinstance(v, dict) else text
+
+
+FunctionName = Annotated[str, Field(strict=True, pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+
+
+class FunctionDef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: FunctionName
+    description: Text | None = None
+    parameters: dict[str, Any] | None = None  # a JSON schema of the arguments (an object); None: no arguments
+    strict: StrictBool | None = None  # (calls that are forced always follow the schema)
+
+    @field_validator("parameters")
+    @classmethod
+    def _parameters(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None and v.get("type", "object") != "object":
+            raise ValueError(f"must be a JSON schema of type object (the arguments), got type {v.get('type')!r}")
+        return v
+
+
+class ChatTool(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: FunctionName
+
+
+class NamedToolChoice(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function"]
+    function: NamedFunction
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+
+
+def check_tools(tools: list[dict[str, Any]] | None, choice: str | None, param: str = "tool_choice") -> None:
+    """A request's tools and tool_choice agree: names unique, "required" or a named function only with tools,
+    and that function among them (`choice`: the name, or "none" / "auto" / "required")."""
+    names = [t["name"] for t in tools or []]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup is not None:
+        raise ValueError(f"tools: two tools are named {dup!r}")
+    if choice not in (None, "none", "auto") and not names:
+        raise ValueError(f"{param}: {choice!r} needs tools")
+    if choice not in (None, "none", "auto", "required") and choice not in names:
+        raise ValueError(f"{param}: there is no tool named {choice!r} (tools: {', '.join(names)})")
 
 
 class JSONSchemaFormat(BaseModel):
@@ -330,9 +444,11 @@ class ChatRequest(SamplingRequest):
     logprobs: StrictBool | None = None  # each generated token's log-probability
     top_logprobs: TopLogprobs | None = None  # and the k most likely there (needs logprobs true)
     response_format: ResponseFormat | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: Literal["none", "auto"] | None = None  # (no tools: nothing to call either way)
-    parallel_tool_calls: StrictBool | None = None  # ignored
+    tools: Annotated[list[ChatTool], Field(max_length=128)] | None = None
+    tool_choice: ToolChoice | None = None  # None: "auto" with tools, "none" without
+    parallel_tool_calls: StrictBool | None = None  # None: true (several calls in one answer)
+    chat_template_kwargs: dict[Text, Any] | None = None  # (vLLM's) more variables for the chat template
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None  # (to the template)
     modalities: list[Literal["text"]] | None = None
     # only OpenAI's service uses these: accepted and ignored
     store: StrictBool | None = None
@@ -348,12 +464,37 @@ class ChatRequest(SamplingRequest):
             raise ValueError("top_logprobs needs logprobs: true")
         return v
 
-    @field_validator("tools")
+    @field_validator("chat_template_kwargs")
     @classmethod
-    def _tools(cls, v: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-        if v:
-            raise ValueError("tools are not supported")
+    def _template_kwargs(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        taken = sorted(set(v or {}) & {"messages", "tools", "documents", "add_generation_prompt"})
+        if taken:
+            raise ValueError(f"{taken[0]} is the request's own (give it as a field of the request)")
         return v
+
+    @model_validator(mode="after")
+    def _tool_choice(self) -> ChatRequest:
+        check_tools([t.function.model_dump() for t in self.tools or []], self.choice())
+        if self.choice() not in ("none", "auto") and self.response_format and self.response_format.type != "text":
+            raise ValueError("response_format: a json format cannot go with a tool_choice that forces a call")
+        return self
+
+    def choice(self) -> str:
+        """tool_choice as "none", "auto", "required" or the named function's name."""
+        c = self.tool_choice
+        if c is None:
+            return "auto" if self.tools else "none"
+        return c if isinstance(c, str) else c.function.name
+
+    def function_tools(self) -> list[dict[str, Any]]:
+        """The tools as OpenAI's function definitions (name, description, parameters, strict)."""
+        return [t.function.model_dump(exclude_none=True) for t in self.tools or []]
+
+    def template_kwargs(self) -> dict[str, Any]:
+        kw = dict(self.chat_template_kwargs or {})
+        if self.reasoning_effort is not None:
+            kw.setdefault("reasoning_effort", self.reasoning_effort)
+        return kw
 
     def max_new(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
@@ -369,11 +510,18 @@ class TokenizeRequest(BaseModel):
     add_special_tokens: StrictBool = True  # the tokenizer's own (a BOS for Llama 3; GPT-2 adds none)
     add_generation_prompt: StrictBool = True  # end the rendered chat with the assistant's turn
     return_token_strs: StrictBool = False
+    tools: Annotated[list[ChatTool], Field(max_length=128)] | None = None  # (with messages: as chat renders them)
+    chat_template_kwargs: dict[Text, Any] | None = None
+
+    _template_kwargs = field_validator("chat_template_kwargs")(
+        ChatRequest._template_kwargs.__func__)  # type: ignore[attr-defined]
 
     @model_validator(mode="after")
     def _one(self) -> TokenizeRequest:
         if (self.prompt is None) == (self.messages is None):
             raise ValueError("give either prompt (text) or messages (a chat)")
+        if self.messages is None and (self.tools is not None or self.chat_template_kwargs is not None):
+            raise ValueError("tools and chat_template_kwargs go with messages")
         return self
 
 
@@ -384,17 +532,31 @@ class DetokenizeRequest(BaseModel):
 
 
 # -- responses ----------------------------------------------------------------------------------------
-FinishReason = Literal["stop", "length"]
+FinishReason = Literal["stop", "length", "tool_calls"]
+
+
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = 0  # prompt tokens found in the slot's prefix cache (not computed again)
 
 
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None  # (left out of the JSON where None)
+
+    @model_serializer(mode="wrap")
+    def _drop_none(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if out.get("prompt_tokens_details") is None:
+            out.pop("prompt_tokens_details", None)
+        return out
 
     @classmethod
-    def of(cls, prompt: int, completion: int) -> Usage:
-        return cls(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+    def of(cls, prompt: int, completion: int, cached: int | None = None) -> Usage:
+        details = None if cached is None else PromptTokensDetails(cached_tokens=cached)
+        return cls(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
+                   prompt_tokens_details=details)
 
 
 class CompletionLogprobs(BaseModel):
@@ -423,10 +585,26 @@ class Completion(BaseModel):
     usage: Usage | None = None
 
 
+class FunctionCallOut(BaseModel):
+    name: str
+    arguments: str
+
+
+class ToolCallOut(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCallOut
+
+
 class ChatMessageOut(BaseModel):
+    """The answer: its text (None where it is only calls), its tool calls and (vLLM's field) its reasoning; the
+    last two are left out of the JSON where there are none."""
+
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
     refusal: None = None
+    tool_calls: list[ToolCallOut] | None = None
+    reasoning_content: str | None = None
 
 
 class TopLogprob(BaseModel):
@@ -563,10 +741,94 @@ class ResponseStreamOptions(BaseModel):
     include_obfuscation: StrictBool | None = None  # accepted; no obfuscation field is ever added
 
 
+class FunctionTool(BaseModel):
+    """A function tool of the Responses API (flat: name and parameters beside the type)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function"]
+    name: FunctionName
+    description: Text | None = None
+    parameters: dict[str, Any] | None = None
+    strict: StrictBool | None = None
+
+    _parameters = field_validator("parameters")(FunctionDef._parameters.__func__)  # type: ignore[attr-defined]
+
+
+class FunctionToolChoice(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function"]
+    name: FunctionName
+
+
+class FunctionCallItem(BaseModel):
+    """An earlier function_call output item sent back in `input`."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function_call"]
+    call_id: Text
+    name: Text
+    arguments: Text
+    id: Text | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
+class FunctionCallOutputItem(BaseModel):
+    """A tool's answer to a call (`call_id`), in `input`."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function_call_output"]
+    call_id: Text
+    output: Text | list[InputText]
+    id: Text | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+    def text(self) -> str:
+        return self.output if isinstance(self.output, str) else "".join(p.text for p in self.output)
+
+
+class ReasoningText(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["reasoning_text", "summary_text"]
+    text: Text
+
+
+class ReasoningItemIn(BaseModel):
+    """An earlier reasoning output item sent back in `input` (its text goes to the next assistant turn)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["reasoning"]
+    summary: list[ReasoningText] = []
+    content: list[ReasoningText] | None = None
+    id: Text | None = None
+    encrypted_content: None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
+class ReasoningParam(BaseModel):
+    """`reasoning`: the effort goes to the chat template as `reasoning_effort` (templates that read it)."""
+
+    model_config = ConfigDict(extra="forbid")
+    effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None  # (the reasoning is given whole)
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None
+
+
+def _item_kind(v: Any) -> str:
+    """Which item of `input` a value is, by its `type` (a message may have none)."""
+    kind = v.get("type") if isinstance(v, dict) else getattr(v, "type", None)
+    return {"function_call": "FunctionCallItem", "function_call_output": "FunctionCallOutputItem",
+            "reasoning": "ReasoningItemIn"}.get(kind if isinstance(kind, str) else "", "InputMessage")
+
+
+InputItem = Annotated[Annotated[InputMessage, Tag("InputMessage")]
+                      | Annotated[FunctionCallItem, Tag("FunctionCallItem")]
+                      | Annotated[FunctionCallOutputItem, Tag("FunctionCallOutputItem")]
+                      | Annotated[ReasoningItemIn, Tag("ReasoningItemIn")], Discriminator(_item_kind)]
+
 # fields of OpenAI's CreateResponse that concern what this server does not do: null (or their "off" value) is
 # accepted, anything else refused by name
 _RESPONSES_OFF: dict[str, tuple[Any, ...]] = {
-    "tools": (None, []), "reasoning": (None,), "include": (None, []), "background": (None, False),
+    "include": (None, []), "background": (None, False),
     "prompt": (None,), "conversation": (None,), "truncation": (None, "disabled"), "top_logprobs": (None, 0),
     "context_management": (None,), "max_tool_calls": (None,)}
 
@@ -581,7 +843,7 @@ class ResponsesRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: Text
-    input: Text | Annotated[list[InputMessage], Field(min_length=1)]
+    input: Text | Annotated[list[InputItem], Field(min_length=1)]
     instructions: Text | None = None
     max_output_tokens: MaxTokens | None = None  # None: up to the context's end
     temperature: Temperature | None = None
@@ -590,8 +852,11 @@ class ResponsesRequest(BaseModel):
     stream: StrictBool | None = None
     stream_options: ResponseStreamOptions | None = None
     text: ResponseText | None = None
-    tool_choice: Literal["none", "auto"] | None = None  # (no tools: nothing to call either way)
-    parallel_tool_calls: StrictBool | None = None  # echoed
+    tools: Annotated[list[FunctionTool], Field(max_length=128)] | None = None
+    tool_choice: Literal["none", "auto", "required"] | FunctionToolChoice | None = None
+    parallel_tool_calls: StrictBool | None = None  # None: true
+    reasoning: ReasoningParam | None = None
+    chat_template_kwargs: dict[Text, Any] | None = None  # (as chat's)
     metadata: Annotated[dict[Annotated[str, Field(max_length=64)], Annotated[Text, Field(max_length=512)]],
                         Field(max_length=16)] | None = None
     previous_response_id: Text | None = None
@@ -603,8 +868,6 @@ class ResponsesRequest(BaseModel):
     prompt_cache_retention: Text | None = None
     service_tier: Text | None = None
     # refused unless off (_RESPONSES_OFF)
-    tools: Any = None
-    reasoning: Any = None
     include: Any = None
     background: Any = None
     prompt: Any = None
@@ -637,12 +900,62 @@ class ResponsesRequest(BaseModel):
             raise ValueError("only allowed when stream is true")
         return v
 
+    _template_kwargs = field_validator("chat_template_kwargs")(
+        ChatRequest._template_kwargs.__func__)  # type: ignore[attr-defined]
+
+    @model_validator(mode="after")
+    def _tool_choice(self) -> ResponsesRequest:
+        check_tools([t.model_dump() for t in self.tools or []], self.choice())
+        fmt = self.text.format if self.text else None
+        if self.choice() not in ("none", "auto") and fmt is not None and fmt.type != "text":
+            raise ValueError("text.format: a json format cannot go with a tool_choice that forces a call")
+        return self
+
+    def choice(self) -> str:
+        """tool_choice as "none", "auto", "required" or the named function's name."""
+        c = self.tool_choice
+        if c is None:
+            return "auto" if self.tools else "none"
+        return c if isinstance(c, str) else c.name
+
+    def function_tools(self) -> list[dict[str, Any]]:
+        return [t.model_dump(exclude_none=True, exclude={"type"}) for t in self.tools or []]
+
+    def template_kwargs(self) -> dict[str, Any]:
+        kw = dict(self.chat_template_kwargs or {})
+        if self.reasoning is not None and self.reasoning.effort is not None:
+            kw.setdefault("reasoning_effort", self.reasoning.effort)
+        return kw
+
     def messages(self) -> list[ChatMessage]:
-        """The conversation as chat messages: instructions (a system message) first, then the input."""
+        """The conversation as chat messages: instructions (a system message) first, then the input; function
+        calls join the assistant turn they follow (or make one), function outputs are tool messages, and a
+        reasoning item's text goes with the next assistant turn."""
         head = [ChatMessage(role="system", content=self.instructions)] if self.instructions is not None else []
         if isinstance(self.input, str):
             return [*head, ChatMessage(role="user", content=self.input)]
-        return [*head, *(ChatMessage(role=m.role, content=m.text()) for m in self.input)]
+        out: list[ChatMessage] = list(head)
+        reasoning: str | None = None
+        for item in self.input:
+            if isinstance(item, ReasoningItemIn):
+                reasoning = "".join(p.text for p in item.content or item.summary)
+            elif isinstance(item, FunctionCallItem):
+                call = ToolCallIn(id=item.call_id, function=FunctionCallIn(name=item.name, arguments=item.arguments))
+                last = out[-1] if out else None
+                if last is not None and last.role == "assistant" and (last.tool_calls or reasoning is None):
+                    last.tool_calls = [*(last.tool_calls or []), call]
+                else:
+                    out.append(ChatMessage(role="assistant", content=None, tool_calls=[call],
+                                           reasoning_content=reasoning))
+                    reasoning = None
+            elif isinstance(item, FunctionCallOutputItem):
+                out.append(ChatMessage(role="tool", content=item.text(), tool_call_id=item.call_id))
+            else:
+                msg = ChatMessage(role=item.role, content=item.text())
+                if item.role == "assistant" and reasoning is not None:
+                    msg.reasoning_content, reasoning = reasoning, None
+                out.append(msg)
+        return out
 
     def sampling(self) -> SamplingRequest:
         """The sampling fields as the other endpoints carry them."""
@@ -665,6 +978,27 @@ class OutputMessage(BaseModel):
     status: Literal["in_progress", "completed", "incomplete"]
     role: Literal["assistant"] = "assistant"
     content: list[OutputText]
+
+
+class FunctionCallOutput(BaseModel):
+    """A function_call output item."""
+
+    type: Literal["function_call"] = "function_call"
+    id: str
+    call_id: str
+    name: str
+    arguments: str
+    status: Literal["in_progress", "completed", "incomplete"]
+
+
+class ReasoningOutput(BaseModel):
+    """A reasoning output item: the model's thinking, whole (`content`), no summary."""
+
+    type: Literal["reasoning"] = "reasoning"
+    id: str
+    summary: list[Any] = []
+    content: list[dict[str, str]] = []
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
 
 
 class InputTokensDetails(BaseModel):
@@ -710,15 +1044,15 @@ class ResponseObject(BaseModel):
     instructions: str | None
     max_output_tokens: int | None
     model: str
-    output: list[OutputMessage]
+    output: list[ReasoningOutput | OutputMessage | FunctionCallOutput]
     parallel_tool_calls: bool
     previous_response_id: None = None
-    reasoning: None = None
+    reasoning: dict[str, Any] | None = None
     temperature: float
     top_p: float
     text: dict[str, Any]
-    tool_choice: str
-    tools: list[Any] = []
+    tool_choice: str | dict[str, str]
+    tools: list[dict[str, Any]] = []
     truncation: Literal["disabled"] = "disabled"
     background: bool = False
     metadata: dict[str, str]

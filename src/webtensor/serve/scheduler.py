@@ -71,14 +71,17 @@ class Generation:
     _ids = itertools.count()
 
     def __init__(self, prompt: Sequence[int], max_tokens: int, sampling: Sampling, stops: Sequence[str] = (),
-                 ignore_eos: bool = False, echo: bool = False, grammar: str | None = None):
+                 ignore_eos: bool = False, echo: bool = False, grammar: str | None = None,
+                 shown: frozenset[int] = frozenset()):
         """`echo`: report the prompt's own log-probabilities (`prompt_logprobs`, None for the first token);
-        `grammar`: the llguidance grammar its tokens follow (`sampling.constrained`)."""
+        `grammar`: the llguidance grammar its tokens follow (`sampling.constrained`); `shown`: special tokens
+        whose text stays in the sequence's text (a tool format's markers, which its parser reads)."""
         self.id = next(self._ids)
         self.prompt, self.max_tokens, self.sampling = tuple(prompt), max_tokens, sampling
         self.ignore_eos, self.echo, self.grammar = ignore_eos, echo, grammar
         self.prompt_logprobs: list[TokenLogprob | None] = [None] if echo else []
         self.stop_ids = frozenset(sampling.stop_token_ids)
+        self.shown = shown
         self.reused = 0  # prompt tokens found in the slot's cache (not computed again)
         self.logprobs_pending: deque[TokenLogprob] = deque()  # reports of generated tokens not yet streamed
         self.reported: list[TokenLogprob] = []  # reports of the streamed tokens
@@ -503,10 +506,13 @@ class Scheduler:
         req.streamed += 1
         self.metrics.generated_tokens.inc()
         finish: FinishReason | None = None
+        tok_bytes = self.engine.tokenizer.token_bytes(tok, skip_special_tokens=tok not in req.shown)
         if ending == "eos":
-            text, finish = req.text.finish(), "stop"
+            # a stop_token_ids token keeps its text (vLLM's rule; a special token has none to show), EOS has none
+            text = req.text.push(tok_bytes) if tok in req.stop_ids and tok not in self.engine.eos_ids else ""
+            text, finish = text + req.text.finish(), "stop"
         else:
-            text = req.text.push(self.engine.tokenizer.token_bytes(tok))
+            text = req.text.push(tok_bytes)
             if req.text.stopped:
                 finish = "stop"
             elif ending == "length":

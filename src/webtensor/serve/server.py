@@ -6,7 +6,7 @@ idle persistent connection is closed `keep_alive` seconds after its last respons
 keep-alive), and any connection that has not sent a whole request head (request line and headers)
 within `idle_timeout` seconds of opening or of its last response is closed too (`_HeadDeadline`:
 uvicorn's own timer stops at a request's first byte, and a new connection has none); a request body
-that stalls as long gets a 408.
+that stalls as long, or has not all arrived `body_timeout` seconds after its head, gets a 408.
 
 On SIGTERM / SIGINT the scheduler stops admitting at once, uvicorn stops accepting connections,
 running streams get `grace` seconds to finish; any still running then is ended with an error event
@@ -25,7 +25,7 @@ from types import FrameType
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from .app import MAX_BODY, create_app
+from .app import BODY_DEADLINE, MAX_BODY, create_app
 from .engine import Engine
 from .scheduler import Scheduler
 
@@ -123,12 +123,13 @@ class DrainingServer(uvicorn.Server):
 def serve(engine: Engine, host: str, port: int, max_queue: int = 256, api_key: str | None = None,
           grace: float = 30.0, log_level: str = "warning", prefill_budget: int = 256,
           sock: socket.socket | None = None, max_body: int = MAX_BODY, cors_origins: Sequence[str] = (),
-          keep_alive: float = KEEP_ALIVE, idle_timeout: float = IDLE_TIMEOUT) -> None:
+          keep_alive: float = KEEP_ALIVE, idle_timeout: float = IDLE_TIMEOUT, body_timeout: float = BODY_DEADLINE
+          ) -> None:
     """Serve `engine` on `sock` (None: bound here to host:port) until a signal, then drain
     (`prefill_budget`: the scheduler's; `max_body`, `cors_origins`: the app's)."""
     sock = sock or bind(host, port)
     app = create_app(engine, max_queue, api_key, prefill_budget=prefill_budget, max_body=max_body,
-                     cors_origins=cors_origins, body_timeout=idle_timeout)
+                     cors_origins=cors_origins, body_timeout=idle_timeout, body_deadline=body_timeout)
     config = uvicorn.Config(app, log_level=log_level, access_log=False, http=_protocol(idle_timeout),
                             # (uvicorn annotates these int, but hands them to loop.call_later and asyncio.timeout,
                             # which take float seconds: `--keep-alive 0.5` is meant as it is, not rounded)

@@ -46,10 +46,13 @@ class TextStream:
 
     def _partial_stop(self, text: str) -> int:
         """Length of the longest end of `text` that is a proper beginning of some stop sequence."""
-        best = 0
-        for s in self.stops:
-            for n in range(min(len(s) - 1, len(text)), best, -1):
-                if text.endswith(s[:n]):
-                    best = n
-                    break
-        return best
+        return max((partial_suffix(text, s) for s in self.stops), default=0)
+
+
+def partial_suffix(text: str, marker: str) -> int:
+    """The length of the longest end of `text` that is a proper beginning of `marker` (text to hold back: it may
+    begin the marker)."""
+    for n in range(min(len(marker) - 1, len(text)), 0, -1):
+        if text.endswith(marker[:n]):
+            return n
+    return 0

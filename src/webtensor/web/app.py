@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import validate
-from ..chat import stops_for
+from ..chat import turn_stops
 from ..device import Device
 from ..errors import ContextLengthError, SamplingError
 from ..runtime.runner import RING_STEPS
@@ -265,7 +265,8 @@ def _stream(model: Any, ids: list[int], n_new: int, params: SamplingParams, on_p
     pieces.append(text.finish())
     if pieces[-1] and on_piece is not None:
         on_piece(pieces[-1], st.new_tokens, st.tokens_per_s)
-    eos = st.token_ids and st.token_ids[-1] in model.eos_ids
+    ends = model.eos_ids | frozenset(kw.get("stop_token_ids", ()))
+    eos = st.token_ids and st.token_ids[-1] in ends
     ended = "stop" if text.stopped else "eos" if eos else "stopped" if stopped else "length"
     return "".join(pieces), ended, st
 
@@ -321,15 +322,16 @@ async def chat(messages_json: str, max_new_tokens: Any = 256, temperature: Any =
                on_piece: Any = None, top_k: Any = None, top_p: Any = None, stop_requested: Any = None,
                watched: Any = True) -> str:
     """The assistant's next turn in the conversation `messages_json` (a JSON list of {role, content}), rendered
-    with the model's chat template (the plain one for a model without: its turns' starts are stop strings),
-    streamed to `on_piece` and stopped by `stop_requested` as `generate` does. The conversation's earlier turns
+    with the model's chat template (the plain one for a model without), ending where `chat.turn_stops` says the turn
+    ends, streamed to `on_piece` and stopped by `stop_requested` as `generate` does. The conversation's earlier turns
     still in the KV cache are not computed again. JSON: `reply` (the text, stripped: the next turn's assistant
     message), the rendered `prompt`, its ids, the new ids, why it ended, the seed and timings."""
     model = _model()
     req = check_chat(model, json.loads(messages_json), max_new_tokens, temperature, top_k, top_p, seed)
     params = with_seed(SamplingParams(req["temperature"], req["top_k"], req["top_p"], req["seed"]))
-    text, ended, st = _stream(model, req["ids"], req["max_new_tokens"], params, on_piece, stops_for(model),
-                              stop_requested, watched, reuse_prefix=True)
+    stops = turn_stops(model)
+    text, ended, st = _stream(model, req["ids"], req["max_new_tokens"], params, on_piece, stops.strings,
+                              stop_requested, watched, reuse_prefix=True, stop_token_ids=stops.token_ids)
     return _reply(st, params, prompt=req["prompt"], prompt_ids=req["ids"], text=text, reply=text.strip(),
                   ended=ended)
 

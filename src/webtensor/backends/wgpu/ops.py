@@ -10,7 +10,7 @@ Nothing here needs numpy except `to_numpy`, so the browser (Pyodide without nump
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 from ... import activations
 from ... import dtypes as dt
@@ -468,11 +468,15 @@ def gemv_lanes(ctx: WgpuContext, K: int, ln: bool = False) -> int:
     return lanes
 
 
-def stack_goes_tiled(ctx: WgpuContext, rows: int, w_dtype: dt.DType) -> bool:
-    """Whether a stack of `rows` one-row products with `w_dtype` weights runs as one plain
-    (rows, K) product (the tiled engine) instead of the row-exact GEMV (policy.gemv_stack_f16_max_rows)."""
-    lim = ctx.policy.gemv_stack_f16_max_rows
-    return lim is not None and w_dtype is dt.float16 and rows > lim and _gpu_style(ctx)
+def stack_goes_tiled(ctx: WgpuContext, rows: int, w_dtype: dt.DType | str) -> bool:
+    """Whether a stack of `rows` one-row products with `w_dtype` weights (a dtype, or a quantized
+    weight's ggml type name) runs as one plain (rows, K) product (the tiled engine) instead of the
+    row-exact GEMV: on GPUs, over policy.gemv_stack_f16_max_rows rows for float16 weights and over
+    policy.gemv_stack_quant_max_rows for quantized ones; float32 weights never."""
+    policy = ctx.policy
+    lim = (policy.gemv_stack_quant_max_rows if isinstance(w_dtype, str)
+           else policy.gemv_stack_f16_max_rows if w_dtype is dt.float16 else None)
+    return lim is not None and rows > lim and _gpu_style(ctx)
 
 
 def gemv_group(ctx: WgpuContext, M: int, stack: bool) -> int:
@@ -596,7 +600,7 @@ def _matmul_2d(ctx: WgpuContext, a: Tensor, lda: int, M: int, K: int, b: Tensor,
         gemv = mr > 0 and vec_ok
     regs = not gemv and vec_ok and not _gpu_style(ctx)
     if not gemv and not regs and engine_fits(ctx, a, lda, parts):
-        _matmul_engine(ctx, a, lda, M, b.dtype, parts, out, epi)
+        matmul_engine(ctx, a, lda, M, b.dtype, parts, out, epi)
         return
     if gemv:
         k, rows_per_wg = gemv_kernel(ctx, a.dtype, b.dtype, out.dtype, epi.bias_dtype, K, fuse_ln, mr,
@@ -685,70 +689,101 @@ def engine_fits(ctx: WgpuContext, a: Tensor, lda: int, parts: list[_Part]) -> bo
     return True
 
 
-def engine_kernel(ctx: WgpuContext, a_dtype: dt.DType, b_dtype: dt.DType, c_dtype: dt.DType,
+class QuantB(NamedTuple):
+    """The engine's B when it is a quantized weight W (N, K) (quant_ops: its GPU layout): W's ggml type and
+    the u32 words of heads a row of it has (the kernels' d_ld). Its parts (see _parts) are W's row chunks
+    (0, K, n0, rows, 0, 1, K, (quants, scales)): k-major, each chunk's buffers starting at its first row."""
+
+    qtype: str
+    d_ld: int
+
+
+def engine_kernel(ctx: WgpuContext, a_dtype: dt.DType, b_dtype: dt.DType | QuantB, c_dtype: dt.DType,
                   bias_dtype: dt.DType, kmajor: bool, tile: tuple[int, int], even_out: bool = False,
                   split: bool = False) -> Any:
     """The matmul_engine variant. A float16 operand is read as u32 words when the policy's
     engine_f16_words, a float16 output (and residual) written as words when engine_f16_out_words
-    and `even_out` (its
-    offset and row stride are even);
+    and `even_out` (its offset and row stride are even);
     float16 x float16 products compute as engine_f16_math says (f16 tiles take BK = 16: 16 KiB of
     workgroup memory either way); any other pair (float32 activations x float16 weights, as GPT-2
-    in float16 runs) in f32 tiles with f32 FMAs. `split`: split-K's first pass (raw float32 partial
+    in float16 runs) in f32 tiles with f32 FMAs. A quantized B (QuantB: float32 A, float32 C) is
+    matmul_engine_quant.wgsl, f32 tiles and FMAs. `split`: split-K's first pass (raw float32 partial
     products of the launch's K slices, no epilogue)."""
-    f16 = a_dtype is dt.float16 and b_dtype is dt.float16
     policy = ctx.policy
+    common = {"TC": "f32" if split else c_dtype.wgsl, "TBIAS": bias_dtype.wgsl, "MT": f"{tile[0]}u",
+              "NT": f"{tile[1]}u", "SPLIT": "true" if split else "false"}
+    bk32 = f"{engine_bk(ctx, tile)}u"  # (f32 tiles)
+    if isinstance(b_dtype, QuantB):
+        return ctx.kernel("matmul_engine_quant", {b_dtype.qtype: "true", "TA": "f32", "TS": "f32", "CT": "f32",
+                                                  "BK": bk32, "B_KMAJOR": "true", "CHUNKED": "false", **common})
+    f16 = a_dtype is dt.float16 and b_dtype is dt.float16
     math_ = policy.engine_f16_math if f16 else "f32"
     tiles16, chunked = math_ != "f32", math_ == "chunked"
 
     def words(t: dt.DType) -> str:
         return "true" if policy.engine_f16_words and t is dt.float16 else "false"
 
-    defs = {"TA": a_dtype.wgsl, "TB": b_dtype.wgsl, "TC": c_dtype.wgsl, "TBIAS": bias_dtype.wgsl,
-            "TS": "f16" if tiles16 else "f32", "CT": "f16" if chunked else "f32", "MT": f"{tile[0]}u",
-            "NT": f"{tile[1]}u", "BK": "16u" if tiles16 else "8u", "B_KMAJOR": "true" if kmajor else "false",
-            "CHUNKED": "true" if chunked else "false", "APACK": words(a_dtype), "BPACK": words(b_dtype),
-            "CPACK": "true" if policy.engine_f16_out_words and even_out and c_dtype is dt.float16 else "false",
-            "SPLIT": "true" if split else "false"}
-    if split:
-        defs.update(TC="f32", CPACK="false")
+    packed = policy.engine_f16_out_words and even_out and c_dtype is dt.float16 and not split
+    defs = {"TA": a_dtype.wgsl, "TB": b_dtype.wgsl, "TS": "f16" if tiles16 else "f32",
+            "CT": "f16" if chunked else "f32", "BK": "16u" if tiles16 else bk32,
+            "B_KMAJOR": "true" if kmajor else "false", "CHUNKED": "true" if chunked else "false",
+            "APACK": words(a_dtype), "BPACK": words(b_dtype),
+            "CPACK": "true" if packed else "false", **common}
     return ctx.kernel("matmul_engine", defs)
 
 
-def _matmul_engine(ctx: WgpuContext, a: Tensor, lda: int, M: int, b_dtype: dt.DType, parts: list[_Part],
-                   out: Tensor, epi: _Epilogue) -> None:
-    """out (M, N) = epilogue(a @ b): a's rows `lda` apart, b given as `parts` (see _parts), one
-    launch per part."""
+def engine_bk(ctx: WgpuContext, tile: tuple[int, int]) -> int:
+    """The K step of the engine's f32 tiles: policy.engine_bk where the device's workgroup memory holds the two
+    double-buffered tiles of 64 MT and 64 NT rows at that depth (2 BK (64 MT + 64 NT) 4 bytes), else 8 (16 KiB
+    at most: WebGPU's default limit)."""
+    bk = ctx.policy.engine_bk
+    limit = int(ctx.api.limits.get("max-compute-workgroup-storage-size", 16384))
+    return bk if 2 * bk * 64 * (tile[0] + tile[1]) * 4 <= limit else 8
+
+
+def _engine_b(b_dtype: dt.DType | QuantB, part: _Part) -> tuple[dict[str, int], dict[str, Any]]:
+    """The parameters and bindings that give a launch B's `part`: a float matrix's offset and row stride
+    (in vec4s) and buffer, or a quantized weight's heads a row and its row chunk's two buffers."""
+    _, _, _, _, b_off, ldb_k, ldb_n, buf = part
+    if isinstance(b_dtype, QuantB):
+        return dict(d_ld=b_dtype.d_ld), dict(qs=buf[0], scales=buf[1])
+    return dict(b_off4=b_off // 4, ldb4=(ldb_n if ldb_k == 1 else ldb_k) // 4), dict(b=buf)
+
+
+def matmul_engine(ctx: WgpuContext, a: Tensor, lda: int, M: int, b_dtype: dt.DType | QuantB, parts: list[_Part],
+                  out: Tensor, epi: _Epilogue) -> None:
+    """out (M, N) = epilogue(a @ b): a's rows `lda` apart, b (a float matrix of `b_dtype`, or a quantized
+    weight: QuantB) given as `parts` (see _parts, QuantB), one launch per part, or split-K (one part)."""
     N = out.shape[-1]
     if len(parts) == 1 and _engine_split_k(ctx, a, lda, M, b_dtype, parts[0], out, epi):
         return
-    for i, (k0, kn, n0, nn, b_off, ldb_k, ldb_n, buf) in enumerate(parts):
-        kmajor = ldb_k == 1
+    for i, part in enumerate(parts):
+        k0, kn, n0, nn, _, ldb_k, _, _ = part
         tile = engine_tile(M, nn, ctx.policy)
-        k = engine_kernel(ctx, a.dtype, b_dtype, out.dtype, epi.bias_dtype, kmajor, tile,
+        k = engine_kernel(ctx, a.dtype, b_dtype, out.dtype, epi.bias_dtype, ldb_k == 1, tile,
                           even_out=n0 % 2 == 0 and N % 2 == 0)  # (out: a new tensor, offset 0)
         last = i == len(parts) - 1 or n0 > 0 or parts[-1][2] > 0  # K-chunks: epilogue on the last only
+        b_prm, b_bufs = _engine_b(b_dtype, part)
         ctx.launch(k, dict(M=M, N=nn, K=kn, acc=1 if k0 > 0 else 0, a_off4=(a._offset + k0) // 4, lda4=lda // 4,
-                           b_off4=b_off // 4, ldb4=(ldb_n if kmajor else ldb_k) // 4, c_off=n0, ldc=N,
-                           **epi.params(n0, last)),
-                   dict(a=_buf(a), b=buf, c=_buf(out), **epi.buffers()),
+                           c_off=n0, ldc=N, **b_prm, **epi.params(n0, last)),
+                   dict(a=_buf(a), c=_buf(out), **b_bufs, **epi.buffers()),
                    (math.ceil(nn / (64 * tile[1])), math.ceil(M / (64 * tile[0])), 1))
 
 
-def _engine_split_k(ctx: WgpuContext, a: Tensor, lda: int, M: int, b_dtype: dt.DType, part: _Part,
+def _engine_split_k(ctx: WgpuContext, a: Tensor, lda: int, M: int, b_dtype: dt.DType | QuantB, part: _Part,
                     out: Tensor, epi: _Epilogue) -> bool:
     """out (M, N) = epilogue(a @ b) by split-K when engine_split cuts K (b in one piece): the
     engine's S slices into a scratch (S, rows, N) float32, then matmul_splitk_sum adds them and
     applies the epilogue; a block of rows at a time when the scratch of all M rows is over the
     binding limit. False (nothing launched) when K is not cut or one row's scratch is too big."""
-    _, K, _, N, b_off, ldb_k, ldb_n, buf = part
-    kmajor = ldb_k == 1
+    _, K, _, N, _, ldb_k, _, _ = part
     tile = engine_tile(M, N, ctx.policy)
     S, ks = engine_split(M, N, K, tile, ctx.policy)
     step = min(M, ctx.max_binding_bytes // (S * N * 4))  # rows whose scratch fits one binding
     if S < 2 or step < 1:
         return False
-    k = engine_kernel(ctx, a.dtype, b_dtype, dt.float32, epi.bias_dtype, kmajor, tile, split=True)
+    k = engine_kernel(ctx, a.dtype, b_dtype, dt.float32, epi.bias_dtype, ldb_k == 1, tile, split=True)
+    b_prm, b_bufs = _engine_b(b_dtype, part)
     even = N % 2 == 0
     packed = ctx.policy.engine_f16_out_words and even and out.dtype is dt.float16
     ks_kernel = ctx.kernel("matmul_splitk_sum", {"TC": out.dtype.wgsl, "TBIAS": epi.bias_dtype.wgsl,
@@ -756,9 +791,9 @@ def _engine_split_k(ctx: WgpuContext, a: Tensor, lda: int, M: int, b_dtype: dt.D
     for r0 in range(0, M, step):
         m = min(step, M - r0)
         scratch = _out(out.device, (S, m, N), dt.float32)
-        ctx.launch(k, dict(M=m, N=N, K=K, a_off4=(a._offset + r0 * lda) // 4, lda4=lda // 4, b_off4=b_off // 4,
-                           ldb4=(ldb_n if kmajor else ldb_k) // 4, ldc=N, ks=ks, c_zs=m * N),
-                   dict(a=_buf(a), b=buf, c=_buf(scratch)),
+        ctx.launch(k, dict(M=m, N=N, K=K, a_off4=(a._offset + r0 * lda) // 4, lda4=lda // 4, ldc=N, ks=ks,
+                           c_zs=m * N, **b_prm),
+                   dict(a=_buf(a), c=_buf(scratch), **b_bufs),
                    (math.ceil(N / (64 * tile[1])), math.ceil(m / (64 * tile[0])), S))
         epi_prm = epi.params(0, True)
         epi_prm["r_off"] += r0 * epi.r_ld

@@ -40,21 +40,27 @@ class KernelPolicy:
     gpu_style: bool = True
     # multiprocessors the matmul engine's tile and split-K rules count in (H200: 132 SMs)
     compute_units: int = 64
-    # GEMV (gemv.wgsl, gemv_q8.wgsl): up to gemv_max_rows rows of A a bandwidth-bound GEMV beats the
+    # GEMV (gemv.wgsl, gemv_quant.wgsl): up to gemv_max_rows rows of A a bandwidth-bound GEMV beats the
     # tiled kernels; a stack of one-row products takes gemv_group rows a workgroup; a stack of more
-    # than gemv_stack_f16_max_rows rows with float16 weights goes to the engine on GPUs (None: never);
-    # float16 weights read as u32 pairs (gemv_packed_f16; H200: 4.5x faster LM-head GEMV); gemv_q8's
+    # than gemv_stack_f16_max_rows rows with float16 weights, or gemv_stack_quant_max_rows with quantized
+    # ones, goes to the engine on GPUs (None: never; ops.stack_goes_tiled);
+    # float16 weights read as u32 pairs (gemv_packed_f16; H200: 4.5x faster LM-head GEMV); gemv_quant's
     # outputs a thread on CPU adapters and on GPUs (gemv_quant_nr, gemv_quant_nr_gpu)
     gemv_max_rows: int = 8
     gemv_group: int = 8
     gemv_stack_f16_max_rows: int | None = 16
+    gemv_stack_quant_max_rows: int | None = 16
     gemv_packed_f16: bool = True
     gemv_quant_nr: int = 2
     gemv_quant_nr_gpu: int = 1
-    # the matmul engine (matmul_engine.wgsl) for M > gemv_max_rows on GPUs (False: matmul.wgsl);
+    # the matmul engine (matmul_engine.wgsl; matmul_engine_quant.wgsl for quantized weights) for
+    # M > gemv_max_rows on GPUs (False: matmul.wgsl, matmul_quant.wgsl);
     # float16 operands read as u32 words, float16 outputs written as words, float16 x float16 math in
     # "f32" (f32 tiles and FMAs), "f16" (f16 tiles) or "chunked" (packed f16 FMAs a BK step)
     engine: bool = True
+    # the K step of f32 tiles: 8 (16 KiB of workgroup memory at most), or 16 (fewer barriers and loads a
+    # FMA; 16 to 32 KiB by tile, taken only where the device's limit holds the tiles, else 8)
+    engine_bk: int = 8
     engine_f16_words: bool = True
     engine_f16_out_words: bool = True
     engine_f16_math: str = "f32"
@@ -82,6 +88,8 @@ class KernelPolicy:
     def __post_init__(self) -> None:
         if self.engine_f16_math not in ENGINE_F16_MATHS:
             raise ValueError(f"engine_f16_math must be one of {ENGINE_F16_MATHS}, got {self.engine_f16_math!r}")
+        if self.engine_bk not in (8, 16):
+            raise ValueError(f"engine_bk must be 8 or 16, got {self.engine_bk!r}")
         if self.compute_units < 1:
             raise ValueError(f"compute_units must be positive, got {self.compute_units}")
 

@@ -32,10 +32,15 @@ buffers; `quant_linear` runs one dispatch per chunk, each writing its block of o
 
 Kernels (one per role, the block type chosen by a define that includes its dequantizer, see
 kernels/quant_dequant.wgsl; all f32 arithmetic, dequantized values exactly the numpy reference's):
-- gemv_quant.wgsl for M <= 8 rows and for stacks of one-row products of any number (decode), MR rows a
+- gemv_quant.wgsl for M <= 8 rows and for stacks of one-row products (decode; up to the policy's
+  gemv_stack_quant_max_rows on GPUs, any number on CPU adapters), MR rows a
   workgroup (`ops.gemv_group`), LANES threads per output (on CPU adapters 1, and the policy's gemv_quant_nr outputs a
   thread), with the layer-norm or RMS-norm prologue of gemv_norm.wgsl (`ln=` / `rms=`),
-- matmul_quant.wgsl for M > 8 on GPUs (64x64 tiles through workgroup memory, dequantized into the
+- matmul_engine_quant.wgsl for M > 8 on GPUs, and for stacks of more than the policy's
+  gemv_stack_quant_max_rows one-row products: the float matmul engine (matmul_engine_core.wgsl: its tiles,
+  split-K, epilogue; `ops.matmul_engine` plans it) with each K step's tile of W dequantized on its way into
+  workgroup memory (the type file's wvec),
+- matmul_quant.wgsl for M > 8 on GPUs whose policy turns the engine off (64x64 tiles, dequantized into the
   tile of W),
 - matmul_quant_regs.wgsl for M > 8 on CPU adapters (no workgroup memory, no barriers),
 - embedding_quant.wgsl for row gathers.
@@ -305,7 +310,9 @@ def gemv_outputs(ctx: WgpuContext, K: int, mr: int) -> int:
 def kernel_for(ctx: WgpuContext, qtype: str, M: int, K: int, norm: int = 0,
                stack: bool = False, glu: bool = False) -> tuple[Any, str, int, int]:
     """(kernel, which, MR, NR): which is "gemv" (MR rows of A a workgroup, NR outputs a thread),
-    "tiled" or "regs". `norm`: gemv_quant's prologue, 1 layer norm, 2 RMS norm (only where it has
+    "engine" (matmul_engine_quant.wgsl: its variant, tile and split-K are `ops.matmul_engine`'s, so no
+    kernel here), "tiled" (matmul_quant.wgsl, where the policy turns the engine off) or "regs" (CPU
+    adapters). `norm`: gemv_quant's prologue, 1 layer norm, 2 RMS norm (only where it has
     lanes to reduce with: norm_fusable). `stack`: the rows are a stack of one-row products
     (`ops.gemv_group`). `glu`: gemv_quant's SwiGLU prologue (asked for only where the GEMV runs)."""
     mr = gops.gemv_group(ctx, M, stack)
@@ -318,6 +325,8 @@ def kernel_for(ctx: WgpuContext, qtype: str, M: int, K: int, norm: int = 0,
         return ctx.kernel("gemv_quant", defs), "gemv", mr, nr
     if not gops._gpu_style(ctx):
         return ctx.kernel("matmul_quant_regs", {qtype: "true"}), "regs", 0, 0
+    if ctx.policy.engine:
+        return None, "engine", 0, 0
     return ctx.kernel("matmul_quant", {qtype: "true"}), "tiled", 0, 0
 
 
@@ -373,7 +382,8 @@ def quant_linear(x: Tensor, qweight: QuantWeight | QuantGpu, bias: Tensor | None
     out = gops._out(device, out_shape, dt.float32)
     if out.size == 0:
         return out
-    stack = x.ndim > 2 and x.shape[-2] == 1  # a stack of one-row products: each row its M = 1 result
+    # a stack of one-row products: each row its M = 1 result (up to the policy's limit on GPUs)
+    stack = x.ndim > 2 and x.shape[-2] == 1 and not gops.stack_goes_tiled(ctx, x.size // width, w.qtype)
     x2, M, _, lda = _f32_rows(x)
     norm = ln if rms is None else (rms[0], None, rms[1])
     fuse = norm is not None and norm_fusable(ctx, M, K, norm, stack)
@@ -383,22 +393,20 @@ def quant_linear(x: Tensor, qweight: QuantWeight | QuantGpu, bias: Tensor | None
     if glu is not None and not fuse_glu:  # the gate as its own launch: (M, K) = swiglu of the halves
         gu = Tensor(device, (M, 2 * K), dt.float32, storage=x2._storage, strides=(lda, 1), offset=x2._offset)
         x2, M, _, lda = _f32_rows(gops.binary("swiglu", gu[:, :K], gu[:, K:], (M, K), dt.float32))
-    bits = gops.epilogue_bits(bias is not None, act, residual is not None)
-    b_buf, b_off = None, 0
-    if bias is not None:
-        b = bias.contiguous() if bias.dtype is dt.float32 else gops.copy(bias, dt.float32)
-        b_buf, b_off = gops._buf(b), b._offset
-    r_buf, r_off, r_ld = None, 0, 0
-    if residual is not None:
-        r, _, _, r_ld = _f32_rows(residual)
-        r_buf, r_off = gops._buf(r), r._offset
+    if bias is not None and bias.dtype is not dt.float32:
+        bias = gops.copy(bias, dt.float32)
+    epi = gops._Epilogue(out, bias, act, residual)  # (float32 bias and residual: the kernels read them so)
     kern, which, mr, nr = kernel_for(ctx, w.qtype, M, K, (2 if rms is not None else 1) if fuse else 0, stack,
                                      glu=fuse_glu)
     sw = scale_words(w.qtype, K)
+    if which == "engine":
+        parts = [(0, K, n0, nn, 0, 1, K, (qbuf, sbuf)) for n0, nn, qbuf, sbuf in w.chunks()]
+        gops.matmul_engine(ctx, x2, lda, M, gops.QuantB(w.qtype, sw), parts, out, epi)
+        return out
     for n0, nn, qbuf, sbuf in w.chunks():
         params: dict[str, float] = dict(M=M, N=nn, K=K, a_off4=x2._offset // 4, lda4=lda // 4, d_ld=sw, c_off=n0,
-                                        ldc=N, epi=bits, bias_off=b_off + n0, r_off=r_off + n0, r_ld=r_ld)
-        bufs = dict(a=gops._buf(x2), qs=qbuf, scales=sbuf, bias=b_buf, res=r_buf, c=gops._buf(out))
+                                        ldc=N, **epi.params(n0, True))
+        bufs = dict(a=gops._buf(x2), qs=qbuf, scales=sbuf, c=gops._buf(out), **epi.buffers())
         if fuse and norm is not None:  # (fuse: norm is given)
             params["eps"] = norm[2]
             bufs.update(lnw=gops._buf(norm[0]), lnb=None if norm[1] is None else gops._buf(norm[1]))

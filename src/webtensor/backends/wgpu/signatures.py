@@ -175,6 +175,8 @@ SIGNATURES = {s.file: s for s in (
          "a w bias? res? lnw? lnb? -> c"),
     _sig("matmul_engine", f"M N K acc=0 a_off4 lda4 b_off4 ldb4 c_off=0 ldc {_EPI} ks=0 c_zs=0",
          "a b bias? res? -> c"),
+    _sig("matmul_engine_quant", f"M N K acc=0 a_off4 lda4 d_ld c_off=0 ldc {_EPI} ks=0 c_zs=0",
+         "a qs scales bias? res? -> c"),
     _sig("matmul_splitk_sum", "M N S ld_s acc=0 c_off=0 ldc epi=0 bias_off=0 r_off=0 r_ld=0", "part bias? res? -> c"),
     _sig("attention_prefill", "T S causal scale:f32 q_off q_ts q_hs k_off k_ts k_hs v_off v_ts v_hs o_off=0 o_ts o_hs "
          "group", "q k v -> o"),

@@ -53,10 +53,13 @@ class LlamaConfig(DecoderConfig):
         if arch == "mistral" and window is not None and window < max_pos:
             raise CheckpointError(f"{where}: sliding_window = {window}: sliding-window attention is not supported "
                                   f"(max_position_embeddings is {max_pos})")
-        attention_bias = req.bool("attention_bias", False)
+        # transformers reads attention_bias for llama and qwen3 only (qwen2: q/k/v biases always, none on o_proj;
+        # mistral: none), and mlp_bias for llama only: the other architectures ignore the keys, and so does this
+        attention_bias = req.bool("attention_bias", False) if arch in ("llama", "qwen3") else False
+        mlp_bias = req.bool("mlp_bias", False) if arch == "llama" else False
         cfg = cls(**fields, rope=rope_from_hf(raw, where),
-                  qkv_bias=True if arch == "qwen2" else attention_bias, o_bias=attention_bias and arch != "qwen2",
-                  mlp_bias=req.bool("mlp_bias", False), qk_norm=arch == "qwen3")
+                  qkv_bias=arch == "qwen2" or attention_bias, o_bias=attention_bias, mlp_bias=mlp_bias,
+                  qk_norm=arch == "qwen3")
         cfg.check(where)
         return cfg
 

@@ -1,4 +1,5 @@
-// Matmul with a quantized weight for M > 8 rows (prefill, batches), GPUs: C = A @ W^T with A
+// Matmul with a quantized weight for M > 8 rows (prefill, batches) on GPUs whose kernel policy turns the
+// matrix engine (matmul_engine_quant.wgsl) off: C = A @ W^T with A
 // float32 (M, K) and W (N, K) in webtensor's GPU layout of one of ggml's block types
 // (quant_dequant.wgsl; the type by its define). 64x64 output tiles per workgroup of 256 threads,
 // 16-deep K steps staged through workgroup memory: each thread loads one vec4 of A and four values

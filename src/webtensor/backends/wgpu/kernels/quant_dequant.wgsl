@@ -1,6 +1,7 @@
 // Dequantization in registers of webtensor's GPU layout of ggml's block types (see
-// backends/wgpu/quant_ops.py), included where gemv_quant.wgsl, matmul_quant.wgsl,
-// matmul_quant_regs.wgsl and embedding_quant.wgsl say `// #include quant_dequant.wgsl`. The including
+// backends/wgpu/quant_ops.py), included where gemv_quant.wgsl, matmul_engine_quant.wgsl (the matrix
+// engine: wvec fills its tiles), matmul_quant.wgsl, matmul_quant_regs.wgsl and embedding_quant.wgsl say
+// `// #include quant_dequant.wgsl`. The including
 // kernel binds `qs` (array<vec4<u32>>: each row's block bodies, BV vec4 a block, rows one after the
 // other) and `scales` (array<u32>: each row's block heads (float16 scales / minimums, Q5's high bits),
 // p.d_ld words a row), and its struct P has K (values a row, a multiple of QK) and d_ld.
