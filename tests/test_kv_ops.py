@@ -1,7 +1,8 @@
-"""Parity of the ops a decode step is made of (cache_write, cached_attention with and without the
-fused append, advance_tokens, linear with a layer-norm prologue, the two-stage argmax) against the
-numpy reference, in the CPU-adapter and the GPU kernel variants; and graphs: captured once,
-replayed with state on the device, the same results as running the ops again."""
+"""Parity of the ops a decode step and a prompt chunk are made of (cache_write, cached_attention with and
+without the fused append, chunk_attention, advance_tokens, linear with a layer-norm prologue, the two-stage
+argmax) against the numpy reference, in the CPU-adapter and the GPU kernel variants; and graphs: captured once,
+replayed with state on the device, the same results as running the ops again, their intermediates' buffers
+reused within the graph."""
 
 from __future__ import annotations
 
@@ -90,6 +91,150 @@ def test_bad_slots_and_positions_touch_nothing(gpu, style, seed, slots, n_ctx, b
     assert np.array_equal(kc.numpy(), kc0.numpy()) and np.array_equal(vc.numpy(), vc0.numpy())
     assert rel_err(a[:n], want) <= 1e-5
     assert np.isnan(a[n]).all()  # attended to nothing
+
+
+def chunk_reference(q: np.ndarray, kc: np.ndarray, vc: np.ndarray, pos: np.ndarray, s: int,
+                    scale: float) -> np.ndarray:
+    """float64 attention of rows q (T, H, D) of the sequence in slot s: row t over its positions 0..pos[t] (at most
+    the cache's n_ctx), query head h on KV head h // (H // KVH)."""
+    T, H, _ = q.shape
+    G = H // kc.shape[2]
+    out = np.empty(q.shape)
+    for t in range(T):
+        n = min(int(pos[t]) + 1, kc.shape[1])
+        k = np.repeat(kc[s, :n].astype(np.float64), G, axis=1)  # (n, H, D)
+        v = np.repeat(vc[s, :n].astype(np.float64), G, axis=1)
+        sc = np.einsum("hd,nhd->hn", q[t].astype(np.float64), k) * scale
+        e = np.exp(sc - sc.max(-1, keepdims=True))
+        out[t] = np.einsum("hn,nhd->hd", e / e.sum(-1, keepdims=True), v)
+    return out
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    """The kernel files launched from now on, in order (every WebGPU device)."""
+    from webtensor.backends.wgpu.context import WgpuContext
+
+    names: list[str] = []
+    launch = WgpuContext.launch
+
+    def spy(self, kernel, *args):
+        names.append(kernel.name.split("-")[0])
+        launch(self, kernel, *args)
+
+    monkeypatch.setattr(WgpuContext, "launch", spy)
+    return names
+
+
+@pytest.mark.parametrize("subgroups", [True, False])
+@settings(SETTINGS, max_examples=12)
+@given(seed=seeds, T=st.integers(1, 150), p0=st.integers(0, 100), pad=st.integers(0, 9), kvh=st.integers(1, 3),
+       G=st.sampled_from([1, 2, 3]), D=st.sampled_from([8, 16, 20, 32, 48, 64, 80, 128]),
+       keys=st.sampled_from([16, 32, 64]), f16=st.booleans(), slots=st.integers(1, 3), past=st.booleans())
+def test_chunk_attention(gpu, style, monkeypatch, launched, subgroups, seed, T, p0, pad, kvh, G, D, keys, f16, slots,
+                         past):
+    """chunk_attention against float64 numpy and against the CPU reference: a prompt chunk of T rows (q a strided view:
+    the fused qkv's middle third) at positions p0.. of one slot of (slots, n_ctx, KVH, D) caches (grouped-query:
+    H = G KVH), its last `pad` rows repeating the last position (a graph's padding rows), with `past` the last
+    row past the context (it sees all n_ctx positions); q float32 or float16; the GPU kernel
+    (attention_tiled_cache.wgsl, tiles of `keys` keys, row reductions by subgroup shuffles or through workgroup
+    memory) where the policy and shapes allow it (head dims that are multiples of 16 on GPU-style plans), else
+    the CPU adapters' (attention_flash_cache.wgsl: float32, head dims that are multiples of 4 up to 64), else
+    cached_attention's kernel."""
+    if f16 and not gpu.has_f16:
+        pytest.skip("this adapter has no shader-f16")
+    if subgroups and not gpu.ctx.has_subgroups:
+        pytest.skip("this adapter has no subgroups")
+    set_policy(monkeypatch, gpu, tiled_keys=(keys,))
+    monkeypatch.setattr(gpu.ctx, "subgroup_size", 8 if subgroups else 0)
+    H, n_ctx = G * kvh, p0 + T + 3
+    s = slots - 1
+    q = rnd(seed, T + pad, H, D).astype(np.float16 if f16 else np.float32)
+    q[T:] = q[T - 1]  # (padding rows: the last row again)
+    kc, vc = rnd(seed + 1, slots, n_ctx, kvh, D), rnd(seed + 2, slots, n_ctx, kvh, D)
+    pos = np.concatenate([np.arange(p0, p0 + T), np.full(pad, p0 + T - 1)]).astype(np.int32)
+    if past:
+        pos[-1] = n_ctx + 2
+    slot = np.full(T + pad, s, np.int32)
+    scale = float(D) ** -0.5
+    fused = np.stack([q * 0, q, q * 2], axis=1)  # (rows, 3, H, D): q as the fused qkv's middle third, a view
+    outs = []
+    for dev in (wt.Device.cpu(), gpu):
+        launched.clear()
+        qkv, kct, vct, pt, st_ = on(dev, fused, kc, vc, pos, slot)
+        outs.append(wt.chunk_attention(qkv[:, 1], kct, vct, pt, st_, scale=scale).numpy())
+    tiled = style and D % 16 == 0 and D % keys == 0 and keys * (2 * D * 4 + 256) <= \
+        gpu.ctx.api.limits["max-compute-workgroup-storage-size"]
+    flash = not tiled and T + pad >= 2 and D % 4 == 0 and D <= 64 and not f16
+    assert launched == ["attention_tiled_cache" if tiled else "attention_flash_cache" if flash else "cached_attention"]
+    want = chunk_reference(q, kc, vc, pos, s, scale)
+    assert outs[1].dtype == np.float32 and outs[1].shape == (T + pad, H, D)
+    assert rel_err(outs[0], want) <= 1e-6
+    assert rel_err(outs[1], want) <= 1e-5
+    if pad > past:  # a padding row is its position's row again
+        assert np.array_equal(outs[1][T], outs[1][T - 1])
+
+
+def test_chunk_attention_rows_share_one_slot(device):
+    """The rows must be one sequence's: the CPU names two slots that differ (WebGPU reads slot[0])."""
+    q = wt.tensor(rnd(0, 3, 2, 16), device=device)
+    kc = wt.tensor(rnd(1, 2, 8, 2, 16), device=device)
+    pos = wt.tensor(np.array([0, 1, 2], np.int32), device=device)
+    if device.kind == "cpu":
+        with pytest.raises(wt.ShapeError, match="slots 1 and 0"):
+            wt.chunk_attention(q, kc, kc, pos, wt.tensor(np.array([1, 1, 0], np.int32), device=device))
+    with pytest.raises(wt.ShapeError, match="slot must be an int32 tensor of shape \\(3,\\)"):
+        wt.chunk_attention(q, kc, kc, pos, wt.tensor(np.array([1], np.int32), device=device))
+    with pytest.raises(wt.ShapeError, match="do not split evenly"):
+        wt.chunk_attention(q, wt.zeros((2, 8, 3, 16), device=device), kc, pos, pos)
+    with pytest.raises(wt.ShapeError, match="k and v caches differ"):
+        wt.chunk_attention(q, kc, wt.zeros((2, 9, 2, 16), device=device), pos, pos)
+
+
+@SETTINGS
+@given(seed=seeds, slots=st.integers(1, 3), bad=st.sampled_from([-1, 0, 7]), neg=st.booleans())
+def test_chunk_attention_bad_slots_and_positions(gpu, style, seed, slots, bad, neg):
+    """GPU data is never trusted as an index: a slot out of range makes every row attend to nothing (zeros), a
+    negative position its row (zeros); the other rows are the reference's (both kernel families)."""
+    n_ctx, T, D = 12, 5, 16
+    kc, vc, q = rnd(seed, slots, n_ctx, 1, D), rnd(seed + 1, slots, n_ctx, 1, D), rnd(seed + 2, T, 2, D)
+    pos = np.arange(3, 3 + T).astype(np.int32)
+    if neg:
+        pos[2] = -1 - bad * bad
+        slot = np.zeros(T, np.int32)
+    else:
+        slot = np.full(T, slots + bad if bad >= 0 else -1, np.int32)
+    got = wt.chunk_attention(*on(gpu, q, kc, vc, pos, slot)).numpy()
+    if neg:
+        assert np.array_equal(got[2], np.zeros_like(got[2]))
+        keep = [0, 1, 3, 4]
+        assert rel_err(got[keep], chunk_reference(q[keep], kc, vc, pos[keep], 0, D ** -0.5)) <= 1e-5
+    else:
+        assert np.array_equal(got, np.zeros_like(got))
+
+
+def test_graph_reuses_its_intermediates(gpu):
+    """A capture hands the buffer of an intermediate it has dropped to a later one of the same size (replayed in
+    order, the later tenant is written after the earlier one's last reader): a chain of 12 ops holds ~3 buffers,
+    not 12, and replays right; constants uploaded in the capture keep their own."""
+    x = wt.tensor(rnd(0, 4096), device=gpu)
+    ctx = gpu.ctx
+
+    def chain():
+        y = x
+        for i in range(12):
+            y = wt.add(y * 0.5, wt.tensor(np.full(4096, i, np.float32), device=gpu))  # (a constant each step)
+        return y
+
+    want = x.numpy()
+    for i in range(12):
+        want = want * np.float32(0.5) + np.float32(i)
+    before = ctx.bytes_in_use
+    g = gpu.capture(chain)
+    held = ctx.bytes_in_use - before
+    assert held <= (12 + 4) * 4096 * 4  # 12 constants, the output and a few intermediates (not 24 + 12)
+    assert rel_err(g.replay().numpy(), want) <= 1e-6 and rel_err(g.replay().numpy(), want) <= 1e-6
+    g.release()
 
 
 @SETTINGS

@@ -106,14 +106,14 @@ def print_profile(e: ModelEngine) -> None:
     """GPU µs of one replay of each captured step graph of `e`, by kernel kind (median of 5)."""
     from webtensor.backends.wgpu.profiler import _by_kind, time_commands
 
-    for (rows, picks, shared, _masked), g in e.runner._graphs.items():
+    for (kind, rows, picks, _masked), g in e.runner._graphs.items():
         graph = g.graph.graph
         cmds = [c for c in graph.commands if c[0] == "dispatch"]
         names = [n for c, n in zip(graph.commands, graph.names, strict=True) if c[0] == "dispatch"]
         runs = [time_commands(e.model.device.ctx, cmds) for _ in range(5)]
         per = [sorted(r[i] for r in runs)[2] for i in range(len(cmds))]
         kinds = ", ".join(f"{k} {us:.0f}" for k, us in _by_kind(names, per))
-        what = f"rows {rows} (head rows {picks or rows}{', prompt rows' if shared else ''})"
+        what = f"rows {rows} (head rows {picks or rows})" if kind == "step" else f"prompt chunk {rows} (head {picks})"
         print(f"  profile {what}: {sum(per):.0f} us GPU in {len(cmds)} dispatches: {kinds}", flush=True)
 
 

@@ -1,8 +1,9 @@
-"""The host (Python) cost of an eager prompt pass, per dispatch: where GPU work is negligible.
+"""The host (Python) cost of a prompt pass, per dispatch: where GPU work is negligible.
 
 A random SmolLM2-shaped checkpoint (the `smollm2-135m` preset's 30 layers, 9 heads over 3 KV heads, tied
 embedding) with tiny widths (hidden 144, MLP 96, vocab 512: head dim 16 by default) runs `ModelRunner.prefill` of a
-T-token prompt on a WebGPU device; each pass is timed on the wall clock (it ends with the logits read back, so
+T-token prompt on a WebGPU device, its chunks replayed graphs (`--eager`: the same chunks' forwards planned op by
+op, the host cost the graphs remove); each pass is timed on the wall clock (it ends with the logits read back, so
 the GPU work is inside it). Prints the dispatches a pass records (the context's counter), the median wall time
 of a pass and the median µs per dispatch, split into the three parts of a pass: `plan` (the Python of the
 forward: planning each op, allocating results, packing parameters, bind groups; what this tool is for),
@@ -16,7 +17,7 @@ the planners a real GPU's prefill runs are the ones timed; lavapipe then runs ke
 which shows in `submit`, not in `plan`).
 
     PYTHONPATH=$PWD/src CI=true .venv/bin/python tools/prefill_host.py [--device lavapipe] [--tokens 16]
-        [--repeats 20] [--n-layer 30] [--hidden 144] [--gpu-kernels] [--profile] [--top 40] [--json out.json]
+        [--repeats 20] [--n-layer 30] [--hidden 144] [--gpu-kernels] [--eager] [--profile] [--top 40] [--json out.json]
 
 The real SmolLM2-135M prefill (128 tokens, float16) on a GPU: `webtensor bench -m smollm2-135m --dtype float16
 --prompts 128,1024 --decode 16 --repeats 3`.
@@ -61,10 +62,10 @@ def _timed(obj: Any, name: str, acc: dict[str, float], key: str) -> None:
     setattr(obj, name, wrapper)
 
 
-def measure(model: Any, tokens: int, repeats: int) -> dict[str, Any]:
+def measure(model: Any, tokens: int, repeats: int, eager: bool = False) -> dict[str, Any]:
     """Median wall time of `runner.prefill` of `tokens` tokens (read back), its split into plan / submit / wait
-    (WebGPU), and the dispatches of one pass."""
-    runner = model.runner(1)
+    (WebGPU), and the dispatches of one pass; `eager`: a runner without graphs."""
+    runner = model.runner(1, use_graph=not eager)
     ctx = getattr(model.device.backend, "ctx", None)
     ids = [(7 * i + 3) % model.vocab_size for i in range(tokens)]
     acc = {"submit": 0.0, "wait": 0.0}
@@ -108,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vocab", type=int, default=512)
     ap.add_argument("--dtype", default=None, help="weights' dtype (default: the device's choice)")
     ap.add_argument("--gpu-kernels", action="store_true", help="plan as on a GPU (132 compute units)")
+    ap.add_argument("--eager", action="store_true", help="the prompt's chunks op by op (no graphs)")
     ap.add_argument("--profile", action="store_true", help="cProfile some more passes")
     ap.add_argument("--profile-passes", type=int, default=10)
     ap.add_argument("--top", type=int, default=40, help="profile rows printed")
@@ -116,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     model = build(a.device, a.n_layer, a.hidden, a.mlp, a.vocab, a.dtype)
     if a.gpu_kernels:
         model.device.kernel_policy = model.device.kernel_policy.replace(gpu_style=True, compute_units=132)
-    r = measure(model, a.tokens, a.repeats)
+    r = measure(model, a.tokens, a.repeats, a.eager)
     run = r.pop("run")
     print(f"{r['device']}: prefill of {a.tokens} tokens, {a.n_layer} layers: {r['prefill_ms']:.2f} ms median "
           f"(min {r['prefill_ms_min']:.2f}), {r['dispatches']} dispatches, "

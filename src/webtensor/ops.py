@@ -476,26 +476,51 @@ def cached_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor, s
     news = [t for t in (k_new, v_new) if t is not None]
     if len(news) == 1:
         raise ArgumentError("cached_attention: give both k_new and v_new, or neither")
-    check_same_device("cached_attention", q, k_cache, v_cache, pos, slot, *news)
-    _need_float("cached_attention", q, *news)
-    if q.ndim != 3:
-        raise ShapeError(f"cached_attention: q must be (T, H, D), got {q.shape}")
-    T, H, D = q.shape
-    if k_cache.ndim != 4:
-        raise ShapeError(f"cached_attention: a KV cache is (n_slots, n_ctx, KVH, D), got {k_cache.shape}")
-    KVH = k_cache.shape[2]
-    _check_heads("cached_attention", H, KVH)
-    _check_cache("cached_attention", k_cache, KVH, D)
-    if v_cache.shape != k_cache.shape:
-        raise ShapeError(f"cached_attention: k and v caches differ: {k_cache.shape} vs {v_cache.shape}")
-    _check_cache("cached_attention", v_cache, KVH, D)
+    T, KVH, D = _check_attention_rows("cached_attention", q, k_cache, v_cache, pos, slot, *news)
+    _need_float("cached_attention", *news)
     if any(t.shape != (T, KVH, D) for t in news):
         raise ShapeError(f"cached_attention: k_new and v_new must be (T, KVH, D) = {(T, KVH, D)}, "
                          f"got {[t.shape for t in news]}")
-    _int_vector("cached_attention", "pos", pos, T)
-    _int_vector("cached_attention", "slot", slot, T)
     rope = _check_rope("cached_attention", rope, D, q)
     return q.device.backend.cached_attention(q, k_cache, v_cache, pos, slot, _scale(scale, D), k_new, v_new, rope)
+
+
+def chunk_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor, slot: Tensor,
+                    scale: float | None = None) -> Tensor:
+    """`cached_attention` of rows that are one sequence's (a prompt chunk): q (T, H, D), caches
+    (n_slots, n_ctx, KVH, D), pos and slot int32 (T,) with every row in slot slot[0]; row t sees
+    positions 0..pos[t] of that slot (a position past the context: its n_ctx positions) -> (T, H, D)
+    float32, the numbers `cached_attention` gives each row. The rows' own keys and values must be in
+    the cache already (`cache_write` first), since every row reads the ones before it. On GPUs the
+    rows share key and value tiles (attention_tiled_cache.wgsl: query tiles of 64 rows, each tile of
+    keys loaded once for all of them), positions and slot read on the device, so one captured graph
+    serves every chunk of every prompt. The CPU checks that the slots agree (a ShapeError naming
+    two that do not) and are in range; WebGPU reads slot[0], and gives zeros for every row when it is out
+    of range and for a row at a negative position (device data is not read back to be checked)."""
+    _check_attention_rows("chunk_attention", q, k_cache, v_cache, pos, slot)
+    return q.device.backend.chunk_attention(q, k_cache, v_cache, pos, slot, _scale(scale, q.shape[2]))
+
+
+def _check_attention_rows(op: str, q: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor, slot: Tensor,
+                          *more: Tensor) -> tuple[int, int, int]:
+    """The checks `cached_attention` and `chunk_attention` share: query rows, caches, positions and
+    slots. (T, KVH, D)."""
+    check_same_device(op, q, k_cache, v_cache, pos, slot, *more)
+    _need_float(op, q)
+    if q.ndim != 3:
+        raise ShapeError(f"{op}: q must be (T, H, D), got {q.shape}")
+    T, H, D = q.shape
+    if k_cache.ndim != 4:
+        raise ShapeError(f"{op}: a KV cache is (n_slots, n_ctx, KVH, D), got {k_cache.shape}")
+    KVH = k_cache.shape[2]
+    _check_heads(op, H, KVH)
+    _check_cache(op, k_cache, KVH, D)
+    if v_cache.shape != k_cache.shape:
+        raise ShapeError(f"{op}: k and v caches differ: {k_cache.shape} vs {v_cache.shape}")
+    _check_cache(op, v_cache, KVH, D)
+    _int_vector(op, "pos", pos, T)
+    _int_vector(op, "slot", slot, T)
+    return T, KVH, D
 
 
 def advance_tokens(new: Tensor, ids: Tensor, pos: Tensor, tokens: Tensor, count: Tensor) -> None:

@@ -176,18 +176,24 @@ class _Interrupt:
         return self.fn(*a, **k)
 
 
+@pytest.mark.parametrize("graphs", [True, False], ids=["capturing", "op-by-op"])
 @pytest.mark.parametrize("nth", [2, 5, 9])
-def test_interrupt_inside_the_forward(gpu, wmodel, monkeypatch, nth):
-    """KeyboardInterrupt from inside an op in the middle of the prefill (in its dispatch scope)."""
+def test_interrupt_inside_the_forward(gpu, wmodel, monkeypatch, nth, graphs):
+    """KeyboardInterrupt from inside an op in the middle of the prefill: while its chunk's graph is captured (a
+    fresh runner captures it), or run op by op (no graphs, in its dispatch scope)."""
     want = _reference(wmodel)
+    wmodel._runners.clear()  # (a fresh runner: the prompt's graph is captured again)
+    monkeypatch.setattr(wmodel, "use_graph", graphs)
     hook = _Interrupt(wt.ops.linear, nth)
     monkeypatch.setattr(wt.ops, "linear", hook)
     with watchdog(60):
         with pytest.raises(KeyboardInterrupt):
             wmodel.generate(PROMPT, 12)
         monkeypatch.undo()
+        wmodel._runners.clear()
         assert hook.calls == nth
         assert gpu.stats()["pending"] == 0  # the scope flushed (or dropped) what was recorded
+        assert gpu.ctx._capture is None  # (an interrupted capture is over)
         assert _reference(wmodel) == want
         _softmax_ok(gpu)
 

@@ -1,7 +1,9 @@
 """Prefix reuse: a prompt that starts with tokens a free slot's cache holds reads on from there, and gives the
-tokens and log-probabilities of a cold run bit for bit (the CPU device and WebGPU on lavapipe, float32, the
-batched engine: greedy rows followed on the device, and sampled rows with log-probabilities); the slot with the
-longest match is taken; /metrics counts the tokens looked up and reused."""
+tokens of a cold run and its log-probabilities to float32's rounding (the CPU device and WebGPU on lavapipe,
+float32, the batched engine: greedy rows followed on the device, and sampled rows with log-probabilities: a prompt's
+chunks are matrix products, whose sums for a row depend on the chunk's rows, and a reused prefix's keys and values
+were computed in other chunks, or by decode steps, than a cold run's); the slot with the longest match is taken;
+/metrics counts the tokens looked up and reused."""
 
 from __future__ import annotations
 
@@ -40,8 +42,14 @@ def _run(engine: ModelEngine, jobs: list[tuple[list[int], Sampling, int]]) -> tu
     return asyncio.run(go())
 
 
+def same_run(got: tuple, want: tuple) -> bool:
+    """The same tokens, and log-probabilities within float32's rounding (an absolute floor: they are O(1))."""
+    return got[0] == want[0] and len(got[1]) == len(want[1]) and \
+        bool(np.allclose(got[1], want[1], rtol=1e-5, atol=1e-5))
+
+
 @pytest.mark.parametrize("dev_name", ["cpu", "wgpu"])
-def test_reused_prefix_gives_the_cold_runs_tokens_bit_for_bit(dev_name, gpu):
+def test_reused_prefix_gives_the_cold_runs_tokens(dev_name, gpu):
     dev = wt.Device.cpu() if dev_name == "cpu" else gpu
     model = wt.load_model(None, device=dev)
     rng = np.random.default_rng(7)
@@ -63,9 +71,9 @@ def test_reused_prefix_gives_the_cold_runs_tokens_bit_for_bit(dev_name, gpu):
     finally:
         warm.close()
     _, got_b, got_b2, got_t2 = out
-    assert got_b[2] == 100 and got_b[:2] == want_b[:2]  # a's prompt shared 100 tokens with b's
-    assert got_b2[2] == len(b) - 1 and got_b2[:2] == want_b2[:2]  # b's own slot: all but its last token
-    assert got_t2[2] == len(b) + 11 and got_t2[:2] == want_t2[:2]  # b's prompt and its answer but the last one
+    assert got_b[2] == 100 and same_run(got_b[:2], want_b[:2])  # a's prompt shared 100 tokens with b's
+    assert got_b2[2] == len(b) - 1 and same_run(got_b2[:2], want_b2[:2])  # b's own slot: all but its last token
+    assert got_t2[2] == len(b) + 11 and same_run(got_t2[:2], want_t2[:2])  # b's prompt and its answer but the last
     hits = sched.metrics.prefix_hits._value.get()
     assert hits == 100 + len(b) - 1 + len(b) + 11
     assert sched.metrics.prefix_queries._value.get() == len(a) + 2 * len(b) + len(turn2)

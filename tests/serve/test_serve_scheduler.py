@@ -76,6 +76,34 @@ def test_long_prefill_is_chunked_and_interleaved_with_decode():
     assert sorted(eng.released) == [0, 1]
 
 
+def test_the_budget_holds_only_beside_decoding_sequences():
+    """200-token prompts (chunks of 64, a budget of 128 tokens): three arriving at once with nothing decoding each
+    read their next chunk every step (192 tokens a step); three arriving beside a decoding sequence share 128
+    tokens a step (two chunks), the decoding one getting its token every step."""
+    idle = RecordingEngine(max_batch=4, delay=0.002)
+    asyncio.run(_run(idle, [(0, 200, 3), (0, 200, 3), (0, 200, 3)]))
+    assert sorted(len(r.ids) for r in idle.steps[0]) == [64, 64, 64]
+    busy = RecordingEngine(max_batch=4, delay=0.002)
+    out = asyncio.run(_run(busy, [(0, 3, 80), (0.02, 200, 3), (0.02, 200, 3), (0.02, 200, 3)]))
+    assert [len(o) for o in out] == [80, 3, 3, 3]
+    reading = [rows for rows in busy.steps if any(len(r.ids) > 1 for r in rows)][1:]  # (the short one's own first)
+    assert reading and all(any(len(r.ids) == 1 for r in rows) for rows in reading)
+    assert max(sum(len(r.ids) for r in rows if len(r.ids) > 1) for rows in reading) == 128
+
+
+def test_the_engine_names_the_chunk_and_budget():
+    """An engine's `prefill_chunk` / `prefill_budget` (ModelEngine: its device's policy) are the scheduler's unless
+    given; an engine naming none gets DEFAULT_PREFILL."""
+    from webtensor.serve.scheduler import DEFAULT_PREFILL
+
+    eng = RecordingEngine(max_batch=1)
+    assert (Scheduler(eng, 1).prefill_chunk, Scheduler(eng, 1).prefill_budget) == DEFAULT_PREFILL
+    eng.prefill_chunk, eng.prefill_budget = 512, 1024  # type: ignore[attr-defined]
+    sched = Scheduler(eng, 1)
+    assert (sched.prefill_chunk, sched.prefill_budget) == (512, 1024)
+    assert Scheduler(eng, 1, prefill_chunk=32, prefill_budget=64).prefill_budget == 64
+
+
 @settings(max_examples=15, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 200), st.integers(1, 30)), min_size=1, max_size=10),
        st.integers(1, 4))

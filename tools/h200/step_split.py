@@ -22,7 +22,7 @@ def graph_of(m, ids):
     runner = m.runner(1)
     runner.prefill(0, ids)
     runner.collect(runner.launch([RunRow(0, (ids[-1],), len(ids))]))  # (captures the step)
-    return runner, runner._graph(1, None, False).graph.graph
+    return runner, runner._graphs[("step", 1, None, False)].graph.graph
 
 
 def gpu_time(api, cmds):

@@ -84,6 +84,9 @@ class Backend(Protocol):
     def cached_attention(self, q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float,
                          k_new: Tensor | None = None, v_new: Tensor | None = None,
                          rope: tuple[Tensor, Tensor, bool] | None = None) -> Tensor: ...
+    def chunk_attention(self, q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float) -> Tensor:
+        """`cached_attention` of one sequence's rows (every slot slot[0]'s), the rows sharing key tiles."""
+        ...
     def advance_tokens(self, new: Tensor, ids: Tensor, pos: Tensor, tokens: Tensor, count: Tensor) -> None: ...
 
     # -- execution ------------------------------------------------------------------------------

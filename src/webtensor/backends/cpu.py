@@ -261,6 +261,15 @@ def _check_slots(slot: np.ndarray, n_slots: int) -> None:
         raise ShapeError(f"KV cache: slot {bad} is out of range for a cache of {n_slots} slots")
 
 
+def _check_one_slot(slot: np.ndarray) -> None:
+    # chunk_attention's rows are one sequence's: every slot is slot[0] (checked on every call and
+    # replay; the WGSL kernel reads slot[0] only)
+    if slot.size and (slot != slot[0]).any():
+        other = slot[slot != slot[0]][0]
+        raise ShapeError(f"chunk_attention: the rows are in slots {slot[0]} and {other}: they must be one "
+                         "sequence's (one slot)")
+
+
 def cache_write(cache: np.ndarray, src: np.ndarray, pos: np.ndarray, slot: np.ndarray) -> None:
     # cache: (n_slots, n_ctx, H, D) float32; src: (T, H, D); row t goes to cache[slot[t], pos[t]]
     # (rows whose position is past the context are skipped, as in cache_write.wgsl)
@@ -268,6 +277,34 @@ def cache_write(cache: np.ndarray, src: np.ndarray, pos: np.ndarray, slot: np.nd
     for t in range(src.shape[0]):
         if 0 <= pos[t] < cache.shape[1]:
             cache[slot[t], pos[t]] = _f32(src[t])
+
+
+def chunk_attention(q: np.ndarray, kc: np.ndarray, vc: np.ndarray, pos: np.ndarray, slot: np.ndarray,
+                    scale: float) -> np.ndarray:
+    # q: (T, H, D), the rows of one sequence (every slot slot[0]'s) at positions pos; kc, vc: (n_slots, n_ctx, KVH,
+    # D). Row t attends to positions 0..pos[t] (at most n_ctx) of the slot: every row's scores against the keys
+    # the rows see, in one product a KV head (query head h = kv head h // G, member h % G), the invisible ones
+    # masked -> (T, H, D) float32
+    _check_slots(slot, kc.shape[0])
+    _check_one_slot(slot)
+    T, H, D = q.shape
+    KVH, n_ctx = kc.shape[2], kc.shape[1]
+    G = H // KVH
+    if T == 0:
+        return np.empty(q.shape, F32)
+    lim = np.minimum(pos.astype(np.int64) + 1, n_ctx)  # (T,) keys each row sees
+    n = max(int(lim.max()), 1)  # (position 0 exists: rows at negative positions see nothing, NaN)
+    s = int(slot[0])
+    k, v = kc[s, :n].transpose(1, 2, 0), vc[s, :n].transpose(1, 0, 2)  # (KVH, D, n), (KVH, n, D)
+    qh = _f32(q).reshape(T, KVH, G, D).transpose(1, 0, 2, 3).reshape(KVH, T * G, D)  # rows (t, g)
+    scores = (qh @ k) * F32(scale)  # (KVH, T G, n)
+    visible = np.repeat(np.arange(n)[None, :] < lim[:, None], G, axis=0)  # (T G, n)
+    scores = np.where(visible[None], scores, F32(-np.inf))
+    with np.errstate(invalid="ignore"):  # (a row that sees nothing: NaN)
+        e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        out = (e / e.sum(axis=-1, keepdims=True)) @ v  # (KVH, T G, D)
+    rows: np.ndarray = out.reshape(KVH, T, G, D).transpose(1, 0, 2, 3).reshape(T, H, D).astype(F32, copy=False)
+    return rows
 
 
 def _query_groups(q: np.ndarray, KVH: int) -> np.ndarray:
@@ -741,6 +778,30 @@ class CpuBackend:
         return self._op("rope", x.device, x.shape, xa.dtype, compute,
                         (lambda out: _rope_step(out, xa, pa, ca, sa, interleaved)) if fast else None)
 
+    def _rope_stored(self, x: Any, pos: Any, n_ctx: int, cos: Any, sin: Any, interleaved: bool) -> Any:
+        """`rope` of the rows a cache_write stores (positions 0 .. n_ctx - 1; the others, which it skips,
+        are rotated by position 0 and their positions not checked against the tables: as the kernel)."""
+        xa, pa, ca, sa = view(x), view(pos), view(cos), view(sin)
+        kept = np.empty_like(pa)
+
+        def positions() -> None:
+            np.copyto(kept, pa)
+            kept[(pa < 0) | (pa >= n_ctx)] = 0
+
+        def compute() -> np.ndarray:
+            positions()
+            _check_positions(kept, ca.shape[0])
+            return rope(xa, kept, ca, sa, interleaved)
+
+        def into(out: np.ndarray) -> Callable[[], None]:
+            rows = _rope_step(out, xa, kept, ca, sa, interleaved)
+
+            def step() -> None:
+                positions()
+                rows()
+            return step
+        return self._op("rope", x.device, x.shape, xa.dtype, compute, into if xa.dtype == F32 else None)
+
     def softmax(self, x: Any) -> Any:
         xa = view(x)
         return self._op("softmax", x.device, x.shape, xa.dtype, lambda: softmax(xa))
@@ -806,8 +867,8 @@ class CpuBackend:
         return self._op("embedding", table.device, ids.shape + ta.shape[1:], ta.dtype, compute)
 
     def cache_write(self, cache: Any, src: Any, pos: Any, slot: Any, rope: Any = None) -> None:
-        if rope is not None:  # the reference of the fused form: rope, then the store
-            src = self.rope(src, pos, *rope)
+        if rope is not None:  # the reference of the fused form: rope of the rows it stores, then the store
+            src = self._rope_stored(src, pos, cache.shape[1], *rope)
         c, s, p, sl = view(cache), view(src), view(pos), view(slot)
         self._inplace("cache_write", lambda: cache_write(c, s, p, sl), lambda: _cache_write_step(c, s, p, sl))
 
@@ -824,6 +885,10 @@ class CpuBackend:
         return self._op("cached_attention", q.device, q.shape, F32,
                         lambda: cached_attention(qa, ka, va, p, sl, scale),
                         (lambda out: _cached_attention_step(out, qa, ka, va, p, sl, scale)) if fast else None)
+
+    def chunk_attention(self, q: Any, kc: Any, vc: Any, pos: Any, slot: Any, scale: float) -> Any:
+        qa, ka, va, p, sl = view(q), view(kc), view(vc), view(pos), view(slot)
+        return self._op("chunk_attention", q.device, q.shape, F32, lambda: chunk_attention(qa, ka, va, p, sl, scale))
 
     def advance_tokens(self, new: Any, ids: Any, pos: Any, tokens: Any, count: Any) -> None:
         n, i, p, t, c = view(new), view(ids), view(pos), view(tokens), view(count)

@@ -14,7 +14,7 @@ from ..errors import ArgumentError, ContextLengthError, SamplingError
 from ..runtime.batch import StepBatch
 from ..runtime.cache import KVCache
 from ..runtime.generate import RunnerPool, generate, generate_batch
-from ..runtime.runner import RING_STEPS, ModelRunner, int_tensor
+from ..runtime.runner import RING_STEPS, ModelRunner, RunRow
 from ..sampling import SamplingParams, SequenceState, check_max_new_tokens, sample, with_seed
 from ..tensor import Tensor
 from ..validate import check_ids, check_text, fit_context
@@ -61,24 +61,26 @@ class LanguageModel:
         return logits
 
     def runner(self, n_slots: int, invariant: bool = True, use_graph: bool | None = None,
-               bucketed: bool = True, weak: bool = False) -> ModelRunner:
+               bucketed: bool = True, weak: bool = False, prefill_chunk: int | None = None) -> ModelRunner:
         """A new runner of `n_slots` sequences (the server's engines hold one; see `runtime.runner`)."""
-        return ModelRunner(self, n_slots, use_graph=use_graph, invariant=invariant, bucketed=bucketed, weak=weak)
+        return ModelRunner(self, n_slots, use_graph=use_graph, invariant=invariant, bucketed=bucketed, weak=weak,
+                           prefill_chunk=prefill_chunk)
 
     # -- forward -------------------------------------------------------------------------------------------
     def logits(self, ids: Sequence[int]) -> Any:
-        """Full forward over `ids` (the prompt path): logits (T, V) as float32 numpy."""
+        """Full forward over `ids` (the prompt path: `ModelRunner`'s prompt chunks, the LM head on every row):
+        logits (T, V) as float32 numpy."""
         import numpy as np
 
         ids = self._check_ids(ids)
         if len(ids) > self.n_ctx:
             raise ContextLengthError(f"{len(ids)} tokens exceed the context of {self.n_ctx}")
-        dev, T = self.device, len(ids)
-        with dev.dispatch_scope():
-            batch = StepBatch(int_tensor(ids, dev), int_tensor(list(range(T)), dev), int_tensor([0] * T, dev),
-                              span=(0, 0))
-            out = self.forward(batch, self.new_cache())
-            return out.numpy().astype(np.float32, copy=False)
+        runner = self._runners.acquire(1, lambda: self.runner(1, bucketed=False, weak=True))
+        try:
+            got = runner.collect(runner.launch([RunRow(0, tuple(ids), 0, pick=False, every_logits=True)]))
+            return np.asarray(got.every_logits[0], np.float32)  # type: ignore[index]
+        finally:
+            self._runners.release(1, runner)
 
     # -- generation ----------------------------------------------------------------------------------------
     def generate_ids(self, ids: Sequence[int], max_new_tokens: int = 32, temperature: float = 0.0,

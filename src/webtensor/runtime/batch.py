@@ -1,20 +1,21 @@
 """`StepBatch`: one forward's rows, described once by the caller and read by the family's forward.
 
-A forward runs rows of (token id, position, cache slot). How attention reads the KV cache and which rows need
-logits depend on what the rows are — a prompt of one sequence, decode tokens of many sequences, prompt chunks
-among decode tokens in a server step — and that is said here, once, instead of as flags in every forward:
+A forward runs rows of (token id, position, cache slot), each in a device tensor, so that one captured graph
+of the forward serves every step of its shape. How attention reads the KV cache and which rows need logits
+depend on what the rows are — a prompt chunk of one sequence, decode tokens of many sequences, a server step's
+rows — and that is said here, once, instead of as flags in every forward:
 
-- `span` = (slot, p0): the rows are one sequence at positions p0 .. p0 + T - 1, known on the host (a prompt).
-  Attention then reads the cache rows 0 .. p0 + T - 1 of that slot directly (the prefill kernels) and the
-  products run as matrix-matrix products over the T rows.
-- no span: every row attends by its own (slot, position), positions and slots living in device tensors, so one
-  captured graph of the forward serves every step. `shared_slots`: rows may share a slot (a prompt chunk's
-  tokens as rows beside other sequences' decode rows): every row's key and value is stored before any row
-  attends. Otherwise each row is its own sequence and stores and attends in one launch.
-- `invariant` (no span): each row's products are one-row products (activations held as (T, 1, C)), so a row's
+- `store` (int32 (T,)): the rows are a chunk of one sequence's prompt, at consecutive positions of one slot
+  (`runtime.runner`'s prompt graphs). Row t's key and value go to position store[t] of its slot (the context
+  length n_ctx for padding rows: not stored) before any row attends; attention is `ops.chunk_attention` (the
+  rows share key tiles, reading the cached prefix and each other), the products matrix-matrix products over
+  the T rows.
+- no store: every row is its own sequence (a decode token), attending by its own (slot, position); each row
+  stores its key and value and attends in one launch.
+- `invariant` (no store): each row's products are one-row products (activations held as (T, 1, C)), so a row's
   numbers do not depend on which rows share its step (batch invariance); False: one (T, C) matrix product,
   faster for big batches, rows may differ in the last bits from a lone row.
-- `head_rows` (int32 (S,) tensor of row indices) / `last_only`: the LM head runs on those rows only.
+- `head_rows` (int32 (S,) tensor of row indices): the LM head runs on those rows only (none: no LM head).
 """
 
 from __future__ import annotations
@@ -29,12 +30,10 @@ from ..tensor import Tensor
 @dataclass
 class StepBatch:
     ids: Tensor  # int32 (T,)
-    pos: Tensor  # int32 (T,)
+    pos: Tensor  # int32 (T,): the rows' positions (rotary and position embeddings, attention)
     slot: Tensor  # int32 (T,)
-    span: tuple[int, int] | None = None  # (slot, first position): one host-known sequence
-    shared_slots: bool = False
+    store: Tensor | None = None  # int32 (T,): a prompt chunk's rows, stored at these positions first
     head_rows: Tensor | None = None  # int32 (S,)
-    last_only: bool = False
     invariant: bool = True
 
     @property
@@ -43,7 +42,7 @@ class StepBatch:
 
     def rows(self, width: int) -> tuple[int, ...]:
         """The activations' shape for rows of `width` values: (T, 1, width) for one-row products, else (T, width)."""
-        return (self.T, 1, width) if self.span is None and self.invariant else (self.T, width)
+        return (self.T, 1, width) if self.store is None and self.invariant else (self.T, width)
 
     def attend(self, k_cache: Tensor, v_cache: Tensor, q: Tensor, k: Tensor, v: Tensor, scale: float,
                rope: ops.Rope | None = None) -> Tensor:
@@ -51,18 +50,13 @@ class StepBatch:
         q (T, H, D), k and v (T, KVH, D) -> (T, H, D) float32. rope = (cos, sin, interleaved): q and k
         rotated at the rows' positions first (`ops.rope`), inside the store and the attention where
         the step's kernels take it (the decode step: one launch for the rotation, the store and the
-        attention), else (a prompt) a rope of q and a store of k that rotates it."""
-        if self.span is not None:
+        attention), else (a prompt chunk) a rope of q and a store of k that rotates it."""
+        if self.store is not None:
             if rope is not None:
                 q = ops.rope(q, self.pos, *rope)
-            ops.cache_write(k_cache, k, self.pos, self.slot, rope=rope)
-            ops.cache_write(v_cache, v, self.pos, self.slot)
-            s, n = self.span[0], self.span[1] + self.T
-            return ops.attention(q, k_cache[s, :n], v_cache[s, :n], causal=True, scale=scale)
-        if self.shared_slots:
-            ops.cache_write(k_cache, k, self.pos, self.slot, rope=rope)
-            ops.cache_write(v_cache, v, self.pos, self.slot)
-            return ops.cached_attention(q, k_cache, v_cache, self.pos, self.slot, scale=scale, rope=rope)
+            ops.cache_write(k_cache, k, self.store, self.slot, rope=rope)
+            ops.cache_write(v_cache, v, self.store, self.slot)
+            return ops.chunk_attention(q, k_cache, v_cache, self.pos, self.slot, scale=scale)
         return ops.cached_attention(q, k_cache, v_cache, self.pos, self.slot, scale=scale, k_new=k, v_new=v,
                                     rope=rope)
 
@@ -70,9 +64,7 @@ class StepBatch:
         """The rows of x (T, ..., C) that need logits, shaped as this batch holds activations: (S, 1, C) or (S, C)."""
         C = x.shape[-1]
         x = x.reshape(self.T, C)
-        if self.last_only:
-            x = x[self.T - 1:self.T]
-        elif self.head_rows is not None:
+        if self.head_rows is not None:
             x = ops.embedding(x, self.head_rows)  # (S, C): a gather of rows
         return x.reshape(-1, *self.rows(C)[1:])
 

@@ -2,7 +2,7 @@
 (`generate`, greedy or sampled, streaming token by token) and several greedy sequences together
 (`generate_batch`). Importable without numpy (the page).
 
-The prompt runs through the runner's span path (`prefill`). Greedy decoding then launches one step and
+The prompt runs through the runner's prompt-chunk graphs (`prefill`). Greedy decoding then launches one step and
 follows it with submits of growing size (1, 2, 4 .. `batch` steps), each queued before the previous one's
 tokens are read: the argmax runs on the device and feeds the next step there (`ModelRunner.follow`), so the
 device never waits for the host. Sampled decoding reads each step's logits row back and picks on the host

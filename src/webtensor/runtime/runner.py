@@ -1,23 +1,32 @@
-"""`ModelRunner`: one model's sequences on one device — the slot KV cache, the captured step graphs and the
-feed-back ring — and the only code that runs a model's forward for decoding. `generate`, `generate_batch`, both
-serving engines and the web page are its clients.
+"""`ModelRunner`: one model's sequences on one device — the slot KV cache, the captured graphs and the feed-back
+ring — and the only code that runs a model's forward. `generate`, `generate_batch`, both serving engines, the web
+page and the benchmarks are its clients.
 
-A runner holds `n_slots` sequences (KV-cache slots, plus a scratch slot that padding rows write). Its clients
-ask for two kinds of work:
+A runner holds `n_slots` sequences (KV-cache slots, plus a scratch slot that decode padding rows write). Its
+clients ask for two kinds of work:
 
-- `prefill(slot, ids, p0)`: a prompt of one sequence through the span path (`StepBatch.span`: attention reads
-  the cache rows directly, products are matrix-matrix products), run eagerly; the last position's logits.
-- `launch(rows)`: a step of `RunRow`s, at most one per slot — a decode token, or a prompt chunk whose tokens
-  become rows of the step (`shared_slots`) — as one forward with the LM head on the rows that choose a token.
-  Each step shape is captured as a graph on first use and replayed (on WebGPU its launches, on the CPU its plan
-  of numpy steps); shapes are bucketed (`bucket`), padding rows writing the scratch slot; at most `MAX_GRAPHS`
-  graphs are held, the least recently used released. A step of greedy one-token rows ends by feeding its argmax
-  back on the device (`ops.advance_tokens`: ids = best, pos += 1, tokens appended to a ring), so `follow` can
-  replay it for the next steps before the host has read a single token. `collect` reads a launch's tokens (the
-  argmax of each choosing row) and, for rows that asked, their logits (host-side sampling).
+- `prefill(slot, ids, p0)`: a prompt of one sequence, read in chunks of `prefill_chunk` tokens (the device
+  policy's, `prefill_policy`), each chunk a replay of a captured prompt-chunk graph (`_ChunkGraph`: the rows'
+  tokens, positions and slot in device tensors, `StepBatch.store`: products as matrix-matrix products, attention
+  by `ops.chunk_attention`, the LM head on the last real row only). Chunk shapes are bucketed (`chunk_bucket`),
+  the padding rows repeating the last token and position and stored nowhere, so a prompt of any length is a
+  handful of replays (one submit each: each replay's inputs are uploaded first) whose host cost is their
+  encoding, not the planning of every op.
+- `launch(rows)`: a step of `RunRow`s, at most one per slot: its prompt chunks (rows of several tokens) each as
+  above, its one-token rows (decode tokens) as one forward of the decode-step graph (`_StepGraph`) with the LM
+  head on the rows that choose a token. Decode shapes are bucketed (`bucket`), padding rows writing the scratch
+  slot. A step of greedy one-token rows ends by feeding its argmax back on the device (`ops.advance_tokens`: ids
+  = best, pos += 1, tokens appended to a ring), so `follow` can replay it for the next steps before the host has
+  read a single token. `collect` reads a launch's tokens (the argmax of each choosing row) and, for rows that
+  asked, their logits (host-side sampling).
 
-Batch invariance: with `invariant` (the default) every product is a stack of one-row products (see
-`StepBatch.invariant`), so in float32 a row's tokens do not depend on the other rows of its step.
+Every shape is captured as a graph on first use and replayed (on WebGPU its launches, on the CPU its plan of numpy
+steps); at most `MAX_GRAPHS` graphs are held, the least recently used released. A runner without graphs
+(`use_graph=False`, the reference engine) runs the same forwards at the same shapes eagerly: the same numbers.
+
+Batch invariance: with `invariant` (the default) every product of a decode step is a stack of one-row products
+(see `StepBatch.invariant`), so in float32 a row's tokens do not depend on the other rows of its step; a prompt
+chunk runs alone, so its numbers depend only on its prompt (and the chunk size).
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ from ..validate import check_ids
 from .batch import StepBatch
 from .cache import KVCache
 
-MAX_GRAPHS = 48  # captured step shapes kept (least recently used released beyond: their buffers)
+MAX_GRAPHS = 64  # captured shapes kept, decode steps and prompt chunks (least recently used released beyond)
 RING_STEPS = 16  # steps one `follow` may launch (its tokens: a ring of this many rows of the step's width)
 
 
@@ -128,65 +137,130 @@ def _stack(rows: list[Any]) -> Any:
 
 
 def bucket(n: int) -> int:
-    """The rows a graph is captured for: n rounded up to 1, 2, 4, 8, then a multiple of 8 up to 64 (decode
-    steps), of 64 up to 512 and of 256 beyond (steps with prompt chunks, whose rows vary most)."""
+    """The rows a decode step's graph is captured for: n rounded up to 1, 2, 4, 8, then a multiple of 8 up to 64,
+    of 64 up to 512 and of 256 beyond (a server of many slots)."""
     if n <= 8:
         return 1 << max(n - 1, 0).bit_length()
     step = 8 if n <= 64 else 64 if n <= 512 else 256
     return -(-n // step) * step
 
 
-class _StepGraph:
-    """One step shape's captured forward over its own input tensors: `width` rows of (token, position, slot),
-    the LM head on `picks` of them (None: every row), `shared` slots, `masked`: the head rows' logits through
-    `ops.token_mask` (the `bits` input) before the argmax. A step of one-token rows that all choose (picks None,
-    not shared, not masked) feeds its argmax back (the ring: RING_STEPS x width tokens, `count` its next row)."""
+CHUNK_MIN_ROWS = 16  # the smallest prompt-chunk graph
 
-    def __init__(self, runner: ModelRunner, width: int, picks: int | None, shared: bool, masked: bool = False):
+
+def chunk_bucket(n: int) -> int:
+    """The rows a prompt chunk's graph is captured for: n rounded up to 16, 24, 32, 48, 64, 96 .. (a power of two
+    or 1.5 times one), so a prompt's last chunk is at most a third padding and its shapes stay few."""
+    w = CHUNK_MIN_ROWS
+    while w < n:
+        w = w * 3 // 2 if w & (w - 1) == 0 else w * 4 // 3
+    return w
+
+
+def prefill_policy(device: Any) -> tuple[int, int]:
+    """The device policy's prompt chunk (the rows of a prompt-chunk graph: a prompt is read this many tokens a
+    replay) and per-step prompt budget (the prompt tokens a server step adds beside running decode rows):
+    `KernelPolicy.prefill_chunk` / `prefill_budget` on WebGPU, CPU_PREFILL on the CPU device."""
+    policy = getattr(device, "kernel_policy", None)
+    if policy is None:
+        return CPU_PREFILL
+    return int(policy.prefill_chunk), int(policy.prefill_budget)
+
+
+CPU_PREFILL = (128, 128)  # the CPU device's (chunk, budget): numpy's products, no GPU to keep busy
+
+
+def _forward(runner: ModelRunner, batch: StepBatch, bits: Tensor | None, after: Any = None) -> Any:
+    """The function a graph captures: the model's forward over `batch` (the model by weak reference: a CPU graph
+    keeps this function, and a model keeps its runners), the head rows' logits through `ops.token_mask` where
+    `bits`, their argmax (None without head rows), then `after(best)`; -> (logits, best)."""
+    model, cache = runner._model if isinstance(runner._model, weakref.ref) else weakref.ref(runner.model), \
+        runner.cache
+
+    def step() -> tuple[Tensor, Tensor | None]:
+        logits = model().forward(batch, cache)  # type: ignore[union-attr]
+        if bits is not None:
+            logits = ops.token_mask(logits, bits)
+        best = ops.argmax(logits) if logits.shape[0] else None
+        if after is not None:
+            after(best)
+        return logits, best
+    return step
+
+
+def _mask_bits(runner: ModelRunner, rows: int) -> Tensor:
+    """A graph's token-mask input: (rows, words) int32, every token allowed until written."""
+    words = (runner.vocab_size + 31) // 32
+    return from_buffer(b"\xff" * (4 * words * rows), (rows, words), "int32", runner.device)
+
+
+class _StepGraph:
+    """One decode step shape's captured forward over its own input tensors: `width` one-token rows of (token,
+    position, slot), each its own sequence, the LM head on `picks` of them (None: every row), `masked`: the head
+    rows' logits through `ops.token_mask` (the `bits` input) before the argmax. A step whose rows all choose (picks
+    None, not masked) feeds its argmax back (the ring: RING_STEPS x width tokens, `count` its next row)."""
+
+    def __init__(self, runner: ModelRunner, width: int, picks: int | None, masked: bool = False):
         dev = runner.device
         self.width = width
         self.ids, self.pos, self.slot = (int_tensor([0] * width, dev) for _ in range(3))
         self.sel = None if picks is None else int_tensor([0] * picks, dev)
-        self.bits = None
-        if masked:
-            words = (runner.vocab_size + 31) // 32
-            self.bits = from_buffer(b"\xff" * (4 * words * (picks or width)), (picks or width, words), "int32", dev)
-        self.feeds_back = picks is None and not shared and not masked
+        self.bits = _mask_bits(runner, picks or width) if masked else None
+        self.feeds_back = picks is None and not masked
+        after = None
         if self.feeds_back:
             self.ring = int_tensor([0] * (width * RING_STEPS), dev)
             self.count = int_tensor([0], dev)
-        batch = StepBatch(self.ids, self.pos, self.slot, shared_slots=shared, head_rows=self.sel,
-                          invariant=runner.invariant)
-        # (the model by weak reference: a CPU graph keeps this function, and a model keeps its runners)
-        model, cache = runner._model if isinstance(runner._model, weakref.ref) else weakref.ref(runner.model), \
-            runner.cache
 
-        bits = self.bits
-
-        def step() -> tuple[Tensor, Tensor]:
-            logits = model().forward(batch, cache)  # type: ignore[union-attr]
-            if bits is not None:
-                logits = ops.token_mask(logits, bits)
-            best = ops.argmax(logits)
-            if self.feeds_back:
+            def after(best: Tensor) -> None:
                 ops.advance_tokens(best, self.ids, self.pos, self.ring, self.count)
-            return logits, best
-        self.graph = dev.capture(step)
+        batch = StepBatch(self.ids, self.pos, self.slot, head_rows=self.sel, invariant=runner.invariant)
+        self.graph = dev.capture(_forward(runner, batch, self.bits, after))
+
+    def release(self) -> None:
+        self.graph.release()
+
+
+class _ChunkGraph:
+    """One prompt-chunk shape's captured forward: `width` rows of one sequence (`StepBatch.store`: token, position,
+    the position it is stored at, slot), the LM head on `head` rows: "last" (the last real row, `sel`), "every"
+    (every row: a prompt's own log-probabilities) or "none" (a chunk that chooses nothing); `masked`: the head rows
+    through `ops.token_mask` (`bits`)."""
+
+    def __init__(self, runner: ModelRunner, width: int, head: str, masked: bool = False):
+        dev = runner.device
+        self.width, self.head = width, head
+        self.ids, self.pos, self.store, self.slot = (int_tensor([0] * width, dev) for _ in range(4))
+        self.sel = None if head == "every" else int_tensor([0] * (head == "last"), dev)
+        self.bits = _mask_bits(runner, width if head == "every" else 1) if masked else None
+        batch = StepBatch(self.ids, self.pos, self.slot, store=self.store, head_rows=self.sel, invariant=False)
+        self.graph = dev.capture(_forward(runner, batch, self.bits))
 
     def release(self) -> None:
         self.graph.release()
 
 
 @dataclass
+class _Part:
+    """Some rows of a launch and the readbacks of their results, started when they were queued: `index` their
+    places among the launch's rows, `best` readbacks of the argmax of their head rows and `logits` of the head
+    rows' logits (where a row reads them) as (readback, dtype name, vocabulary), in row order (a long prompt:
+    one a chunk)."""
+
+    index: list[int]
+    best: list[Any]
+    logits: list[tuple[Any, str, int]]
+
+
+@dataclass
 class Launched:
-    """Steps on their way: the first one's rows, the graph (None: run eagerly), the readbacks of its argmax and
-    (where a row reads its logits) its logits, started when it was queued; or, for `steps` followed steps, the
-    readback of their ring of tokens."""
+    """Steps on their way: the rows, their parts' readbacks (`_Part`: the decode rows' step and each prompt chunk),
+    `graph` the decode step's graph where the launch is that step alone (`follow` may continue it); or, for `steps`
+    followed steps, the readback of their ring of tokens."""
 
     rows: list[RunRow]
-    graph: _StepGraph | None
-    best: Any
-    logits: tuple[Any, str, int] | None  # (readback, dtype name, vocabulary)
+    parts: list[_Part]
+    graph: _StepGraph | None = None
     steps: int = 1
     ring: Any = None
 
@@ -204,9 +278,10 @@ class Collected:
 
 class ModelRunner:
     def __init__(self, model: Runnable, n_slots: int, use_graph: bool | None = None, invariant: bool = True,
-                 bucketed: bool = True, weak: bool = False):
+                 bucketed: bool = True, weak: bool = False, prefill_chunk: int | None = None):
         """`weak`: hold the model by weak reference (a runner the model itself keeps, in its pool: no cycle, so a
-        dropped model is freed at once)."""
+        dropped model is freed at once). `prefill_chunk`: the tokens of a prompt a graph replay reads (None: the
+        device policy's, `prefill_policy`)."""
         if n_slots < 1:
             raise ArgumentError(f"a runner needs at least one slot, got {n_slots}")
         self._model: Any = weakref.ref(model) if weak else (lambda: model)
@@ -214,56 +289,170 @@ class ModelRunner:
         self.n_ctx, self.vocab_size = model.n_ctx, model.vocab_size
         self.use_graph = model.use_graph if use_graph is None else use_graph
         self.invariant, self.bucketed = invariant, bucketed
-        # bucketed: step shapes rounded up (`bucket`), the padding rows writing a scratch slot (n_slots); else
-        # every step shape its own graph (a client whose steps have few shapes: one sequence decoding)
+        self.prefill_chunk = prefill_policy(self.device)[0] if prefill_chunk is None else prefill_chunk
+        if self.prefill_chunk < 1:
+            raise ArgumentError(f"prefill_chunk must be >= 1, got {self.prefill_chunk}")
+        # bucketed: decode step shapes rounded up (`bucket`), the padding rows writing a scratch slot (n_slots);
+        # else every step shape its own graph (a client whose steps have few shapes: one sequence decoding)
         self.cache = model.new_cache(n_slots + bucketed)
         self._length = [0] * n_slots  # tokens held per slot
         self._held: list[list[int]] = [[] for _ in range(n_slots)]  # the tokens behind them, as far as known
-        self._graphs: dict[tuple[int, int | None, bool, bool], _StepGraph] = {}  # least to most recently used
+        # captured graphs, least to most recently used: ("step", width, picks, masked) decode steps and
+        # ("chunk", width, head, masked) prompt chunks
+        self._graphs: dict[tuple[Any, ...], _StepGraph | _ChunkGraph] = {}
         self._last: Launched | None = None  # the step `follow` may continue
         self._captured, self._capture_ms = 0, 0.0
 
     # -- prompts ----------------------------------------------------------------------------------------
     def prefill(self, slot: int, ids: Sequence[int], p0: int = 0) -> Tensor:
-        """Run prompt `ids` at positions p0.. of `slot` (the span path, eagerly, one dispatch scope): the last
-        position's logits (1, V); the keys and values stay in the slot."""
+        """Run prompt `ids` at positions p0.. of `slot`: chunks of `prefill_chunk` tokens (ending at multiples of
+        it from position 0), each a replayed prompt-chunk graph (`_ChunkGraph`; without graphs its forward run
+        eagerly); the last position's logits (1, V), a tensor of their own. The keys and values stay in the slot."""
         row = RunRow(slot, tuple(ids), p0)
         self._check([row])
-        dev, T = self.device, len(ids)
-        with dev.dispatch_scope():
-            batch = StepBatch(int_tensor(list(ids), dev), int_tensor(list(range(p0, p0 + T)), dev),
-                              int_tensor([slot] * T, dev), span=(slot, p0), last_only=True)
-            logits = self.model.forward(batch, self.cache)
-        self._length[slot] = p0 + T
+        with self.device.dispatch_scope():
+            logits = ops.copy(self._prompt(slot, row.ids, p0, "last")[-1][0])  # (a graph's output: rewritten later)
+        self._length[slot] = row.next_position
         self._held[slot][p0:] = ids
         return logits
 
+    def chunks(self, start: int, n: int) -> list[tuple[int, int]]:
+        """The chunks a prompt of `n` tokens at positions start.. is read in, as (first, end) offsets into it: each
+        ends at a multiple of prefill_chunk from position 0 (or at the prompt's end), so a prompt's chunks are the
+        same whatever was cached before it."""
+        out, a, C = [], 0, self.prefill_chunk
+        while a < n:
+            b = min(n, ((start + a) // C + 1) * C - start)
+            out.append((a, b))
+            a = b
+        return out
+
+    def _prompt(self, slot: int, ids: tuple[int, ...], start: int, head: str,
+                mask: bytes | None = None) -> list[tuple[Tensor, Tensor | None, int]]:
+        """Queue prompt `ids` at positions start.. of `slot` (its `chunks`), the LM head on `head` rows ("last":
+        the prompt's last, with `mask`; "every"; "none"): per chunk, (logits, argmax, its tokens)."""
+        out = []
+        for a, b in self.chunks(start, len(ids)):
+            last = b == len(ids)
+            out.append(self._chunk(slot, ids[a:b], start + a, head if last or head == "every" else "none",
+                                   mask if last else None))
+        return out
+
+    def _chunk(self, slot: int, ids: tuple[int, ...], start: int, head: str,
+               mask: bytes | None) -> tuple[Tensor, Tensor | None, int]:
+        """One prompt chunk (see `_prompt`), its graph replayed (`load_chunk`), or without graphs its forward run
+        eagerly at the same shape: (logits, argmax, its tokens). A chunk of one token is a decode row (`_step`), as
+        in a launch: a prompt's numbers are the same through `prefill` and through a server's steps."""
+        if len(ids) == 1:
+            logits, one, _ = self._step([RunRow(slot, ids, start, mask=mask)])
+            return logits, None if head == "none" else one, 1
+        if self.use_graph:
+            logits, best = self.load_chunk(slot, ids, start, head, mask).graph.replay()
+            return logits, best, len(ids)
+        dev = self.device
+        inputs, sel, masks = self._chunk_inputs(slot, ids, start, head, mask)
+        ids_t, pos_t, store_t, slot_t = (int_tensor(v, dev) for v in inputs)
+        batch = StepBatch(ids_t, pos_t, slot_t, store=store_t, head_rows=None if head == "every" else
+                          int_tensor(sel, dev), invariant=False)
+        logits, best = _forward(self, batch, self._bits_tensor(masks) if mask is not None else None)()
+        return logits, best, len(ids)
+
+    def load_chunk(self, slot: int, ids: tuple[int, ...], start: int, head: str,
+                   mask: bytes | None = None) -> _ChunkGraph:
+        """The graph of a prompt chunk (captured on first use) with this chunk's inputs uploaded, ready to
+        replay (what `_chunk` replays; the profiler times it)."""
+        width, masked = chunk_bucket(len(ids)), mask is not None
+        g = self._graph(("chunk", width, head, masked), lambda: _ChunkGraph(self, width, head, masked))
+        assert isinstance(g, _ChunkGraph)
+        inputs, sel, masks = self._chunk_inputs(slot, ids, start, head, mask)
+        for t, values in zip((g.ids, g.pos, g.store, g.slot), inputs, strict=True):
+            upload_ints(t, values)
+        if g.sel is not None and sel:
+            upload_ints(g.sel, sel)
+        if g.bits is not None:
+            self.device.backend.upload_into(g.bits, self._bits(masks, g.bits.shape[0]))
+        return g
+
+    def _chunk_inputs(self, slot: int, ids: tuple[int, ...], start: int, head: str, mask: bytes | None) -> \
+            tuple[tuple[list[int], ...], list[int], list[bytes | None]]:
+        """A prompt chunk's rows at `chunk_bucket` rows: (ids, positions, store positions, slots), the head rows
+        (`sel`) and their masks. The padding rows repeat the last token and position (finite rows, never read) and
+        are stored nowhere (their store position is the context's end)."""
+        n = len(ids)
+        pad, end = chunk_bucket(n) - n, start + n
+        inputs = (list(ids) + [ids[-1]] * pad, list(range(start, end)) + [end - 1] * pad,
+                  list(range(start, end)) + [self.n_ctx] * pad, [slot] * (n + pad))
+        masks: list[bytes | None] = [None] * (n - 1) + [mask] + [None] * pad if head == "every" else [mask]
+        return inputs, [n - 1] if head == "last" else [], masks
+
     # -- steps ------------------------------------------------------------------------------------------
     def launch(self, rows: Sequence[RunRow]) -> Launched:
-        """Start a step (the device works on it while the caller goes on); `collect` its results."""
+        """Start a step (the device works on it while the caller goes on); `collect` its results. Rows of several
+        tokens (prompt chunks) run as prompt-chunk graphs (`_prompt`), the one-token rows as one decode step."""
         self._check(rows)
+        parts: list[_Part] = []
+        step = [i for i, r in enumerate(rows) if len(r.ids) == 1]
+        graph = None
+        with self.device.dispatch_scope():  # (one submit a replay: each replay's inputs are uploaded first)
+            for i, r in enumerate(rows):
+                if len(r.ids) > 1:
+                    parts.append(self._prompt_part(i, r))
+            if step:
+                part, graph = self._step_part(step, rows)
+                parts.append(part)
+        h = Launched(list(rows), parts, graph if len(step) == len(rows) else None)
+        self._advance(rows, 1, True)
+        self._last = h
+        return h
+
+    def _prompt_part(self, i: int, r: RunRow) -> _Part:
+        """Row i of a launch, a prompt chunk, queued; its readbacks: the argmax and logits of its head rows."""
+        head = "every" if r.every_logits else "last" if r.pick else "none"
+        read = self.device.backend.read_async
+        part = _Part([i], [], [])
+        for logits, best, n in self._prompt(r.slot, r.ids, r.start, head, r.mask if r.pick else None):
+            if best is None:
+                continue
+            k = n if head == "every" else 1
+            part.best.append(read(best[:k]))
+            if r.reads:
+                part.logits.append((read(logits[:k]), logits.dtype.name, logits.shape[-1]))
+        return part
+
+    def _step_part(self, index: list[int], rows: Sequence[RunRow]) -> tuple[_Part, _StepGraph | None]:
+        """The one-token rows `index` of a launch as one decode step, queued: its part (the readbacks), and its
+        graph (None: run eagerly)."""
+        step = [rows[i] for i in index]
+        logits, best, g = self._step(step)
+        read = self.device.backend.read_async
+        want = any(r.reads for r in step)
+        return _Part(index, [read(best)], [(read(logits), logits.dtype.name, logits.shape[-1])] if want else []), g
+
+    def _step(self, rows: list[RunRow]) -> tuple[Tensor, Tensor, _StepGraph | None]:
+        """One-token rows as one decode step (`_StepGraph`, or its forward eagerly), queued: the logits of its head
+        rows (each choosing or every_logits row, in order), their argmax, the graph."""
         dev = self.device
         ids: list[int] = []
         pos: list[int] = []
         slot: list[int] = []
-        picks: list[int] = []  # the flat rows the LM head runs on (each choosing row's last, every_logits rows')
+        picks: list[int] = []  # the rows the LM head runs on (each choosing row, every_logits rows)
         masks: list[bytes | None] = []  # per head row: its mask (the choosing row's) or None (every token)
         for r in rows:
-            n = len(r.ids)
-            picks.extend(range(len(ids) + n - r.head_rows, len(ids) + n))
-            masks.extend([None] * (r.head_rows - 1) + [r.mask if r.pick else None] if r.head_rows else [])
-            ids.extend(r.ids)
-            pos.extend(range(r.start, r.start + n))
-            slot.extend([r.slot] * n)
+            if r.head_rows:
+                picks.append(len(ids))
+                masks.append(r.mask if r.pick else None)
+            ids.append(r.ids[0])
+            pos.append(r.start)
+            slot.append(r.slot)
         masked = any(m is not None for m in masks)
-        shared = len(ids) > len(rows)  # a row of several tokens (a prompt chunk)
-        every = len(picks) == len(ids)  # every flat row chooses (a step of decode rows): no gather
-        if not rows:
-            return self._launched(rows, None, None, None)
+        every = len(picks) == len(ids)  # every row chooses (a step of decode rows): no gather
+        g: _StepGraph | None = None
         if self.use_graph:
             width = bucket(len(ids)) if self.bucketed else len(ids)
             n_sel = None if every else 1 << (len(picks) - 1).bit_length() if picks else 1  # (a power of two)
-            g = self._graph(width, n_sel, shared, masked)
+            found = self._graph(("step", width, n_sel, masked), lambda: _StepGraph(self, width, n_sel, masked))
+            assert isinstance(found, _StepGraph)
+            g = found
             pad = width - len(ids)
             upload_ints(g.ids, ids + [0] * pad)
             upload_ints(g.pos, pos + [0] * pad)
@@ -272,19 +461,13 @@ class ModelRunner:
                 upload_ints(g.sel, picks + [0] * (g.sel.shape[0] - len(picks)))
             if g.bits is not None:
                 dev.backend.upload_into(g.bits, self._bits(masks, g.bits.shape[0]))
-            with dev.dispatch_scope():  # (the step and its readbacks: one submit)
-                logits, best = g.graph.replay()
-                return self._launched(rows, g, logits, best)
-        with dev.dispatch_scope():
+            logits, best = g.graph.replay()
+        else:
             batch = StepBatch(int_tensor(ids, dev), int_tensor(pos, dev), int_tensor(slot, dev),
-                              shared_slots=shared, head_rows=None if every else int_tensor(picks or [0], dev),
-                              invariant=self.invariant)
-            logits = self.model.forward(batch, self.cache)
-            if masked:
-                words = (self.vocab_size + 31) // 32
-                bits = from_buffer(self._bits(masks, logits.shape[0]), (logits.shape[0], words), "int32", dev)
-                logits = ops.token_mask(logits, bits)
-            return self._launched(rows, None, logits, ops.argmax(logits))
+                              head_rows=None if every else int_tensor(picks or [0], dev), invariant=self.invariant)
+            logits, best = _forward(self, batch, self._bits_tensor(masks or [None]) if masked else None)()
+        assert best is not None
+        return logits, best, g
 
     @property
     def model(self) -> Runnable:
@@ -309,8 +492,10 @@ class ModelRunner:
         upload_ints(g.count, [0])  # (a queue write: after prev's steps, before these)
         with self.device.dispatch_scope():
             g.graph.replay(steps)
-            h = self._launched(rows, g, None, None, steps)
-            h.ring = self.device.backend.read_async(g.ring[:steps * g.width])  # (the rows these steps wrote)
+            ring = self.device.backend.read_async(g.ring[:steps * g.width])  # (the rows these steps wrote)
+        h = Launched(rows, [], g, steps, ring)
+        self._advance(rows, steps, False)
+        self._last = h
         return h
 
     def check_follow(self, prev: Launched) -> None:
@@ -327,27 +512,26 @@ class ModelRunner:
             ring = struct.unpack(f"<{len(raw) // 4}i", raw)
             return Collected([list(ring[i * width:i * width + len(h.rows)]) for i in range(h.steps)],
                              [None] * len(h.rows))
-        if h.best is None:
-            return Collected([[]], [])
-        raw = bytes(h.best.wait())
-        chosen = struct.unpack(f"<{len(raw) // 4}i", raw)
-        rows_logits: list[Any] = []
-        if h.logits is not None:
-            ticket, dtype, V = h.logits
-            rows_logits = logits_rows(bytes(ticket.wait()), dtype, V)
-        tokens: list[int | None] = []
-        logits: list[Any] = []
-        every: list[Any] = []
-        j = 0  # the row's first place among the LM head's rows
-        for r in h.rows:
-            n, j = r.head_rows, j + r.head_rows
-            every.append(_stack(rows_logits[j - n:j]) if r.every_logits else None)
-            if not r.pick:
-                tokens.append(None)
-                logits.append(None)
-                continue
-            tokens.append(int(chosen[j - 1]))
-            logits.append(rows_logits[j - 1] if r.read_logits or r.every_logits else None)
+        tokens: list[int | None] = [None] * len(h.rows)
+        logits: list[Any] = [None] * len(h.rows)
+        every: list[Any] = [None] * len(h.rows)
+        for part in h.parts:
+            chosen: list[int] = []
+            for ticket in part.best:
+                raw = bytes(ticket.wait())
+                chosen.extend(struct.unpack(f"<{len(raw) // 4}i", raw))
+            rows_logits: list[Any] = []
+            for ticket, dtype, V in part.logits:
+                rows_logits.extend(logits_rows(bytes(ticket.wait()), dtype, V))
+            j = 0  # past the row's last place among the part's head rows
+            for i in part.index:
+                r = h.rows[i]
+                n, j = r.head_rows, j + r.head_rows
+                if r.every_logits:
+                    every[i] = _stack(rows_logits[j - n:j])
+                if r.pick:
+                    tokens[i] = int(chosen[j - 1])
+                    logits[i] = rows_logits[j - 1] if r.reads else None
         return Collected([tokens], logits, every if any(r.every_logits for r in h.rows) else None)
 
     def release(self, slot: int) -> None:
@@ -399,23 +583,15 @@ class ModelRunner:
         return {"captured": self._captured, "capture_ms": round(self._capture_ms, 1), "held": len(self._graphs)}
 
     # -- helpers ----------------------------------------------------------------------------------------
-    def _launched(self, rows: Sequence[RunRow], g: _StepGraph | None, logits: Tensor | None,
-                  best: Tensor | None, steps: int = 1) -> Launched:
-        """Readbacks of steps just queued (the argmax; the logits where a row reads them), the slots' lengths
-        moved on; the steps become the ones `follow` may continue."""
-        read = self.device.backend.read_async
-        want = logits is not None and any(r.reads for r in rows)
-        h = Launched(list(rows), g, None if best is None else read(best),
-                     (read(logits), logits.dtype.name, logits.shape[-1]) if want else None,  # type: ignore[union-attr]
-                     steps)
+    def _advance(self, rows: Sequence[RunRow], steps: int, known: bool) -> None:
+        """The slots' lengths moved on by `steps` steps of `rows`, and the tokens they hold where `known` (followed
+        steps' inputs are known to the device only)."""
         for r in rows:
             self._length[r.slot] = r.next_position + steps - 1
             held = self._held[r.slot]
             del held[r.start:]
-            if best is not None:  # (followed steps' inputs are known to the device only)
+            if known:
                 held.extend(r.ids)
-        self._last = h
-        return h
 
     def _bits(self, masks: list[bytes | None], n: int) -> bytes:
         """The head rows' masks as one (n, words) int32 upload (rows without one, and padding: every token)."""
@@ -426,19 +602,25 @@ class ModelRunner:
                                     f"({len(every)} bytes)")
         return b"".join(m if m is not None else every for m in masks) + every * (n - len(masks))
 
-    def _graph(self, width: int, picks: int | None, shared: bool, masked: bool = False) -> _StepGraph:
-        key = (width, picks, shared, masked)
+    def _bits_tensor(self, masks: list[bytes | None]) -> Tensor:
+        """`_bits` of these head rows as a new (rows, words) tensor (a launch run eagerly)."""
+        return from_buffer(self._bits(masks, len(masks)), (len(masks), (self.vocab_size + 31) // 32), "int32",
+                           self.device)
+
+    def _graph(self, key: tuple[Any, ...], make: Any) -> _StepGraph | _ChunkGraph:
+        """The graph of `key` (see `_graphs`), captured by `make()` on first use; beyond MAX_GRAPHS the least
+        recently used are released (never the one `follow` may replay)."""
         g = self._graphs.pop(key, None)  # (re-inserted last: the dict runs least to most recent)
         if g is None:
+            t0 = time.perf_counter()
+            g = make()  # (a capture first submits what is pending: no replay of a graph released below is queued)
+            self._captured += 1
+            self._capture_ms += (time.perf_counter() - t0) * 1e3
             excess = len(self._graphs) + 1 - MAX_GRAPHS
             if excess > 0:
                 in_use = self._last.graph if self._last is not None else None  # (`follow` may replay it)
                 for old in [k for k, v in self._graphs.items() if v is not in_use][:excess]:
                     self._graphs.pop(old).release()
-            t0 = time.perf_counter()
-            g = _StepGraph(self, width, picks, shared, masked)
-            self._captured += 1
-            self._capture_ms += (time.perf_counter() - t0) * 1e3
         self._graphs[key] = g
         return g
 

@@ -91,7 +91,7 @@ BODY_DEADLINE = 60.0  # seconds a whole request body may take to arrive (408); `
 
 
 def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
-               scheduler: Scheduler | None = None, prefill_budget: int = 256, max_body: int = MAX_BODY,
+               scheduler: Scheduler | None = None, prefill_budget: int | None = None, max_body: int = MAX_BODY,
                cors_origins: Sequence[str] = (), body_timeout: float = BODY_TIMEOUT,
                body_deadline: float = BODY_DEADLINE) -> FastAPI:
     metrics = scheduler.metrics if scheduler else Metrics()
@@ -126,7 +126,8 @@ def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
     async def health() -> dict[str, Any]:
         return {"status": "draining" if sched.draining else "ok", "model": engine.name,
                 "active": sched.active, "queued": sched.queued, "max_batch": engine.max_batch,
-                "engine": getattr(engine, "engine", None), "graphs": getattr(engine, "graph_stats", None)}
+                "engine": getattr(engine, "engine", None), "graphs": getattr(engine, "graph_stats", None),
+                "prefill_chunk": sched.prefill_chunk, "prefill_budget": sched.prefill_budget}
 
     @_get(app, "/metrics")
     async def metrics_text() -> Response:

@@ -41,9 +41,13 @@ def add_parsers(sub: Any) -> None:
                    help="batched (default: a step's decode rows as one forward) or reference (row by row)")
     p.add_argument("--max-queue", type=int, default=256, help="requests waiting for a slot before 429")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/*")
+    p.add_argument("--prefill-chunk", type=int, default=None,
+                   help="prompt tokens a request reads a step, one replayed graph (default: the device's policy, "
+                        "512 on GPUs, 128 on CPU adapters and the CPU device)")
     p.add_argument("--prefill-budget", type=int, default=None,
-                   help="prompt tokens read per step, over all arriving requests (default 256 on --device cpu, "
-                        "1024 otherwise: a burst of requests starts in fewer steps)")
+                   help="prompt tokens read per step over all arriving requests while others decode (at least one "
+                        "chunk; nothing decoding: every arriving request's next chunk). Default: the device's "
+                        "policy, 512 on GPUs, 128 on CPU adapters and the CPU device")
     p.add_argument("--grace", type=float, default=30.0,
                    help="seconds running streams get to finish on SIGTERM (then each ends with an error event)")
     p.add_argument("--max-body", type=int, default=MAX_BODY,
@@ -124,6 +128,8 @@ def _check_serve(a: argparse.Namespace) -> str | None:
             return f"--cors-origins must be '*' or comma-separated http(s):// origins, got {a.cors_origins!r}"
     if a.prefill_budget is not None and a.prefill_budget < 1:
         return f"--prefill-budget must be >= 1, got {a.prefill_budget}"
+    if a.prefill_chunk is not None and a.prefill_chunk < 1:
+        return f"--prefill-chunk must be >= 1, got {a.prefill_chunk}"
     if not a.host:
         return "--host must not be empty"
     if a.api_key is not None and not a.api_key:
@@ -147,7 +153,8 @@ def run_serve(a: argparse.Namespace) -> int:
     name = "webtensor-shipped" if a.model is None else Path(a.model).name or str(a.model)
     spec = dict(model=a.model, device=a.device, dtype=None if a.dtype == "auto" else a.dtype, n_ctx=a.ctx_size,
                 max_batch=a.max_batch, engine=a.engine, name=name, blas_threads=a.blas_threads,
-                prefix_reuse=a.prefix_reuse, **template)
+                prefix_reuse=a.prefix_reuse, prefill_chunk=a.prefill_chunk, prefill_budget=a.prefill_budget,
+                **template)
     in_process = a.engine_process == "on" or (a.engine_process == "auto" and a.device.lower() == "cpu")
     try:
         if in_process:
@@ -168,10 +175,10 @@ def run_serve(a: argparse.Namespace) -> int:
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host
     print(f"[webtensor] serving {engine.name} ({a.dtype}) on {where} at http://{url_host}:{port} "
-          f"({a.engine} engine, max batch {a.max_batch}, queue {a.max_queue})", file=sys.stderr)
+          f"({a.engine} engine, max batch {a.max_batch}, queue {a.max_queue}, prompts in chunks of "
+          f"{engine.prefill_chunk}, {engine.prefill_budget} prompt tokens a step beside decoding)", file=sys.stderr)
     try:
-        budget = a.prefill_budget or (256 if a.device.lower() == "cpu" else 1024)
-        serve(engine, a.host, a.port, a.max_queue, a.api_key, a.grace, prefill_budget=budget, sock=sock,
+        serve(engine, a.host, a.port, a.max_queue, a.api_key, a.grace, sock=sock,
               max_body=a.max_body, cors_origins=_origins(a.cors_origins), keep_alive=a.keep_alive,
               idle_timeout=a.idle_timeout, body_timeout=a.body_timeout)
     finally:

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from ..errors import ArgumentError
 from ..runtime.logprobs import TokenLogprob, report, report_rows
-from ..runtime.runner import Collected, Launched, RunRow
+from ..runtime.runner import Collected, Launched, RunRow, prefill_policy
 from ..sampling import SamplingParams, SequenceState, sample
 
 if TYPE_CHECKING:
@@ -243,9 +243,13 @@ class ModelEngine:
     """A model's sequences served from one runner of `max_batch` slots (see the module docstring)."""
 
     def __init__(self, model: LanguageModel, max_batch: int, name: str | None = None, engine: str = "batched",
-                 use_graph: bool | None = None, prefix_reuse: bool = True):
+                 use_graph: bool | None = None, prefix_reuse: bool = True, prefill_chunk: int | None = None,
+                 prefill_budget: int | None = None):
         """`prefix_reuse`: the scheduler may start a prompt after the tokens a slot's cache already holds
-        (`release(slot, keep)`); False: every prompt is computed whole."""
+        (`release(slot, keep)`); False: every prompt is computed whole. `prefill_chunk` (the tokens of a prompt
+        row: one replayed prompt-chunk graph) and `prefill_budget` (the prompt tokens a step reads beside decoding
+        sequences), what the scheduler asks of this engine: None for the device policy's
+        (`runtime.runner.prefill_policy`)."""
         if model.tokenizer is None:
             raise ArgumentError("serving needs a model with a tokenizer")
         if max_batch < 1:
@@ -257,7 +261,12 @@ class ModelEngine:
         self.n_ctx, self.vocab_size = model.n_ctx, model.vocab_size
         self.eos_ids, self.bos_id = model.eos_ids, model.spec.bos_id
         self.tokenizer, self.chat_template = model.tokenizer, model.chat_template
-        self.runner = model.runner(max_batch, use_graph=use_graph if engine == "batched" else False)
+        self.runner = model.runner(max_batch, use_graph=use_graph if engine == "batched" else False,
+                                   prefill_chunk=prefill_chunk)
+        self.prefill_chunk = self.runner.prefill_chunk
+        self.prefill_budget = prefill_budget or prefill_policy(model.device)[1]
+        if self.prefill_budget < 1:
+            raise ArgumentError(f"prefill_budget must be >= 1, got {self.prefill_budget}")
         self.use_graph = self.runner.use_graph
         self.prefix_reuse = prefix_reuse
         self._states: dict[int, SequenceState] = {}  # slot -> its sequence's sampling state (where it reads one)

@@ -7,15 +7,15 @@ step run one after the other. Measured on the 2-core machine at 8 streams: the e
 the loop's work ~2 ms a step, so ~5 ms between tokens in one process (docs/performance-notes.md).
 In its own process the engine steps on one core while the loop serves the tokens on the other.
 
-The parent keeps what the scheduler reads (name, max_batch, n_ctx, vocab_size, eos_ids, bos_id, the
-tokenizer and the chat template: sent once by the child) and forwards `launch` / `follow` / `collect` (and so
-`step`) and `release` over a pipe; the engine thread waiting on the pipe releases the GIL. Calls are messages
-answered in order, so the scheduler can queue a `follow` (the next greedy step, its tokens fed back
-in the child: `ModelEngine.follow`) before it reads the step before it: the child then goes
-from one step to the next without waiting for the parent. The child builds the model and engine itself (from `spec`,
-the serve command's choices), so nothing unpicklable crosses. An exception in the child's step is
-raised in the parent as an `EngineProcessError` with the child's message (the scheduler fails that
-step's requests and goes on); a child that died is an `EngineProcessError` on every call after.
+The parent keeps what the scheduler reads (name, max_batch, n_ctx, vocab_size, eos_ids, bos_id, the tokenizer, the
+chat template, the prompt chunk and budget: sent once by the child) and forwards `launch` / `follow` / `collect`
+(and so `step`) and `release` over a pipe; the engine thread waiting on the pipe releases the GIL. Calls are
+messages answered in order, so the scheduler can queue a `follow` (the next greedy step, its tokens fed back in the
+child: `ModelEngine.follow`) before it reads the step before it: the child then goes from one step to the next
+without waiting for the parent. The child builds the model and engine itself (from `spec`, the serve command's
+choices), so nothing unpicklable crosses. An exception in the child's step is raised in the parent as an
+`EngineProcessError` with the child's message (the scheduler fails that step's requests and goes on); a child that
+died is an `EngineProcessError` on every call after.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def build_engine(spec: dict[str, Any]) -> Any:
     """The engine `spec` describes: model (a source for `load_model`; None: the shipped one), device, dtype,
     n_ctx (None: the model's, at most SERVE_CTX), max_batch, engine ("batched" or "reference"), name, blas_threads
     (0: as the library has it), prefix_reuse (default True), chat_template (where given: the template's text, None
-    for the plain one, in place of the model's)."""
+    for the plain one, in place of the model's), prefill_chunk and prefill_budget (None: the device's)."""
     from ..device import Device
     from ..models import loader
     from .engine import ModelEngine
@@ -54,7 +54,8 @@ def build_engine(spec: dict[str, Any]) -> Any:
     n_ctx = spec.get("n_ctx") or min(ck.config.spec.n_ctx, SERVE_CTX)
     model = loader.build(ck, dev, dtype, min(n_ctx, ck.config.spec.n_ctx))
     return ModelEngine(model, spec["max_batch"], name=spec["name"], engine=spec["engine"],
-                       prefix_reuse=spec.get("prefix_reuse", True))
+                       prefix_reuse=spec.get("prefix_reuse", True), prefill_chunk=spec.get("prefill_chunk"),
+                       prefill_budget=spec.get("prefill_budget"))
 
 
 def _child(conn: Any, spec: dict[str, Any]) -> None:
@@ -67,7 +68,7 @@ def _child(conn: Any, spec: dict[str, Any]) -> None:
     try:
         engine = build_engine(spec)
         info = {k: getattr(engine, k) for k in ("name", "max_batch", "n_ctx", "vocab_size", "eos_ids", "bos_id",
-                                                "tokenizer", "chat_template")}
+                                                "tokenizer", "chat_template", "prefill_chunk", "prefill_budget")}
         info["engine"] = getattr(engine, "engine", None)
         info["prefix_reuse"] = getattr(engine, "prefix_reuse", False)
         info["follows"] = bool(getattr(engine, "use_graph", False) and hasattr(engine, "follow"))
@@ -128,6 +129,8 @@ class ProcessEngine:
         self.device: str = info["device"]
         self._follows: bool = info["follows"]
         self.prefix_reuse: bool = info["prefix_reuse"]
+        self.prefill_chunk: int = info["prefill_chunk"]
+        self.prefill_budget: int = info["prefill_budget"]
         self._sent = self._answered = 0  # messages sent, answers received (in order)
         self._answers: dict[int, tuple[str, Any]] = {}  # received, not yet taken
 

@@ -2,8 +2,11 @@
 
 Each step the scheduler admits waiting requests into free slots, then gives the engine one row per
 active sequence: a decode token for each running sequence and a prefill chunk (at most
-`prefill_chunk` tokens, up to `prefill_budget` prefill tokens a step) for each arriving one, so
-running streams keep flowing while long prompts are read. The engine runs in one worker thread; the
+`prefill_chunk` tokens) for each arriving one; while sequences are decoding, a step reads at most
+`prefill_budget` prompt tokens (at least one chunk), so running streams keep flowing while long
+prompts are read, and with nothing decoding every arriving prompt reads its next chunk. Both numbers
+are the engine's (`ModelEngine`: its device's policy, `runtime.runner.prefill_policy`: on a GPU
+chunks of 512 tokens, each one replayed graph) unless given. The engine runs in one worker thread; the
 event loop stays free for HTTP. Step N+1 is handed to the engine as soon as step N's tokens are
 back, and step N's tokens become text and events while it runs (see `_run`): the device does not
 wait for the streaming; with an engine that can `follow`, runs of greedy decode steps are queued
@@ -135,6 +138,7 @@ class _Step:
     error: Exception | None = None
 
 
+DEFAULT_PREFILL = (64, 256)  # (chunk, budget) for an engine that names none
 FOLLOW_STEPS = 4  # steps one follow launches at 16 rows or more (fewer rows: one a follow)
 FOLLOW_STEPS_MIN_ROWS = 16
 
@@ -159,11 +163,16 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 class Scheduler:
-    def __init__(self, engine: Engine, max_queue: int, metrics: Metrics | None = None, prefill_chunk: int = 64,
-                 prefill_budget: int = 256):
+    def __init__(self, engine: Engine, max_queue: int, metrics: Metrics | None = None,
+                 prefill_chunk: int | None = None, prefill_budget: int | None = None):
+        """`prefill_chunk`, `prefill_budget`: None for the engine's (its attributes of those names), else
+        DEFAULT_PREFILL's."""
         self.engine, self.max_queue = engine, max_queue
         self.metrics = metrics or Metrics()
-        self.prefill_chunk, self.prefill_budget = prefill_chunk, prefill_budget
+        chunk, budget = (getattr(engine, k, d) for k, d in zip(("prefill_chunk", "prefill_budget"), DEFAULT_PREFILL,
+                                                                strict=True))
+        self.prefill_chunk: int = int(prefill_chunk or chunk)
+        self.prefill_budget: int = int(prefill_budget or budget)
         self._waiting: deque[Generation] = deque()
         self._active: dict[int, Generation] = {}
         self._free = list(range(engine.max_batch - 1, -1, -1))  # pop() gives slot 0 first
@@ -425,7 +434,10 @@ class Scheduler:
 
     def _plan(self) -> list[tuple[Generation, Row]]:
         work: list[tuple[Generation, Row]] = []
-        budget = self.prefill_budget
+        # the prompt tokens this step may read: the budget while any sequence decodes, else every waiting chunk
+        decoding = any(r.fed >= len(r.prompt) and r.ending is None and not r.cancelled for r in self._active.values())
+        budget = self.prefill_budget if decoding else sum(len(r.prompt) for r in self._active.values())
+        full = budget
         for slot, req in list(self._active.items()):  # (slot: req.slot, set when admitted)
             if req.cancelled:
                 self._retire(req, None, "abort")
@@ -437,7 +449,7 @@ class Scheduler:
                 # (chunks end at multiples of prefill_chunk from the prompt's start, also after a reused prefix)
                 end = min(n_prompt, (req.fed // self.prefill_chunk + 1) * self.prefill_chunk)
                 chunk = req.prompt[req.fed:end]
-                if len(chunk) > budget and budget < self.prefill_budget:
+                if len(chunk) > budget and budget < full:
                     continue  # over this step's prefill budget: next step (at least one chunk always runs)
                 budget -= len(chunk)
                 first = req.fed == req.reused

@@ -121,12 +121,12 @@ class DrainingServer(uvicorn.Server):
 
 
 def serve(engine: Engine, host: str, port: int, max_queue: int = 256, api_key: str | None = None,
-          grace: float = 30.0, log_level: str = "warning", prefill_budget: int = 256,
+          grace: float = 30.0, log_level: str = "warning", prefill_budget: int | None = None,
           sock: socket.socket | None = None, max_body: int = MAX_BODY, cors_origins: Sequence[str] = (),
           keep_alive: float = KEEP_ALIVE, idle_timeout: float = IDLE_TIMEOUT, body_timeout: float = BODY_DEADLINE
           ) -> None:
     """Serve `engine` on `sock` (None: bound here to host:port) until a signal, then drain
-    (`prefill_budget`: the scheduler's; `max_body`, `cors_origins`: the app's)."""
+    (`prefill_budget`: the scheduler's, None: the engine's; `max_body`, `cors_origins`: the app's)."""
     sock = sock or bind(host, port)
     app = create_app(engine, max_queue, api_key, prefill_budget=prefill_budget, max_body=max_body,
                      cors_origins=cors_origins, body_timeout=idle_timeout, body_deadline=body_timeout)

@@ -226,6 +226,12 @@ class WgpuBackend:
 
         return by_rows("cached_attention", q.device, q.shape, dt.float32, run, [q, pos, slot, k_new, v_new])
 
+    def chunk_attention(self, q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float) -> Tensor:
+        def run(r0: int, r1: int) -> Tensor:
+            return plan.chunk_attention(q[r0:r1], kc, vc, pos[r0:r1], slot[r0:r1], scale)
+
+        return by_rows("chunk_attention", q.device, q.shape, dt.float32, run, [q, pos, slot])
+
     def advance_tokens(self, new: Tensor, ids: Tensor, pos: Tensor, tokens: Tensor, count: Tensor) -> None:
         plan.advance_tokens(new, ids, pos, tokens, count)
 

@@ -239,7 +239,10 @@ class WgpuContext:
         return k
 
     # -- buffers --------------------------------------------------------------------------------
-    def alloc(self, nbytes: int) -> GpuBuffer:
+    def alloc(self, nbytes: int, reuse: bool = True) -> GpuBuffer:
+        """A buffer of at least `nbytes` from the pool (or a new one). While a graph is captured, one its
+        dropped intermediates left (see Graph) unless `reuse` is False: a buffer about to be uploaded (a
+        constant of the graph, written once now) must not be one an earlier launch of the graph writes."""
         if self.released:
             self.check_alive()
         size = _bucket(nbytes, self._bucket_limit)
@@ -249,6 +252,11 @@ class WgpuContext:
                 f"(max binding {self.max_binding_bytes:,} B, max buffer {self.max_buffer_bytes:,} B)"
             )
         with self.lock:
+            cap = self._capture
+            if cap is not None and reuse:  # a buffer this graph's earlier intermediates let go of (see Graph)
+                again = cap.free.get(size)
+                if again:
+                    return again.pop()
             free = self._pool.get(size)
             alive = self._buffer_alive
             while free and alive is not None and not alive(free[-1].handle):
@@ -264,6 +272,8 @@ class WgpuContext:
             self.bytes_in_use += size
             if self.bytes_in_use > self.peak_bytes_in_use:
                 self.peak_bytes_in_use = self.bytes_in_use
+            if cap is not None:
+                cap.fresh.add(buf)
             return buf
 
     def release(self, buf: GpuBuffer) -> None:
@@ -275,6 +285,10 @@ class WgpuContext:
         if self.released:
             return
         with self.lock:
+            cap = self._capture
+            if cap is not None and buf in cap.fresh and buf not in cap.constants:
+                cap.free.setdefault(buf.size, []).append(buf)  # (the graph's later intermediates may take it)
+                return
             if buf.pins:
                 buf.orphaned = True  # a graph still binds it: the pool gets it when the graph goes
                 return
@@ -309,6 +323,8 @@ class WgpuContext:
             self.check_alive()
             if not fresh:
                 self._no_capture("an upload into an existing tensor")
+            elif self._capture is not None:
+                self._capture.constants.add(buf)  # (written once, now: never an intermediate's to reuse)
             if self._pending:
                 self.flush()
             mv = memoryview(data).cast("B")
@@ -430,6 +446,7 @@ class WgpuContext:
             self.check_alive()
             self._no_capture("a readback")
             commands, names = self.take_pending()
+            commands = self._guard(",".join(names), lambda: self._lead(commands))
             self.counters["submits"] += 1
             self.counters["readbacks"] += 1
             self.counters["bytes_read"] += nbytes
@@ -467,7 +484,7 @@ class WgpuContext:
         """Submit the pending batch; with `read` = (buffer, offset, nbytes), that range's bytes after it."""
         commands, names = self.take_pending()
         try:
-            out = self.api.submit(commands, read)
+            out = self.api.submit(self._lead(commands), read)
             err = self.api.pop_error()
         except Exception as e:  # validation error, out of memory, device lost
             raise GPUError(_describe_failure(names, e)) from e
@@ -475,6 +492,22 @@ class WgpuContext:
             raise GPUError(_describe_failure(names, err))
         self.counters["submits"] += 1
         return out
+
+    def _lead(self, commands: list[Command]) -> list[Command]:
+        """Submit the first pieces of a big batch on their own and return the rest: the GPU starts on
+        them while the host encodes the rest (a prompt chunk's few hundred dispatches, whose encoding
+        would otherwise come before any of its GPU work). Batches of fewer than the policy's
+        submit_split_min commands (a decode step) go whole; else pieces of submit_first commands, then
+        twice as many each, while more than twice the next piece remains."""
+        first = self.policy.submit_first
+        if not first or len(commands) < self.policy.submit_split_min:
+            return commands
+        i, size = 0, first
+        while len(commands) - i > 2 * size:
+            self.api.submit(commands[i:i + size], None)
+            self.counters["submits"] += 1
+            i, size = i + size, 2 * size
+        return commands[i:]
 
     def _guard(self, what: str, fn: Callable[[], _T]) -> _T:
         try:
@@ -581,7 +614,16 @@ class Graph:
     Replay enqueues the recorded commands (with the graph's own parameter block and bind groups)
     into the pending batch, so several replays can share one submit. Only GPU work is recorded:
     uploads and readbacks inside the capture are refused (GraphCaptureError). What changes from one
-    replay to the next must live in GPU tensors the graph reads (positions, token ids)."""
+    replay to the next must live in GPU tensors the graph reads (positions, token ids).
+
+    Memory: a buffer the capture allocated and whose tensor is dropped before the capture ends (an
+    intermediate) goes to the graph's own free list (`free`), and a later allocation of the same size
+    in the same capture takes it: the launches replay in the recorded order, so the later tenant is
+    written after the earlier one's last reader, and a graph holds about its largest live set instead of
+    every intermediate (a prompt chunk of 512 rows: a few activations, not ~10 a layer). Constants
+    uploaded during the capture (`constants`) are never reused. What is still free at the end stays
+    pinned (orphaned) until the graph is released; the general pool never hands out a graph's
+    buffer while the graph lives."""
 
     def __init__(self, ctx: WgpuContext):
         self.ctx = ctx
@@ -591,6 +633,9 @@ class Graph:
         self.names: list[str] = []
         self._pinned: list[GpuBuffer] = []
         self._uniform: Any = None
+        self.fresh: set[GpuBuffer] = set()  # buffers allocated while capturing
+        self.constants: set[GpuBuffer] = set()  # ... and written by an upload then
+        self.free: dict[int, list[GpuBuffer]] = {}  # ... and let go of by their tensors, by size
 
     def __enter__(self) -> Graph:
         ctx = self.ctx
@@ -611,6 +656,10 @@ class Graph:
             else:
                 self.release()
         finally:
+            free = [b for bufs in self.free.values() for b in bufs]
+            self.fresh, self.constants, self.free = set(), set(), {}
+            for b in free:  # (released again now: orphaned while pinned, else to the pool)
+                ctx.release(b)
             ctx.lock.release()
 
     def record(self, ln: Launch) -> None:

@@ -67,16 +67,16 @@ def _out(device: Any, shape: tuple[int, ...], dtype: dt.DType) -> Tensor:
     return empty(device, shape, dtype)
 
 
-def empty(device: Any, shape: tuple[int, ...], dtype: dt.DType) -> Tensor:
+def empty(device: Any, shape: tuple[int, ...], dtype: dt.DType, reuse: bool = True) -> Tensor:
     ctx = device.ctx
     if dtype is dt.float16 and not ctx.has_f16:
         raise DTypeError(f"{device.describe()} has no shader-f16 feature: float16 tensors are not supported there")
-    return Tensor(device, shape, dtype, storage=allocate(ctx, shape, dtype.itemsize))
+    return Tensor(device, shape, dtype, storage=allocate(ctx, shape, dtype.itemsize, reuse))
 
 
 def from_bytes(device: Any, shape: tuple[int, ...], dtype: dt.DType, data: Any) -> Tensor:
     """Upload C-ordered bytes (any buffer-protocol object) into a new tensor."""
-    t = empty(device, tuple(shape), dtype)
+    t = empty(device, tuple(shape), dtype, reuse=False)  # (in a capture: a constant, never a recycled buffer)
     mv = memoryview(data).cast("B")
     if mv.nbytes != t.nbytes:
         raise ShapeError(f"{mv.nbytes} bytes given for a tensor of shape {shape} {dtype.name} ({t.nbytes} bytes)")
@@ -870,15 +870,17 @@ def tiled_keys_per_tile(ctx: WgpuContext, q: Tensor, k: Tensor, v: Tensor, offse
     device's workgroup memory and divide D), or 0 where it does not run: CPU adapters (unless tests
     ask for GPU kernels), mixed or other dtypes, head dims that are not a multiple of 16,
     offsets or strides that are not 4-aligned, heads that do not share KV heads evenly."""
-    if not ctx.policy.tiled or not _gpu_style(ctx):
+    if not (q.dtype is k.dtype is v.dtype and q.dtype in (dt.float32, dt.float16)) or q.shape[1] % k.shape[1]:
         return 0
-    D, H, KVH = q.shape[2], q.shape[1], k.shape[1]
-    if not (q.dtype is k.dtype is v.dtype and q.dtype in (dt.float32, dt.float16)) or D % 16 or H % KVH:
-        return 0
-    if any(x % 4 for x in offsets):
+    return _tiled_keys(ctx, q.shape[2], q.dtype.itemsize, offsets)
+
+
+def _tiled_keys(ctx: WgpuContext, D: int, tile_item: int, offsets: list[int]) -> int:
+    """attention_tiled_main.wgsl's BK for head dim D and tiles of `tile_item` bytes a value (0: it does
+    not run: a CPU adapter, D not a multiple of 16, offsets or strides not 4-aligned, no tile fits)."""
+    if not ctx.policy.tiled or not _gpu_style(ctx) or D % 16 or any(x % 4 for x in offsets):
         return 0
     limit = int(ctx.api.limits.get("max-compute-workgroup-storage-size", 16384)) - ctx.policy.tiled_reserved_bytes
-    tile_item = 2 if q.dtype is dt.float16 else 4
     for bk in ctx.policy.tiled_keys:
         if D % bk == 0 and bk * (2 * D * tile_item + 256) <= limit:
             return bk
@@ -1020,6 +1022,42 @@ def cached_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tenso
         kern = ctx.kernel("cached_attention", defs)
     y, z = _rows_grid(T)
     ctx.launch(kern, prm, bufs, (H, y, z))
+    return out
+
+
+def chunk_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float) -> Tensor:
+    """q (T, H, D) of one sequence's rows (all in slot slot[0]) against caches (n_slots, n_ctx, KVH, D)
+    f32: row t sees positions 0..pos[t] -> (T, H, D) f32. attention_tiled_cache.wgsl where it runs
+    (GPUs: query tiles sharing key tiles, see `_tiled_keys`), attention_flash_cache.wgsl on CPU adapters
+    (float32, D a multiple of 4 up to 64, as attention_flash), else cached_attention's kernel (one
+    workgroup a row and head: the same numbers for rows of one slot)."""
+    ctx = _ctx(q)
+    if q._strides[-1] != 1:
+        q = q.contiguous()
+    T, H, D = q.shape
+    n_slots, n_ctx, KVH = kc.shape[:3]
+    offsets = [q._offset, *q._strides[:2], kc._offset, vc._offset]
+    bk = _tiled_keys(ctx, D, 4, offsets) if q.dtype in (dt.float32, dt.float16) and D <= 256 else 0
+    flash = (not bk and T >= ctx.policy.flash_min_queries and D % 4 == 0 and D <= 64 and q.dtype is dt.float32
+             and all(x % 4 == 0 for x in offsets))
+    if not bk and not flash:
+        return cached_attention(q, kc, vc, pos, slot, scale)
+    out = _out(q.device, (T, H, D), dt.float32)
+    if T == 0 or H == 0:
+        return out
+    if bk:
+        kern = ctx.kernel("attention_tiled_cache", {
+            "TS": "f32", "D4": f"{D // 4}u", "KG": f"{bk // 4}u", "F16": "true" if q.dtype is dt.float16 else "false",
+            "SG": "true" if 0 < bk // 4 <= ctx.subgroup_size else "false"})
+    else:
+        kern = ctx.kernel("attention_flash_cache", {"D4": f"{D // 4}u"})
+    pos, slot = _at0(pos), _at0(slot)
+    group = {"G" if bk else "group": H // KVH}
+    ctx.launch(kern, dict(T=T, scale=scale, q_off=q._offset // 4, q_ts=q._strides[0] // 4, q_hs=q._strides[1] // 4,
+                          o_ts=H * D // 4, o_hs=D // 4, n_ctx=n_ctx, n_slots=n_slots, C4=KVH * D // 4,
+                          kc_off=kc._offset // 4, vc_off=vc._offset // 4, **group),
+               dict(q=_buf(q), pos=_buf(pos), slot=_buf(slot), kc=_buf(kc), vc=_buf(vc), o=_buf(out)),
+               (math.ceil(T / 64), H, 1))
     return out
 
 

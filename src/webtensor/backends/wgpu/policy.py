@@ -28,6 +28,7 @@ KNOWN_UNITS: tuple[tuple[str, int], ...] = (
     (r"mi300", 304), (r"mi250", 208), (r"rx 7900 xtx", 96),
     (r"apple m\d (max)", 38), (r"apple m\d (pro)", 18), (r"apple m\d", 10),
 )
+CPU_ADAPTER_PREFILL = (128, 128)  # a CPU adapter's (prefill_chunk, prefill_budget)
 DEFAULT_UNITS = {"DiscreteGPU": 64, "IntegratedGPU": 16, "VirtualGPU": 16, "CPU": 1}
 
 
@@ -84,6 +85,17 @@ class KernelPolicy:
     flash_min_queries: int = 2
     # argmax: a row is split over up to 64 workgroups of this many columns
     argmax_cols_per_part: int = 1024
+    # prompts (runtime.runner.prefill_policy): a prompt is read prefill_chunk tokens a replayed graph (the
+    # prompt-chunk graphs' largest shape), and a server step adds at most prefill_budget prompt tokens beside
+    # running decode rows (at least one chunk; none running: every waiting prompt's next chunk). GPUs: chunks
+    # big enough to fill the matrix engine; CPU adapters (for_adapter): smaller, their products are slow
+    prefill_chunk: int = 512
+    prefill_budget: int = 512
+    # submission (WgpuContext._lead): a batch of submit_split_min commands or more (a prompt chunk's) is
+    # submitted in pieces, the first of submit_first commands, so the GPU starts while the rest is encoded;
+    # smaller ones (a decode step) whole; 0: always whole (CPU adapters: their submit runs the kernels)
+    submit_first: int = 64
+    submit_split_min: int = 256
 
     def __post_init__(self) -> None:
         if self.engine_f16_math not in ENGINE_F16_MATHS:
@@ -92,6 +104,9 @@ class KernelPolicy:
             raise ValueError(f"engine_bk must be 8 or 16, got {self.engine_bk!r}")
         if self.compute_units < 1:
             raise ValueError(f"compute_units must be positive, got {self.compute_units}")
+        if self.prefill_chunk < 1 or self.prefill_budget < 1:
+            raise ValueError(f"prefill_chunk and prefill_budget must be positive, got {self.prefill_chunk} and "
+                             f"{self.prefill_budget}")
 
     @classmethod
     def for_adapter(cls, info: Any) -> KernelPolicy:
@@ -101,7 +116,10 @@ class KernelPolicy:
         units = next((n for pat, n in KNOWN_UNITS if re.search(pat, name)), None)
         if units is None:
             units = DEFAULT_UNITS.get(str(info.adapter_type), DEFAULT_UNITS["IntegratedGPU"])
-        return cls(gpu_style=not info.is_software, compute_units=units)
+        if info.is_software:
+            return cls(gpu_style=False, compute_units=units, prefill_chunk=CPU_ADAPTER_PREFILL[0],
+                       prefill_budget=CPU_ADAPTER_PREFILL[1], submit_first=0)
+        return cls(gpu_style=True, compute_units=units)
 
     def replace(self, **changes: Any) -> KernelPolicy:
         """A copy with `changes` (field names; ValueError for an unknown one or a bad value)."""

@@ -41,7 +41,7 @@ def profile_decode_step(model: Any, ids: list[int], repeats: int = 5) -> dict[st
     try:
         runner.prefill(0, ids)
         runner.collect(runner.launch([RunRow(0, (ids[-1],), len(ids))]))  # the greedy step's graph, captured
-        graph = runner._graph(1, None, False).graph.graph
+        graph = runner._graphs[("step", 1, None, False)].graph.graph
         cmds = [c for c in graph.commands if c[0] == "dispatch"]
         names = [n for c, n in zip(graph.commands, graph.names, strict=True) if c[0] == "dispatch"]
         runs = [time_commands(model.device.ctx, cmds) for _ in range(repeats)]
@@ -53,23 +53,24 @@ def profile_decode_step(model: Any, ids: list[int], repeats: int = 5) -> dict[st
 
 
 def profile_prefill(model: Any, n_tokens: int) -> dict[str, Any]:
-    """GPU time per kernel kind of one prompt pass of `n_tokens`, recorded as a graph."""
-    from ...runtime.batch import StepBatch
-    from ...runtime.runner import int_tensor
-
-    dev = model.device
+    """GPU time per kernel kind of one prompt pass of `n_tokens` as `ModelRunner.prefill` runs it: each chunk's
+    replayed graph, its inputs loaded, timed in turn (positions and attention lengths as in the real pass)."""
     ids = [i % model.vocab_size for i in range(n_tokens)]
-    cache = model.new_cache()
-    batch = StepBatch(int_tensor(ids, dev), int_tensor(list(range(n_tokens)), dev), int_tensor([0] * n_tokens, dev),
-                      span=(0, 0), last_only=True)
-    g = dev.capture(lambda: model.forward(batch, cache))
+    runner = model.runner(1, bucketed=False)
     try:
-        cmds = [c for c in g.graph.commands if c[0] == "dispatch"]
-        names = [n for c, n in zip(g.graph.commands, g.graph.names, strict=True) if c[0] == "dispatch"]
-        times = time_commands(dev.ctx, cmds)
+        runner.prefill(0, ids)  # (every chunk's graph captured)
+        names: list[str] = []
+        times: list[float] = []
+        chunks = runner.chunks(0, n_tokens)
+        for a, b in chunks:
+            g = runner.load_chunk(0, tuple(ids[a:b]), a, "last" if b == n_tokens else "none").graph.graph
+            cmds = [c for c in g.commands if c[0] == "dispatch"]
+            names += [n for c, n in zip(g.commands, g.names, strict=True) if c[0] == "dispatch"]
+            times += time_commands(model.device.ctx, cmds)
     finally:
-        g.release()
-    return {"kernels": _by_kind(names, times), "total_us": sum(times), "dispatches": len(cmds), "tokens": n_tokens}
+        runner.close()
+    return {"kernels": _by_kind(names, times), "total_us": sum(times), "dispatches": len(times), "tokens": n_tokens,
+            "chunks": len(chunks)}
 
 
 GATE_SECONDS = 0.3  # GPU work before a timed run (see keep_busy)

@@ -248,7 +248,7 @@ def _upload_chunks(device: Any, qtype: str, shape: tuple[int, int], parts: Any) 
     for r0 in range(0, max(n, 1), rows_per):
         for data, out in zip(parts(r0, min(n, r0 + rows_per)), (q_chunks, s_chunks), strict=True):
             nbytes = memoryview(data).nbytes
-            buf = ctx.alloc(max(4, nbytes))
+            buf = ctx.alloc(max(4, nbytes), reuse=False)  # (uploaded now: never a recycled buffer)
             out.append(buf)
             if nbytes:
                 ctx.upload(buf, data, fresh=True)

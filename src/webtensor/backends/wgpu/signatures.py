@@ -182,6 +182,10 @@ SIGNATURES = {s.file: s for s in (
          "group", "q k v -> o"),
     _sig("attention_tiled", "T S causal scale:f32 G q_off q_ts q_hs k_off k_ts k_hs v_off v_ts v_hs o_ts o_hs",
          "q k v -> o"),
+    _sig("attention_tiled_cache", "T scale:f32 G q_off q_ts q_hs o_ts o_hs n_ctx n_slots C4 kc_off vc_off",
+         "q pos slot kc vc -> o"),
+    _sig("attention_flash_cache", "T scale:f32 group q_off q_ts q_hs o_ts o_hs n_ctx n_slots C4 kc_off vc_off",
+         "q pos slot kc vc -> o"),
     _sig("gemv_quant", f"M N K acc=0 a_off4 lda4 d_ld c_off=0 ldc {_EPI} eps:f32=0",
          "a qs scales bias? res? lnw? lnb? -> c"),
     *(_sig(k, f"M N K acc=0 a_off4 lda4 d_ld c_off=0 ldc {_EPI} eps:f32=0", "a qs scales bias? res? -> c")

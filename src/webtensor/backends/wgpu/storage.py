@@ -83,13 +83,14 @@ class WgpuStorage:
             offset - self.chunk_start(i)
 
 
-def allocate(ctx: WgpuContext, shape: tuple[int, ...], itemsize: int) -> WgpuStorage:
-    """Storage for a contiguous tensor; chunked along axis 0 when over the binding limit."""
+def allocate(ctx: WgpuContext, shape: tuple[int, ...], itemsize: int, reuse: bool = True) -> WgpuStorage:
+    """Storage for a contiguous tensor; chunked along axis 0 when over the binding limit. `reuse`: False for
+    a tensor about to be uploaded (never a buffer a graph being captured let go of: `WgpuContext.alloc`)."""
     nbytes = max(4, math.prod(shape) * itemsize)
     limit = ctx.max_binding_bytes
     row_elems = math.prod(shape[1:]) if len(shape) > 1 else 1
     if nbytes <= limit:
-        return WgpuStorage(ctx, [ctx.alloc(nbytes)], shape[0] if shape else 1, row_elems=row_elems,
+        return WgpuStorage(ctx, [ctx.alloc(nbytes, reuse)], shape[0] if shape else 1, row_elems=row_elems,
                            rows=shape[0] if shape else 1)
     row_bytes = row_elems * itemsize  # (a 1-d tensor's rows are its elements)
     if row_bytes > limit:
@@ -100,7 +101,7 @@ def allocate(ctx: WgpuContext, shape: tuple[int, ...], itemsize: int) -> WgpuSto
     rows_per = limit // row_bytes
     chunks = []
     for r0 in range(0, shape[0], rows_per):
-        chunks.append(ctx.alloc(min(rows_per, shape[0] - r0) * row_bytes))
+        chunks.append(ctx.alloc(min(rows_per, shape[0] - r0) * row_bytes, reuse))
     return WgpuStorage(ctx, chunks, rows_per, row_elems=row_elems, rows=shape[0])
 
 
