@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import DeviceMismatchError, GraphCaptureError, ShapeError
+from ..quant.types import Quantized
 from .base import replay_times
 
 F32 = np.float32
@@ -63,6 +64,45 @@ def quant_linear(x: np.ndarray, w: Any, b: np.ndarray | None, act: str | None, r
     from ..quant.weight import quant_matmul
 
     return _epilogue(quant_matmul(_f32(x), w), b, act, residual, out_dtype)
+
+
+def moe_route(logits: np.ndarray, k: int, normalize: bool) -> tuple[np.ndarray, np.ndarray]:
+    # logits (T, E) -> weights float32 (T, k), ids int32 (T, k): the k largest logits in descending order
+    # (a stable sort: the lower id first among ties), their softmax probabilities (over all E), renormalized
+    # to sum 1 where `normalize`
+    v = _f32(logits)
+    ids = np.argsort(-v, axis=-1, kind="stable")[:, :k].astype(np.int32)
+    e = np.exp(v - v.max(axis=-1, keepdims=True))
+    p = np.take_along_axis(e, ids, axis=-1) / e.sum(axis=-1, keepdims=True)
+    if normalize:
+        p = p / p.sum(axis=-1, keepdims=True)
+    return p.astype(F32), ids
+
+
+def _check_experts(ids: np.ndarray, E: int) -> None:
+    # a step's expert ids are host data here: checked on every call (and replay), as an embedding's ids are
+    if ids.size and (ids.min() < 0 or ids.max() >= E):
+        bad = ids[(ids < 0) | (ids >= E)].reshape(-1)[0]
+        raise ShapeError(f"expert_linear: expert id {bad} is out of range for {E} experts")
+
+
+def expert_linear(x: np.ndarray, experts: Any, ids: np.ndarray, E: int) -> np.ndarray:
+    # x (T, X, K), X = 1 or k; experts (E x N, K) float or a QuantWeight; ids (T, k) -> (T, k, N) float32.
+    # Grouped by expert (each expert's matrix made once a call: dequantized, transposed to (K, N)), then
+    # the expert's slots as a stack of one-row products (BLAS's matrix-vector path: a row's bits are those
+    # of the row alone, whatever else the step holds)
+    _check_experts(ids, E)
+    T, k = ids.shape
+    N = experts.shape[0] // E
+    out = np.empty((T, k, N), F32)
+    for e in np.unique(ids):
+        t, j = np.nonzero(ids == e)
+        rows = slice(int(e) * N, (int(e) + 1) * N)
+        w = _f32(experts[rows]) if isinstance(experts, np.ndarray) else experts.dequantize(rows)
+        wt = np.ascontiguousarray(w.T)  # (K, N)
+        xs = _f32(x[t, j if x.shape[1] > 1 else 0])[:, None, :]  # (m, 1, K)
+        out[t, j] = (xs @ wt)[:, 0]
+    return out
 
 
 def _epilogue(y: np.ndarray, b: np.ndarray | None, act: str | None, residual: np.ndarray | None,
@@ -853,6 +893,29 @@ class CpuBackend:
             rows: np.ndarray = table.dequantize(idx.reshape(-1))  # float32 (ids, C)
             return rows.reshape(*idx.shape, table.shape[1])
         return self._op("quant_embedding", ids.device, ids.shape + (table.shape[1],), F32, compute)
+
+    def moe_route(self, logits: Any, k: int, normalize: bool) -> Any:
+        la = view(logits)
+        T = logits.shape[0]
+        out: list[np.ndarray] = []
+
+        def route() -> np.ndarray:  # (the pair computed once, by the weights' step; the ids' step takes its half)
+            out[:] = moe_route(la, k, normalize)
+            return out[0]
+        weights = self._op("moe_route", logits.device, (T, k), F32, route)
+        ids = self._op("moe_route_ids", logits.device, (T, k), np.int32, lambda: out[1])
+        return weights, ids
+
+    def expert_linear(self, x: Any, experts: Any, ids: Any, n_experts: int) -> Any:
+        xa, ia = view(x), view(ids)
+        if isinstance(experts, Quantized):
+            _host_weight("expert_linear", experts, "the input")
+            wa: Any = experts
+        else:
+            wa = view(experts)
+        T, k = ids.shape
+        return self._op("expert_linear", x.device, (T, k, experts.shape[0] // n_experts), F32,
+                        lambda: expert_linear(xa, wa, ia, n_experts))
 
     def attention(self, q: Any, k: Any, v: Any, causal: bool, scale: float) -> Any:
         qa, ka, va = view(q), view(k), view(v)

@@ -204,5 +204,8 @@ SIGNATURES = {s.file: s for s in (
     _sig("cached_attention_rope", "T H D4 q_off4 q_ts4 q_hs4 k_off4=0 k_ts4=0 k_hs4=0 v_off4=0 v_ts4=0 v_hs4=0 "
          "n_ctx slot_stride4 write=0 scale:f32 group n_slots kc_off4 vc_off4 half P tc_off ts_off",
          "q kv? pos slot tab -> kc vc o"),
+    _sig("moe_route", "rows E k norm x_off x_ld", "x -> ids w"),
+    _sig("expert_gemv", "slots k X E N K row0 rows x_off ids_off w_off", "x w ids -> o"),
+    _sig("expert_gemv_quant", "slots k X E N K row0 rows x_off ids_off d_ld", "x qs scales ids -> o"),
     _sig("advance_tokens", "B ring", "next_ids -> ids pos tokens count"),
 )}
