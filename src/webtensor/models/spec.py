@@ -51,10 +51,10 @@ class Family:
     checkpoint key's canonical name (None: a tensor the family ignores, e.g. rotary buffers); `gguf_names(cfg)`
     canonical -> GGUF name; `fusions(cfg)` (fused name, parts) pairs the loader concatenates along the output
     rows where the parts are stored alike (q, k, v -> qkv); `gguf_metadata(cfg)` the GGUF keys a converter writes,
-    `gguf_architecture(cfg)` the `general.architecture` it writes, `gguf_accepts(metadata)` whether a GGUF file
-    of one of its architectures is its own (Mixtral's `llama` files, told from Llama's by their experts) (Mistral's is `llama`), `gguf_tensors(cfg)` the
-    tensors it derives from the config (GGUF name -> float32 values: llama3's `rope_freqs`)
-    and
+    `gguf_architecture(cfg)` the `general.architecture` it writes (Mistral's is `llama`), `gguf_accepts(metadata)`
+    whether a GGUF file of one of its architectures is its own (Mixtral's `llama` files, told from Llama's by
+    their experts), `gguf_tensors(cfg)` the tensors it derives from the config (GGUF name -> float32 values:
+    llama3's `rope_freqs`) and
     `to_gguf(cfg, name, float32 array)` a weight as llama.cpp stores it (`formats.gguf_writer`);
     `check(cfg, shapes, where)` the family's own checks of
     a checkpoint's tensors (by canonical name, HF layout) beyond "every expected tensor with its shape";
