@@ -1,0 +1,108 @@
+"""The mixture-of-experts family beyond the conformance suite (which runs every path on its tiny examples):
+options the examples leave out (Qwen3-MoE not renormalized, with `decoder_sparse_step`; the transformers 5 and
+published config.json keys for the expert count) against transformers; GGUF files whose stacked expert tensors
+stay quantized (`ffn_*_exps` in q4_0 / q4_1 / q8_0) against the same file dequantized at load, on the CPU and
+lavapipe; a GGUF `llama` file told apart as Llama's or Mixtral's by its experts; and the one-line refusals."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent.parent))
+from conftest import rel_err  # noqa: E402
+
+import webtensor as wt  # noqa: E402
+from webtensor.formats.gguf_writer import write_gguf  # noqa: E402
+from webtensor.models import registry  # noqa: E402
+from webtensor.quant.types import Quantized  # noqa: E402
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.hf
+
+SHIPPED = Path(__file__).resolve().parents[2] / "src" / "webtensor" / "models" / "shipped"
+IDS = [int(i) for i in np.random.default_rng(3).integers(0, 4096, 19)]
+FAMILY = registry.by_name("moe")
+
+
+def _checkpoint(d: Path, raw: dict[str, Any]) -> Path:
+    raw = dict(raw)
+    torch.manual_seed(1)
+    cfg = transformers.AutoConfig.for_model(raw.pop("model_type"), **raw)
+    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(p + 0.2 * torch.randn_like(p))
+    model.save_pretrained(d)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(SHIPPED / f, d / f)
+    return d
+
+
+def _hf_logits(d: Path) -> np.ndarray:
+    m = transformers.AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32).eval()
+    with torch.no_grad():
+        return m(torch.tensor([IDS])).logits[0].numpy()
+
+
+def test_qwen3_moe_without_renormalization_and_with_a_sparse_step(tmp_path):
+    """norm_topk_prob false, every second layer sparse (decoder_sparse_step 2), 3 layers."""
+    raw = {**FAMILY.examples["qwen3_moe"], "norm_topk_prob": False, "decoder_sparse_step": 2, "mlp_only_layers": [],
+           "num_hidden_layers": 3}
+    d = _checkpoint(tmp_path / "hf", raw)
+    m = wt.load_model(d, "cpu", "float32", n_ctx=64)
+    assert m.config.sparse == (False, True, False) and not m.config.norm_topk_prob
+    assert rel_err(m.logits(IDS), _hf_logits(d)) <= 1e-5
+
+
+def test_the_expert_count_under_each_of_its_names():
+    base = dict(FAMILY.examples["olmoe"])
+    del base["num_experts"]
+    assert FAMILY.config_from_hf({**base, "num_local_experts": 6}, "c").num_experts == 6  # (transformers 5 saves)
+    assert FAMILY.config_from_hf({**base, "num_experts": 9}, "c").num_experts == 9  # (published files)
+
+
+@pytest.fixture(scope="module")
+def qwen_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _checkpoint(tmp_path_factory.mktemp("moe") / "qwen3_moe", FAMILY.examples["qwen3_moe"])
+
+
+@pytest.mark.parametrize("outtype", ["q4_0", "q4_1", "q8_0"])
+@pytest.mark.parametrize("dev", ["cpu", pytest.param("lavapipe", marks=pytest.mark.wgpu)])
+def test_quantized_stacked_experts_equal_the_file_dequantized(qwen_dir, tmp_path, outtype, dev):
+    path = write_gguf(qwen_dir, tmp_path / f"m.{outtype}.gguf", outtype)
+    q = wt.load_model(path, dev, None, n_ctx=64)
+    stack = q.params["layers.0.mlp.experts.gate_proj.weight"]
+    assert isinstance(stack, Quantized) and stack.qtype == outtype.upper() and stack.shape == (7 * 32, 64)
+    f32 = wt.load_model(path, dev, "float32", n_ctx=64)
+    assert rel_err(q.logits(IDS), f32.logits(IDS)) <= 1e-5
+    assert q.generate(IDS[:5], 6, stop_at_eos=False) == f32.generate(IDS[:5], 6, stop_at_eos=False)
+
+
+def test_a_llama_gguf_file_is_mixtrals_when_it_has_experts():
+    assert registry.for_gguf("llama", "f", {"general.architecture": "llama", "llama.expert_count": 8}).name == "moe"
+    assert registry.for_gguf("llama", "f", {"general.architecture": "llama"}).name == "llama"
+    assert registry.for_gguf("qwen3moe", "f", {"general.architecture": "qwen3moe"}).name == "moe"
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"model_type": "mixtral", "sliding_window": 64}, "sliding_window = 64: sliding-window attention is not supported"),
+    ({"model_type": "qwen3_moe", "use_sliding_window": True}, "use_sliding_window = true"),
+    ({"model_type": "olmoe", "clip_qkv": 8.0}, "clip_qkv = 8.0: clipping q, k, v is not supported"),
+    ({"model_type": "olmoe", "num_experts_per_tok": 6}, "num_experts_per_tok = 6 must be in 1 .. num_experts = 5"),
+    ({"model_type": "olmoe", "attention_bias": True}, "attention_bias = true is not supported for olmoe"),
+    ({"model_type": "qwen3_moe", "decoder_sparse_step": 0}, "decoder_sparse_step must be a positive integer"),
+])
+def test_unsupported_configs_are_refused_in_one_line(change, message):
+    base = {"olmoe": FAMILY.examples["olmoe"], "mixtral": FAMILY.examples["mixtral"],
+            "qwen3_moe": FAMILY.examples["qwen3_moe"]}[change["model_type"]]
+    with pytest.raises(wt.CheckpointError, match=message.replace("(", r"\(").replace(")", r"\)")) as e:
+        FAMILY.config_from_hf({**base, **change}, "config.json")
+    assert "\n" not in str(e.value)
