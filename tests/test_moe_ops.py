@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import rel_err
+from conftest import rel_err, set_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_quant_kernels import weight
@@ -103,11 +103,18 @@ def _to(dev: wt.Device, stack):
     return wt.tensor(stack.numpy(), device=dev) if isinstance(stack, wt.Tensor) else stack
 
 
+@pytest.fixture(params=["cpu-adapter", "gpu-style"])
+def style(request: pytest.FixtureRequest, gpu: wt.Device, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The kernel family under test: one thread an output (CPU adapters), or lanes and a reduction (GPUs)."""
+    set_policy(monkeypatch, gpu, gpu_style=request.param == "gpu-style")
+    return str(request.param)
+
+
 @pytest.mark.wgpu
 @pytest.mark.parametrize("kind", KINDS)
 @given(seed=seeds, T=st.integers(1, 6), E=st.integers(1, 9), N=st.integers(1, 150), per_slot=st.booleans())
 @settings(SETTINGS)
-def test_wgpu_expert_linear_equals_the_cpu_reference(gpu, kind, seed, T, E, N, per_slot):
+def test_wgpu_expert_linear_equals_the_cpu_reference(gpu, style, kind, seed, T, E, N, per_slot):
     stack, ids, x = _case(seed, kind, T, E, N, per_slot)
     want = wt.expert_linear(wt.tensor(x), stack, wt.tensor(ids), E).numpy()
     got = wt.expert_linear(wt.tensor(x, device=gpu), _to(gpu, stack), wt.tensor(ids, device=gpu), E).numpy()
@@ -117,8 +124,10 @@ def test_wgpu_expert_linear_equals_the_cpu_reference(gpu, kind, seed, T, E, N, p
 
 @pytest.mark.wgpu
 @pytest.mark.parametrize("kind", ["float32", "Q8_0", "Q4_K"])
-def test_a_stack_over_the_binding_limit_runs_a_row_chunk_at_a_time(gpu_small, kind):
+@pytest.mark.parametrize("gpu_style", [False, True])
+def test_a_stack_over_the_binding_limit_runs_a_row_chunk_at_a_time(gpu_small, kind, gpu_style, monkeypatch):
     """A 64 KiB binding limit: the stack is several row chunks, an expert's rows split across two of them."""
+    set_policy(monkeypatch, gpu_small, gpu_style=gpu_style)
     E, N, K, T = 7, 37, 1024, 5
     rng = np.random.default_rng(11)
     stack = _stack(rng, kind, E * N, K)
@@ -146,9 +155,10 @@ def test_wgpu_route_equals_the_cpu_reference(gpu, seed, T, E, normalize, dtype):
     np.testing.assert_allclose(gw.numpy(), w.numpy(), rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("dev", ["cpu", "wgpu"])
-def test_a_row_alone_equals_the_row_among_others(dev, request):
+@pytest.mark.parametrize("dev", ["cpu", "wgpu", "wgpu-gpu-style"])
+def test_a_row_alone_equals_the_row_among_others(dev, request, monkeypatch):
     device = CPU if dev == "cpu" else request.getfixturevalue("gpu")
+    set_policy(monkeypatch, device, gpu_style=dev == "wgpu-gpu-style")
     rng = np.random.default_rng(5)
     E, N, K, T = 6, 40, 64, 7
     stack = weight(rng, "Q4_0", E * N, K)

@@ -13,9 +13,9 @@ from ... import dtypes as dt
 from ...errors import BufferLimitError
 from ...tensor import Tensor
 from . import ops as gops
-from .quant_ops import on_device, scale_words
+from .quant_ops import gemv_lanes, on_device, scale_words
 
-WG = 64  # threads a workgroup: router rows / outputs of one slot
+WG = 64  # threads a workgroup of moe_route.wgsl: router rows
 
 
 def moe_route(logits: Tensor, k: int, normalize: bool) -> tuple[Tensor, Tensor]:
@@ -47,7 +47,8 @@ def _float_chunks(w: Tensor) -> list[tuple[int, int, Any, int]]:
 
 def expert_linear(x: Tensor, experts: Any, ids: Tensor, E: int) -> Tensor:
     """x (T, X, K) through experts[ids[t, j]] of the stack (E x N, K) -> float32 (T, k, N): one launch per row
-    chunk of the stack, workgroups (64 outputs, slot)."""
+    chunk of the stack, workgroups (256 / LANES outputs, slot), LANES threads an output (the GEMV's rule:
+    1 on CPU adapters)."""
     ctx = gops._ctx(x)
     T, k = ids.shape
     rows, K = experts.shape
@@ -58,18 +59,21 @@ def expert_linear(x: Tensor, experts: Any, ids: Tensor, E: int) -> Tensor:
         return out
     ids = ids.contiguous()
     y, z = gops._rows_grid(slots)
-    grid = (math.ceil(N / WG), y, z)
     if not isinstance(experts, Tensor):  # a quantized stack
         w = on_device(x.device, experts, "expert_linear")
         x = (x if x.dtype is dt.float32 else gops.unary("copy", x, dt.float32)).contiguous()
-        kern = ctx.kernel("expert_gemv_quant", {w.qtype: "true"})
+        lanes = gemv_lanes(ctx, K)
+        grid = (math.ceil(N / (256 // lanes)), y, z)
+        kern = ctx.kernel("expert_gemv_quant", {w.qtype: "true", "LANES": f"{lanes}u"})
         for r0, n, qbuf, sbuf in w.chunks():
             ctx.launch(kern, dict(slots=slots, k=k, X=X, E=E, N=N, K=K, row0=r0, rows=n, x_off=x._offset,
                                   ids_off=ids._offset, d_ld=scale_words(w.qtype, K)),
                        dict(x=gops._buf(x), qs=qbuf, scales=sbuf, ids=gops._buf(ids), o=gops._buf(out)), grid)
         return out
     x = x.contiguous()
-    kern = ctx.kernel("expert_gemv", {"TX": x.dtype.wgsl, "TW": experts.dtype.wgsl})
+    lanes = gops.gemv_lanes(ctx, K)
+    grid = (math.ceil(N / (256 // lanes)), y, z)
+    kern = ctx.kernel("expert_gemv", {"TX": x.dtype.wgsl, "TW": experts.dtype.wgsl, "LANES": f"{lanes}u"})
     for r0, n, buf, off in _float_chunks(experts):
         ctx.launch(kern, dict(slots=slots, k=k, X=X, E=E, N=N, K=K, row0=r0, rows=n, x_off=x._offset,
                               ids_off=ids._offset, w_off=off),
