@@ -99,6 +99,18 @@ def test_cpu_expert_linear_is_each_slots_own_product(kind, seed, T, E, N, per_sl
             assert rel_err(got[t, j], want) <= 1e-5
 
 
+def _kernels_run(monkeypatch: pytest.MonkeyPatch, dev: wt.Device) -> list[str]:
+    """The kernel files `dev` compiles or fetches from now on, in order."""
+    ran: list[str] = []
+    real = dev.ctx.kernel
+
+    def spy(file: str, *a, **kw):
+        ran.append(file)
+        return real(file, *a, **kw)
+    monkeypatch.setattr(dev.ctx, "kernel", spy)
+    return ran
+
+
 def _to(dev: wt.Device, stack):
     return wt.tensor(stack.numpy(), device=dev) if isinstance(stack, wt.Tensor) else stack
 
@@ -123,11 +135,28 @@ def test_wgpu_expert_linear_equals_the_cpu_reference(gpu, style, kind, seed, T, 
 
 
 @pytest.mark.wgpu
+@pytest.mark.parametrize("kind", KINDS)
+@given(seed=seeds, T=st.integers(1, 40), E=st.integers(1, 9), N=st.integers(1, 90), per_slot=st.booleans())
+@settings(SETTINGS)
+def test_grouped_expert_products_equal_the_cpu_reference(gpu, monkeypatch, kind, seed, T, E, N, per_slot):
+    """invariant=False on a GPU-style device: the slots grouped by expert (moe_align.wgsl, blocks of 8 so that
+    an expert's slots span several blocks and padding) through expert_gemm(_quant).wgsl."""
+    set_policy(monkeypatch, gpu, gpu_style=True, moe_grouped_min_slots=0, moe_block=8)
+    ran = _kernels_run(monkeypatch, gpu)
+    stack, ids, x = _case(seed, kind, T, E, N, per_slot)
+    want = wt.expert_linear(wt.tensor(x), stack, wt.tensor(ids), E).numpy()
+    got = wt.expert_linear(wt.tensor(x, device=gpu), _to(gpu, stack), wt.tensor(ids, device=gpu), E,
+                           invariant=False).numpy()
+    assert rel_err(got, want) <= 1e-5
+    assert "moe_align" in ran and any(k.startswith("expert_gemm") for k in ran)
+
+
+@pytest.mark.wgpu
 @pytest.mark.parametrize("kind", ["float32", "Q8_0", "Q4_K"])
-@pytest.mark.parametrize("gpu_style", [False, True])
-def test_a_stack_over_the_binding_limit_runs_a_row_chunk_at_a_time(gpu_small, kind, gpu_style, monkeypatch):
+@pytest.mark.parametrize("path", ["gemv-cpu-adapter", "gemv-gpu-style", "grouped"])
+def test_a_stack_over_the_binding_limit_runs_a_row_chunk_at_a_time(gpu_small, kind, path, monkeypatch):
     """A 64 KiB binding limit: the stack is several row chunks, an expert's rows split across two of them."""
-    set_policy(monkeypatch, gpu_small, gpu_style=gpu_style)
+    set_policy(monkeypatch, gpu_small, gpu_style=path != "gemv-cpu-adapter", moe_grouped_min_slots=0, moe_block=8)
     E, N, K, T = 7, 37, 1024, 5
     rng = np.random.default_rng(11)
     stack = _stack(rng, kind, E * N, K)
@@ -138,7 +167,8 @@ def test_a_stack_over_the_binding_limit_runs_a_row_chunk_at_a_time(gpu_small, ki
     ids = np.array([[0, 6, 3], [5, 1, 2], [4, 4 - 1, 6], [6, 0, 1], [2, 5, 4]], np.int32)
     x = rng.standard_normal((T, 3, K)).astype(np.float32)
     want = wt.expert_linear(wt.tensor(x), stack, wt.tensor(ids), E).numpy()
-    got = wt.expert_linear(wt.tensor(x, device=gpu_small), dev_stack, wt.tensor(ids, device=gpu_small), E)
+    got = wt.expert_linear(wt.tensor(x, device=gpu_small), dev_stack, wt.tensor(ids, device=gpu_small), E,
+                           invariant=path != "grouped")
     assert rel_err(got.numpy(), want) <= 1e-5
 
 

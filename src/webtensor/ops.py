@@ -387,15 +387,18 @@ def moe_route(logits: Tensor, k: int, normalize: bool) -> tuple[Tensor, Tensor]:
     return logits.device.backend.moe_route(logits, k, normalize)
 
 
-def expert_linear(x: Tensor, experts: Any, ids: Tensor, n_experts: int) -> Tensor:
+def expert_linear(x: Tensor, experts: Any, ids: Tensor, n_experts: int, invariant: bool = True) -> Tensor:
     """Each row through its own experts (llama.cpp's MUL_MAT_ID): out[t, j] = x[t, j or 0] @ W[ids[t, j]].T,
     x (T, X, K) float with X = 1 (every expert of row t reads x[t, 0]: the gate and up products) or X = k (slot
     j reads x[t, j]: the down product), ids int32 (T, k) on the device (`moe_route`'s), `experts` the
     `n_experts` matrices (N, K) stacked along the rows (E x N, K), nn.Linear's layout (GGUF's `ffn_*_exps`):
     a float Tensor or a quantized weight of any `quant.TYPES`, read where it lies (a stack over the binding
-    limit in row chunks) -> float32 (T, k, N). Each (row, slot) is a one-row product of its expert alone, so a
-    row's numbers do not depend on the rows beside it. An id outside 0 .. E - 1 is refused on the CPU; on
-    WebGPU (ids on the device, unread) its slot's values are unspecified."""
+    limit in row chunks) -> float32 (T, k, N). `invariant`: each (row, slot) a one-row product of its expert
+    alone, so a row's numbers do not depend on the rows beside it (a decode step's rows); False (a prompt
+    chunk): the device may group the slots by expert and read each expert's weights once for many of them
+    (a slot's sum then runs in another order: its last bits may differ from the one-row product's). An id
+    outside 0 .. E - 1 is refused on the CPU; on WebGPU (ids on the device, unread) its slot's values are
+    unspecified."""
     quantized = _is_quant("expert_linear", "experts", experts)
     ts = [x, ids] if quantized else [x, experts, ids]
     check_same_device("expert_linear", *ts)
@@ -412,7 +415,9 @@ def expert_linear(x: Tensor, experts: Any, ids: Tensor, n_experts: int) -> Tenso
     if x.ndim != 3 or x.shape[0] != T or x.shape[1] not in (1, k) or x.shape[2] != K:
         raise ShapeError(f"expert_linear: x must be (T, 1 or k, K) = ({T}, 1 or {k}, {K}) for ids {ids.shape} and "
                          f"experts {experts.shape}, got {x.shape}")
-    return x.device.backend.expert_linear(x, experts, ids, n_experts)
+    if not isinstance(invariant, bool):
+        raise ArgumentError(f"expert_linear: invariant must be a bool, got {invariant!r}")
+    return x.device.backend.expert_linear(x, experts, ids, n_experts, invariant)
 
 
 def _is_quant(op: str, name: str, w: Any) -> bool:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from conftest import rel_err  # noqa: E402
+from conftest import rel_err, set_policy  # noqa: E402
 
 import webtensor as wt  # noqa: E402
 from webtensor.formats.gguf_writer import write_gguf  # noqa: E402
@@ -84,6 +84,26 @@ def test_quantized_stacked_experts_equal_the_file_dequantized(qwen_dir, tmp_path
     f32 = wt.load_model(path, dev, "float32", n_ctx=64)
     assert rel_err(q.logits(IDS), f32.logits(IDS)) <= 1e-5
     assert q.generate(IDS[:5], 6, stop_at_eos=False) == f32.generate(IDS[:5], 6, stop_at_eos=False)
+
+
+@pytest.mark.wgpu
+def test_prompt_chunks_through_the_grouped_kernels_match_transformers(qwen_dir, gpu, monkeypatch):
+    """GPU-style kernels on lavapipe with the grouped expert products for every prompt chunk (moe_align +
+    expert_gemm, 4-slot blocks): logits and greedy tokens as transformers', decode rows still bit for bit
+    alone or in a batch (they stay one-row products)."""
+    set_policy(monkeypatch, gpu, gpu_style=True, moe_grouped_min_slots=0, moe_block=8)
+    ran: list[str] = []
+    real = gpu.ctx.kernel
+    monkeypatch.setattr(gpu.ctx, "kernel", lambda file, *a, **kw: ran.append(file) or real(file, *a, **kw))
+    m = wt.load_model(qwen_dir, gpu, "float32", n_ctx=64)
+    want = _hf_logits(qwen_dir)
+    assert rel_err(m.logits(IDS), want) <= 1e-5
+    assert "moe_align" in ran and "expert_gemm" in ran
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(qwen_dir), dtype=torch.float32).eval()
+    with torch.no_grad():
+        greedy = hf.generate(torch.tensor([IDS[:6]]), max_new_tokens=8, min_new_tokens=8, do_sample=False,
+                             pad_token_id=0)[0, 6:].tolist()
+    assert m.generate(IDS[:6], 8, stop_at_eos=False) == greedy
 
 
 def test_a_llama_gguf_file_is_mixtrals_when_it_has_experts():

@@ -78,8 +78,9 @@ class Backend(Protocol):
     def moe_route(self, logits: Tensor, k: int, normalize: bool) -> tuple[Tensor, Tensor]:
         """(weights float32 (T, k), ids int32 (T, k)) of router logits (T, E)."""
         ...
-    def expert_linear(self, x: Tensor, experts: Any, ids: Tensor, n_experts: int) -> Tensor:
-        """x (T, 1 or k, K) through experts[ids[t, j]] of a stack (E x N, K), float or quantized -> (T, k, N)."""
+    def expert_linear(self, x: Tensor, experts: Any, ids: Tensor, n_experts: int, invariant: bool = True) -> Tensor:
+        """x (T, 1 or k, K) through experts[ids[t, j]] of a stack (E x N, K), float or quantized -> (T, k, N)
+        (`invariant` False: the slots may be grouped by expert)."""
         ...
     def attention(self, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> Tensor:
         """q (T, H, D), k and v (S, KVH, D), H % KVH == 0: query head h reads head h // (H // KVH)."""

@@ -906,7 +906,8 @@ class CpuBackend:
         ids = self._op("moe_route_ids", logits.device, (T, k), np.int32, lambda: out[1])
         return weights, ids
 
-    def expert_linear(self, x: Any, experts: Any, ids: Any, n_experts: int) -> Any:
+    def expert_linear(self, x: Any, experts: Any, ids: Any, n_experts: int, invariant: bool = True) -> Any:
+        # (one-row products either way: the reference's numbers are the same for every `invariant`)
         xa, ia = view(x), view(ids)
         if isinstance(experts, Quantized):
             _host_weight("expert_linear", experts, "the input")

@@ -45,10 +45,28 @@ def _float_chunks(w: Tensor) -> list[tuple[int, int, Any, int]]:
     return [(r0, n, buf, 0) for r0, n, buf in st.chunk_ranges(rows)]
 
 
-def expert_linear(x: Tensor, experts: Any, ids: Tensor, E: int) -> Tensor:
+def _grouped(ctx: Any, slots: int, E: int, invariant: bool) -> bool:
+    """Whether a step's slots go through the grouped kernels: not one-row products, enough of them, a GPU (the
+    policy's moe_grouped_min_slots), at most 256 experts (moe_align's counters)."""
+    lim = ctx.policy.moe_grouped_min_slots
+    return not invariant and lim is not None and slots > lim and E <= 256 and ctx.policy.gpu_style
+
+
+def _align(ctx: Any, ids: Tensor, slots: int, E: int) -> tuple[Any, Any, Any, int]:
+    """moe_align.wgsl: (order, block_expert, n_blocks buffers, the most blocks there can be)."""
+    bm = ctx.policy.moe_block
+    blocks = math.ceil(slots / bm) + E  # (each expert's list padded to whole blocks)
+    order, block_expert, n_blocks = ctx.alloc(4 * blocks * bm), ctx.alloc(4 * blocks), ctx.alloc(4)
+    ctx.launch(ctx.kernel("moe_align", {"BM": f"{bm}u"}), dict(slots=slots, E=E, ids_off=ids._offset, cap=blocks * bm),
+               dict(ids=gops._buf(ids), order=order, block_expert=block_expert, n_blocks=n_blocks), (1, 1, 1))
+    return order, block_expert, n_blocks, blocks
+
+
+def expert_linear(x: Tensor, experts: Any, ids: Tensor, E: int, invariant: bool = True) -> Tensor:
     """x (T, X, K) through experts[ids[t, j]] of the stack (E x N, K) -> float32 (T, k, N): one launch per row
-    chunk of the stack, workgroups (256 / LANES outputs, slot), LANES threads an output (the GEMV's rule:
-    1 on CPU adapters)."""
+    chunk of the stack. The GEMV: workgroups (256 / LANES outputs, slot), LANES threads an output (the GEMV's
+    rule: 1 on CPU adapters). Grouped (`_grouped`): the slots listed by expert in blocks (`_align`), then
+    workgroups (32 outputs, block)."""
     ctx = gops._ctx(x)
     T, k = ids.shape
     rows, K = experts.shape
@@ -58,6 +76,8 @@ def expert_linear(x: Tensor, experts: Any, ids: Tensor, E: int) -> Tensor:
     if slots == 0 or N == 0:
         return out
     ids = ids.contiguous()
+    if _grouped(ctx, slots, E, invariant):
+        return _expert_gemm(ctx, x, experts, ids, E, out)
     y, z = gops._rows_grid(slots)
     if not isinstance(experts, Tensor):  # a quantized stack
         w = on_device(x.device, experts, "expert_linear")
@@ -78,4 +98,34 @@ def expert_linear(x: Tensor, experts: Any, ids: Tensor, E: int) -> Tensor:
         ctx.launch(kern, dict(slots=slots, k=k, X=X, E=E, N=N, K=K, row0=r0, rows=n, x_off=x._offset,
                               ids_off=ids._offset, w_off=off),
                    dict(x=gops._buf(x), w=buf, ids=gops._buf(ids), o=gops._buf(out)), grid)
+    return out
+
+
+def _expert_gemm(ctx: Any, x: Tensor, experts: Any, ids: Tensor, E: int, out: Tensor) -> Tensor:
+    """The grouped kernels: moe_align.wgsl, then expert_gemm(_quant).wgsl per row chunk of the stack."""
+    T, k = ids.shape
+    rows, K = experts.shape
+    N, X, slots = rows // E, x.shape[1], T * k
+    order, block_expert, n_blocks, blocks = _align(ctx, ids, slots, E)
+    grid = (math.ceil(N / 32), blocks, 1)
+    common = dict(slots=slots, k=k, X=X, N=N, K=K)
+    lists = dict(order=order, block_expert=block_expert, n_blocks=n_blocks, o=gops._buf(out))
+    bm = {"BM": f"{ctx.policy.moe_block}u"}
+    try:
+        if not isinstance(experts, Tensor):
+            w = on_device(x.device, experts, "expert_linear")
+            x = (x if x.dtype is dt.float32 else gops.unary("copy", x, dt.float32)).contiguous()
+            kern = ctx.kernel("expert_gemm_quant", {w.qtype: "true", **bm})
+            for r0, n, qbuf, sbuf in w.chunks():
+                ctx.launch(kern, dict(common, row0=r0, rows=n, x_off=x._offset, d_ld=scale_words(w.qtype, K)),
+                           dict(lists, x=gops._buf(x), qs=qbuf, scales=sbuf), grid)
+        else:
+            x = x.contiguous()
+            kern = ctx.kernel("expert_gemm", {"TX": x.dtype.wgsl, "TW": experts.dtype.wgsl, **bm})
+            for r0, n, buf, off in _float_chunks(experts):
+                ctx.launch(kern, dict(common, row0=r0, rows=n, x_off=x._offset, w_off=off),
+                           dict(lists, x=gops._buf(x), w=buf), grid)
+    finally:
+        for b in (order, block_expert, n_blocks):
+            ctx.release(b)  # (pooled after the submit that reads them)
     return out

@@ -207,5 +207,8 @@ SIGNATURES = {s.file: s for s in (
     _sig("moe_route", "rows E k norm x_off x_ld", "x -> ids w"),
     _sig("expert_gemv", "slots k X E N K row0 rows x_off ids_off w_off", "x w ids -> o"),
     _sig("expert_gemv_quant", "slots k X E N K row0 rows x_off ids_off d_ld", "x qs scales ids -> o"),
+    _sig("moe_align", "slots E ids_off cap", "ids -> order block_expert n_blocks"),
+    _sig("expert_gemm", "slots k X N K row0 rows x_off w_off", "x w order block_expert n_blocks -> o"),
+    _sig("expert_gemm_quant", "slots k X N K row0 rows x_off d_ld", "x qs scales order block_expert n_blocks -> o"),
     _sig("advance_tokens", "B ring", "next_ids -> ids pos tokens count"),
 )}

@@ -10,8 +10,9 @@ the captured decode step, a batched server step; the CPU reference and WebGPU; n
     logits = rms_norm(x) @ lm_head.T
 
 The routing runs on the device (`ops.moe_route`): a step's graph reads no router output back. Each row goes
-through its own k experts only (`ops.expert_linear`, llama.cpp's MUL_MAT_ID) as one-row products, so a row's
-numbers are the same alone or in a batch; the k outputs are summed by their weights as a (1, k) @ (k, C) product
+through its own k experts only (`ops.expert_linear`, llama.cpp's MUL_MAT_ID): one-row products in a decode
+step, so a row's numbers are the same alone or in a batch; grouped by expert in a prompt chunk (each expert's
+weights read once for its rows); the k outputs are summed by their weights as a (1, k) @ (k, C) product
 per row.
 """
 
@@ -43,16 +44,18 @@ class Experts:
         self.gate, self.up, self.down = stacks
 
 
-def moe_mlp(x: Tensor, w: Experts, cfg: MoEConfig, norm: tuple[Tensor, float], rows: tuple[int, ...]) -> Tensor:
-    """x + the experts' weighted sum of the rows x (T, ..., C) RMS-normed by `norm`; shaped `rows`."""
+def moe_mlp(x: Tensor, w: Experts, cfg: MoEConfig, norm: tuple[Tensor, float], batch: StepBatch) -> Tensor:
+    """x + the experts' weighted sum of the rows x (T, ..., C) RMS-normed by `norm`, shaped as the step's rows;
+    the expert products one-row products where the step's are, else grouped by expert (prompt chunks)."""
     T, C, E, k = x.shape[0], cfg.hidden_size, cfg.num_experts, cfg.num_experts_per_tok
     h = ops.rms_norm(x, *norm).reshape(T, 1, C)
     logits = ops.linear(h, w.router)  # (T, 1, E): one-row products
     weights, ids = ops.moe_route(logits.reshape(T, E), k, cfg.norm_topk_prob)  # (T, k) each
-    act = ops.swiglu(ops.expert_linear(h, w.gate, ids, E), ops.expert_linear(h, w.up, ids, E))  # (T, k, F)
-    out = ops.expert_linear(act, w.down, ids, E)  # (T, k, C)
+    one = batch.one_row_products
+    act = ops.swiglu(ops.expert_linear(h, w.gate, ids, E, one), ops.expert_linear(h, w.up, ids, E, one))  # (T, k, F)
+    out = ops.expert_linear(act, w.down, ids, E, one)  # (T, k, C)
     mixed = ops.matmul(weights.reshape(T, 1, k), out)  # (T, 1, C)
-    return ops.add(x, mixed.reshape(rows))
+    return ops.add(x, mixed.reshape(batch.rows(C)))
 
 
 class MoEWeights:
@@ -88,7 +91,7 @@ class MoEWeights:
                            residual=x)
             mlp = self.mlps[i]
             if isinstance(mlp, Experts):
-                x = moe_mlp(x, mlp, cfg, (self.mlp_norms[i], eps), batch.rows(C))
+                x = moe_mlp(x, mlp, cfg, (self.mlp_norms[i], eps), batch)
             else:
                 x = gated_mlp(x, mlp, (self.mlp_norms[i], eps), residual=x)
         return batch.logits(ops.linear(batch.head_input(x), self.head, rms=(self.norm, eps)))
