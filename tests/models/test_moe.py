@@ -106,6 +106,39 @@ def test_prompt_chunks_through_the_grouped_kernels_match_transformers(qwen_dir, 
     assert m.generate(IDS[:6], 8, stop_at_eos=False) == greedy
 
 
+PAGE = r"""
+import asyncio, json, sys
+sys.modules["numpy"] = None  # the page (Pyodide) has no numpy: any import of it fails
+from webtensor.device import Device
+from webtensor.web import app
+
+app._state["device"] = Device.wgpu()
+info = json.loads(asyncio.run(app.load_model(sys.argv[1], None, "Q4_0")))
+greedy = json.loads(asyncio.run(app.generate(sys.argv[2], "6", "0", "")))
+print(json.dumps(dict(info=info, greedy=greedy, numpy=sys.modules["numpy"] is not None)))
+"""
+
+
+@pytest.mark.wgpu
+def test_the_page_runs_a_quantized_mixture_of_experts_without_numpy(qwen_dir, tmp_path, gpu):
+    """The page's entry points (`web.app`, pure-Python readers, no numpy) on a q4_0 GGUF file of the Qwen3-MoE
+    example: its stacked experts uploaded from the file's bytes, the same greedy tokens as natively."""
+    import json
+    import subprocess
+
+    path = write_gguf(qwen_dir, tmp_path / "moe.q4_0.gguf", "q4_0")
+    prompt = "It is a truth universally acknowledged"
+    run = subprocess.run([sys.executable, "-c", PAGE, str(path), prompt], capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["numpy"] is False and got["info"]["architecture"] == "qwen3_moe"
+    native = wt.load_model(path, gpu, None)
+    ids = native.encode(prompt)
+    assert got["greedy"]["prompt_ids"] == ids
+    assert got["greedy"]["token_ids"] == native.generate(ids, 6)
+
+
 def test_a_llama_gguf_file_is_mixtrals_when_it_has_experts():
     assert registry.for_gguf("llama", "f", {"general.architecture": "llama", "llama.expert_count": 8}).name == "moe"
     assert registry.for_gguf("llama", "f", {"general.architecture": "llama"}).name == "llama"
