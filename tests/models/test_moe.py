@@ -106,6 +106,58 @@ def test_prompt_chunks_through_the_grouped_kernels_match_transformers(qwen_dir, 
     assert m.generate(IDS[:6], 8, stop_at_eos=False) == greedy
 
 
+def _k_quant_experts(src: Path, out: Path, qtype: str) -> Path:
+    """The GGUF file `src` rewritten with its stacked experts (`ffn_*_exps`, (E, N, K)) as random `qtype` blocks
+    (finite float16 scales): K-quants, which webtensor's writer does not make."""
+    import gguf
+
+    from webtensor import quant
+
+    t = quant.TYPES[qtype]
+    rng = np.random.default_rng(5)
+    r = gguf.GGUFReader(str(src))
+    w = gguf.GGUFWriter(str(out), str(bytes(r.fields["general.architecture"].parts[-1]), "utf-8"))
+    for name, field in r.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        vtype = field.types[0]
+        if vtype == gguf.GGUFValueType.ARRAY:
+            w.add_key_value(name, field.contents(), vtype, sub_type=field.types[-1])
+        else:
+            w.add_key_value(name, field.contents(), vtype)
+    for tensor in r.tensors:
+        shape = tuple(int(d) for d in reversed(tensor.shape))  # (numpy order)
+        if "_exps" not in tensor.name:
+            w.add_tensor(tensor.name, tensor.data, raw_shape=tensor.data.shape, raw_dtype=tensor.tensor_type)
+            continue
+        data = rng.integers(0, 256, (*shape[:-1], shape[-1] // t.values, t.nbytes), dtype=np.uint8)
+        for off in {"Q4_K": (0, 2), "Q6_K": (208,)}[qtype]:
+            data[..., off + 1] = 0x20 | (data[..., off + 1] & 0x83)
+        data = data.reshape(*shape[:-1], -1)
+        w.add_tensor(tensor.name, data, raw_shape=data.shape, raw_dtype=gguf.GGMLQuantizationType[qtype])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
+
+
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K"])
+@pytest.mark.parametrize("dev", ["cpu", pytest.param("lavapipe", marks=pytest.mark.wgpu)])
+def test_k_quant_stacked_experts_equal_the_file_dequantized(tmp_path, qtype, dev):
+    """Q4_K_M-style experts (K-quant stacks of 256-value blocks) read as stored, against the same file dequantized
+    at load."""
+    raw = {**FAMILY.examples["qwen3_moe"], "hidden_size": 256, "moe_intermediate_size": 256, "intermediate_size": 256,
+           "head_dim": 64, "num_hidden_layers": 2}
+    d = _checkpoint(tmp_path / "hf", raw)
+    path = _k_quant_experts(write_gguf(d, tmp_path / "f32.gguf", "f32"), tmp_path / f"{qtype}.gguf", qtype)
+    q = wt.load_model(path, dev, None, n_ctx=64)
+    assert q.params["layers.0.mlp.experts.down_proj.weight"].qtype == qtype
+    f32 = wt.load_model(path, dev, "float32", n_ctx=64)
+    assert rel_err(q.logits(IDS), f32.logits(IDS)) <= 1e-5
+    assert q.generate(IDS[:5], 6, stop_at_eos=False) == f32.generate(IDS[:5], 6, stop_at_eos=False)
+
+
 PAGE = r"""
 import asyncio, json, sys
 sys.modules["numpy"] = None  # the page (Pyodide) has no numpy: any import of it fails
