@@ -195,6 +195,7 @@ def test_a_llama_gguf_file_is_mixtrals_when_it_has_experts():
     assert registry.for_gguf("llama", "f", {"general.architecture": "llama", "llama.expert_count": 8}).name == "moe"
     assert registry.for_gguf("llama", "f", {"general.architecture": "llama"}).name == "llama"
     assert registry.for_gguf("qwen3moe", "f", {"general.architecture": "qwen3moe"}).name == "moe"
+    assert registry.for_gguf("llama", "f").name == "llama" and registry.for_gguf("olmoe", "f").name == "moe"
 
 
 @pytest.mark.parametrize(("change", "message"), [

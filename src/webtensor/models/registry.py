@@ -46,9 +46,10 @@ def for_hf(model_type: object, where: str) -> Family:
 
 def for_gguf(architecture: object, where: str, meta: Mapping[str, Any] | None = None) -> Family:
     """The family of a GGUF file's `general.architecture`: the first that names it and accepts the file's
-    metadata (`Family.gguf_accepts`)."""
+    metadata (`Family.gguf_accepts`; without it, the architecture alone)."""
+    meta = {"general.architecture": architecture} if meta is None else meta
     for f in families():
-        if architecture in f.gguf_architectures and (meta is None or f.gguf_accepts(meta)):
+        if architecture in f.gguf_architectures and f.gguf_accepts(meta):
             return f
     known = sorted(a for f in families() for a in f.gguf_architectures)
     raise CheckpointError(f"{where}: general.architecture {architecture!r} is not supported (webtensor runs "
