@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -86,23 +87,43 @@ def _check_experts(ids: np.ndarray, E: int) -> None:
         raise ShapeError(f"expert_linear: expert id {bad} is out of range for {E} experts")
 
 
-def expert_linear(x: np.ndarray, experts: Any, ids: np.ndarray, E: int) -> np.ndarray:
-    # x (T, X, K), X = 1 or k; experts (E x N, K) float or a QuantWeight; ids (T, k) -> (T, k, N) float32.
-    # Grouped by expert (each expert's matrix made once a call: dequantized, transposed to (K, N)), then
-    # the expert's slots as a stack of one-row products (BLAS's matrix-vector path: a row's bits are those
-    # of the row alone, whatever else the step holds)
+def expert_linear(x: np.ndarray, kn: np.ndarray, ids: np.ndarray, E: int) -> np.ndarray:
+    # x (T, X, K), X = 1 or k; kn: the stack (E x N, K) transposed, float32 (K, E x N); ids (T, k) -> (T, k, N)
+    # float32. Grouped by expert, each expert's slots as a stack of one-row products with its (K, N) columns of
+    # kn (BLAS's matrix-vector path: a row's bits are those of the row alone, whatever else the step holds)
     _check_experts(ids, E)
     T, k = ids.shape
-    N = experts.shape[0] // E
+    N = kn.shape[1] // E
     out = np.empty((T, k, N), F32)
     for e in np.unique(ids):
         t, j = np.nonzero(ids == e)
-        rows = slice(int(e) * N, (int(e) + 1) * N)
-        w = _f32(experts[rows]) if isinstance(experts, np.ndarray) else experts.dequantize(rows)
-        wt = np.ascontiguousarray(w.T)  # (K, N)
         xs = _f32(x[t, j if x.shape[1] > 1 else 0])[:, None, :]  # (m, 1, K)
-        out[t, j] = (xs @ wt)[:, 0]
+        out[t, j] = (xs @ kn[:, int(e) * N:(int(e) + 1) * N])[:, 0]
     return out
+
+
+_STACKS_KN: dict[int, np.ndarray] = {}  # id of a live stack Tensor -> its (K, E x N) copy (Tensors compare by op)
+_STACKS_LOCK = threading.Lock()
+
+
+def experts_kn(experts: Any) -> np.ndarray:
+    """An expert stack (E x N, K) — a CPU Tensor or a QuantWeight — as float32 (K, E x N), made once per stack and
+    kept while it lives (as `quant.weight.dequantized` keeps a quantized matrix's): the products read its column
+    blocks in place."""
+    from ..quant.weight import dequantized
+
+    if isinstance(experts, Quantized):
+        return dequantized(experts)  # type: ignore[arg-type]
+    key = id(experts)
+    with _STACKS_LOCK:
+        kn = _STACKS_KN.get(key)
+    if kn is None:
+        kn = np.ascontiguousarray(_f32(view(experts)).T)
+        kn.setflags(write=False)
+        with _STACKS_LOCK:
+            _STACKS_KN[key] = kn
+        weakref.finalize(experts, _STACKS_KN.pop, key, None)  # (dropped with the Tensor: its id may be reused)
+    return kn
 
 
 def _epilogue(y: np.ndarray, b: np.ndarray | None, act: str | None, residual: np.ndarray | None,
@@ -911,12 +932,10 @@ class CpuBackend:
         xa, ia = view(x), view(ids)
         if isinstance(experts, Quantized):
             _host_weight("expert_linear", experts, "the input")
-            wa: Any = experts
-        else:
-            wa = view(experts)
+        kn = experts_kn(experts)
         T, k = ids.shape
         return self._op("expert_linear", x.device, (T, k, experts.shape[0] // n_experts), F32,
-                        lambda: expert_linear(xa, wa, ia, n_experts))
+                        lambda: expert_linear(xa, kn, ia, n_experts))
 
     def attention(self, q: Any, k: Any, v: Any, causal: bool, scale: float) -> Any:
         qa, ka, va = view(q), view(k), view(v)
