@@ -23,7 +23,7 @@ def model_args(p: argparse.ArgumentParser, default_temperature: float) -> None:
                    help="a checkpoint directory, a .gguf file or a Hugging Face id in the local cache "
                         "(default: the shipped model)")
     p.add_argument("--device", "-d", default="auto", type=cmdline.device_name,
-                   help="auto (default), cpu, wgpu, lavapipe")
+                   help="auto (default), cpu, wgpu, wgpu:N (adapter N of `webtensor devices`), lavapipe")
     p.add_argument("--dtype", default="auto", choices=cmdline.DTYPE_CHOICES,
                    help="auto (default: as stored; quantized GGUF tensors stay quantized), float32, float16 (devices "
                         "with shader-f16) or q8_0 / int8 (q8_0 matrices, every device)")

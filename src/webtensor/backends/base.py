@@ -11,6 +11,7 @@ reference in cpu.py, its planner in backends/wgpu/ops.py, and a parity test.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..dtypes import DType
@@ -37,8 +38,10 @@ class Backend(Protocol):
     def from_bytes(self, device: Any, shape: tuple[int, ...], dtype: DType, data: memoryview) -> Tensor:
         """A new contiguous tensor holding C-ordered little-endian `data`."""
         ...
-    def from_numpy(self, device: Any, arr: Any, owned: bool) -> Tensor:
-        """A tensor of C-contiguous numpy `arr`; `owned`: nobody else holds it (no copy needed)."""
+    def from_numpy(self, device: Any, arr: Any, owned: bool, done: Callable[[int, int], None] | None = None
+                   ) -> Tensor:
+        """A tensor of C-contiguous numpy `arr`; `owned`: nobody else holds it (no copy needed). `done(a, b)`:
+        called as bytes a..b of `arr` are copied where the tensor lives (the caller may drop them: a map's pages)."""
         ...
     def to_bytes(self, t: Tensor) -> bytes: ...
     def to_numpy(self, t: Tensor) -> Any: ...

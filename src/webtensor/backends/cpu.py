@@ -746,9 +746,13 @@ class CpuBackend:
             self._inplace("constant", lambda: np.copyto(out, saved))
         return t
 
-    def from_numpy(self, device: Any, arr: np.ndarray, owned: bool) -> Any:
+    def from_numpy(self, device: Any, arr: np.ndarray, owned: bool, done: Callable[[int, int], None] | None = None
+                   ) -> Any:
         """`arr` as a tensor: kept as it is when `owned` (a fresh array nobody else holds), else copied."""
-        return self._constant(device, arr if owned else arr.copy())
+        t = self._constant(device, arr if owned else arr.copy())
+        if done is not None and not owned:
+            done(0, arr.nbytes)
+        return t
 
     # -- memory ---------------------------------------------------------------------------------
     def empty(self, device: Any, shape: tuple[int, ...], dtype: Any) -> Any:

@@ -30,7 +30,7 @@ def add_parser(sub: Any) -> None:
                    help="a checkpoint directory, a .gguf file, an id in the local Hugging Face cache, or a preset "
                         "of random weights: gpt2, gpt2-medium, gpt2-large, gpt2-xl, smollm2-135m, smollm2-360m, "
                         "qwen2.5-0.5b, qwen3-0.6b, llama-3.2-1b (default gpt2)")
-    p.add_argument("--device", "-d", default="auto", type=cmdline.device_name, help="auto, cpu, wgpu, lavapipe")
+    p.add_argument("--device", "-d", default="auto", type=cmdline.device_name, help="auto, cpu, wgpu, wgpu:N, lavapipe")
     p.add_argument("--dtype", default="auto", choices=list(DTYPES),
                    help="auto: as stored (a GGUF file's quantized tensors kept); float32; float16 (devices with "
                         "shader-f16); q8_0 / int8 (float matrices quantized at load, every device)")

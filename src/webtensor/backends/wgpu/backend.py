@@ -77,8 +77,9 @@ class WgpuBackend:
     def from_bytes(self, device: Any, shape: tuple[int, ...], dtype: DType, data: memoryview) -> Tensor:
         return plan.from_bytes(device, shape, dtype, data)
 
-    def from_numpy(self, device: Any, arr: Any, owned: bool) -> Tensor:
-        return plan.from_bytes(device, arr.shape, _dtype(arr), memoryview(arr.reshape(-1)).cast("B"))
+    def from_numpy(self, device: Any, arr: Any, owned: bool, done: Callable[[int, int], None] | None = None
+                   ) -> Tensor:
+        return plan.from_bytes(device, arr.shape, _dtype(arr), memoryview(arr.reshape(-1)).cast("B"), done)
 
     def to_bytes(self, t: Tensor) -> bytes:
         return plan.to_bytes(t)

@@ -9,7 +9,9 @@ Nothing here needs numpy except `to_numpy`, so the browser (Pyodide without nump
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ... import activations
@@ -74,8 +76,10 @@ def empty(device: Any, shape: tuple[int, ...], dtype: dt.DType, reuse: bool = Tr
     return Tensor(device, shape, dtype, storage=allocate(ctx, shape, dtype.itemsize, reuse))
 
 
-def from_bytes(device: Any, shape: tuple[int, ...], dtype: dt.DType, data: Any) -> Tensor:
-    """Upload C-ordered bytes (any buffer-protocol object) into a new tensor."""
+def from_bytes(device: Any, shape: tuple[int, ...], dtype: dt.DType, data: Any,
+               done: Callable[[int, int], None] | None = None) -> Tensor:
+    """Upload C-ordered bytes (any buffer-protocol object) into a new tensor; `done(a, b)` as bytes a..b of
+    `data` have been copied (WgpuContext.upload)."""
     t = empty(device, tuple(shape), dtype, reuse=False)  # (in a capture: a constant, never a recycled buffer)
     mv = memoryview(data).cast("B")
     if mv.nbytes != t.nbytes:
@@ -83,8 +87,14 @@ def from_bytes(device: Any, shape: tuple[int, ...], dtype: dt.DType, data: Any) 
     ctx, st = device.ctx, t._storage
     row_bytes = t.nbytes // shape[0] if shape and shape[0] else 0
     for r0, n, buf in st.chunk_ranges(shape[0] if shape else 1):
-        ctx.upload(buf, mv if len(st.chunks) == 1 else mv[r0 * row_bytes:(r0 + n) * row_bytes], fresh=True)
+        at = r0 * row_bytes if len(st.chunks) > 1 else 0
+        ctx.upload(buf, mv if len(st.chunks) == 1 else mv[at:at + n * row_bytes], fresh=True,
+                   done=None if done is None else functools.partial(_shifted, done, at))
     return t
+
+
+def _shifted(done: Callable[[int, int], None], at: int, a: int, b: int) -> None:
+    done(at + a, at + b)
 
 
 def zeros(device: Any, shape: tuple[int, ...], dtype: dt.DType) -> Tensor:
