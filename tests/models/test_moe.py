@@ -212,3 +212,10 @@ def test_unsupported_configs_are_refused_in_one_line(change, message):
     with pytest.raises(wt.CheckpointError, match=message.replace("(", r"\(").replace(")", r"\)")) as e:
         FAMILY.config_from_hf({**base, **change}, "config.json")
     assert "\n" not in str(e.value)
+
+
+def test_bench_compare_runs_hf_alone_where_no_torch_step_is_written():
+    from webtensor.bench.torch_step import has_torch_step
+
+    assert [has_torch_step(t) for t in ("qwen3_moe", "mixtral", "olmoe")] == [False] * 3
+    assert has_torch_step("qwen3") and has_torch_step("gpt2")
