@@ -88,7 +88,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 BOTH_WAYS = {"test_ops_parity", "test_kv_ops", "test_matmul_engine", "test_quant_engine", "test_q8_kernels",
-             "test_gemv_stack", "test_quant_dot4"}
+             "test_gemv_stack", "test_quant_dot4", "test_moe_ops"}
 CHECKED_EXAMPLES = 3  # hypothesis examples a test keeps in the checked run (derandomized)
 GPU_FIXTURES = {"gpu", "gpu_small", "device"}
 

@@ -7,7 +7,7 @@ model can emit decodes. `webtensor serve`, `webtensor bench` (and its `--llama-b
 and HF transformers all load it.
 
     python tools/random_checkpoint.py DIR [--preset gpt2] [--seed 0] [--n-layer N] [--dtype float16]
-        [--gguf FILE.gguf --gguf-type q4_1 --gguf-embedding-type q8_0]
+        [--set KEY=JSON ...] [--gguf FILE.gguf --gguf-type q4_1 --gguf-embedding-type q8_0]
 
 `--gguf-type q4_k_m` writes llama.cpp's Q4_K_M mix (`formats.gguf_writer.q4_k_m_type`) with random K-quant blocks
 (`random_kquant_blocks`: random quants and scales under float16 super-scales of either sign, values of about
@@ -77,6 +77,8 @@ def main() -> None:
     p.add_argument("--preset", default="gpt2", help=f"one of {', '.join(registry.presets())} (default gpt2)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--n-layer", type=int, default=None, help="fewer layers than the preset (a quick trial)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
+                   help="a config.json key of the preset changed (a smaller trial: --set hidden_size=256)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16"], help="the stored weights' type")
     p.add_argument("--gguf", type=Path, default=None, help="also write the checkpoint as this GGUF file")
     p.add_argument("--gguf-type", default="q8_0",
@@ -88,6 +90,11 @@ def main() -> None:
     if found is None:
         p.error(f"--preset {a.preset!r}: not one of {', '.join(registry.presets())}")
     family, _, config = found
+    for item in a.set:
+        key, eq, value = item.partition("=")
+        if not eq:
+            p.error(f"--set {item!r}: expected KEY=JSON")
+        config[key] = json.loads(value)
     eos = config["vocab_size"] - 1  # (the tokenizer's <|endoftext|>)
     config = dict(config, bos_token_id=eos, eos_token_id=eos)
     if a.n_layer:

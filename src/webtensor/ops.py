@@ -393,6 +393,57 @@ def embedding(table: Tensor | Quantized, ids: Any) -> Tensor:
     return idx.device.backend.embedding(table, idx)
 
 
+# -- mixture of experts ----------------------------------------------------------------------------
+def moe_route(logits: Tensor, k: int, normalize: bool) -> tuple[Tensor, Tensor]:
+    """A mixture-of-experts router: rows of router logits (T, E) float -> (weights float32 (T, k), ids int32
+    (T, k)): each row's k experts of the largest logits, in descending order (the lower id first among equal
+    logits), weighted by their probabilities under a softmax over all E, divided by the k probabilities' sum
+    where `normalize` (`norm_topk_prob` of Qwen3-MoE / OLMoE; Mixtral's softmax over its top-k logits is the
+    normalized form). Computed on the device: a step's routing needs no readback."""
+    _need_float("moe_route", logits)
+    if logits.ndim != 2:
+        raise ShapeError(f"moe_route: logits must be (T, E), got shape {logits.shape}")
+    E = logits.shape[1]
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= E:
+        raise ArgumentError(f"moe_route: k must be an int in 1 .. E = {E}, got {k!r}")
+    if not isinstance(normalize, bool):
+        raise ArgumentError(f"moe_route: normalize must be a bool, got {normalize!r}")
+    return logits.device.backend.moe_route(logits, k, normalize)
+
+
+def expert_linear(x: Tensor, experts: Any, ids: Tensor, n_experts: int, invariant: bool = True) -> Tensor:
+    """Each row through its own experts (llama.cpp's MUL_MAT_ID): out[t, j] = x[t, j or 0] @ W[ids[t, j]].T,
+    x (T, X, K) float with X = 1 (every expert of row t reads x[t, 0]: the gate and up products) or X = k (slot
+    j reads x[t, j]: the down product), ids int32 (T, k) on the device (`moe_route`'s), `experts` the
+    `n_experts` matrices (N, K) stacked along the rows (E x N, K), nn.Linear's layout (GGUF's `ffn_*_exps`):
+    a float Tensor or a quantized weight of any `quant.TYPES`, read where it lies (a stack over the binding
+    limit in row chunks) -> float32 (T, k, N). `invariant`: each (row, slot) a one-row product of its expert
+    alone, so a row's numbers do not depend on the rows beside it (a decode step's rows); False (a prompt
+    chunk): the device may group the slots by expert and read each expert's weights once for many of them
+    (a slot's sum then runs in another order: its last bits may differ from the one-row product's). An id
+    outside 0 .. E - 1 is refused on the CPU; on WebGPU (ids on the device, unread) its slot's values are
+    unspecified."""
+    quantized = _is_quant("expert_linear", "experts", experts)
+    ts = [x, ids] if quantized else [x, experts, ids]
+    check_same_device("expert_linear", *ts)
+    _need_float("expert_linear", x, *([] if quantized else [experts]))
+    if ids.dtype is not dt.int32 or ids.ndim != 2:
+        raise ShapeError(f"expert_linear: ids must be int32 (T, k), got {ids.dtype.name} {ids.shape}")
+    T, k = ids.shape
+    if len(experts.shape) != 2:
+        raise ShapeError(f"expert_linear: experts must be stacked as (E x N, K), got shape {experts.shape}")
+    rows, K = experts.shape
+    if isinstance(n_experts, bool) or not isinstance(n_experts, int) or n_experts < 1 or rows % n_experts:
+        raise ArgumentError(f"expert_linear: n_experts must be a positive int dividing the {rows} stacked rows, "
+                            f"got {n_experts!r}")
+    if x.ndim != 3 or x.shape[0] != T or x.shape[1] not in (1, k) or x.shape[2] != K:
+        raise ShapeError(f"expert_linear: x must be (T, 1 or k, K) = ({T}, 1 or {k}, {K}) for ids {ids.shape} and "
+                         f"experts {experts.shape}, got {x.shape}")
+    if not isinstance(invariant, bool):
+        raise ArgumentError(f"expert_linear: invariant must be a bool, got {invariant!r}")
+    return x.device.backend.expert_linear(x, experts, ids, n_experts, invariant)
+
+
 def _is_quant(op: str, name: str, w: Any) -> bool:
     """Whether `w` is a quantized weight (`quant.types.Quantized`: a QuantWeight or its upload, a
     numpy-free check); a Tensor is not; anything else is refused."""

@@ -264,15 +264,18 @@ def test_lavapipe_equals_the_cpu_reference(examples, example, gpu):
 
 
 def _hf_with(ex: _Example, arrays: dict[str, np.ndarray]) -> Any:
-    """transformers' model of the example with the weights `arrays` (canonical names, HF layout)."""
-    hf = transformers.AutoModelForCausalLM.from_pretrained(str(ex.hf_dir), dtype=torch.float32).eval()
-    state = hf.state_dict()
-    with torch.no_grad():
-        for key in state:
-            name = ex.family.canonical(key)
-            if name in arrays:
-                state[key].copy_(torch.from_numpy(arrays[name]))
-    return hf
+    """transformers' model of the example with the weights `arrays` (canonical names, HF layout): the checkpoint
+    rewritten key by key (so that transformers converts it as it converts any checkpoint: transformers 5 fuses a
+    mixture of experts' matrices on load) and loaded."""
+    from safetensors.numpy import load_file, save_file
+
+    d = ex.root / f"hf_with_{len(list(ex.root.glob('hf_with_*')))}"
+    d.mkdir()
+    shutil.copy(ex.hf_dir / "config.json", d / "config.json")
+    state = load_file(str(ex.hf_dir / "model.safetensors"))
+    save_file({k: arrays.get(ex.family.canonical(k) or "", v) for k, v in state.items()}, str(d / "model.safetensors"),
+              metadata={"format": "pt"})
+    return transformers.AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32).eval()
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=_ids)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -90,6 +91,26 @@ def test_write_gguf_from_a_gguf_file(tmp_path):
         "hello world")
 
 
+def _per_expert(state: dict[str, Any]) -> dict[str, Any]:
+    """A model's state as its checkpoint names it: transformers 5 holds a mixture's experts fused in memory
+    (`mlp.experts.gate_up_proj` (E, 2F, C), `mlp.experts.down_proj` (E, C, F)) where the files keep one matrix per
+    expert (`mlp.experts.{e}.gate_proj.weight` ...)."""
+    out: dict[str, Any] = {}
+    for key, t in state.items():
+        pre, fused, rest = key.partition("mlp.experts.")
+        if not fused or rest not in ("gate_up_proj", "down_proj"):
+            out[key] = t
+            continue
+        for e in range(t.shape[0]):
+            if rest == "down_proj":
+                out[f"{pre}mlp.experts.{e}.down_proj.weight"] = t[e]
+            else:
+                half = t.shape[1] // 2
+                out[f"{pre}mlp.experts.{e}.gate_proj.weight"] = t[e, :half]
+                out[f"{pre}mlp.experts.{e}.up_proj.weight"] = t[e, half:]
+    return out
+
+
 @pytest.mark.parametrize("name", sorted(registry.presets()))
 def test_presets_are_what_transformers_reads(name):
     """Each preset's config.json read by transformers gives a model whose every weight is one webtensor's family
@@ -101,7 +122,7 @@ def test_presets_are_what_transformers_reads(name):
     with torch.device("meta"):
         hf = transformers.AutoModelForCausalLM.from_config(hf_cfg)
     specs = family.tensors(cfg)
-    shapes = {family.canonical(k): tuple(t.shape) for k, t in hf.state_dict().items()}
+    shapes = {family.canonical(k): tuple(t.shape) for k, t in _per_expert(hf.state_dict()).items()}
     shapes = {k: v for k, v in shapes.items() if k is not None}
     if cfg.spec.architecture != "gpt2" and cfg.tie_word_embeddings and "lm_head.weight" in shapes:
         shapes.pop("lm_head.weight")  # (HF lists the tied head under its own name too)

@@ -80,6 +80,13 @@ class Backend(Protocol):
     def quant_embedding(self, table: Any, ids: Tensor) -> Tensor:
         """`embedding` from a quantized table (V, C): its rows at `ids`, dequantized, float32."""
         ...
+    def moe_route(self, logits: Tensor, k: int, normalize: bool) -> tuple[Tensor, Tensor]:
+        """(weights float32 (T, k), ids int32 (T, k)) of router logits (T, E)."""
+        ...
+    def expert_linear(self, x: Tensor, experts: Any, ids: Tensor, n_experts: int, invariant: bool = True) -> Tensor:
+        """x (T, 1 or k, K) through experts[ids[t, j]] of a stack (E x N, K), float or quantized -> (T, k, N)
+        (`invariant` False: the slots may be grouped by expert)."""
+        ...
     def attention(self, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, window: int | None = None,
                   softcap: float | None = None) -> Tensor:
         """q (T, H, D), k and v (S, KVH, D), H % KVH == 0: query head h reads head h // (H // KVH); `window` a

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +19,7 @@ import numpy.typing as npt
 
 from ..errors import DeviceMismatchError, GraphCaptureError, ShapeError
 from ..quant.kv import q8_load, q8_store
+from ..quant.types import Quantized
 from .base import replay_times
 
 F32 = np.float32
@@ -64,6 +66,65 @@ def quant_linear(x: np.ndarray, w: Any, b: np.ndarray | None, act: str | None, r
     from ..quant.weight import quant_matmul
 
     return _epilogue(quant_matmul(_f32(x), w), b, act, residual, out_dtype)
+
+
+def moe_route(logits: np.ndarray, k: int, normalize: bool) -> tuple[np.ndarray, np.ndarray]:
+    # logits (T, E) -> weights float32 (T, k), ids int32 (T, k): the k largest logits in descending order
+    # (a stable sort: the lower id first among ties), their softmax probabilities (over all E), renormalized
+    # to sum 1 where `normalize`
+    v = _f32(logits)
+    ids = np.argsort(-v, axis=-1, kind="stable")[:, :k].astype(np.int32)
+    e = np.exp(v - v.max(axis=-1, keepdims=True))
+    p = np.take_along_axis(e, ids, axis=-1) / e.sum(axis=-1, keepdims=True)
+    if normalize:
+        p = p / p.sum(axis=-1, keepdims=True)
+    return p.astype(F32), ids
+
+
+def _check_experts(ids: np.ndarray, E: int) -> None:
+    # a step's expert ids are host data here: checked on every call (and replay), as an embedding's ids are
+    if ids.size and (ids.min() < 0 or ids.max() >= E):
+        bad = ids[(ids < 0) | (ids >= E)].reshape(-1)[0]
+        raise ShapeError(f"expert_linear: expert id {bad} is out of range for {E} experts")
+
+
+def expert_linear(x: np.ndarray, kn: np.ndarray, ids: np.ndarray, E: int) -> np.ndarray:
+    # x (T, X, K), X = 1 or k; kn: the stack (E x N, K) transposed, float32 (K, E x N); ids (T, k) -> (T, k, N)
+    # float32. Grouped by expert, each expert's slots as a stack of one-row products with its (K, N) columns of
+    # kn (BLAS's matrix-vector path: a row's bits are those of the row alone, whatever else the step holds)
+    _check_experts(ids, E)
+    T, k = ids.shape
+    N = kn.shape[1] // E
+    out = np.empty((T, k, N), F32)
+    for e in np.unique(ids):
+        t, j = np.nonzero(ids == e)
+        xs = _f32(x[t, j if x.shape[1] > 1 else 0])[:, None, :]  # (m, 1, K)
+        out[t, j] = (xs @ kn[:, int(e) * N:(int(e) + 1) * N])[:, 0]
+    return out
+
+
+_STACKS_KN: dict[int, np.ndarray] = {}  # id of a live stack Tensor -> its (K, E x N) copy (Tensors compare by op)
+_STACKS_LOCK = threading.Lock()
+
+
+def experts_kn(experts: Any) -> np.ndarray:
+    """An expert stack (E x N, K) — a CPU Tensor or a QuantWeight — as float32 (K, E x N), made once per stack and
+    kept while it lives (as `quant.weight.dequantized` keeps a quantized matrix's): the products read its column
+    blocks in place."""
+    from ..quant.weight import dequantized
+
+    if isinstance(experts, Quantized):
+        return dequantized(experts)  # type: ignore[arg-type]
+    key = id(experts)
+    with _STACKS_LOCK:
+        kn = _STACKS_KN.get(key)
+    if kn is None:
+        kn = np.ascontiguousarray(_f32(view(experts)).T)
+        kn.setflags(write=False)
+        with _STACKS_LOCK:
+            _STACKS_KN[key] = kn
+        weakref.finalize(experts, _STACKS_KN.pop, key, None)  # (dropped with the Tensor: its id may be reused)
+    return kn
 
 
 def _epilogue(y: np.ndarray, b: np.ndarray | None, act: str | None, residual: np.ndarray | None,
@@ -984,6 +1045,28 @@ class CpuBackend:
             rows: np.ndarray = table.dequantize(idx.reshape(-1))  # float32 (ids, C)
             return rows.reshape(*idx.shape, table.shape[1])
         return self._op("quant_embedding", ids.device, ids.shape + (table.shape[1],), F32, compute)
+
+    def moe_route(self, logits: Any, k: int, normalize: bool) -> Any:
+        la = view(logits)
+        T = logits.shape[0]
+        out: list[np.ndarray] = []
+
+        def route() -> np.ndarray:  # (the pair computed once, by the weights' step; the ids' step takes its half)
+            out[:] = moe_route(la, k, normalize)
+            return out[0]
+        weights = self._op("moe_route", logits.device, (T, k), F32, route)
+        ids = self._op("moe_route_ids", logits.device, (T, k), np.int32, lambda: out[1])
+        return weights, ids
+
+    def expert_linear(self, x: Any, experts: Any, ids: Any, n_experts: int, invariant: bool = True) -> Any:
+        # (one-row products either way: the reference's numbers are the same for every `invariant`)
+        xa, ia = view(x), view(ids)
+        if isinstance(experts, Quantized):
+            _host_weight("expert_linear", experts, "the input")
+        kn = experts_kn(experts)
+        T, k = ids.shape
+        return self._op("expert_linear", x.device, (T, k, experts.shape[0] // n_experts), F32,
+                        lambda: expert_linear(xa, kn, ia, n_experts))
 
     def attention(self, q: Any, k: Any, v: Any, causal: bool, scale: float, window: int | None = None,
                   softcap: float | None = None) -> Any:

@@ -156,8 +156,13 @@ def run_bench(args: argparse.Namespace) -> int:
             agree = mb.agreement(ours["greedy_tokens"], hf, ours["decode_prompts"], decode + 1)
             ours["tokens_agreeing_with_hf"] = agree
             notes.append(f"webtensor: its first {agree} of {decode + 1} greedy tokens are HF's")
+            from .torch_step import has_torch_step
+
             if args.dtype_name == "float16" and hf.device.type != "cuda":
                 notes.append("torch step: float16 runs only on CUDA; not run")
+                bar.update(len(prompts) + 1)
+            elif not has_torch_step(hf.config.model_type):
+                notes.append(f"torch step: none written for model_type {hf.config.model_type!r}; not run")
                 bar.update(len(prompts) + 1)
             else:
                 results.append(mb.bench_torch_step(hf, vocab, args.dtype, prompts, decode, args.repeats, bar,

@@ -39,6 +39,11 @@ _FAST_ACT: dict[str | None, Callable[[torch.Tensor], torch.Tensor]] = {
 LLAMA_TYPES = ("llama", "mistral", "qwen2", "qwen3")  # HF model types `TorchLlamaStep` runs
 
 
+def has_torch_step(model_type: str) -> bool:
+    """Whether a hand-written step exists for an HF `model_type` (none for the mixtures of experts yet)."""
+    return model_type == "gpt2" or model_type in LLAMA_TYPES
+
+
 def torch_step_for(hf: Any, span: int | None = None, batch: int = 1, graph: bool | None = None,
                    n_ctx: int | None = None) -> TorchStep:
     """The hand-written step of a Hugging Face model's architecture (its config's `model_type`)."""

@@ -3,7 +3,8 @@
 and the GGUF files the tests and benchmarks make from random checkpoints.
 
 Layout (llama.cpp's converter's): every matrix (out, in) = (N, K) — GPT-2's Conv1D matrices transposed —,
-embeddings (V, C), and whatever the family changes on the way (`Family.to_gguf`: llama.cpp permutes the rows of
+embeddings (V, C), a mixture of experts' matrices of one projection stacked (E, N, K) (the family names them
+alike), and whatever the family changes on the way (`Family.to_gguf`: llama.cpp permutes the rows of
 Q and K of the `llama` architecture); the family's metadata keys (`Family.gguf_metadata`) and the tensors the
 converter derives from the config (`Family.gguf_tensors`: llama3's `rope_freqs`), the byte-level BPE
 vocabulary (padded to the embedding's rows with [PAD{i}], as llama.cpp's converter pads) and the chat template.
@@ -82,6 +83,9 @@ def write_gguf(model_dir: str | os.PathLike[str], out: str | os.PathLike[str], o
             w.add_chat_template(ck.chat_template)
         names = fam.gguf_names(cfg)
         tied = "output.weight" not in names.values()
+        stacks: dict[str, list[Any]] = {}  # GGUF name -> the arrays written as it (several: a stack of experts)
+        kinds: dict[str, str] = {}
+        mixed: set[str] = set()  # GGUF names in the Q4_K_M mix, written in its fallback type (not whole blocks)
         for name, tspec in fam.tensors(cfg).items():
             in_mix = mix_embedding if tspec.kind == "embedding" else outtype == "q4_k_m" and tspec.kind != "float32"
             if in_mix and len(tspec.shape) == 2:
@@ -97,20 +101,27 @@ def write_gguf(model_dir: str | os.PathLike[str], out: str | os.PathLike[str], o
                 arr = arr.T  # HF's Conv1D (K, N) -> (N, K)
             if not ck.gguf:  # (a GGUF source's rows are in llama.cpp's order already)
                 arr = fam.to_gguf(cfg, name, arr)
-            arr = np.ascontiguousarray(arr, np.float32)
-            t = "F32" if tspec.kind == "float32" else embedding_type if tspec.kind == "embedding" else ggml_type
+            stacks.setdefault(names[name], []).append(arr)
+            kinds[names[name]] = tspec.kind
             if in_mix:
-                t = KQUANT_FALLBACK[q4_k_m_type(names[name], cfg.spec.n_layer, tied)]
-            if t.startswith("Q") and (arr.ndim != 2 or arr.shape[-1] % 32):
+                mixed.add(names[name])
+        for gname, arrs in stacks.items():
+            # one tensor; or the experts' matrices stacked (E, N, K), as llama.cpp's converter stacks them
+            arr = np.ascontiguousarray(arrs[0] if len(arrs) == 1 else np.stack(arrs), np.float32)
+            kind = kinds[gname]
+            t = "F32" if kind == "float32" else embedding_type if kind == "embedding" else ggml_type
+            if gname in mixed:
+                t = KQUANT_FALLBACK[q4_k_m_type(gname, cfg.spec.n_layer, tied)]
+            if t.startswith("Q") and (arr.ndim not in (2, 3) or arr.shape[-1] % 32):
                 t = "F32"  # (rows that are not whole blocks)
             if t == "F32":
-                w.add_tensor(names[name], arr)
+                w.add_tensor(gname, arr)
             elif t == "F16":
-                w.add_tensor(names[name], arr.astype(np.float16))
+                w.add_tensor(gname, arr.astype(np.float16))
             else:  # the quantized types and BF16: the package's bytes, (rows, bytes a row)
                 qtype = getattr(gguf.GGMLQuantizationType, t)
                 data = gguf.quants.quantize(arr, qtype)
-                w.add_tensor(names[name], data, raw_shape=data.shape, raw_dtype=qtype)
+                w.add_tensor(gname, data, raw_shape=data.shape, raw_dtype=qtype)
         for gname, values in fam.gguf_tensors(cfg).items():  # (what the converter derives from the config)
             w.add_tensor(gname, np.asarray(values, np.float32))
         w.write_header_to_file()

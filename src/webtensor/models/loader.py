@@ -134,7 +134,7 @@ def _open_hf(d: Path, reader: str, source: Any) -> Checkpoint:
 def _open_gguf(path: Path, reader: str) -> Checkpoint:
     f = GGUFCheckpoint(path, reader)
     where = str(path)
-    family = registry.for_gguf(f.architecture, where)
+    family = registry.for_gguf(f.architecture, where, f.metadata)
     cfg = family.config_from_gguf(f.metadata, list(f.tensors), where)
     if getattr(cfg, "tie_word_embeddings", False) and "output.weight" in f.tensors and "token_embd.weight" in \
             f.tensors and bytes(f.raw("output.weight")) != bytes(f.raw("token_embd.weight")):
@@ -245,6 +245,8 @@ def upload(ck: Checkpoint, device: Any, dtype: str | None, progress: Progress | 
                 fused, parts = groups.get(name, (name, (name,)))
                 if len(parts) == 1:
                     raw, stored, shape = ck.raw(name), ck.stored_type(name), tuple(ck.shape(name))
+                    if spec.kind == "experts" and len(shape) == 3:  # a stack (E, N, K) as GGUF stores it: (E x N, K)
+                        shape = (shape[0] * shape[1], shape[2])
                 else:  # rows of (N_i, K) matrices (or vectors) one after another: one (sum N_i, K) matrix
                     f32 = spec.kind == "float32"
                     raw = memoryview(b"".join(float32_bytes(ck.stored_type(p), ck.raw(p)) if f32 else ck.raw(p)
@@ -287,6 +289,9 @@ def stored_nbytes(t: str, shape: tuple[int, ...]) -> int:
     return n * 4
 
 
+ROW_MAJOR = ("embedding", "experts")  # the kinds handed to the forward as stored, (rows, K), on every backend
+
+
 def _upload_one(raw: memoryview, stored: str, shape: tuple[int, ...], spec: TensorSpec, gguf: bool, device: Any,
                 dtype: str | None, on_way: Callable[[int, int], None] | None = None) -> Any:
     """One tensor from its stored bytes (`shape` in the stored layout) to what the family's forward takes;
@@ -327,7 +332,7 @@ def _upload_one(raw: memoryview, stored: str, shape: tuple[int, ...], spec: Tens
     if np is not None:  # natively on the host (a tensor over the binding limit cannot be rearranged on a device)
         arr = np.frombuffer(raw, "<f2") if stored == "F16" else np.frombuffer(float32_bytes(stored, raw), "<f4")
         arr = arr.reshape(shape).astype(want.name, copy=False)
-        if spec.kind != "embedding" and nk != kmajor:  # stored (N, K) where the backend keeps (K, N), or back
+        if spec.kind not in ROW_MAJOR and nk != kmajor:  # stored (N, K) where the backend keeps (K, N), or back
             arr = arr.T
         arr = np.ascontiguousarray(arr)
         # (writeable: a fresh array the reader made for this tensor, or our own copy, kept as it is on the CPU;
@@ -336,14 +341,14 @@ def _upload_one(raw: memoryview, stored: str, shape: tuple[int, ...], spec: Tens
         if not view:
             read_whole()
         t = device.backend.from_numpy(device, arr, arr.flags.writeable, on_way if view else None)
-        return t if spec.kind == "embedding" or not kmajor else t.T
+        return t if spec.kind in ROW_MAJOR or not kmajor else t.T
     if stored == "F16" and device.has_f16:
         t = from_buffer(raw, shape, dt.float16, device)
     else:
         t = from_buffer(float32_bytes(stored, raw), shape, dt.float32, device)
     if t.dtype is not want:
         t = t.to(want)
-    if spec.kind == "embedding":
+    if spec.kind in ROW_MAJOR:
         return t
     if nk:  # t is (N, K): hand over (K, N)
         return t.T if kmajor else t.T.contiguous()
@@ -499,6 +504,8 @@ def export_arrays(model: Any) -> dict[str, Any]:
             whole = _hf_array(params[fused], spec)  # (sum N_i, K) or (sum N_i,)
             r0 = sum(specs[p].shape[0] for p in parts[:parts.index(name)])
             arr = whole[r0:r0 + spec.shape[0]]
+        if spec.kind == "experts":  # (a stack (E x N, K) as the forward holds it, (E, N, K) as GGUF stores it)
+            arr = arr.reshape(spec.shape)
         out[name] = np.ascontiguousarray(fam.to_hf(cfg, name, arr), np.float32)
         if out[name].shape != spec.shape:  # (a defect of this function or of the family's maps, not of the input)
             raise AssertionError(f"export_arrays: {name} came back as {out[name].shape}, expected {spec.shape}")

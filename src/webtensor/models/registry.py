@@ -5,13 +5,15 @@ below lists where they live, imported on first use so the page loads only numpy-
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import CheckpointError
 from .spec import Family
 
-FAMILY_MODULES = ("webtensor.models.gpt2.family", "webtensor.models.llama.family", "webtensor.models.gemma.family",
-                  "webtensor.models.olmo2.family")
+# (the mixture-of-experts family before Llama's: a GGUF `llama` file with experts is Mixtral's)
+FAMILY_MODULES = ("webtensor.models.gpt2.family", "webtensor.models.moe.family", "webtensor.models.llama.family",
+                  "webtensor.models.gemma.family", "webtensor.models.olmo2.family")
 _FAMILIES: dict[str, Family] = {}
 
 
@@ -43,9 +45,12 @@ def for_hf(model_type: object, where: str) -> Family:
     raise CheckpointError(f"{where}: model_type {model_type!r} is not supported (webtensor runs {', '.join(known)})")
 
 
-def for_gguf(architecture: object, where: str) -> Family:
+def for_gguf(architecture: object, where: str, meta: Mapping[str, Any] | None = None) -> Family:
+    """The family of a GGUF file's `general.architecture`: the first that names it and accepts the file's
+    metadata (`Family.gguf_accepts`; without it, the architecture alone)."""
+    meta = {"general.architecture": architecture} if meta is None else meta
     for f in families():
-        if architecture in f.gguf_architectures:
+        if architecture in f.gguf_architectures and f.gguf_accepts(meta):
             return f
     known = sorted(a for f in families() for a in f.gguf_architectures)
     raise CheckpointError(f"{where}: general.architecture {architecture!r} is not supported (webtensor runs "

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-TensorKind = Literal["linear", "conv1d", "embedding", "float32"]
+TensorKind = Literal["linear", "conv1d", "embedding", "experts", "float32"]
 
 
 @dataclass(frozen=True)
@@ -33,8 +33,10 @@ class ModelSpec:
 @dataclass(frozen=True)
 class TensorSpec:
     """One weight as a family expects it: `shape` in the Hugging Face layout; `kind`: "linear" (nn.Linear's
-    (N, K), K the input), "conv1d" (GPT-2's Conv1D, (K, N)), "embedding" (V, C) or "float32" (norms, biases,
-    position tables: kept float32, in the stored layout)."""
+    (N, K), K the input), "conv1d" (GPT-2's Conv1D, (K, N)), "embedding" (V, C), "experts" (a mixture of
+    experts' matrices, each (N, K), or their stack (E, N, K) as GGUF stores it: handed over as one row-major
+    (E x N, K) stack, float or quantized, for `ops.expert_linear`) or "float32" (norms, biases, position tables:
+    kept float32, in the stored layout)."""
 
     shape: tuple[int, ...]
     kind: TensorKind
@@ -49,9 +51,10 @@ class Family:
     checkpoint key's canonical name (None: a tensor the family ignores, e.g. rotary buffers); `gguf_names(cfg)`
     canonical -> GGUF name; `fusions(cfg)` (fused name, parts) pairs the loader concatenates along the output
     rows where the parts are stored alike (q, k, v -> qkv); `gguf_metadata(cfg)` the GGUF keys a converter writes,
-    `gguf_architecture(cfg)` the `general.architecture` it writes (Mistral's is `llama`), `gguf_tensors(cfg)` the
-    tensors it derives from the config (GGUF name -> float32 values: llama3's `rope_freqs`)
-    and
+    `gguf_architecture(cfg)` the `general.architecture` it writes (Mistral's is `llama`), `gguf_accepts(metadata)`
+    whether a GGUF file of one of its architectures is its own (Mixtral's `llama` files, told from Llama's by
+    their experts), `gguf_tensors(cfg)` the tensors it derives from the config (GGUF name -> float32 values:
+    llama3's `rope_freqs`) and
     `to_gguf(cfg, name, float32 array)` a weight as llama.cpp stores it (`formats.gguf_writer`);
     `check(cfg, shapes, where)` the family's own checks of
     a checkpoint's tensors (by canonical name, HF layout) beyond "every expected tensor with its shape";
@@ -77,6 +80,7 @@ class Family:
     gguf_metadata: Callable[[Any], dict[str, Any]] = lambda cfg: {}
     gguf_tensors: Callable[[Any], dict[str, list[float]]] = lambda cfg: {}
     gguf_architecture: Callable[[Any], str] = lambda cfg: str(cfg.spec.architecture)
+    gguf_accepts: Callable[[Mapping[str, Any]], bool] = lambda meta: True
     to_gguf: Callable[[Any, str, Any], Any] = lambda cfg, name, arr: arr
     to_hf: Callable[[Any, str, Any], Any] = lambda cfg, name, arr: arr
     presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)

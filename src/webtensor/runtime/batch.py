@@ -43,9 +43,14 @@ class StepBatch:
     def T(self) -> int:
         return self.ids.shape[0]
 
+    @property
+    def one_row_products(self) -> bool:
+        """Whether each row's products are one-row products (an invariant step's decode rows)."""
+        return self.store is None and self.invariant
+
     def rows(self, width: int) -> tuple[int, ...]:
         """The activations' shape for rows of `width` values: (T, 1, width) for one-row products, else (T, width)."""
-        return (self.T, 1, width) if self.store is None and self.invariant else (self.T, width)
+        return (self.T, 1, width) if self.one_row_products else (self.T, width)
 
     def attend(self, k_cache: Tensor, v_cache: Tensor, q: Tensor, k: Tensor, v: Tensor, scale: float,
                rope: ops.Rope | None = None, window: int | None = None, softcap: float | None = None) -> Tensor:

@@ -208,6 +208,19 @@ class WgpuBackend:
         return by_rows("embedding", ids.device, (*ids.shape, table.shape[1]), dt.float32,
                        lambda r0, r1: quant_ops.quant_embedding(table, ids[r0:r1]), [ids])
 
+    def moe_route(self, logits: Tensor, k: int, normalize: bool) -> tuple[Tensor, Tensor]:
+        from . import moe_ops
+
+        return moe_ops.moe_route(logits, k, normalize)
+
+    def expert_linear(self, x: Tensor, experts: Any, ids: Tensor, n_experts: int, invariant: bool = True) -> Tensor:
+        from . import moe_ops
+
+        T, k = ids.shape
+        return by_rows("expert_linear", x.device, (T, k, experts.shape[0] // n_experts), dt.float32,
+                       lambda r0, r1: moe_ops.expert_linear(x[r0:r1], experts, ids[r0:r1], n_experts, invariant),
+                       [x, ids])
+
     def attention(self, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, window: int | None = None,
                   softcap: float | None = None) -> Tensor:
         T, S = q.shape[0], k.shape[0]

@@ -70,6 +70,11 @@ class KernelPolicy:
     gemv_dot4_prequant: bool = False
     gemv_dot4_unroll: int = 1
     gemv_quant_lanes: int = 0
+    # mixture of experts (moe_ops.py): a step of more than moe_grouped_min_slots (row, expert) slots that need
+    # not be one-row products goes through the grouped kernels on GPUs (moe_align.wgsl, expert_gemm*.wgsl:
+    # each expert's weights read once a block of moe_block slots), else the expert GEMV (None: always the GEMV)
+    moe_grouped_min_slots: int | None = 32
+    moe_block: int = 32
     # the matmul engine (matmul_engine.wgsl; matmul_engine_quant.wgsl for quantized weights) for
     # M > gemv_max_rows on GPUs (False: matmul.wgsl, matmul_quant.wgsl);
     # float16 operands read as u32 words, float16 outputs written as words, float16 x float16 math in

@@ -533,9 +533,10 @@ def q8_row_words(K: int) -> int:
 
 def quantize_rows(x: Tensor, M: int, K: int, lda: int, norm: tuple[Tensor, Tensor | None, float] | None,
                   glu: str | None) -> Tensor:
-    """Rows of x (M rows of K values at stride lda; 2K wide with `glu`), through the fused norm or
-    gated prologue ("swiglu" or "geglu"), quantized to int8 activations by one quantize_q8 launch: (M, q8_row_words(K)) float32 (u32 words),
-    each row K / 4 words of int8 then K / 32 (d, sums) pairs (the layout gemv_quant_dot4 reads with PREQ)."""
+    """Rows of x (M rows of K values at stride lda; 2K wide with `glu`), through the fused norm or gated
+    prologue ("swiglu" or "geglu"), quantized to int8 activations by one quantize_q8 launch: (M, q8_row_words(K))
+    float32 (u32 words), each row K / 4 words of int8 then K / 32 (d, sums) pairs (the layout gemv_quant_dot4
+    reads with PREQ)."""
     ctx = gops._ctx(x)
     out = gops._out(x.device, (M, q8_row_words(K)), dt.float32)
     sg = ctx.subgroup_size if ctx.has_subgroups else 0

@@ -207,5 +207,11 @@ SIGNATURES = {s.file: s for s in (
     _sig("cached_attention_rope", f"T H D4 q_off4 q_ts4 q_hs4 k_off4=0 k_ts4=0 k_hs4=0 v_off4=0 v_ts4=0 v_hs4=0 "
          f"n_ctx write=0 scale:f32 group pos_off slot_off {_KV} kc_off4 vc_off4 half P tc_off ts_off window=0 "
          "softcap:f32=0", "q kv? ps tab kv_table? -> kc vc o"),
+    _sig("moe_route", "rows E k norm x_off x_ld", "x -> ids w"),
+    _sig("expert_gemv", "slots k X E N K row0 rows x_off ids_off w_off", "x w ids -> o"),
+    _sig("expert_gemv_quant", "slots k X E N K row0 rows x_off ids_off d_ld", "x qs scales ids -> o"),
+    _sig("moe_align", "slots E ids_off cap", "ids -> order block_expert n_blocks"),
+    _sig("expert_gemm", "slots k X N K row0 rows x_off w_off", "x w order block_expert n_blocks -> o"),
+    _sig("expert_gemm_quant", "slots k X N K row0 rows x_off d_ld", "x qs scales order block_expert n_blocks -> o"),
     _sig("advance_tokens", "B ring", "next_ids -> ids pos tokens count"),
 )}
