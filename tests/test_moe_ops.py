@@ -13,7 +13,7 @@ import pytest
 from conftest import rel_err, set_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_quant_kernels import weight
+from op_fixtures import quant_weight
 
 import webtensor as wt
 from webtensor import quant
@@ -66,7 +66,7 @@ def _stack(rng: np.random.Generator, kind: str, rows: int, K: int):
     """An expert stack (rows, K): float32 / float16 values as a CPU tensor, or a quantized weight."""
     if kind in ("float32", "float16"):
         return wt.tensor(rng.standard_normal((rows, K)).astype(kind))
-    return weight(rng, kind, rows, K)
+    return quant_weight(rng, kind, rows, K)
 
 
 def _dense(stack) -> np.ndarray:
@@ -191,7 +191,7 @@ def test_a_row_alone_equals_the_row_among_others(dev, request, monkeypatch):
     set_policy(monkeypatch, device, gpu_style=dev == "wgpu-gpu-style")
     rng = np.random.default_rng(5)
     E, N, K, T = 6, 40, 64, 7
-    stack = weight(rng, "Q4_0", E * N, K)
+    stack = quant_weight(rng, "Q4_0", E * N, K)
     logits = rng.standard_normal((T, E)).astype(np.float32)
     x = rng.standard_normal((T, 1, K)).astype(np.float32)
 
