@@ -86,8 +86,10 @@ def test_engine_matches_reference(gpu, cpu, ran, monkeypatch, qtype, seed, M, N,
     """One engine launch (and, split, the slices' sum) per product, every tile, K steps of 8 or 16; against
     the CPU device and, without an activation, float64 numpy."""
     monkeypatch.setattr(gops, "engine_tile", lambda m, n, p: tile)
-    # split: K cut into slices of 32 or more wherever it is 64 or longer (a GPU of very many SMs)
-    set_policy(monkeypatch, gpu, compute_units=1 << 20 if split else 1, engine_split_min_k=32, engine_bk=bk)
+    # split: K cut into slices of 32 or more wherever it is 64 or longer (a GPU of very many SMs); else split-K off
+    # (the rule splits a deep M of one tile even on one compute unit)
+    set_policy(monkeypatch, gpu, compute_units=1 << 20 if split else 1, engine_split_k=split, engine_split_min_k=32,
+               engine_bk=bk)
     K = data.draw(blocks_of(qtype)) * quant.TYPES[qtype].values
     rng = np.random.default_rng(seed)
     qw = quant_weight(rng, qtype, N, K)

@@ -34,7 +34,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from conftest import rel_err  # noqa: E402
+from tolerance import assert_close  # noqa: E402
 
 import webtensor as wt  # noqa: E402
 from webtensor import ops  # noqa: E402
@@ -142,10 +142,10 @@ def test_float32_logits_and_greedy_match_transformers(examples, example):
     want = ex.hf_logits(IDS)
     m = ex.load()
     assert m.spec.family == ex.family.name and m.spec.architecture == ex.raw["model_type"]
-    assert rel_err(m.logits(IDS), want) <= 1e-5
+    assert_close(m.logits(IDS), want, rtol=1e-5)
     assert m.generate(IDS[:6], NEW, stop_at_eos=False) == ex.hf_greedy  # the captured decode step
     published = ex.load(ex.published_dir)
-    assert rel_err(published.logits(IDS), want) <= 1e-5
+    assert_close(published.logits(IDS), want, rtol=1e-5)
 
 
 def _decode_logits(m: Any, use_graph: bool, invariant: bool = True, rows: int = 1) -> list[np.ndarray]:
@@ -258,7 +258,7 @@ def test_the_servers_engine_gives_each_request_its_greedy_tokens(examples, examp
 def test_lavapipe_equals_the_cpu_reference(examples, example, gpu):
     ex = examples[example]
     cpu, gp = ex.load(), ex.load(device=gpu)
-    assert rel_err(gp.logits(IDS), cpu.logits(IDS)) <= 1e-4
+    assert_close(gp.logits(IDS), cpu.logits(IDS), rtol=1e-4)
     assert gp.generate(IDS[:6], NEW, stop_at_eos=False) == ex.hf_greedy
     _row_alone_equals_row_in_batch(gp)
 
@@ -285,7 +285,7 @@ def test_q8_0_at_load_equals_transformers_on_the_dequantized_weights(examples, e
     arrays = loader.export_arrays(m)
     f32 = loader.export_arrays(ex.load())
     assert any(not np.array_equal(arrays[n], f32[n]) for n in arrays)  # (quantized: the weights moved)
-    assert rel_err(m.logits(IDS), ex.hf_logits(IDS, _hf_with(ex, arrays))) <= 1e-5
+    assert_close(m.logits(IDS), ex.hf_logits(IDS, _hf_with(ex, arrays)), rtol=1e-5)
 
 
 def _transformers_reads_gguf(arch: str, model_type: str) -> bool:
@@ -305,13 +305,13 @@ def test_gguf_round_trip(examples, example):
     m = ex.load(f32)
     assert replace(m.spec, architecture="") == replace(ex.load().spec, architecture="")  # (Mistral's is llama's)
     got = m.logits(IDS)
-    assert rel_err(got, ex.hf_logits(IDS)) <= 1e-5
+    assert_close(got, ex.hf_logits(IDS), rtol=1e-5)
     assert m.generate(IDS[:6], NEW, stop_at_eos=False) == ex.hf_greedy
-    assert rel_err(ex.load(q8, dtype=None).logits(IDS), ex.load(dtype="q8_0").logits(IDS)) <= 1e-6
+    assert_close(ex.load(q8, dtype=None).logits(IDS), ex.load(dtype="q8_0").logits(IDS), rtol=1e-6)
     if _transformers_reads_gguf(m.family.gguf_architecture(m.config), ex.raw["model_type"]):
         hf = transformers.AutoModelForCausalLM.from_pretrained(str(f32.parent), gguf_file=f32.name,
                                                                config=ex.hf.config, dtype=torch.float32).eval()
-        assert rel_err(got, ex.hf_logits(IDS, hf)) <= 1e-5
+        assert_close(got, ex.hf_logits(IDS, hf), rtol=1e-5)
 
 
 # a Gemma-style chat template (turns between <start_of_turn> and <end_of_turn>, the assistant named "model")

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from conftest import rel_err, set_policy  # noqa: E402
+from conftest import set_policy  # noqa: E402
+from tolerance import assert_close  # noqa: E402
 
 import webtensor as wt  # noqa: E402
 from webtensor.formats.gguf_writer import write_gguf  # noqa: E402
@@ -59,7 +60,7 @@ def test_qwen3_moe_without_renormalization_and_with_a_sparse_step(tmp_path):
     d = _checkpoint(tmp_path / "hf", raw)
     m = wt.load_model(d, "cpu", "float32", n_ctx=64)
     assert m.config.sparse == (False, True, False) and not m.config.norm_topk_prob
-    assert rel_err(m.logits(IDS), _hf_logits(d)) <= 1e-5
+    assert_close(m.logits(IDS), _hf_logits(d), rtol=1e-5)
 
 
 def test_the_expert_count_under_each_of_its_names():
@@ -82,7 +83,7 @@ def test_quantized_stacked_experts_equal_the_file_dequantized(qwen_dir, tmp_path
     stack = q.params["layers.0.mlp.experts.gate_proj.weight"]
     assert isinstance(stack, Quantized) and stack.qtype == outtype.upper() and stack.shape == (7 * 32, 64)
     f32 = wt.load_model(path, dev, "float32", n_ctx=64)
-    assert rel_err(q.logits(IDS), f32.logits(IDS)) <= 1e-5
+    assert_close(q.logits(IDS), f32.logits(IDS), rtol=1e-5)
     assert q.generate(IDS[:5], 6, stop_at_eos=False) == f32.generate(IDS[:5], 6, stop_at_eos=False)
 
 
@@ -95,9 +96,9 @@ def test_prompt_chunks_through_the_grouped_kernels_match_transformers(qwen_dir, 
     ran: list[str] = []
     real = gpu.ctx.kernel
     monkeypatch.setattr(gpu.ctx, "kernel", lambda file, *a, **kw: ran.append(file) or real(file, *a, **kw))
-    m = wt.load_model(qwen_dir, gpu, "float32", n_ctx=64)
+    m = wt.load_model(qwen_dir, gpu, "float32", n_ctx=64, kv_dtype="float32")
     want = _hf_logits(qwen_dir)
-    assert rel_err(m.logits(IDS), want) <= 1e-5
+    assert_close(m.logits(IDS), want, rtol=1e-5)
     assert "moe_align" in ran and "expert_gemm" in ran
     hf = transformers.AutoModelForCausalLM.from_pretrained(str(qwen_dir), dtype=torch.float32).eval()
     with torch.no_grad():
@@ -154,7 +155,7 @@ def test_k_quant_stacked_experts_equal_the_file_dequantized(tmp_path, qtype, dev
     q = wt.load_model(path, dev, None, n_ctx=64)
     assert q.params["layers.0.mlp.experts.down_proj.weight"].qtype == qtype
     f32 = wt.load_model(path, dev, "float32", n_ctx=64)
-    assert rel_err(q.logits(IDS), f32.logits(IDS)) <= 1e-5
+    assert_close(q.logits(IDS), f32.logits(IDS), rtol=1e-5)
     assert q.generate(IDS[:5], 6, stop_at_eos=False) == f32.generate(IDS[:5], 6, stop_at_eos=False)
 
 
