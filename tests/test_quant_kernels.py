@@ -19,7 +19,7 @@ import pytest
 from conftest import set_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from op_fixtures import expected_kernel, quant_weight, spy_kernels
+from op_fixtures import expected_kernel, quant_linear_case, quant_weight, spy_kernels
 from tolerance import assert_close, layer_norm_scale, linear_scale
 
 import webtensor as wt
@@ -119,12 +119,8 @@ def test_upload_blocks_equals_upload_and_reads_back(gpu: wt.Device, gpu_small: w
 def test_linear_matches_reference(gpu: wt.Device, cpu: wt.Device, style: dict[str, Any], qtype: str, M: int, N: int,
                                   blocks: int, has_bias: bool, act: str | None, has_res: bool, seed: int) -> None:
     style["ran"].clear()
-    rng = np.random.default_rng(seed)
-    K = blocks * quant.TYPES[qtype].values
-    qw = quant_weight(rng, qtype, N, K)
-    x = rng.standard_normal((M, K)).astype(np.float32)
-    b = rng.standard_normal(N).astype(np.float32) if has_bias else None
-    r = rng.standard_normal((M, N)).astype(np.float32) if has_res else None
+    qw, x, b, r = quant_linear_case(np.random.default_rng(seed), qtype, M, N, blocks, has_bias, has_res)
+    K = qw.shape[1]
     got, want = linear_both(gpu, cpu, qw, x, b, act, r)
     assert_close(got, want, linear_scale(x, qw.dequantize().T, b, r), rtol=TOL, what=(qtype, M, N, K))
     assert [w for w, _, _ in style["ran"]] == [expected_kernel(gpu, M, style["gpu_style"])]
