@@ -144,7 +144,8 @@ class DecoderWeights:
     attention. A family's weights class adds its own (norms, MLPs) and its `forward`."""
 
     def __init__(self, cfg: DecoderConfig, params: dict[str, Any], device: Any, n_ctx: int):
-        self.device = device
+        self.device, self.width, self.eps = device, cfg.hidden_size, cfg.rms_norm_eps  # (C; every RMS norm's eps)
+        self.heads = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)  # (H, KV, D)
         self.embed = params["embed_tokens.weight"]  # (V, C)
         self.head = lm_head_weight(params.get("lm_head.weight", self.embed))  # x @ head: (C, V); tied: the embedding
         self.norm: Tensor = params["norm.weight"]  # (C,)
@@ -157,15 +158,15 @@ class DecoderWeights:
         return [params[f"layers.{i}.{name}.weight"] for i in range(n_layers)]
 
 
-def embed_rows(embed: Any, batch: StepBatch, width: int, scale: Tensor | None = None) -> Tensor:
+def embed_rows(w: DecoderWeights, batch: StepBatch, scale: Tensor | None = None) -> Tensor:
     """The residual stream of the step's rows: embed[ids] (T, C) in float32 (whatever the table's type), times
     `scale` where given, shaped as the step's rows (T, ..., C)."""
-    x = ops.embedding(embed, batch.ids)  # (T, C)
+    x = ops.embedding(w.embed, batch.ids)  # (T, C)
     if x.dtype is not dt.float32:
         x = ops.cast(x, dt.float32)
     if scale is not None:
         x = ops.mul(x, scale)
-    return x.reshape(batch.rows(width))
+    return x.reshape(batch.rows(w.width))
 
 
 def self_attention(x: Tensor, w: Attention, batch: StepBatch, kv: tuple[Tensor, Tensor], heads: tuple[int, int, int],
@@ -181,7 +182,7 @@ def self_attention(x: Tensor, w: Attention, batch: StepBatch, kv: tuple[Tensor, 
     return ops.linear(a.reshape(batch.rows(H * D)), w.o, w.o_bias, residual=residual)  # (T, ..., C)
 
 
-def final_logits(x: Tensor, w: DecoderWeights, eps: float, batch: StepBatch) -> Tensor:
+def final_logits(x: Tensor, w: DecoderWeights, batch: StepBatch) -> Tensor:
     """The logits (rows needing them, V) float32 of the residual stream x (T, ..., C): RMS-normed by the final
     norm in the LM head product's prologue."""
-    return batch.logits(ops.linear(batch.head_input(x), w.head, rms=(w.norm, eps)))
+    return batch.logits(ops.linear(batch.head_input(x), w.head, rms=(w.norm, w.eps)))

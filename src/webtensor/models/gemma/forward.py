@@ -52,10 +52,8 @@ class GemmaWeights(DecoderWeights):
 
     def forward(self, batch: StepBatch, cache: KVCache) -> Tensor:
         """Rows of (token, position, slot) -> logits (rows needing them, V) float32."""
-        cfg = self.config
-        C, eps = cfg.hidden_size, cfg.rms_norm_eps
-        heads = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)
-        x = embed_rows(self.embed, batch, C, self.embed_scale)  # (T, ..., C) float32
+        cfg, eps, heads = self.config, self.eps, self.heads
+        x = embed_rows(self, batch, self.embed_scale)  # (T, ..., C) float32
         post = cfg.post_norms
         for i, kv in enumerate(zip(cache.k, cache.v, strict=True)):
             o = self_attention(x, self.attns[i], batch, kv, heads, (self.attn_norms[i], eps), eps,
@@ -67,6 +65,6 @@ class GemmaWeights(DecoderWeights):
                 x = ops.add(x, ops.rms_norm(h, self.mlp_post[i], eps))
             else:
                 x = gated_mlp(o, self.mlps[i], (self.mlp_norms[i], eps), residual=o, glu="geglu")
-        logits = final_logits(x, self, eps, batch)
+        logits = final_logits(x, self, batch)
         cap = cfg.final_logit_softcapping
         return logits if cap is None else ops.softcap(logits, cap)

@@ -50,10 +50,8 @@ class LlamaWeights(DecoderWeights):
 
     def forward(self, batch: StepBatch, cache: KVCache) -> Tensor:
         """Rows of (token, position, slot) -> logits (rows needing them, V) float32."""
-        cfg = self.config
-        C, eps = cfg.hidden_size, cfg.rms_norm_eps
-        heads = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)
-        x = embed_rows(self.embed, batch, C, self.embed_scale)  # (T, ..., C) float32
+        cfg, eps, heads = self.config, self.eps, self.heads
+        x = embed_rows(self, batch, self.embed_scale)  # (T, ..., C) float32
         plain = self.residual_scale is None  # (the residual added in the products' epilogue)
         for i, kv in enumerate(zip(cache.k, cache.v, strict=True)):
             o = self_attention(x, self.attns[i], batch, kv, heads, (self.attn_norms[i], eps), eps,
@@ -61,5 +59,5 @@ class LlamaWeights(DecoderWeights):
             x = o if plain else self._residual(x, o)
             h = gated_mlp(x, self.mlps[i], (self.mlp_norms[i], eps), residual=x if plain else None)
             x = h if plain else self._residual(x, h)
-        logits = final_logits(x, self, eps, batch)
+        logits = final_logits(x, self, batch)
         return logits if self.logits_scale is None else ops.div(logits, self.logits_scale)

@@ -71,10 +71,8 @@ class MoEWeights(DecoderWeights):
 
     def forward(self, batch: StepBatch, cache: KVCache) -> Tensor:
         """Rows of (token, position, slot) -> logits (rows needing them, V) float32."""
-        cfg = self.config
-        C, eps = cfg.hidden_size, cfg.rms_norm_eps
-        heads = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)
-        x = embed_rows(self.embed, batch, C)  # (T, ..., C) float32
+        cfg, eps, heads = self.config, self.eps, self.heads
+        x = embed_rows(self, batch)  # (T, ..., C) float32
         for i, kv in enumerate(zip(cache.k, cache.v, strict=True)):
             x = self_attention(x, self.attns[i], batch, kv, heads, (self.attn_norms[i], eps), eps,
                                cfg.head_dim ** -0.5, self.rope[i], residual=x)
@@ -83,4 +81,4 @@ class MoEWeights(DecoderWeights):
                 x = moe_mlp(x, mlp, cfg, (self.mlp_norms[i], eps), batch)
             else:
                 x = gated_mlp(x, mlp, (self.mlp_norms[i], eps), residual=x)
-        return final_logits(x, self, eps, batch)
+        return final_logits(x, self, batch)

@@ -35,12 +35,10 @@ class Olmo2Weights(DecoderWeights):
 
     def forward(self, batch: StepBatch, cache: KVCache) -> Tensor:
         """Rows of (token, position, slot) -> logits (rows needing them, V) float32."""
-        cfg = self.config
-        C, eps = cfg.hidden_size, cfg.rms_norm_eps
-        heads = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)
-        x = embed_rows(self.embed, batch, C)  # (T, ..., C) float32
+        cfg, eps, heads = self.config, self.eps, self.heads
+        x = embed_rows(self, batch)  # (T, ..., C) float32
         for i, kv in enumerate(zip(cache.k, cache.v, strict=True)):
             o = self_attention(x, self.attns[i], batch, kv, heads, None, eps, cfg.head_dim ** -0.5, self.rope[i])
             x = ops.add(x, ops.rms_norm(o, self.attn_post[i], eps))
             x = ops.add(x, ops.rms_norm(gated_mlp(x, self.mlps[i], None), self.mlp_post[i], eps))
-        return final_logits(x, self, eps, batch)
+        return final_logits(x, self, batch)
