@@ -229,7 +229,7 @@ def quant_model_blocks(rng: np.random.Generator, qtype: str, shape: tuple[int, .
         return bytes(quant.quantize((rng.standard_normal((n, k)) * 0.05).astype(np.float32), qtype).to_blocks())
     t = quant.TYPES[qtype]
     raw = rng.integers(0, 256, (n, k // t.values, t.nbytes), dtype=np.uint8)
-    for off in {"Q4_K": (0, 2), "Q6_K": (208,)}[qtype]:
+    for off in quant.HALVES[qtype]:
         raw[:, :, off + 1] = 0x10 | (raw[:, :, off + 1] & 0x83)  # exponent 4: 2^-11, either sign
     return raw.tobytes()
 
