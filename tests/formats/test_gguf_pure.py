@@ -43,7 +43,8 @@ def values(draw: st.DrawFn) -> tuple[VT, object, VT | None]:
 
 @st.composite
 def tensors(draw: st.DrawFn) -> tuple[np.ndarray, Q | None]:
-    kind = draw(st.sampled_from(["F32", "F16", "BF16", "I8", "I32", "Q8_0", "Q4_0", "Q4_1", *sorted(set(quant.TYPES) - set(quant.QUANTIZABLE))]))
+    kind = draw(st.sampled_from(["F32", "F16", "BF16", "I8", "I32", "Q8_0", "Q4_0", "Q4_1",
+                                 *sorted(set(quant.TYPES) - set(quant.QUANTIZABLE))]))
     lead = draw(st.lists(st.integers(1, 3), max_size=2))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     if kind in ("Q8_0", "Q4_0", "Q4_1", "BF16"):

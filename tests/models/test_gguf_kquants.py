@@ -162,3 +162,26 @@ def test_lavapipe_equals_the_cpu_and_int8_activations_stay_close(q4km: Path, gpu
         assert rel_err(dot4.logits(IDS[:n]), cpu.logits(IDS[:n])) <= DOT4_MODEL_TOL, n
     steps = dot4.generate(IDS[:6], 8, stop_at_eos=False)
     assert len(steps) == 8 and all(0 <= t < cpu.vocab_size for t in steps)
+
+
+@pytest.mark.parametrize("reader", ["gguf", "pure"])
+def test_rare_types_refused_naming_type_and_tensor(mixed: tuple[str, Path], tmp_path: Path, reader: str) -> None:
+    """A tensor in a type webtensor does not run (IQ3_S here: the Q2_K mix's Q3_K attn_output relabelled, the same
+    110 bytes a block) is refused at open, in one line naming the tensor and its type."""
+    import struct
+
+    mix, path = mixed
+    if mix != "q2_k":
+        pytest.skip("one file suffices")
+    data = bytearray(path.read_bytes())
+    name = b"blk.1.attn_output.weight"
+    at = data.index(struct.pack("<Q", len(name)) + name) + 8 + len(name)
+    n_dims = struct.unpack_from("<I", data, at)[0]
+    at += 4 + 8 * n_dims  # the tensor's ggml type id
+    assert struct.unpack_from("<I", data, at)[0] == gguf.GGMLQuantizationType.Q3_K
+    struct.pack_into("<I", data, at, gguf.GGMLQuantizationType.IQ3_S)
+    bad = tmp_path / "iq3_s.gguf"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(wt.CheckpointError, match=r"^[^\n]*iq3_s\.gguf: tensor 'blk\.1\.attn_output\.weight' is "
+                                                 r"stored as IQ3_S; webtensor reads F32, [^\n]*IQ4_XS there$"):
+        wt.load_model(bad, "cpu", reader=reader)

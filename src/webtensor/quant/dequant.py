@@ -115,13 +115,15 @@ def _crumbs(qs: np.ndarray) -> npt.NDArray[np.uint8]:
     """(B, 64) bytes -> (B, 256) 2-bit values: value 128 h + 32 t + l is bits 2t .. 2t + 1 of qs[32 h + l] (the
     low bits of Q2_K and Q3_K)."""
     n = qs.shape[0]
-    return ((qs.reshape(n, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)) & 3).reshape(n, 256)
+    out = (qs.reshape(n, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)) & np.uint8(3)
+    return out.reshape(n, 256).astype(np.uint8, copy=False)
 
 
 def _bits(mask: np.ndarray) -> npt.NDArray[np.uint8]:
     """(B, 32) bytes -> (B, 256) bits: value 32 j + l is bit j of mask[l] (Q5_K's fifth bits, Q3_K's third)."""
     n = mask.shape[0]
-    return ((mask.reshape(n, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)) & 1).reshape(n, 256)
+    out = (mask.reshape(n, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)) & np.uint8(1)
+    return out.reshape(n, 256).astype(np.uint8, copy=False)
 
 
 def q5_k(b: np.ndarray) -> Runs:
@@ -138,8 +140,9 @@ def q3_k_scales(sc12: np.ndarray) -> npt.NDArray[np.uint8]:
     """Q3_K's sixteen 6-bit scales from its 12 packed bytes (B, 12) -> uint8 (B, 16): scale s has the nibble s // 8
     of byte s % 8 under bits 2 (s // 4) .. of byte 8 + s % 4."""
     lo = np.concatenate([sc12[:, :8] & 0x0F, sc12[:, :8] >> 4], axis=1)
-    hi = (sc12[:, 8:12].reshape(-1, 1, 4) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 4, 1)) & 3
-    return lo | (hi.reshape(-1, 16) << 4)
+    hi = (sc12[:, 8:12].reshape(-1, 1, 4) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 4, 1)) & np.uint8(3)
+    out: npt.NDArray[np.uint8] = (lo | (hi.reshape(-1, 16) << np.uint8(4))).astype(np.uint8, copy=False)
+    return out
 
 
 def q3_k(b: np.ndarray) -> Runs:

@@ -118,5 +118,5 @@ def check_blocks(qtype: str, shape: tuple[int, ...], nbytes: int) -> tuple[int, 
     return n, k
 
 
-__all__ = ["TYPES", "QUANTIZABLE", "HALVES", "IQ4_VALUES", "BlockType", "Quantized", "block_type", "row_bytes", "check_shape",
-           "check_blocks"]
+__all__ = ["TYPES", "QUANTIZABLE", "HALVES", "IQ4_VALUES", "BlockType", "Quantized", "block_type", "row_bytes",
+           "check_shape", "check_blocks"]

@@ -1,10 +1,10 @@
-"""Quantized weights on WebGPU (ggml's Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K, IQ4_NL, IQ4_XS): their GPU layout, the upload
-(from ggml's bytes without numpy, or from a `QuantWeight`) and its inverse, and the ops
+"""Quantized weights on WebGPU (ggml's Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K, IQ4_NL, IQ4_XS): their GPU
+layout, the upload (from ggml's bytes without numpy, or from a `QuantWeight`) and its inverse, and the ops
 `quant_linear` and `quant_embedding`.
 
 GPU layout of a weight (N, K) of block type T (K a multiple of T's block of QK values, nb = K / QK
-blocks a row). ggml's blocks (34, 18, 20, 22, 24, 84, 110, 144, 176, 210 and 136 bytes) are mostly not 16-byte aligned
-and mix quants with scales, so each is cut into planes: its *quants* (the packed integers), a
+blocks a row). ggml's blocks (34, 18, 20, 22, 24, 84, 110, 144, 176, 210 and 136 bytes) are mostly not 16-byte
+aligned and mix quants with scales, so each is cut into planes: its *quants* (the packed integers), a
 multiple of 16 bytes, and its *head* fields (the float16 numbers, Q5's high-bit word, the K-quants'
 sub-block scales), each field to its own section, byte for byte as stored:
 
