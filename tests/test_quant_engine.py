@@ -1,6 +1,6 @@
 """The matrix engine with quantized weights (matmul_engine_quant.wgsl: the engine's tiles, K loop, split-K
-and epilogue, W's tile dequantized in workgroup memory on its way in) for every type (Q8_0, Q4_0, Q4_1,
-Q5_0, Q5_1, Q4_K, Q6_K) against the CPU reference (x @ dequantize(W).T in float32, then linear's epilogue)
+and epilogue, W's tile dequantized in workgroup memory on its way in) for every type (`quant.TYPES`:
+Q8_0 ... Q6_K, IQ4_NL, IQ4_XS) against the CPU reference (x @ dequantize(W).T in float32, then linear's epilogue)
 and float64 numpy: 2 to 300 rows and a few thousand, odd N and odd block counts, every workgroup tile,
 split-K, each epilogue and prologue (the norm or SwiGLU launch before the engine), stacks of one-row
 products over the policy's limit, row-chunked weights, and a quantized model's prompt pass against the
