@@ -116,8 +116,10 @@ def test_transformers_reads_the_same_mix(mixed: tuple[str, Path]) -> None:
 @pytest.mark.wgpu
 def test_lavapipe_runs_the_mix_as_the_cpu(mixed: tuple[str, Path], gpu: wt.Device,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every type of the mix on lavapipe (GEMV, the matrix engine's tiles for the 19-token prompt, the quantized
-    embedding): the CPU device's logits and greedy tokens; the int8-activation GEMV within DOT4_MODEL_TOL."""
+    """Every type of the mix on lavapipe (lavapipe's policy: the f32 GEMV, the register-tiled kernel for the
+    19-token prompt, the quantized embedding): the CPU device's logits and greedy tokens. Then the GPU kernels
+    (gpu_style): the int8-activation GEMV for 1 and 5 tokens, the matrix engine's quantized tiles for 19, within
+    DOT4_MODEL_TOL of the CPU device's logits."""
     path = mixed[1]
     cpu = wt.load_model(path, "cpu")
     gp = wt.load_model(path, gpu)
@@ -127,7 +129,7 @@ def test_lavapipe_runs_the_mix_as_the_cpu(mixed: tuple[str, Path], gpu: wt.Devic
         pytest.skip("this adapter's WGSL has no packed 4x8-bit integer dot products")
     set_policy(monkeypatch, gpu, gpu_style=True, gemv_quant_dot4=True)
     dot4 = wt.load_model(path, gpu)
-    for n in (1, 5):
+    for n in (1, 5, 19):
         assert rel_err(dot4.logits(IDS[:n]), cpu.logits(IDS[:n])) <= DOT4_MODEL_TOL, n
 
 
