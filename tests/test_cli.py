@@ -68,7 +68,7 @@ BAD_ARGS = [
      r"integer >= 0"),
     ("seed-word", [*GEN, "--seed", "abc"], USAGE, r"webtensor: error: .*seed must be an integer"),
     ("device-unknown", ["generate", "hi", "--device", "tpu"], USAGE, r"webtensor: error: argument --device/-d: "
-     r"unknown device 'tpu': expected cpu, wgpu, lavapipe or auto"),
+     r"unknown device 'tpu': expected cpu, wgpu, wgpu:N \(adapter N of `webtensor devices`\), lavapipe or auto"),
     ("dtype-unknown", [*GEN, "--dtype", "float64"], USAGE, r"webtensor: error: argument --dtype: invalid choice"),
     ("unknown-option", [*GEN, "--frobnicate"], USAGE, r"webtensor: error: unrecognized arguments: --frobnicate"),
     ("no-command", [], USAGE, r"webtensor: error: the following arguments are required: COMMAND"),

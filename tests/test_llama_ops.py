@@ -534,7 +534,8 @@ def test_cached_attention_with_rope(gpu: wt.Device, seed: int, slots: int, kvh: 
         kref[slot[t], pos[t]] = kr[t]
     outs = []
     for dev in devices(gpu):
-        kc, vc, qkvt, pt, st_, tab = on(dev, cache, cache * 0.5, qkv, pos, slot, np.stack([cos, sin]))
+        kc, vc, qkvt, ps, tab = on(dev, cache, cache * 0.5, qkv, np.stack([pos, slot]), np.stack([cos, sin]))
+        pt, st_ = ps[0], ps[1]  # (one buffer, as the runner's: the kernels bind positions and slots once)
         cs = (tab[0], tab[1]) if one_table else tuple(on(dev, cos, sin))
         rope = (*cs, interleaved)
         q, k, v = qkvt[:, :h], qkvt[:, h:h + kvh], qkvt[:, h + kvh:]

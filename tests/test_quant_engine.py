@@ -236,7 +236,8 @@ def quant_model_blocks(rng: np.random.Generator, qtype: str, shape: tuple[int, .
 
 def quant_model(qtype: str, device: wt.Device) -> Any:
     """A 2-layer SmolLM2-shaped model (256 wide, 512 MLP, 4 heads of 64, 2 KV heads, 320 ids, tied embedding)
-    whose matrices and embedding are random `qtype` blocks (seed 0: the same weights on every device)."""
+    whose matrices and embedding are random `qtype` blocks (seed 0: the same weights on every device), its KV cache
+    float32 on every device."""
     from webtensor.models import loader, registry
 
     found = registry.preset("smollm2-135m")
@@ -253,7 +254,7 @@ def quant_model(qtype: str, device: wt.Device) -> Any:
             for n, a in arrays.items()}
     ck = loader.Checkpoint(family, cfg, None, None, cfg.spec.eos_ids, "test", f"random-{qtype}", set(arrays),
                            lambda n: arrays[n].shape, lambda n: types[n], lambda n: data[n], gguf=False)
-    return loader.build(ck, device, None, n_ctx=64)
+    return loader.build(ck, device, None, n_ctx=64, kv_dtype="float32")  # (the products are compared, not the KV type)
 
 
 @pytest.mark.parametrize("qtype", TYPES)

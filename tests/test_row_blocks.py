@@ -281,6 +281,68 @@ def test_cached_attention_rows_in_blocks(dev):
         close(*res)
 
 
+@pytest.mark.parametrize("kv", ["float16", "q8_0"])
+def test_paged_cached_attention_rows_in_blocks(dev, kv):
+    """Rows over the binding limit against a paged pool (blocks of 3 positions through a block table, in float16 and
+    q8_0): attended a block of rows at a time, the same as the CPU; the rows' own keys stored in the same launch
+    (distinct sequences), and a prompt's positions gathered from the pool (as many as one binding holds: a gather's
+    result is one buffer, as attention's keys must be)."""
+    from webtensor.quant.kv import q8_store
+
+    rng = np.random.default_rng(9)
+    H, D, block, n_blocks = 1, 32, 3, 4
+    T = rows_over(dev, H * D * 4)
+    table = np.array([[2, 0, 3, 1]], np.int32)  # one sequence of up to 12 positions, its blocks out of order
+    fill = rng.standard_normal((n_blocks + 1, block, H, D), np.float32)
+    pool = q8_store(fill) if kv == "q8_0" else fill.astype(np.float16)
+    q = rng.standard_normal((T, H, D), np.float32)
+    pos = rng.integers(0, 4 * block, T).astype(np.int32)
+    slot = np.zeros(T, np.int32)
+    res = []
+    for d in (dev, CPU):
+        kc, vc, tb = on(d, pool, pool.copy(), table)
+        out = wt.cached_attention(*on(d, q), kc, vc, *on(d, pos, slot), table=tb)
+        res.append(out)
+        res.append(wt.cache_gather(kc, 0, min(4 * block, dev.max_binding_bytes() // (H * D * 4)), table=tb))
+    assert chunks(res[0]) > 1
+    close(res[0], res[2])
+    close(res[1], res[3], 0)
+    # with the rows' own keys and values stored by the launch: one row each of two sequences
+    table2 = np.array([[2, 0], [3, 1]], np.int32)
+    kn, vn = (rng.standard_normal((2, H, D), np.float32) for _ in range(2))
+    p2, s2 = np.array([4, 5], np.int32), np.array([0, 1], np.int32)
+    res = []
+    for d in (dev, CPU):
+        kc, vc, tb = on(d, pool, pool.copy(), table2)
+        res.append(wt.cached_attention(*on(d, q[:2]), kc, vc, *on(d, p2, s2), k_new=on(d, kn)[0], v_new=on(d, vn)[0],
+                                       table=tb))
+        res.append(kc)
+    close(res[0], res[2])
+    assert np.array_equal(res[1].numpy(), res[3].numpy())
+
+
+@pytest.mark.parametrize("kv", ["float16", "q8_0"])
+def test_paged_chunk_attention_rows_in_blocks(dev, kv):
+    """A prompt chunk's rows over the binding limit against a paged pool (blocks of 3 positions, out of order, in
+    float16 and q8_0): `chunk_attention` a block of rows at a time, the same as the CPU."""
+    from webtensor.quant.kv import q8_store
+
+    rng = np.random.default_rng(10)
+    H, D, block = 2, 32, 3
+    T = rows_over(dev, H * D * 4)
+    table = np.array([[4, 1, 3, 0]], np.int32)
+    fill = rng.standard_normal((5, block, 1, D), np.float32)
+    pool = q8_store(fill) if kv == "q8_0" else fill.astype(np.float16)
+    q = rng.standard_normal((T, H, D), np.float32)
+    pos = (np.arange(T) % (4 * block)).astype(np.int32)
+    res = []
+    for d in (dev, CPU):
+        kc, vc, tb = on(d, pool, pool.copy(), table)
+        res.append(wt.chunk_attention(*on(d, q), kc, vc, *on(d, pos, np.zeros(T, np.int32)), table=tb))
+    assert chunks(res[0]) > 1
+    close(*res)
+
+
 def test_chunked_logits_downstream(dev):
     """The tied LM head of a long prompt: logits (T, V) over the limit, and what reads them."""
     rng = np.random.default_rng(7)

@@ -159,7 +159,7 @@ def use_blas_threads(n: int) -> None:
 
 
 def device_name(text: str) -> str:
-    """An argparse type: a device name (auto, cpu, wgpu, lavapipe and aliases), checked without
+    """An argparse type: a device name (auto, cpu, wgpu, wgpu:N, lavapipe and aliases), checked without
     creating the device; returns the kind."""
     from .device import device_spec
 

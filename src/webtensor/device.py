@@ -28,13 +28,18 @@ _SPECS = {"auto": "auto", "cpu": "cpu", "wgpu": "wgpu", "gpu": "wgpu", "webgpu":
 
 
 def device_spec(spec: object) -> str:
-    """The kind a device name asks for: 'auto', 'cpu', 'wgpu' or 'lavapipe' (None means 'auto').
-    Checks the name only; no device is created. UsageError for anything else."""
+    """The kind a device name asks for: 'auto', 'cpu', 'wgpu', 'wgpu:N' (adapter N as `webtensor devices` lists
+    them: one GPU of several, e.g. one server per GPU) or 'lavapipe' (None means 'auto'). Checks the name only; no
+    device is created. UsageError for anything else."""
     if spec is None:
         return "auto"
-    kind = _SPECS.get(spec.strip().lower()) if isinstance(spec, str) else None
-    if kind is None:
-        raise UsageError(f"unknown device {spec!r}: expected cpu, wgpu, lavapipe or auto")
+    name, colon, index = spec.strip().lower().partition(":") if isinstance(spec, str) else ("", "", "")
+    kind = _SPECS.get(name)
+    if colon and kind == "wgpu" and index.isascii() and index.isdigit():
+        return f"wgpu:{int(index)}"
+    if kind is None or colon:
+        raise UsageError(f"unknown device {spec!r}: expected cpu, wgpu, wgpu:N (adapter N of `webtensor devices`), "
+                         "lavapipe or auto")
     return kind
 
 
@@ -67,7 +72,7 @@ class Device:
     __slots__ = ("kind", "backend", "ctx")
     _cpu: Device | None = None
     _wgpu_cache: dict[tuple[Any, ...], Device] = {}
-    _picked: dict[bool | None, tuple[Any, ...]] = {}  # software choice -> the adapter it picked
+    _picked: dict[Any, tuple[Any, ...]] = {}  # software choice or ("index", N) -> the adapter it picked
     _warned_fallback = False
     kind: str
     backend: Backend
@@ -87,9 +92,11 @@ class Device:
 
     @classmethod
     def wgpu(cls, max_binding_bytes: int | None = None, software: bool | None = None,
-             features: Iterable[str] | None = None, shader_checks: bool | None = None) -> Device:
+             features: Iterable[str] | None = None, shader_checks: bool | None = None,
+             adapter: int | None = None) -> Device:
         """The WebGPU device (sync facade, native only). Picks the highest-performance adapter;
-        `software=True` asks for a software adapter (lavapipe), `False` refuses one.
+        `software=True` asks for a software adapter (lavapipe), `False` refuses one; `adapter=N` takes adapter N in
+        the order `webtensor devices` lists them (one of several GPUs: a server per GPU).
         `max_binding_bytes` caps the binding size (any value: tensors over it are row-chunked);
         `features` (a subset of "shader-f16", "subgroup", "timestamp-query") withholds the others,
         as an adapter without them would (default: every one the adapter has).
@@ -102,26 +109,28 @@ class Device:
         feats = _check_features(features)
         binding = _check_binding(max_binding_bytes)
         checks = env_shader_checks() if shader_checks is None else bool(shader_checks)
-        known = cls._picked.get(software)  # (enumerating adapters costs ~2 ms: once per choice)
+        choice = software if adapter is None else ("index", _check_adapter(adapter))
+        known = cls._picked.get(choice)  # (enumerating adapters costs ~2 ms: once per choice)
         dev = cls._wgpu_cache.get((known, binding, feats, checks)) if known is not None else None
         if dev is not None and not dev.ctx.released:
             return dev
-        adapter = NativeGpu.pick(software)
-        if adapter is None:
+        picked = NativeGpu.pick(software) if adapter is None else _nth_adapter(NativeGpu.enumerate(), adapter)
+        if picked is None:
             raise _no_adapter(software)
-        cls._picked[software] = NativeGpu.adapter_key(adapter)
-        key = (cls._picked[software], binding, feats, checks)
+        cls._picked[choice] = NativeGpu.adapter_key(picked)
+        key = (cls._picked[choice], binding, feats, checks)
         dev = cls._wgpu_cache.get(key)
         if dev is None or dev.ctx.released:
-            dev = cls._wgpu_cache[key] = cls._from_api(NativeGpu.open(adapter, max_binding_bytes, feats, checks),
+            dev = cls._wgpu_cache[key] = cls._from_api(NativeGpu.open(picked, max_binding_bytes, feats, checks),
                                                        max_binding_bytes)
         return dev
 
     @classmethod
     async def wgpu_async(cls, max_binding_bytes: int | None = None, software: bool | None = None,
-                         features: Iterable[str] | None = None, shader_checks: bool | None = None) -> Device:
+                         features: Iterable[str] | None = None, shader_checks: bool | None = None,
+                         adapter: int | None = None) -> Device:
         """The primary form: works under any running event loop, natively and in the browser (which
-        keeps its own shader checks whatever `shader_checks` says)."""
+        keeps its own shader checks whatever `shader_checks` says, and has one adapter)."""
         feats = _check_features(features)
         binding = _check_binding(max_binding_bytes)
         if _in_browser():
@@ -138,13 +147,16 @@ class Device:
         from .backends.wgpu.gpu_api import NativeGpu
 
         checks = env_shader_checks() if shader_checks is None else bool(shader_checks)
-        adapter = await NativeGpu.pick_async(software)
         if adapter is None:
+            picked = await NativeGpu.pick_async(software)
+        else:
+            picked = _nth_adapter(await NativeGpu.enumerate_async(), _check_adapter(adapter))
+        if picked is None:
             raise _no_adapter(software)
-        key = (NativeGpu.adapter_key(adapter), binding, feats, checks)
+        key = (NativeGpu.adapter_key(picked), binding, feats, checks)
         dev = cls._wgpu_cache.get(key)
         if dev is None or dev.ctx.released:
-            native = await NativeGpu.open_async(adapter, max_binding_bytes, feats, checks)
+            native = await NativeGpu.open_async(picked, max_binding_bytes, feats, checks)
             dev = cls._wgpu_cache[key] = cls._from_api(native, max_binding_bytes)
         return dev
 
@@ -177,7 +189,8 @@ class Device:
 
     @staticmethod
     def parse(spec: str | Device | None) -> Device:
-        """'cpu', 'wgpu', 'lavapipe' (software WebGPU), 'auto'/None (Device.default()), or a Device."""
+        """'cpu', 'wgpu', 'wgpu:N' (adapter N of `webtensor devices`), 'lavapipe' (software WebGPU), 'auto'/None
+        (Device.default()), or a Device."""
         if isinstance(spec, Device):
             return spec
         kind = device_spec(spec)
@@ -185,6 +198,8 @@ class Device:
             return Device.default()
         if kind == "cpu":
             return Device.cpu()
+        if kind.startswith("wgpu:"):
+            return Device.wgpu(adapter=int(kind[5:]))
         return Device.wgpu(software=True) if kind == "lavapipe" else Device.wgpu()
 
     # -- what it is -----------------------------------------------------------------------------
@@ -194,6 +209,11 @@ class Device:
     def max_binding_bytes(self) -> int:
         """Largest single buffer binding, in bytes; larger tensors are stored in row chunks."""
         return self.backend.max_binding_bytes()
+
+    def memory_bytes(self) -> int | None:
+        """The device's memory in bytes (a GPU's device-local heap, through Vulkan; the host's RAM for the CPU
+        device), None where it cannot be told (the browser, other native APIs)."""
+        return self.backend.memory_bytes()
 
     def same_as(self, other: Device) -> bool:
         return self is other or self.backend.same_as(other.backend)
@@ -282,6 +302,20 @@ def _check_binding(max_binding_bytes: int | None) -> int | None:
     if isinstance(max_binding_bytes, bool) or not isinstance(max_binding_bytes, int) or max_binding_bytes < 16:
         raise UsageError(f"max_binding_bytes must be an int >= 16, got {max_binding_bytes!r}")
     return max_binding_bytes
+
+
+def _check_adapter(index: Any) -> int:
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise UsageError(f"adapter must be an int >= 0 (an index of `webtensor devices`), got {index!r}")
+    return index
+
+
+def _nth_adapter(adapters: list[Any], index: int) -> Any:
+    """Adapter `index` of an enumeration (the order `webtensor devices` lists them); NoAdapterError past the end."""
+    if index >= len(adapters):
+        raise NoAdapterError(f"no WebGPU adapter {index}: this machine has {len(adapters)} (`webtensor devices` "
+                             "lists them, from 0)")
+    return adapters[index]
 
 
 def _no_adapter(software: bool | None) -> NoAdapterError:

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from . import cmdline, validate
-from .errors import UsageError
+from .errors import UsageError, WebtensorError
 
 
 def model_args(p: argparse.ArgumentParser, default_temperature: float) -> None:
@@ -23,10 +23,12 @@ def model_args(p: argparse.ArgumentParser, default_temperature: float) -> None:
                    help="a checkpoint directory, a .gguf file or a Hugging Face id in the local cache "
                         "(default: the shipped model)")
     p.add_argument("--device", "-d", default="auto", type=cmdline.device_name,
-                   help="auto (default), cpu, wgpu, lavapipe")
+                   help="auto (default), cpu, wgpu, wgpu:N (adapter N of `webtensor devices`), lavapipe")
     p.add_argument("--dtype", default="auto", choices=cmdline.DTYPE_CHOICES,
                    help="auto (default: as stored; quantized GGUF tensors stay quantized), float32, float16 (devices "
                         "with shader-f16) or q8_0 / int8 (q8_0 matrices, every device)")
+    p.add_argument("--kv-dtype", default="auto", choices=("auto", "float32", "float16", "q8_0"),
+                   help="the KV cache's type (auto: float16 on GPUs with shader-f16, else float32)")
     p.add_argument("--ctx-size", "-c", type=cmdline.integer("--ctx-size", 1), default=None,
                    help="positions per sequence (default: the model's context, at most 8192)")
     p.add_argument("-n", "--max-new-tokens", type=cmdline.checked(validate.check_max_new_tokens), default=None,
@@ -66,6 +68,14 @@ def open_checkpoint(args: argparse.Namespace) -> Any:
         raise UsageError(f"--dtype float16: {device.describe()} has no shader-f16 feature; use --dtype float32")
     if ck.tokenizer is None:
         raise UsageError(f"{ck.where} has no tokenizer: text cannot be encoded")
+    args.kv_dtype_name = None if args.kv_dtype == "auto" else args.kv_dtype
+    if args.kv_dtype_name is not None:
+        from .runtime.cache import check_kv_dtype
+
+        try:
+            check_kv_dtype(args.kv_dtype_name, ck.config.spec.head_dim, device.has_f16)
+        except WebtensorError as e:
+            raise UsageError(f"--kv-dtype {args.kv_dtype}: {e}") from None
     return ck
 
 
@@ -87,11 +97,11 @@ def load(args: argparse.Namespace) -> Any:
 
     cmdline.use_blas_threads(args.blas_threads)
     t0 = time.perf_counter()
-    model = loader.build(args.checkpoint, args.device_obj, args.dtype_name, args.ctx_size)
+    model = loader.build(args.checkpoint, args.device_obj, args.dtype_name, args.ctx_size, kv_dtype=args.kv_dtype_name)
     s = model.spec
     print(f"[webtensor] model {model.name} ({s.architecture}, {s.n_layer} layers, {s.width} wide, "
-          f"{args.dtype_name or 'as stored'}, context {model.n_ctx}) on {args.device_obj.describe()}, loaded in "
-          f"{time.perf_counter() - t0:.2f} s", file=sys.stderr)
+          f"{args.dtype_name or 'as stored'}, context {model.n_ctx}, KV {model.kv_dtype}) on "
+          f"{args.device_obj.describe()}, loaded in {time.perf_counter() - t0:.2f} s", file=sys.stderr)
     return model
 
 

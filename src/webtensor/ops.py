@@ -12,6 +12,7 @@ from typing import Any
 from . import activations
 from . import dtypes as dt
 from .errors import ArgumentError, DTypeError, ShapeError
+from .quant.kv import q8_head_dim, q8_words
 from .quant.types import Quantized
 from .tensor import Tensor, check_same_device, tensor
 
@@ -409,9 +410,27 @@ def _int_vector(op: str, name: str, t: Any, T: int) -> None:
 
 
 def _check_cache(op: str, cache: Tensor, H: int, D: int) -> None:
-    if cache.ndim != 4 or cache.shape[2:] != (H, D) or cache.dtype is not dt.float32 or not cache.is_contiguous():
-        raise ShapeError(f"{op}: a KV cache is a contiguous float32 tensor (n_slots, n_ctx, {H}, {D}), "
-                         f"got {cache.dtype.name} {cache.shape}")
+    """A KV cache: contiguous (n_blocks, block_size, H, D) float32 / float16, or a q8_0 pool: int32 (n_blocks,
+    block_size, H, q8_words(D)) with D a multiple of 32 (`quant.kv`)."""
+    q8 = cache.dtype is dt.int32
+    last = q8_words(D) if q8 else D
+    if (cache.ndim != 4 or cache.shape[2:] != (H, last) or cache.dtype not in (dt.float32, dt.float16, dt.int32)
+            or not cache.is_contiguous() or (q8 and D % 32)):
+        want = f"int32 (blocks, block_size, {H}, {last}) for q8_0" if q8 else f"(blocks, block_size, {H}, {D})"
+        raise ShapeError(f"{op}: a KV cache is a contiguous float32 or float16 tensor (blocks, block_size, KVH, D) "
+                         f"or a q8_0 pool int32 (blocks, block_size, KVH, D/4 + ceil(D/64)) with D % 32 == 0; "
+                         f"expected {want}, got {cache.dtype.name} {cache.shape}")
+
+
+def _check_table(op: str, table: Any, cache: Tensor) -> None:
+    """A block table: None (a contiguous cache: slot s is block s) or an int32 (n_seqs, max_blocks) tensor on the
+    cache's device, entries block ids (any other value: no block)."""
+    if table is None:
+        return
+    if not isinstance(table, Tensor) or table.dtype is not dt.int32 or table.ndim != 2 or not table.is_contiguous():
+        got = f"{table.dtype.name} {table.shape}" if isinstance(table, Tensor) else type(table).__name__
+        raise ShapeError(f"{op}: a block table is a contiguous int32 tensor (n_seqs, max_blocks), got {got}")
+    check_same_device(op, cache, table)
 
 
 Rope = tuple[Tensor, Tensor, bool]  # (cos, sin, interleaved): `rope`'s tables and pairing
@@ -437,36 +456,42 @@ def _check_rope(op: str, rope: Any, D: int, x: Tensor) -> Rope | None:
     return cos, sin, interleaved
 
 
-def cache_write(cache: Tensor, src: Tensor, pos: Tensor, slot: Tensor, rope: Rope | None = None) -> None:
-    """cache[slot[t], pos[t]] = src[t] for each row t: src (T, KVH, D) into a KV cache
-    (n_slots, n_ctx, KVH, D) float32; pos, slot: int32 (T,) tensors on the device (so a replayed
-    graph writes where they say). Rows whose position is >= n_ctx are skipped; a slot must be in
-    range: the CPU raises a ShapeError for one that is not, a WebGPU kernel skips its row (slots on
-    the device are not read back). With rope = (cos, sin, interleaved), src is stored rotated:
-    `rope(src, pos, cos, sin, interleaved)` (its rules for the tables and positions), in the same
-    launch."""
+def cache_write(cache: Tensor, src: Tensor, pos: Tensor, slot: Tensor, rope: Rope | None = None,
+                table: Tensor | None = None) -> None:
+    """Position pos[t] of sequence slot[t] of a KV cache gets src[t] for each row t: src (T, KVH, D) into a
+    cache (`_check_cache`: float32, float16, or q8_0 blocks of 32 values, rounded or quantized as stored);
+    pos, slot: int32 (T,) tensors on the device (so a replayed graph writes where they say). With a block
+    `table` (int32 (n_seqs, max_blocks)) the cache is a pool of blocks of block_size = cache.shape[1] positions
+    and position p of sequence s is row table[s, p // block_size] * block_size + p % block_size of it; without
+    one, sequence s is block s (a contiguous (n_slots, n_ctx, ...) cache). Rows whose position is negative or
+    past the table (past n_ctx) are skipped; a slot outside the table (the cache) or a position whose block is
+    not in the pool: the CPU raises a ShapeError, a WebGPU kernel skips the row (GPU data is not read back).
+    With rope = (cos, sin, interleaved), src is stored rotated: `rope(src, pos, cos, sin, interleaved)` (its
+    rules for the tables and positions), in the same launch."""
     check_same_device("cache_write", cache, src, pos, slot)
     _need_float("cache_write", src)
     if src.ndim != 3:
         raise ShapeError(f"cache_write: src must be (T, H, D), got {src.shape}")
     T, H, D = src.shape
     _check_cache("cache_write", cache, H, D)
+    _check_table("cache_write", table, cache)
     _int_vector("cache_write", "pos", pos, T)
     _int_vector("cache_write", "slot", slot, T)
-    cache.device.backend.cache_write(cache, src, pos, slot, _check_rope("cache_write", rope, D, src))
+    cache.device.backend.cache_write(cache, src, pos, slot, _check_rope("cache_write", rope, D, src), table)
 
 
 def cached_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor, slot: Tensor,
                      scale: float | None = None, k_new: Tensor | None = None, v_new: Tensor | None = None,
-                     rope: Rope | None = None) -> Tensor:
-    """Attention of query rows against KV caches: q (T, H, D), caches (n_slots, n_ctx, KVH, D) with
-    H % KVH == 0 (query head h reads cache head h // (H // KVH)); row t sees positions 0..pos[t] of
-    cache slot slot[t] (the rows may belong to different sequences) -> (T, H, D) float32.
+                     rope: Rope | None = None, table: Tensor | None = None) -> Tensor:
+    """Attention of query rows against KV caches: q (T, H, D), caches (`cache_write`'s: blocks of KVH heads)
+    with H % KVH == 0 (query head h reads cache head h // (H // KVH)); row t sees positions 0..pos[t] of
+    sequence slot[t] (the rows may belong to different sequences), through the block `table` where given
+    (`cache_write`) -> (T, H, D) float32.
 
     With `k_new`, `v_new` (T, KVH, D), each row's key and value are stored at its position of its
-    slot (`cache_write`) by the same launch, and the row attends to them; the rows must then have
-    distinct slots (a decode step over several sequences), since no row waits for another's store.
-    Slots out of range: as in `cache_write`.
+    sequence (`cache_write`) by the same launch, and the row attends to them as stored (rounded to the
+    cache's type); the rows must then have distinct slots (a decode step over several sequences), since
+    no row waits for another's store. Slots and blocks out of range: as in `cache_write`.
 
     With rope = (cos, sin, interleaved), q and k_new are rotated at their rows' positions first
     (`rope(q, pos, cos, sin, interleaved)`, its rules for the tables and positions), so the rotated
@@ -476,48 +501,77 @@ def cached_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor, s
     news = [t for t in (k_new, v_new) if t is not None]
     if len(news) == 1:
         raise ArgumentError("cached_attention: give both k_new and v_new, or neither")
-    T, KVH, D = _check_attention_rows("cached_attention", q, k_cache, v_cache, pos, slot, *news)
+    T, KVH, D = _check_attention_rows("cached_attention", q, k_cache, v_cache, pos, slot, table, *news)
     _need_float("cached_attention", *news)
     if any(t.shape != (T, KVH, D) for t in news):
         raise ShapeError(f"cached_attention: k_new and v_new must be (T, KVH, D) = {(T, KVH, D)}, "
                          f"got {[t.shape for t in news]}")
     rope = _check_rope("cached_attention", rope, D, q)
-    return q.device.backend.cached_attention(q, k_cache, v_cache, pos, slot, _scale(scale, D), k_new, v_new, rope)
+    return q.device.backend.cached_attention(q, k_cache, v_cache, pos, slot, _scale(scale, D), k_new, v_new, rope,
+                                             table)
+
+
+def cache_gather(cache: Tensor, slot: int, n: int, table: Tensor | None = None, head_dim: int | None = None) -> Tensor:
+    """The values at positions 0 .. n - 1 of sequence `slot` (a host int) of a KV cache (`cache_write`'s, through
+    the block `table` where given) as stored, widened to float32: (n, KVH, D) — the contiguous keys or values a
+    prompt's `attention` reads. `head_dim` is D (needed for a q8_0 cache only, whose last axis is its words;
+    inferred when None). A position whose block is not in the pool: the CPU raises a ShapeError, WebGPU reads
+    zeros."""
+    if not isinstance(cache, Tensor) or cache.ndim != 4:
+        raise ShapeError(f"cache_gather: a KV cache is (blocks, block_size, KVH, D), got "
+                         f"{cache.shape if isinstance(cache, Tensor) else type(cache).__name__}")
+    KVH = cache.shape[2]
+    if head_dim is None:
+        head_dim = q8_head_dim(cache.shape[3]) if cache.dtype is dt.int32 else cache.shape[3]
+        if head_dim is None:
+            raise ShapeError(f"cache_gather: an int32 (q8_0) cache's last axis {cache.shape[3]} is no head dim's "
+                             "words")
+    _check_cache("cache_gather", cache, KVH, head_dim)
+    _check_table("cache_gather", table, cache)
+    n_seqs, n_pos = (cache.shape[0], cache.shape[1]) if table is None else \
+        (table.shape[0], table.shape[1] * cache.shape[1])
+    for name, v, hi in (("slot", slot, n_seqs - 1), ("n", n, n_pos)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= hi:
+            raise ArgumentError(f"cache_gather: {name} must be an int in [0, {hi}], got {v!r}")
+    return cache.device.backend.cache_gather(cache, slot, n, head_dim, table)
 
 
 def chunk_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor, slot: Tensor,
-                    scale: float | None = None) -> Tensor:
+                    scale: float | None = None, table: Tensor | None = None) -> Tensor:
     """`cached_attention` of rows that are one sequence's (a prompt chunk): q (T, H, D), caches
-    (n_slots, n_ctx, KVH, D), pos and slot int32 (T,) with every row in slot slot[0]; row t sees
-    positions 0..pos[t] of that slot (a position past the context: its n_ctx positions) -> (T, H, D)
-    float32, the numbers `cached_attention` gives each row. The rows' own keys and values must be in
+    (`cache_write`'s: pools of blocks read through the block `table`, or contiguous without one), pos
+    and slot int32 (T,) with every row in sequence slot[0]; row t sees positions 0..pos[t] of that
+    sequence (a position past the table: every position it has) -> (T, H, D) float32, the numbers
+    `cached_attention` gives each row. The rows' own keys and values must be in
     the cache already (`cache_write` first), since every row reads the ones before it. On GPUs the
     rows share key and value tiles (attention_tiled_cache.wgsl: query tiles of 64 rows, each tile of
     keys loaded once for all of them), positions and slot read on the device, so one captured graph
     serves every chunk of every prompt. The CPU checks that the slots agree (a ShapeError naming
     two that do not) and are in range; WebGPU reads slot[0], and gives zeros for every row when it is out
     of range and for a row at a negative position (device data is not read back to be checked)."""
-    _check_attention_rows("chunk_attention", q, k_cache, v_cache, pos, slot)
-    return q.device.backend.chunk_attention(q, k_cache, v_cache, pos, slot, _scale(scale, q.shape[2]))
+    _check_attention_rows("chunk_attention", q, k_cache, v_cache, pos, slot, table)
+    return q.device.backend.chunk_attention(q, k_cache, v_cache, pos, slot, _scale(scale, q.shape[2]), table)
 
 
 def _check_attention_rows(op: str, q: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor, slot: Tensor,
-                          *more: Tensor) -> tuple[int, int, int]:
-    """The checks `cached_attention` and `chunk_attention` share: query rows, caches, positions and
-    slots. (T, KVH, D)."""
+                          table: Tensor | None, *more: Tensor) -> tuple[int, int, int]:
+    """The checks `cached_attention` and `chunk_attention` share: query rows, caches (pools of one type and
+    shape), their block table, positions and slots. (T, KVH, D)."""
     check_same_device(op, q, k_cache, v_cache, pos, slot, *more)
     _need_float(op, q)
     if q.ndim != 3:
         raise ShapeError(f"{op}: q must be (T, H, D), got {q.shape}")
     T, H, D = q.shape
     if k_cache.ndim != 4:
-        raise ShapeError(f"{op}: a KV cache is (n_slots, n_ctx, KVH, D), got {k_cache.shape}")
+        raise ShapeError(f"{op}: a KV cache is (blocks, block_size, KVH, D), got {k_cache.shape}")
     KVH = k_cache.shape[2]
     _check_heads(op, H, KVH)
     _check_cache(op, k_cache, KVH, D)
-    if v_cache.shape != k_cache.shape:
-        raise ShapeError(f"{op}: k and v caches differ: {k_cache.shape} vs {v_cache.shape}")
+    if v_cache.shape != k_cache.shape or v_cache.dtype is not k_cache.dtype:
+        raise ShapeError(f"{op}: k and v caches differ: {k_cache.dtype.name} {k_cache.shape} vs "
+                         f"{v_cache.dtype.name} {v_cache.shape}")
     _check_cache(op, v_cache, KVH, D)
+    _check_table(op, table, k_cache)
     _int_vector(op, "pos", pos, T)
     _int_vector(op, "slot", slot, T)
     return T, KVH, D

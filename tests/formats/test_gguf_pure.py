@@ -148,3 +148,20 @@ def test_float32_of_f32_and_bf16_tensors(tmp_path: Path) -> None:
         f.float32("t2")
     with pytest.raises(GGUFFormatError, match="3 bytes are not a whole number of bfloat16 values"):
         bf16_to_f32(b"abc")
+
+
+def test_a_bad_string_in_an_array_is_named_by_its_index(tmp_path: Path) -> None:
+    """String arrays (a vocabulary: 128k tokens, 280k merges) are read in one loop; an item that is not UTF-8, or
+    cut short, is still named `key[i]` with its byte, as a string read alone is."""
+    path = tmp_path / "f.gguf"
+    _write(path, {"align": None, "meta": {"words": (VT.ARRAY, ["ab", "cd", "efgh"], VT.STRING)}, "tensors": []})
+    raw = path.read_bytes()
+    assert GGUFFile.from_bytes(raw).metadata["x.words"] == ["ab", "cd", "efgh"]
+    with pytest.raises(GGUFFormatError, match=r"value of 'x\.words'\[1\] at byte \d+ is not valid UTF-8"):
+        GGUFFile.from_bytes(raw.replace(b"cd", b"\xff\xfe"))
+    cut = raw.index(b"efgh") + 2
+    with pytest.raises(GGUFFormatError, match=r"truncated: value of 'x\.words'\[2\] at byte \d+ needs 4 bytes, "
+                                              r"2 remain"):
+        GGUFFile.from_bytes(raw[:cut])
+    with pytest.raises(GGUFFormatError, match=r"truncated: value of 'x\.words'\[2\] length"):
+        GGUFFile.from_bytes(raw[:raw.index(b"efgh") - 3])

@@ -80,7 +80,7 @@ IDS = [5, 77, 260, 12, 9, 140, 33]
 def test_option_matches_hf(option, kind, gpu):
     d, hf = option
     dev = wt.Device.cpu() if kind == "cpu" else gpu
-    m = GPT2.from_pretrained(d, device=dev)
+    m = GPT2.from_pretrained(d, device=dev, kv_dtype="float32")
     want = hf_logits(hf, IDS)
     assert_logits_close(m.logits(IDS), want)
     greedy = hf_greedy(hf, IDS, 12)

@@ -119,16 +119,16 @@ def test_lavapipe_runs_the_mix_as_the_cpu(mixed: tuple[str, Path], gpu: wt.Devic
     """Every type of the mix on lavapipe (lavapipe's policy: the f32 GEMV, the register-tiled kernel for the
     19-token prompt, the quantized embedding): the CPU device's logits and greedy tokens. Then the GPU kernels
     (gpu_style): the int8-activation GEMV for 1 and 5 tokens, the matrix engine's quantized tiles for 19, within
-    DOT4_MODEL_TOL of the CPU device's logits."""
+    DOT4_MODEL_TOL of the CPU device's logits. (The KV cache float32 on both: the GEMVs are what is compared.)"""
     path = mixed[1]
     cpu = wt.load_model(path, "cpu")
-    gp = wt.load_model(path, gpu)
+    gp = wt.load_model(path, gpu, kv_dtype="float32")
     assert rel_err(gp.logits(IDS), cpu.logits(IDS)) <= 1e-4
     assert gp.generate(IDS[:6], 6, stop_at_eos=False) == cpu.generate(IDS[:6], 6, stop_at_eos=False)
     if not gpu.ctx.has_dot4:
         pytest.skip("this adapter's WGSL has no packed 4x8-bit integer dot products")
     set_policy(monkeypatch, gpu, gpu_style=True, gemv_quant_dot4=True)
-    dot4 = wt.load_model(path, gpu)
+    dot4 = wt.load_model(path, gpu, kv_dtype="float32")
     for n in (1, 5, 19):
         assert rel_err(dot4.logits(IDS[:n]), cpu.logits(IDS[:n])) <= DOT4_MODEL_TOL, n
 
@@ -151,15 +151,15 @@ def test_lavapipe_equals_the_cpu_and_int8_activations_stay_close(q4km: Path, gpu
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """The f32 GEMV (lavapipe's policy): the CPU device's logits and greedy tokens. The int8-activation GEMV, forced
     on with the GPU kernels (every product of a prompt of up to 8 tokens, and the decode steps): logits within
-    DOT4_MODEL_TOL of the CPU device's."""
+    DOT4_MODEL_TOL of the CPU device's. (The KV cache float32 on both: the GEMVs are what is compared.)"""
     cpu = wt.load_model(q4km, "cpu")
-    gp = wt.load_model(q4km, gpu)
+    gp = wt.load_model(q4km, gpu, kv_dtype="float32")
     assert rel_err(gp.logits(IDS), cpu.logits(IDS)) <= 1e-4
     assert gp.generate(IDS[:6], 8, stop_at_eos=False) == cpu.generate(IDS[:6], 8, stop_at_eos=False)
     if not gpu.ctx.has_dot4:
         pytest.skip("this adapter's WGSL has no packed 4x8-bit integer dot products")
     set_policy(monkeypatch, gpu, gpu_style=True, gemv_quant_dot4=True)
-    dot4 = wt.load_model(q4km, gpu)
+    dot4 = wt.load_model(q4km, gpu, kv_dtype="float32")
     for n in (1, 5, 8):
         assert rel_err(dot4.logits(IDS[:n]), cpu.logits(IDS[:n])) <= DOT4_MODEL_TOL, n
     steps = dot4.generate(IDS[:6], 8, stop_at_eos=False)

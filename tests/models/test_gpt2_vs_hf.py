@@ -53,7 +53,7 @@ def prompt(n, V, seed=0):
 
 def test_logits_match_hf(ckpt, dev):
     d, hf = ckpt
-    m = GPT2.from_pretrained(d, device=dev)
+    m = GPT2.from_pretrained(d, device=dev, kv_dtype="float32")
     if dev.kind == "wgpu" and dev.max_binding_bytes() < m.wte.nbytes:
         assert len(m.wte._storage.chunks) > 1  # the chunked path is what runs here
     ids = prompt(23, m.config.vocab_size)
@@ -62,7 +62,7 @@ def test_logits_match_hf(ckpt, dev):
 
 def test_greedy_matches_hf_generate(ckpt, dev):
     d, hf = ckpt
-    m = GPT2.from_pretrained(d, device=dev)
+    m = GPT2.from_pretrained(d, device=dev, kv_dtype="float32")
     ids = prompt(7, m.config.vocab_size, seed=1)
     got = m.generate(ids, max_new_tokens=32, temperature=0.0, stop_at_eos=False)
     with torch.no_grad():
@@ -75,7 +75,7 @@ def test_greedy_matches_hf_generate(ckpt, dev):
 
 def test_kv_cached_decode_equals_full_recompute(ckpt, dev):
     d, _ = ckpt
-    m = GPT2.from_pretrained(d, device=dev)
+    m = GPT2.from_pretrained(d, device=dev, kv_dtype="float32")
     ids = prompt(9, m.config.vocab_size, seed=2)
     runner = m.runner(1, bucketed=False)  # the prompt through the span path, then one row a step (the decode path)
     stepped = [runner.prefill(0, ids[:5]).numpy()[0]]

@@ -31,7 +31,7 @@ def cpu_int8() -> GPT2:
 @pytest.mark.parametrize("gpu_style", [False, True], ids=["cpu-kernels", "gpu-kernels"])
 def test_int8_on_webgpu_equals_the_cpu_reference(gpu, cpu_int8, monkeypatch, gpu_style):
     monkeypatch.setattr(gpu.ctx, "policy", gpu.ctx.policy.replace(gpu_style=gpu_style))
-    m = GPT2.from_pretrained(None, device=gpu, dtype="int8")
+    m = GPT2.from_pretrained(None, device=gpu, dtype="int8", kv_dtype="float32")  # (the CPU's KV type)
     assert m.quant == "q8_0" and type(m.wte).__name__ == "QuantGpu" and m.wte.qtype == "Q8_0"  # (blocks as stored)
     ids = cpu_int8.encode(PROSE)[:40]
     assert rel_err(m.logits(ids), cpu_int8.logits(ids)) <= 1e-5

@@ -61,7 +61,7 @@ def test_float32_logits_and_greedy_match_hf_on_cpu(ckpts, variant):
 @pytest.mark.parametrize("variant", ["llama-gqa", "llama-mqa-tied", "llama3-rope", "qwen2", "qwen3", "qwen3-hd128"])
 def test_float32_logits_and_greedy_match_hf_on_lavapipe(ckpts, gpu, variant):
     path = ckpts[variant]
-    m = wt.load_model(path, gpu, "float32")
+    m = wt.load_model(path, gpu, "float32", kv_dtype="float32")
     assert rel_err(m.logits(IDS), hf_logits(path, IDS)) <= 1e-5
     assert m.generate(IDS[:6], 12, stop_at_eos=False) == hf_greedy(path, IDS[:6], 12)  # the captured decode step
 

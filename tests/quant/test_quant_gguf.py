@@ -1,8 +1,9 @@
 """Quantized GGUF tensors of every type webtensor runs, the way the loader takes them: a file written by
 the gguf package's GGUFWriter (the 32-value types quantized by the package, Q4_K / Q6_K random
 blocks), read through `GGUFCheckpoint.raw` with either reader, made a `QuantWeight` (host) or a
-`QuantGpu` (`quant_ops.upload_blocks`, numpy-free) from the stored bytes as they are: the gguf
-package's dequantization bit for bit, and on the device the same product as the host weight."""
+`QuantGpu` (`quant_ops.upload_blocks`; the page's numpy-free split is checked in test_quant_kernels)
+from the stored bytes as they are: the gguf package's dequantization bit for bit, and on the device
+the same product as the host weight."""
 
 from __future__ import annotations
 

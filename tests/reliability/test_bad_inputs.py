@@ -140,8 +140,8 @@ def test_device_mismatch_two_wgpu_devices(gpu, gpu_small):
 
 
 def test_unknown_device_names():
-    with pytest.raises(wt.WebtensorError, match=r"unknown device 'tpu': expected cpu, wgpu, lavapipe or "
-                       r"auto"):
+    with pytest.raises(wt.WebtensorError, match=r"unknown device 'tpu': expected cpu, wgpu, wgpu:N \(adapter N of "
+                       r"`webtensor devices`\), lavapipe or auto"):
         wt.Device.parse("tpu")
     r = run_python("import webtensor as wt; wt.Device.default()", env={"WEBTENSOR_DEVICE": "quantum"})
     assert r.returncode != 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -26,16 +27,23 @@ def free_port() -> int:
 class Server:
     """A server process; `url` is its base URL once /health answers."""
 
-    def __init__(self, args: list[str], port: int):
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    def __init__(self, args: list[str], port: int, own_group: bool = False):
+        """`own_group`: the process leads a process group of its own (its children with it: `kill_group`)."""
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"),
+                                                                         os.environ.get("PYTHONPATH")]))}
         self.port, self.url = port, f"http://127.0.0.1:{port}"
         self.proc = subprocess.Popen([sys.executable, *args], env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
+                                     stderr=subprocess.STDOUT, text=True, start_new_session=own_group)
 
     @classmethod
-    def cli(cls, *extra: str) -> Server:
+    def cli(cls, *extra: str, own_group: bool = False) -> Server:
         port = free_port()
-        return cls(["-m", "webtensor.cli", "serve", "--port", str(port), *extra], port).wait_ready()
+        return cls(["-m", "webtensor.cli", "serve", "--port", str(port), *extra], port, own_group).wait_ready()
+
+    def kill_group(self) -> None:
+        """SIGKILL the server and every process it started (a crash: nothing is finished or answered)."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
 
     @classmethod
     def faulty(cls, delay: float, max_batch: int, max_queue: int, api_key: str | None = None,

@@ -168,6 +168,10 @@ BAD = [
     ({"model": MODEL, "prompt": "x", "stop": ""}, "stop"),
     ({"model": MODEL, "prompt": "x", "frobnicate": 1}, "frobnicate"),
     ({"prompt": "x"}, "model"),
+    ({"model": MODEL, "prompt": "x", "skip_special_tokens": False}, "skip_special_tokens"),
+    ({"model": MODEL, "prompt": "x", "no_stop_trim": True}, "no_stop_trim"),
+    ({"model": MODEL, "prompt": "x", "return_hidden_states": True}, "return_hidden_states"),
+    ({"model": MODEL, "prompt": "x", "no_stop_trim": 0}, "no_stop_trim"),
 ]
 
 BAD_CHAT = [
@@ -178,7 +182,24 @@ BAD_CHAT = [
     ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, "top_logprobs"),
     ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": 21},
      "top_logprobs"),
+    *(({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], key: value}, key)
+      for key, value in (("continue_final_message", True), ("include_reasoning", False),
+                         ("separate_reasoning", False), ("stream_reasoning", False), ("skip_special_tokens", False))),
 ]
+
+
+def test_the_fields_vllm_router_adds_are_accepted(server):
+    """vLLM's router (docs in the README, "Beyond one device") re-serialises each request it forwards with these
+    flags at these values: the request is served as without them; the other values are refused (BAD, BAD_CHAT)."""
+    both = {"no_stop_trim": False, "ignore_eos": False, "skip_special_tokens": True, "return_hidden_states": False}
+    body = {"model": MODEL, "prompt": "It was a fine", "max_tokens": 6, "temperature": 0}
+    plain, routed = (post(server.url + "/v1/completions", b)[1] for b in (body, {**body, **both, "echo": False}))
+    assert routed["choices"][0]["text"] == plain["choices"][0]["text"], routed
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 6, "temperature": 0}
+    extra = {**both, "logprobs": False, "continue_final_message": False, "separate_reasoning": True,
+             "stream_reasoning": True, "include_reasoning": True}
+    plain, routed = (post(server.url + "/v1/chat/completions", b)[1] for b in (chat, {**chat, **extra}))
+    assert routed["choices"][0]["message"] == plain["choices"][0]["message"], routed
 
 
 @pytest.mark.parametrize(("body", "param"), BAD)

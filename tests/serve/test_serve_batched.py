@@ -148,6 +148,7 @@ def _rows_alone_and_together(model, B: int) -> tuple[np.ndarray, np.ndarray]:
     lens = [3 + 5 * s for s in range(B)]
     for s in range(B):
         runner.prefill(s, rng.integers(0, 4096, lens[s]).tolist())
+        runner.reserve(s, lens[s] + 1)  # (the rows below store at position lens[s])
     toks = rng.integers(0, 4096, B).tolist()
 
     def rows(slots: list[int]) -> np.ndarray:

@@ -1,9 +1,9 @@
-"""Prefix reuse: a prompt that starts with tokens a free slot's cache holds reads on from there, and gives the
-tokens of a cold run and its log-probabilities to float32's rounding (the CPU device and WebGPU on lavapipe,
-float32, the batched engine: greedy rows followed on the device, and sampled rows with log-probabilities: a prompt's
-chunks are matrix products, whose sums for a row depend on the chunk's rows, and a reused prefix's keys and values
-were computed in other chunks, or by decode steps, than a cold run's); the slot with the longest match is taken;
-/metrics counts the tokens looked up and reused."""
+"""Prefix caching: a prompt whose first full KV blocks (16 tokens each) hold what an earlier sequence computed shares
+those blocks and reads on from there, and gives the tokens of a cold run and its log-probabilities to float32's
+rounding (the CPU device and WebGPU on lavapipe, float32, the batched engine: greedy rows followed on the device, and
+sampled rows with log-probabilities: a prompt's chunks are matrix products, whose sums for a row depend on the chunk's
+rows, and a reused prefix's keys and values were computed in other chunks, or by decode steps, than a cold run's);
+a conversation's next turn finds its earlier turns; /metrics counts the tokens looked up and reused."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 import webtensor as wt
+from webtensor.runtime.cache import BLOCK_SIZE
 from webtensor.serve.engine import ModelEngine, Sampling
-from webtensor.serve.scheduler import Generation, Scheduler, common_prefix
+from webtensor.serve.scheduler import Generation, Scheduler
 
 sys.path.insert(0, str(Path(__file__).parent))
 from serve_helpers import MODEL, Server, get, post  # noqa: E402
@@ -71,23 +72,16 @@ def test_reused_prefix_gives_the_cold_runs_tokens(dev_name, gpu):
     finally:
         warm.close()
     _, got_b, got_b2, got_t2 = out
-    assert got_b[2] == 100 and same_run(got_b[:2], want_b[:2])  # a's prompt shared 100 tokens with b's
-    assert got_b2[2] == len(b) - 1 and same_run(got_b2[:2], want_b2[:2])  # b's own slot: all but its last token
-    assert got_t2[2] == len(b) + 11 and same_run(got_t2[:2], want_t2[:2])  # b's prompt and its answer but the last
+
+    def blocks(n: int) -> int:  # the tokens of the whole blocks among n
+        return n // BLOCK_SIZE * BLOCK_SIZE
+    assert got_b[2] == blocks(100) and same_run(got_b[:2], want_b[:2])  # a's prompt shared 100 tokens with b's
+    # b's own blocks: all but its last token; then b's prompt and answer but the last one
+    assert got_b2[2] == blocks(len(b) - 1) and same_run(got_b2[:2], want_b2[:2])
+    assert got_t2[2] == blocks(len(b) + 11) and same_run(got_t2[:2], want_t2[:2])
     hits = sched.metrics.prefix_hits._value.get()
-    assert hits == 100 + len(b) - 1 + len(b) + 11
+    assert hits == blocks(100) + blocks(len(b) - 1) + blocks(len(b) + 11)
     assert sched.metrics.prefix_queries._value.get() == len(a) + 2 * len(b) + len(turn2)
-
-
-def test_common_prefix():
-    assert common_prefix((1, 2, 3), (1, 2, 4)) == 2
-    assert common_prefix((), (1,)) == 0 and common_prefix((5,), (6,)) == 0
-    rng = np.random.default_rng(0)
-    for _ in range(200):
-        x = tuple(int(i) for i in rng.integers(0, 3, rng.integers(0, 30)))
-        y = tuple(int(i) for i in rng.integers(0, 3, rng.integers(0, 30)))
-        want = next((i for i, (p, q) in enumerate(zip(x, y, strict=False)) if p != q), min(len(x), len(y)))
-        assert common_prefix(x, y) == want
 
 
 def _metric(url: str, name: str) -> float:

@@ -31,7 +31,7 @@ KERNELS = Path(wt.__file__).parent / "backends" / "wgpu" / "kernels"
 INCLUDES = {"common.wgsl", "epilogue.wgsl", "argreduce.wgsl", "gemv_norm.wgsl", "quant_linear_io.wgsl",
             "matmul_engine_core.wgsl",
             "cached_attention_lanes.wgsl", "cached_attention_main.wgsl", "cached_attention_params.wgsl",
-            "attention_tiled_main.wgsl", "attention_flash_main.wgsl", "attention_cache_rows.wgsl", "kv_cache.wgsl",
+            "attention_tiled_main.wgsl", "attention_flash_main.wgsl", "attention_cache_rows.wgsl", "kv_pages.wgsl",
             "quant_dequant.wgsl", "q8_act.wgsl", *(f"quant_{t.lower()}.wgsl" for t in quant.TYPES)}
 
 

@@ -3,7 +3,8 @@
 # webtensor with int8 activations (the integer-dot GEMV, the GPU default) beside its f32 GEMV
 # (WEBTENSOR_POLICY=gemv_quant_dot4=0) in fresh processes, then beside llama.cpp CUDA (llama-bench) on the same
 # GGUF files. Random weights of the published shapes (tools/random_checkpoint.py: the speed does not depend on the
-# values; the K-quant files are random blocks of llama.cpp's Q4_K_M mix, which llama.cpp reads as it reads its own):
+# values; the K-quant files, tools/random_gguf.py, are random blocks of llama.cpp's Q4_K_M mix, which llama.cpp reads
+# as it reads its own):
 #   smollm2-q4_1   SmolLM2-135M, Q4_1 matrices and a Q8_0 tied embedding (the published file's types)
 #   qwen-q8_0      Qwen2.5-0.5B, Q8_0
 #   llama1b-q4km   Llama-3.2-1B, Q4_K_M
@@ -63,9 +64,13 @@ declare -A LAYERS=([llama8b-q4km]=8)
 for m in $MODELS; do
   nl=${N_LAYER:-${LAYERS[$m]:-}}
   stamp "writing $m (${PRESET[$m]}${nl:+, $nl layers}, ${GTYPE[$m]})"
-  "${PIN[@]}" $PY tools/random_checkpoint.py "$W/$m" --preset "${PRESET[$m]}" --dtype float16 ${nl:+--n-layer "$nl"} \
-    --gguf "$W/$m.gguf" --gguf-type "${GTYPE[$m]}" --gguf-embedding-type "${ETYPE[$m]}" | tail -1 || exit 1
-  rm -f "$W/$m/model.safetensors"  # (only the GGUF file is measured; the float16 copy is disk and page cache)
+  if [ "${GTYPE[$m]}" = q4_k_m ]; then  # (random K-quant blocks written directly: no float checkpoint, seconds)
+    "${PIN[@]}" $PY tools/random_gguf.py "$W/$m.gguf" --preset "${PRESET[$m]}" ${nl:+--n-layer "$nl"} | tail -1 || exit 1
+  else
+    "${PIN[@]}" $PY tools/random_checkpoint.py "$W/$m" --preset "${PRESET[$m]}" --dtype float16 ${nl:+--n-layer "$nl"} \
+      --gguf "$W/$m.gguf" --gguf-type "${GTYPE[$m]}" --gguf-embedding-type "${ETYPE[$m]}" | tail -1 || exit 1
+    rm -f "$W/$m/model.safetensors"  # (only the GGUF file is measured; the float16 copy is disk and page cache)
+  fi
 done
 
 B=($PY -m webtensor.cli bench --device "$DEVICE" --decode "$DECODE" --repeats "$REPEATS" --prompts "$PROMPTS")

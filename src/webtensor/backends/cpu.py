@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import DeviceMismatchError, GraphCaptureError, ShapeError
+from ..quant.kv import q8_load, q8_store
 from .base import replay_times
 
 F32 = np.float32
@@ -261,6 +262,84 @@ def _check_slots(slot: np.ndarray, n_slots: int) -> None:
         raise ShapeError(f"KV cache: slot {bad} is out of range for a cache of {n_slots} slots")
 
 
+def kv_rows(pos: np.ndarray, slot: np.ndarray, cache_shape: tuple[int, ...], table: np.ndarray | None) -> np.ndarray:
+    """The pool rows (of the cache's (n_blocks * block_size) rows) of positions pos[i] of sequences slot[i]: through
+    the block table, row table[s, p // block_size] * block_size + p % block_size (kv_pages.wgsl's kv_row); without
+    one, sequence s is block s. -1 where the position is negative or past the table; a ShapeError for a slot outside
+    the table (the cache) or a position whose table entry is not a block of the pool (host data here: checked on
+    every call and replay, where the WGSL kernels skip such a row)."""
+    n_blocks, bs = cache_shape[:2]
+    p, s = pos.astype(np.int64), slot.astype(np.int64)
+    if table is None:
+        _check_slots(slot, n_blocks)
+        return np.where((p >= 0) & (p < bs), s * bs + p, -1)
+    n_seqs, max_blocks = table.shape
+    _check_slots(slot, n_seqs)
+    j = p // bs
+    ok = (p >= 0) & (j < max_blocks)
+    blk = np.full(p.shape, -1, np.int64)
+    blk[ok] = table[s[ok], j[ok]]
+    bad = ok & ((blk < 0) | (blk >= n_blocks))
+    if bad.any():
+        i = int(np.argmax(bad.reshape(-1)))
+        raise ShapeError(f"KV cache: position {p.reshape(-1)[i]} of slot {s.reshape(-1)[i]} has no block in the table "
+                         f"(entry {blk.reshape(-1)[i]}; the pool has {n_blocks} blocks)")
+    return np.where(ok, blk * bs + p % bs, -1)
+
+
+def seq_rows(table: np.ndarray | None, seq: int, n: int, cache_shape: tuple[int, ...]) -> slice | np.ndarray:
+    """The pool rows of positions 0 .. n - 1 of sequence `seq` (`kv_rows` for a whole prefix): a slice where they are
+    consecutive (a contiguous cache, or blocks in order: a view, no copy), else an index array. The checks and
+    errors of `kv_rows`."""
+    n_blocks, bs = cache_shape[:2]
+    if table is None:
+        _check_slots(np.array([seq]), n_blocks)
+        return slice(seq * bs, seq * bs + min(n, bs))
+    _check_slots(np.array([seq]), table.shape[0])
+    nb = -(-n // bs)
+    blk = table[seq, :nb]
+    if nb and (blk.min() < 0 or blk.max() >= n_blocks):
+        return kv_rows(np.arange(n), np.full(n, seq), cache_shape, table)  # (raises, naming the position)
+    if nb and blk[-1] - blk[0] == nb - 1 and (nb == 1 or bool((np.diff(blk) == 1).all())):
+        return slice(int(blk[0]) * bs, int(blk[0]) * bs + n)
+    return (blk[:, None].astype(np.int64) * bs + np.arange(bs)).reshape(-1)[:n]
+
+
+def _pool_rows(cache: np.ndarray) -> np.ndarray:
+    # a pool (n_blocks, block_size, KVH, last) as its (n_blocks * block_size, KVH, last) rows (a view)
+    return cache.reshape(-1, *cache.shape[2:])
+
+
+def kv_store(cache: np.ndarray, rows: np.ndarray, x: np.ndarray) -> None:
+    """Pool rows `rows` (>= 0) of a cache get x (n, KVH, D) in the cache's type: float32, float16 (rounded), or
+    q8_0 (int32 pools: `quant.kv.q8_store`)."""
+    flat = _pool_rows(cache)
+    with np.errstate(over="ignore"):  # (past float16's range: inf, as the kernels store it)
+        val = q8_store(x) if cache.dtype == np.int32 else x.astype(cache.dtype)
+    if len(set(rows.tolist())) == len(rows):
+        flat[rows] = val
+    else:  # (a position written twice in one call: the last row's value, as in order)
+        for r, v in zip(rows.tolist(), val, strict=True):
+            flat[r] = v
+
+
+def kv_load(cache: np.ndarray, rows: np.ndarray | slice, head_dim: int) -> np.ndarray:
+    """Pool rows `rows` (>= 0, or a slice) of a cache as float32 (n, KVH, D): as stored, widened (q8_0: quant *
+    scale); a float32 cache's slice is a view."""
+    v = _pool_rows(cache)[rows]
+    return q8_load(v, head_dim) if cache.dtype == np.int32 else _f32(v)
+
+
+def cache_write(cache: np.ndarray, src: np.ndarray, pos: np.ndarray, slot: np.ndarray,
+                table: np.ndarray | None = None) -> None:
+    # position pos[t] of sequence slot[t] gets src[t] (T, H, D); rows whose position is negative or past the table
+    # are skipped, as in cache_write.wgsl
+    rows = kv_rows(pos, slot, cache.shape, table)
+    keep = rows >= 0
+    if keep.any():
+        kv_store(cache, rows[keep], _f32(src[keep]))
+
+
 def _check_one_slot(slot: np.ndarray) -> None:
     # chunk_attention's rows are one sequence's: every slot is slot[0] (checked on every call and
     # replay; the WGSL kernel reads slot[0] only)
@@ -270,32 +349,25 @@ def _check_one_slot(slot: np.ndarray) -> None:
                          "sequence's (one slot)")
 
 
-def cache_write(cache: np.ndarray, src: np.ndarray, pos: np.ndarray, slot: np.ndarray) -> None:
-    # cache: (n_slots, n_ctx, H, D) float32; src: (T, H, D); row t goes to cache[slot[t], pos[t]]
-    # (rows whose position is past the context are skipped, as in cache_write.wgsl)
-    _check_slots(slot, cache.shape[0])
-    for t in range(src.shape[0]):
-        if 0 <= pos[t] < cache.shape[1]:
-            cache[slot[t], pos[t]] = _f32(src[t])
-
-
 def chunk_attention(q: np.ndarray, kc: np.ndarray, vc: np.ndarray, pos: np.ndarray, slot: np.ndarray,
-                    scale: float) -> np.ndarray:
-    # q: (T, H, D), the rows of one sequence (every slot slot[0]'s) at positions pos; kc, vc: (n_slots, n_ctx, KVH,
-    # D). Row t attends to positions 0..pos[t] (at most n_ctx) of the slot: every row's scores against the keys
-    # the rows see, in one product a KV head (query head h = kv head h // G, member h % G), the invisible ones
-    # masked -> (T, H, D) float32
-    _check_slots(slot, kc.shape[0])
+                    scale: float, table: np.ndarray | None = None) -> np.ndarray:
+    # q: (T, H, D), the rows of one sequence (every slot slot[0]'s) at positions pos; kc, vc: pools (blocks,
+    # block_size, KVH, D or q8_0 words) read through `table` (None: sequence s is block s). Row t attends to
+    # positions 0..pos[t] (within the table) of the sequence, as stored: every row's scores against the keys the
+    # rows see, in one product a KV head (query head h = kv head h // G, member h % G), the invisible ones masked
+    # -> (T, H, D) float32
+    _check_slots(slot, kc.shape[0] if table is None else table.shape[0])
     _check_one_slot(slot)
     T, H, D = q.shape
-    KVH, n_ctx = kc.shape[2], kc.shape[1]
+    KVH = kc.shape[2]
+    n_ctx = kc.shape[1] if table is None else table.shape[1] * kc.shape[1]
     G = H // KVH
     if T == 0:
         return np.empty(q.shape, F32)
     lim = np.minimum(pos.astype(np.int64) + 1, n_ctx)  # (T,) keys each row sees
     n = max(int(lim.max()), 1)  # (position 0 exists: rows at negative positions see nothing, NaN)
-    s = int(slot[0])
-    k, v = kc[s, :n].transpose(1, 2, 0), vc[s, :n].transpose(1, 0, 2)  # (KVH, D, n), (KVH, n, D)
+    rows_n = seq_rows(table, int(slot[0]), n, kc.shape)
+    k, v = kv_load(kc, rows_n, D).transpose(1, 2, 0), kv_load(vc, rows_n, D).transpose(1, 0, 2)  # (KVH, D|n, n|D)
     qh = _f32(q).reshape(T, KVH, G, D).transpose(1, 0, 2, 3).reshape(KVH, T * G, D)  # rows (t, g)
     scores = (qh @ k) * F32(scale)  # (KVH, T G, n)
     visible = np.repeat(np.arange(n)[None, :] < lim[:, None], G, axis=0)  # (T G, n)
@@ -314,23 +386,44 @@ def _query_groups(q: np.ndarray, KVH: int) -> np.ndarray:
     return q.reshape(T, KVH, H // KVH, D)
 
 
+def _attend(out: np.ndarray, q: np.ndarray, kc: np.ndarray, vc: np.ndarray, pos: np.ndarray, slot: np.ndarray,
+            scale: float, table: np.ndarray | None) -> None:
+    # cached_attention into float32 `out` (q float32), row by row: row t's keys and values at positions
+    # 0..pos[t] of its sequence read from the pool (as stored, widened), then the G = H // KVH query heads of a kv
+    # head as G rows against its keys, each as `attention` computes one query (non-causal: the same numpy
+    # operations in the same order, without its conversions and masks). The eager op and the captured step both
+    # run this, so their numbers are the same bit for bit.
+    n_ctx = kc.shape[1] if table is None else table.shape[1] * kc.shape[1]
+    _check_slots(slot, kc.shape[0] if table is None else table.shape[0])
+    qh = _query_groups(q, kc.shape[2])  # (T, KVH, G, D)
+    sc, D = F32(scale), q.shape[2]
+    for t, (p, s) in enumerate(zip(pos.tolist(), slot.tolist(), strict=True)):
+        n = max(0, min(p + 1, n_ctx))
+        if n == 0:  # (a negative position: attends to nothing, as the kernels: 0 / 0)
+            out[t] = np.nan
+            continue
+        rows = seq_rows(table, s, n, kc.shape)
+        k, v = kv_load(kc, rows, D).transpose(1, 2, 0), kv_load(vc, rows, D).transpose(1, 0, 2)  # (KVH, D|n, n|D)
+        scores = qh[t] @ k  # (KVH, G, n)
+        np.multiply(scores, sc, out=scores)
+        np.subtract(scores, np.maximum.reduce(scores, axis=-1, keepdims=True), out=scores)  # (.max's reduce)
+        np.exp(scores, out=scores)
+        np.true_divide(scores, np.add.reduce(scores, axis=-1, keepdims=True), out=scores)  # (.sum's)
+        out[t] = (scores @ v).reshape(out.shape[1:])  # (KVH, G, D) -> (H, D)
+
+
 def cached_attention(q: np.ndarray, kc: np.ndarray, vc: np.ndarray, pos: np.ndarray, slot: np.ndarray,
-                     scale: float) -> np.ndarray:
-    # q: (T, H, D); kc, vc: (n_slots, n_ctx, KVH, D); row t attends to positions 0..pos[t] of slot[t],
-    # query head h to kv head h // (H // KVH): the G = H // KVH query heads of a kv head as G rows
-    # against its keys (each row as `attention` computes one query, non-causal: the same numpy
-    # operations in the same order, without its conversions and masks)
-    _check_slots(slot, kc.shape[0])
+                     scale: float, table: np.ndarray | None = None) -> np.ndarray:
+    # q: (T, H, D); kc, vc: pools (blocks, block_size, KVH, D or q8_0 words); row t attends to positions 0..pos[t]
+    # of sequence slot[t], query head h to kv head h // (H // KVH)
     out = np.empty(q.shape, F32)
-    qh = _query_groups(_f32(q), kc.shape[2])  # (T, KVH, G, D)
-    sc = F32(scale)
-    for t in range(q.shape[0]):
-        n = min(int(pos[t]) + 1, kc.shape[1])
-        k, v = kc[slot[t], :n].transpose(1, 0, 2), vc[slot[t], :n].transpose(1, 0, 2)  # (KVH, n, D)
-        scores = (qh[t] @ k.transpose(0, 2, 1)) * sc  # (KVH, G, n)
-        e = np.exp(scores - scores.max(axis=-1, keepdims=True))
-        out[t] = ((e / e.sum(axis=-1, keepdims=True)) @ v).reshape(q.shape[1:])  # (KVH, G, D) -> (H, D)
+    _attend(out, _f32(q), kc, vc, pos, slot, scale, table)
     return out
+
+
+def cache_gather(cache: np.ndarray, slot: int, n: int, head_dim: int, table: np.ndarray | None = None) -> np.ndarray:
+    # positions 0 .. n - 1 of sequence `slot` as stored, float32 (n, KVH, D)
+    return np.array(kv_load(cache, seq_rows(table, slot, n, cache.shape), head_dim))
 
 
 def advance_tokens(new: np.ndarray, ids: np.ndarray, pos: np.ndarray, tokens: np.ndarray,
@@ -514,42 +607,6 @@ def _linear_step(out: np.ndarray, x: np.ndarray, w: np.ndarray, b: np.ndarray | 
     return step
 
 
-def _cache_write_step(cache: np.ndarray, src: np.ndarray, pos: np.ndarray, slot: np.ndarray) -> Callable[[], None]:
-    # cache_write, the rows in one assignment where every position is in the context and the slots
-    # are distinct (a decode step), else row by row
-    n_slots, n_ctx = cache.shape[:2]
-
-    def step() -> None:
-        p, s = pos.tolist(), slot.tolist()
-        if all(0 <= i < n_ctx for i in p) and len(set(s)) == len(s) and all(0 <= j < n_slots for j in s):
-            cache[s, p] = src
-        else:
-            cache_write(cache, src, pos, slot)
-    return step
-
-
-def _cached_attention_step(out: np.ndarray, q: np.ndarray, kc: np.ndarray, vc: np.ndarray, pos: np.ndarray,
-                           slot: np.ndarray, scale: float) -> Callable[[], None]:
-    # cached_attention into float32 `out` (q float32): the same views of the caches (taken here
-    # once, sliced per row), the same products and softmax, the scores' steps in place
-    qh = _query_groups(q, kc.shape[2])  # (T, KVH, G, D), a view of q
-    kt, vt = kc.transpose(0, 2, 3, 1), vc.transpose(0, 2, 1, 3)  # (n_slots, KVH, D, n_ctx), (n_slots, KVH, n_ctx, D)
-    sc, n_ctx = F32(scale), kc.shape[1]
-    hd = q.shape[1:]
-
-    def step() -> None:
-        _check_slots(slot, kc.shape[0])
-        for t, (p, s) in enumerate(zip(pos.tolist(), slot.tolist(), strict=True)):
-            n = min(p + 1, n_ctx)
-            scores = qh[t] @ kt[s, :, :, :n]  # (KVH, G, n)
-            np.multiply(scores, sc, out=scores)
-            np.subtract(scores, np.maximum.reduce(scores, axis=-1, keepdims=True), out=scores)  # (.max's reduce)
-            np.exp(scores, out=scores)
-            np.true_divide(scores, np.add.reduce(scores, axis=-1, keepdims=True), out=scores)  # (.sum's)
-            out[t] = (scores @ vt[s, :, :n]).reshape(hd)
-    return step
-
-
 # -- the Backend ---------------------------------------------------------------------------------
 class CpuStorage:
     """A CPU tensor's memory: one flat numpy array (`chunks` is for the GPU's row chunking)."""
@@ -685,9 +742,13 @@ class CpuBackend:
             self._inplace("constant", lambda: np.copyto(out, saved))
         return t
 
-    def from_numpy(self, device: Any, arr: np.ndarray, owned: bool) -> Any:
+    def from_numpy(self, device: Any, arr: np.ndarray, owned: bool, done: Callable[[int, int], None] | None = None
+                   ) -> Any:
         """`arr` as a tensor: kept as it is when `owned` (a fresh array nobody else holds), else copied."""
-        return self._constant(device, arr if owned else arr.copy())
+        t = self._constant(device, arr if owned else arr.copy())
+        if done is not None and not owned:
+            done(0, arr.nbytes)
+        return t
 
     # -- memory ---------------------------------------------------------------------------------
     def empty(self, device: Any, shape: tuple[int, ...], dtype: Any) -> Any:
@@ -866,29 +927,42 @@ class CpuBackend:
             return embedding(ta, idx)
         return self._op("embedding", table.device, ids.shape + ta.shape[1:], ta.dtype, compute)
 
-    def cache_write(self, cache: Any, src: Any, pos: Any, slot: Any, rope: Any = None) -> None:
+    def cache_write(self, cache: Any, src: Any, pos: Any, slot: Any, rope: Any = None, table: Any = None) -> None:
         if rope is not None:  # the reference of the fused form: rope of the rows it stores, then the store
-            src = self._rope_stored(src, pos, cache.shape[1], *rope)
+            src = self._rope_stored(src, pos, cache.shape[1] * (1 if table is None else table.shape[1]), *rope)
         c, s, p, sl = view(cache), view(src), view(pos), view(slot)
-        self._inplace("cache_write", lambda: cache_write(c, s, p, sl), lambda: _cache_write_step(c, s, p, sl))
+        tb = None if table is None else view(table)
+        self._inplace("cache_write", lambda: cache_write(c, s, p, sl, tb))
 
     def cached_attention(self, q: Any, kc: Any, vc: Any, pos: Any, slot: Any, scale: float,
-                         k_new: Any = None, v_new: Any = None, rope: Any = None) -> Any:
+                         k_new: Any = None, v_new: Any = None, rope: Any = None, table: Any = None) -> Any:
         if rope is not None:  # the reference of the fused form: q and the new key rotated first
             q = self.rope(q, pos, *rope)
             k_new = None if k_new is None else self.rope(k_new, pos, *rope)
         if k_new is not None:
-            self.cache_write(kc, k_new, pos, slot)
-            self.cache_write(vc, v_new, pos, slot)
+            self.cache_write(kc, k_new, pos, slot, table=table)
+            self.cache_write(vc, v_new, pos, slot, table=table)
         qa, ka, va, p, sl = view(q), view(kc), view(vc), view(pos), view(slot)
-        fast = qa.dtype == ka.dtype == va.dtype == F32
-        return self._op("cached_attention", q.device, q.shape, F32,
-                        lambda: cached_attention(qa, ka, va, p, sl, scale),
-                        (lambda out: _cached_attention_step(out, qa, ka, va, p, sl, scale)) if fast else None)
+        tb = None if table is None else view(table)
 
-    def chunk_attention(self, q: Any, kc: Any, vc: Any, pos: Any, slot: Any, scale: float) -> Any:
+        def into(out: np.ndarray) -> Callable[[], None] | None:
+            if qa.dtype != F32:
+                return None
+            return lambda: _attend(out, qa, ka, va, p, sl, scale, tb)
+        return self._op("cached_attention", q.device, q.shape, F32,
+                        lambda: cached_attention(qa, ka, va, p, sl, scale, tb), into)
+
+    def cache_gather(self, cache: Any, slot: int, n: int, head_dim: int, table: Any = None) -> Any:
+        c = view(cache)
+        tb = None if table is None else view(table)
+        return self._op("cache_gather", cache.device, (n, cache.shape[2], head_dim), F32,
+                        lambda: cache_gather(c, slot, n, head_dim, tb))
+
+    def chunk_attention(self, q: Any, kc: Any, vc: Any, pos: Any, slot: Any, scale: float, table: Any = None) -> Any:
         qa, ka, va, p, sl = view(q), view(kc), view(vc), view(pos), view(slot)
-        return self._op("chunk_attention", q.device, q.shape, F32, lambda: chunk_attention(qa, ka, va, p, sl, scale))
+        tb = None if table is None else view(table)
+        return self._op("chunk_attention", q.device, q.shape, F32,
+                        lambda: chunk_attention(qa, ka, va, p, sl, scale, tb))
 
     def advance_tokens(self, new: Any, ids: Any, pos: Any, tokens: Any, count: Any) -> None:
         n, i, p, t, c = view(new), view(ids), view(pos), view(tokens), view(count)
@@ -925,6 +999,14 @@ class CpuBackend:
 
     def has_f16(self) -> bool:
         return True
+
+    def memory_bytes(self) -> int | None:
+        import os
+
+        try:  # (the host's RAM: the CPU device's arrays live there)
+            return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        except (AttributeError, ValueError, OSError):
+            return None
 
     def has_subgroups(self) -> bool:
         return False

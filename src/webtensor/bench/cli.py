@@ -30,10 +30,12 @@ def add_parser(sub: Any) -> None:
                    help="a checkpoint directory, a .gguf file, an id in the local Hugging Face cache, or a preset "
                         "of random weights: gpt2, gpt2-medium, gpt2-large, gpt2-xl, smollm2-135m, smollm2-360m, "
                         "qwen2.5-0.5b, qwen3-0.6b, llama-3.2-1b (default gpt2)")
-    p.add_argument("--device", "-d", default="auto", type=cmdline.device_name, help="auto, cpu, wgpu, lavapipe")
+    p.add_argument("--device", "-d", default="auto", type=cmdline.device_name, help="auto, cpu, wgpu, wgpu:N, lavapipe")
     p.add_argument("--dtype", default="auto", choices=list(DTYPES),
                    help="auto: as stored (a GGUF file's quantized tensors kept); float32; float16 (devices with "
                         "shader-f16); q8_0 / int8 (float matrices quantized at load, every device)")
+    p.add_argument("--kv-dtype", default="auto", choices=("auto", "float32", "float16", "q8_0"),
+                   help="the KV cache's type (auto: float16 on GPUs with shader-f16, else float32)")
     p.add_argument("--prompts", default=[128, 1023], type=cmdline.int_list("--prompts"),
                    help="prefill prompt lengths, comma-separated, each < the context (default 128,1023)")
     p.add_argument("--decode", type=cmdline.integer("--decode", 1), default=128,
@@ -134,6 +136,8 @@ def run_bench(args: argparse.Namespace) -> int:
         blas.set_threads(args.cpu_threads)
     n_ctx = min(source.spec.n_ctx, mb.context_needed(prompts, decode))
     model = mb.build_model(source, device, args.dtype_name, n_ctx)
+    if args.kv_dtype != "auto":
+        model.kv_dtype = args.kv_dtype
     vocab = model.vocab_size
     engines = 3 if args.compare else 1
     results = []
@@ -217,7 +221,7 @@ def _finish(args: argparse.Namespace, report: dict[str, Any]) -> int:
 def _child_argv(args: argparse.Namespace, json_path: str) -> list[str]:
     """`bench` arguments that run this measurement once, in one process, writing `json_path` (llama-bench runs
     once, in the parent)."""
-    argv = ["bench", "--model", args.model, "--device", args.device, "--dtype", args.dtype,
+    argv = ["bench", "--model", args.model, "--device", args.device, "--dtype", args.dtype, "--kv-dtype", args.kv_dtype,
             "--prompts", ",".join(map(str, args.prompts)), "--decode", str(args.decode), "--batch", str(args.batch),
             "--repeats", str(args.repeats), "--cpu-threads", str(args.cpu_threads), "--processes", "1",
             "--json", json_path]

@@ -35,6 +35,7 @@ MAX_DIMS = 4  # ggml's GGML_MAX_DIMS
 # value types: id -> struct code of a scalar (None: string / array)
 _STRING, _ARRAY = 8, 9
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_U64 = struct.Struct("<Q")
 VALUE_TYPE_NAMES = {0: "UINT8", 1: "INT8", 2: "UINT16", 3: "INT16", 4: "UINT32", 5: "INT32", 6: "FLOAT32",
                     7: "BOOL", 8: "STRING", 9: "ARRAY", 10: "UINT64", 11: "INT64", 12: "FLOAT64"}
 
@@ -106,6 +107,28 @@ class _Cursor:
         except UnicodeDecodeError as e:
             raise GGUFFormatError(f"{what} at byte {p} is not valid UTF-8: {e}") from None
 
+    def strings(self, count: int, what: str) -> list[str]:
+        """`count` strings one after another: `string`'s reads and messages (item i named `what[i]`) in one loop
+        (a vocabulary's 128k tokens and 280k merges: ~0.3 s, where a call a string took ~1.3 s)."""
+        view, p, end, out = self.view, self.pos, len(self.view), []
+        length = _U64.unpack_from
+        for i in range(count):
+            if end - p < 8:
+                self.pos = p
+                self._need(8, f"{what}[{i}] length")
+            (n,) = length(view, p)
+            p += 8
+            if n > end - p:
+                self.pos = p
+                self._need(n, f"{what}[{i}]")
+            try:
+                out.append(str(view[p : p + n], "utf-8"))
+            except UnicodeDecodeError as e:
+                raise GGUFFormatError(f"{what}[{i}] at byte {p} is not valid UTF-8: {e}") from None
+            p += n
+        self.pos = p
+        return out
+
 
 def _value(cur: _Cursor, vtype: int, what: str) -> tuple[Any, tuple[int, ...]]:
     """A value of type `vtype` and its full type (array: (9, item type, ...))."""
@@ -126,6 +149,8 @@ def _value(cur: _Cursor, vtype: int, what: str) -> tuple[Any, tuple[int, ...]]:
     min_item = 8 if itype == _STRING else 12
     if count * min_item > len(cur.view) - cur.pos:  # refuse an absurd count before looping over it
         raise GGUFFormatError(f"file is truncated: {what} claims {count} items at byte {cur.pos}")
+    if itype == _STRING:
+        return cur.strings(count, what), (vtype, itype)
     items: list[Any] = []
     sub: tuple[int, ...] = (itype,)
     for i in range(count):
@@ -226,6 +251,11 @@ class GGUFFile:
             raise GGUFFormatError(f"tensor {name!r} has unknown ggml type {type_id}")
         rel = cur.scalar("Q", f"offset of tensor {name!r}")
         return name, dims, type_id, rel
+
+    @property
+    def mapping(self) -> Any:
+        """The file's mmap (`from_path`), or None (the bytes were read, or given)."""
+        return self._owner
 
     def raw(self, name: str) -> memoryview:
         """The tensor's bytes, zero-copy (little-endian; ggml blocks for quantized types)."""

@@ -1,13 +1,15 @@
 """Finding and reading Hugging Face checkpoint directories: a local directory or a model id in the local Hugging
 Face cache (offline, never the network); safetensors only — pickle (.bin) checkpoints are refused, because
 loading them can run code. Safetensors are read by the `safetensors` library, or where it is missing (the page) by
-the pure-Python `formats/safetensors_pure.py` (the same checks, messages and bytes). Tensors are read one at a
-time (no mapping of the whole file stays resident), so loading holds the weights plus about one tensor in host
-RAM. Names are a family's canonical names (`Family.canonical`); nothing here knows a family."""
+the pure-Python `formats/safetensors_pure.py` (the same checks, messages and bytes). A tensor's bytes are a view of
+the file's read-only map (the pure reader: a positioned read of that tensor), and a loader releases its pages as it
+uploads them (`release`), so loading never holds the file, only the pieces in flight. Names are a family's
+canonical names (`Family.canonical`); nothing here knows a family."""
 
 from __future__ import annotations
 
 import math
+import mmap
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -120,7 +122,8 @@ class SafetensorsReader:
         return handle.info(key).dtype
 
     def raw(self, name: str) -> memoryview:
-        """The tensor's stored bytes (little-endian, C order); CheckpointError for a tensor that is not a float."""
+        """The tensor's stored bytes (little-endian, C order): a view of the file's map where the library reads it,
+        else a fresh read; CheckpointError for a tensor that is not a float."""
         from .safetensors_pure import FLOAT_DTYPES, not_a_float_error
 
         handle, key = self._where[name]
@@ -128,6 +131,12 @@ class SafetensorsReader:
         if dtype not in FLOAT_DTYPES:
             raise not_a_float_error(f"{handle.path}: ", key, dtype)
         return handle.raw(key)
+
+    def release(self, name: str, start: int, end: int) -> None:
+        """Bytes start..end of tensor `name` are on the device: their pages of the file's map leave the process."""
+        handle, key = self._where[name]
+        if isinstance(handle, _LibraryFile):
+            handle.release(key, start, end)
 
     def get(self, name: str) -> Any:
         """The tensor as a fresh numpy array: float32 (F32, BF16), float16 (F16) or float64 (F64)."""
@@ -164,7 +173,8 @@ class _LibraryFile:
         from .safetensors_pure import DTYPE_BITS, TensorInfo
 
         self.path = path
-        self._pure: SafetensorsFile | None = None  # the pure reader's view of the file (BF16 tensors), opened on demand
+        self._pure: SafetensorsFile | None = None  # the pure reader's view of the file (offsets, BF16), on demand
+        self._map: mmap.mmap | None = None  # the file mapped read-only (`raw`), on demand
         try:
             with safe_open(str(path), framework="numpy") as h:
                 self._info: dict[str, TensorInfo] = {}
@@ -189,9 +199,19 @@ class _LibraryFile:
         return self._info[key]
 
     def raw(self, key: str) -> memoryview:
-        if self._info[key].dtype == "BF16":  # numpy has no bfloat16, so the library cannot return it
-            return self._pure_file().raw(key)
-        return memoryview(self.array(key)).cast("B")
+        """The stored bytes, a view of the file's map (opened once, after the library checked the file): a loader
+        holds a tensor's pages only while it uploads them (`release`), never a copy of the file."""
+        begin, end = self._pure_file().file_range(key)
+        if self._map is None:
+            with open(self.path, "rb") as fh:
+                self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if end > 0 else None
+        return memoryview(self._map)[begin:end] if self._map is not None else memoryview(b"")
+
+    def release(self, key: str, start: int, end: int) -> None:
+        from .gguf_reader import drop_pages
+
+        begin = self._pure_file().file_range(key)[0]
+        drop_pages(self._map, begin + start, begin + end)
 
     def array(self, key: str) -> Any:
         from safetensors import safe_open

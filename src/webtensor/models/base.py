@@ -7,12 +7,13 @@ Importable without numpy (the page): only `logits` needs it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..errors import ArgumentError, ContextLengthError, SamplingError
 from ..runtime.batch import StepBatch
-from ..runtime.cache import KVCache
+from ..runtime.cache import BLOCK_SIZE, KVCache, check_kv_dtype
 from ..runtime.generate import RunnerPool, generate, generate_batch
 from ..runtime.runner import RING_STEPS, ModelRunner, RunRow
 from ..sampling import SamplingParams, SequenceState, check_max_new_tokens, sample, with_seed
@@ -24,7 +25,8 @@ from .spec import Family, ModelSpec
 class LanguageModel:
     def __init__(self, family: Family, config: Any, weights: Any, device: Any, n_ctx: int, *, tokenizer: Any = None,
                  chat_template: str | None = None, eos_ids: frozenset[int] | None = None, dtype: str | None = None,
-                 name: str = "model", weight_bytes: int = 0, params: dict[str, Any] | None = None):
+                 name: str = "model", weight_bytes: int = 0, params: dict[str, Any] | None = None,
+                 kv_dtype: str | None = None):
         self.family, self.config, self.weights, self.device = family, config, weights, device
         self.params = params or {}  # the uploaded tensors by canonical (fused) name: `loader.export_arrays` reads them
         self.n_ctx = n_ctx  # the runtime context: positions per sequence (<= the trained context)
@@ -34,6 +36,20 @@ class LanguageModel:
         self.weight_bytes = weight_bytes  # bytes the weights take on the device (quantized: their blocks)
         self.use_graph = True  # replay captured decode steps (False: op by op, for comparison)
         self._runners = RunnerPool()
+        self._kv_dtype = default_kv_dtype(device)
+        if kv_dtype is not None:
+            self.kv_dtype = kv_dtype
+
+    @property
+    def kv_dtype(self) -> str:
+        """The KV cache's element type: "float32", "float16" (the default on devices whose kernels read float16) or
+        "q8_0" (docs/design-kv.md). Setting it applies to the runners made after (the pooled ones are dropped)."""
+        return self._kv_dtype
+
+    @kv_dtype.setter
+    def kv_dtype(self, value: str) -> None:
+        self._kv_dtype = check_kv_dtype(value, self.spec.head_dim, self.device.has_f16)
+        self._runners.clear()
 
     # -- what the runtime needs -------------------------------------------------------------------------
     @property
@@ -50,21 +66,44 @@ class LanguageModel:
     def vocab_size(self) -> int:
         return self.spec.vocab_size
 
-    def new_cache(self, n_slots: int = 1) -> KVCache:
-        """A KV cache of `n_slots` sequences of the runtime context."""
+    def new_cache(self, n_seqs: int = 1, n_blocks: int | None = None, block_size: int = BLOCK_SIZE) -> KVCache:
+        """A paged KV cache of `n_blocks` blocks of `block_size` positions (default: `n_seqs` whole contexts) and a
+        block table of `n_seqs` sequences of up to the runtime context, in the model's `kv_dtype`."""
         s = self.spec
-        return KVCache(s.n_layer, n_slots, self.n_ctx, s.n_kv_head, s.head_dim, self.device)
+        max_blocks = -(-self.n_ctx // block_size)
+        return KVCache(s.n_layer, s.n_kv_head, s.head_dim, self.device, n_seqs * max_blocks if n_blocks is None
+                       else n_blocks, n_seqs, max_blocks, block_size, self.kv_dtype)
+
+    def position_bytes(self) -> int:
+        """Bytes one position of one sequence takes in the KV cache (keys and values, every layer)."""
+        from ..runtime.cache import kv_position_bytes
+
+        s = self.spec
+        return kv_position_bytes(s.n_layer, s.n_kv_head, s.head_dim, self.kv_dtype)
 
     def forward(self, batch: StepBatch, cache: KVCache) -> Tensor:
-        """The family's forward: the rows of `batch` -> logits (rows needing them, V)."""
+        """The family's forward: the rows of `batch` -> logits (rows needing them, V). The rows' slots are rows of
+        the cache's block table (a batch made without a table reads the cache's own)."""
+        if batch.table is None:
+            batch = dataclasses.replace(batch, table=cache.table)
         logits: Tensor = self.weights.forward(batch, cache)
         return logits
 
     def runner(self, n_slots: int, invariant: bool = True, use_graph: bool | None = None,
-               bucketed: bool = True, weak: bool = False, prefill_chunk: int | None = None) -> ModelRunner:
-        """A new runner of `n_slots` sequences (the server's engines hold one; see `runtime.runner`)."""
+               bucketed: bool = True, weak: bool = False, kv_blocks: int | None = None,
+               prefill_chunk: int | None = None) -> ModelRunner:
+        """A new runner of `n_slots` sequences over a KV pool of `kv_blocks` blocks (default: every slot's whole
+        context; the server's engines hold one: see `runtime.runner`)."""
         return ModelRunner(self, n_slots, use_graph=use_graph, invariant=invariant, bucketed=bucketed, weak=weak,
-                           prefill_chunk=prefill_chunk)
+                           kv_blocks=kv_blocks, prefill_chunk=prefill_chunk)
+
+    def describe(self, pool_positions: int | None = None) -> str:
+        """One line: the model, its device, and its memory — the weights, the KV cache's type and bytes a position,
+        and a pool of `pool_positions` positions (default: one sequence's context, what `generate` holds)."""
+        n = self.n_ctx if pool_positions is None else pool_positions
+        s = self.spec
+        return (f"{self.name} ({s.architecture}, {s.n_layer} layers) on {self.device.describe()}: "
+                f"{memory_line(self.weight_bytes, self.dtype or 'as stored', self.kv_dtype, self.position_bytes(), n)}")
 
     # -- forward -------------------------------------------------------------------------------------------
     def logits(self, ids: Sequence[int]) -> Any:
@@ -191,3 +230,25 @@ class LanguageModel:
         s = self.spec
         return (f"{type(self).__name__}({self.name!r}, {s.architecture}, {s.n_layer} layers, {s.width} wide, "
                 f"{self.device.describe()})")
+
+
+def default_kv_dtype(device: Any) -> str:
+    """The KV cache's type unless asked: float16 where the device's kernels read float16 (a WebGPU adapter with
+    shader-f16), float32 elsewhere (the CPU reference, which widens every float16 anyway)."""
+    return "float16" if device.has_f16 and not device.backend.widens_f16 else "float32"
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+def memory_line(weight_bytes: int, weights: str, kv_dtype: str, position_bytes: int, positions: int,
+                blocks: int | None = None, block_size: int = BLOCK_SIZE) -> str:
+    """"weights W (dtype), KV float16 K a position, pool P (N positions[ in B blocks of 16])": what a model on a
+    device takes (`LanguageModel.describe`, the server's start line)."""
+    in_blocks = f" in {blocks:,} blocks of {block_size}" if blocks is not None else ""
+    return (f"weights {_bytes(weight_bytes)} ({weights}), KV {kv_dtype} {_bytes(position_bytes)} a position, "
+            f"pool {_bytes(position_bytes * positions)} ({positions:,} positions{in_blocks})")

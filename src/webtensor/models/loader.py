@@ -27,6 +27,7 @@ their output rows into one matrix.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -79,6 +80,8 @@ class Checkpoint:
     stored_type: Callable[[str], str]
     raw: Callable[[str], memoryview]
     gguf: bool  # stored in GGUF's layout: every matrix (N, K)
+    # release(name, a, b): bytes a..b of `raw(name)` are on the device, their file pages may go (None: not mapped)
+    release: Callable[[str, int, int], None] | None = None
 
     def hf_shape(self, name: str, spec: TensorSpec) -> tuple[int, ...]:
         shape = tuple(self.shape(name))
@@ -124,7 +127,7 @@ def _open_hf(d: Path, reader: str, source: Any) -> Checkpoint:
     st = SafetensorsReader(weight_files(d), family.canonical, pure=None if reader == "auto" else reader == "pure")
     name = "webtensor-shipped" if source is None else str(source)
     return Checkpoint(family, cfg, tok, find_chat_template(d), frozenset(eos), str(d), name, st.names(), st.shape,
-                      st.dtype, st.raw, gguf=False)
+                      st.dtype, st.raw, gguf=False, release=st.release)
 
 
 def _open_gguf(path: Path, reader: str) -> Checkpoint:
@@ -143,7 +146,8 @@ def _open_gguf(path: Path, reader: str) -> Checkpoint:
     tok = _gguf_tokenizer(f.metadata, cfg.spec.vocab_size, f"{path} (tokenizer metadata)", reader)
     return Checkpoint(family, cfg, tok, find_chat_template(f.metadata), cfg.spec.eos_ids, where,
                       str(path), set(names), lambda n: f.tensors[names[n]].shape,
-                      lambda n: f.tensors[names[n]].type_name, lambda n: f.raw(names[n]), gguf=True)
+                      lambda n: f.tensors[names[n]].type_name, lambda n: f.raw(names[n]), gguf=True,
+                      release=lambda n, a, b: f.release(names[n], a, b))
 
 
 def _gguf_name_of(ck: Checkpoint, name: str) -> str:
@@ -204,38 +208,70 @@ def _check_tensors(ck: Checkpoint) -> None:
 
 
 # -- upload -------------------------------------------------------------------------------------------------
+STREAM_PIECES = 32  # a load writes its largest tensor in about this many pieces (see `upload`)
+PIECE_RANGE = (256 << 10, 32 << 20)  # ... of at least 256 KiB and at most 32 MiB
+
+
 def upload(ck: Checkpoint, device: Any, dtype: str | None, progress: Progress | bool | None = None) -> dict[str, Any]:
-    """The checkpoint's weights on `device` by canonical name (fused names where parts were fused)."""
+    """The checkpoint's weights on `device` by canonical name (fused names where parts were fused).
+
+    Streamed, tensor by tensor and piece by piece, from the file's map: on a WebGPU device each tensor goes in
+    pieces of about 1/32 of the file's largest tensor (`STREAM_PIECES`, `PIECE_RANGE`), the writes' staging copies
+    are bounded to two pieces (`WgpuContext.upload`), and a piece's pages of the map leave the process once it is on
+    its way (`Checkpoint.release`; float tensors converted or copied on the host, theirs once read). So the host
+    holds, beyond the runtime, a few pieces and the one tensor a conversion makes (a float type converted, a fused
+    q/k/v): never the file, never the model (tools/load_memory.py measures it). The CPU device keeps quantized
+    blocks as views of the map, as llama.cpp does on the CPU."""
     specs = ck.family.tensors(ck.config)
     groups = {parts[0]: (fused, parts) for fused, parts in ck.family.fusions(ck.config)
               if len({ck.stored_type(p) for p in parts}) == 1}  # (parts stored alike: one matrix)
     later = {p for _, parts in groups.values() for p in parts[1:]}
-    sizes = {n: _stored_nbytes(ck.stored_type(n), ck.shape(n)) for n in specs}
+    sizes = {n: stored_nbytes(ck.stored_type(n), ck.shape(n)) for n in specs}
     report = _progress(progress, sum(sizes.values()), ck.name)
     done = 0
     params: dict[str, Any] = {}
+    mapped = ck.release is not None
+    piece = min(max(max(sizes.values(), default=0) // STREAM_PIECES, PIECE_RANGE[0]), PIECE_RANGE[1]) & ~4095
+    staging = getattr(device.ctx, "upload_pieces", None)
     try:
-        for name, spec in specs.items():
-            if name in later:
-                continue
-            fused, parts = groups.get(name, (name, (name,)))
-            if len(parts) == 1:
-                raw, stored, shape = ck.raw(name), ck.stored_type(name), tuple(ck.shape(name))
-            else:  # rows of (N_i, K) matrices (or vectors) one after another: one (sum N_i, K) matrix
-                f32 = spec.kind == "float32"
-                raw = memoryview(b"".join(bytes(float32_bytes(ck.stored_type(p), ck.raw(p)) if f32 else ck.raw(p))
-                                          for p in parts))
-                stored = "F32" if f32 else ck.stored_type(name)
-                shape = (sum(ck.shape(p)[0] for p in parts), *ck.shape(name)[1:])
-            params[fused] = _upload_one(raw, stored, shape, spec, ck.gguf, device, dtype)
-            done += sum(sizes[p] for p in parts)
-            report(name, done)
+        with staging(piece) if staging is not None else contextlib.nullcontext():
+            for name, spec in specs.items():
+                if name in later:
+                    continue
+                fused, parts = groups.get(name, (name, (name,)))
+                if len(parts) == 1:
+                    raw, stored, shape = ck.raw(name), ck.stored_type(name), tuple(ck.shape(name))
+                else:  # rows of (N_i, K) matrices (or vectors) one after another: one (sum N_i, K) matrix
+                    f32 = spec.kind == "float32"
+                    raw = memoryview(b"".join(float32_bytes(ck.stored_type(p), ck.raw(p)) if f32 else ck.raw(p)
+                                              for p in parts))  # (one copy: join takes the views as they are)
+                    stored = "F32" if f32 else ck.stored_type(name)
+                    shape = (sum(ck.shape(p)[0] for p in parts), *ck.shape(name)[1:])
+                    if mapped:  # (the parts' bytes are in the joined copy now)
+                        for p in parts:
+                            ck.release(p, 0, sizes[p])  # type: ignore[misc]
+                on_way = _on_its_way(ck, name, done, report) if mapped and len(parts) == 1 else None
+                params[fused] = _upload_one(raw, stored, shape, spec, ck.gguf, device, dtype, on_way)
+                done += sum(sizes[p] for p in parts)
+                report(name, done)
     finally:
         report(None, done)
     return params
 
 
-def _stored_nbytes(t: str, shape: tuple[int, ...]) -> int:
+def _on_its_way(ck: Checkpoint, name: str, before: int, report: Callable[[str | None, int], None]
+                ) -> Callable[[int, int], None]:
+    """What to do as bytes a..b of tensor `name` reach the device: drop their pages of the map, move the bar."""
+    release = ck.release
+    assert release is not None
+
+    def on_way(a: int, b: int) -> None:
+        release(name, a, b)
+        report(name, before + b)
+    return on_way
+
+
+def stored_nbytes(t: str, shape: tuple[int, ...]) -> int:
     from ..formats.gguf_pure import GGML_TYPES
 
     n = math.prod(shape)
@@ -248,19 +284,32 @@ def _stored_nbytes(t: str, shape: tuple[int, ...]) -> int:
 
 
 def _upload_one(raw: memoryview, stored: str, shape: tuple[int, ...], spec: TensorSpec, gguf: bool, device: Any,
-                dtype: str | None) -> Any:
-    """One tensor from its stored bytes (`shape` in the stored layout) to what the family's forward takes."""
+                dtype: str | None, on_way: Callable[[int, int], None] | None = None) -> Any:
+    """One tensor from its stored bytes (`shape` in the stored layout) to what the family's forward takes;
+    `on_way(a, b)` once bytes a..b of `raw` are copied where they go or read into a conversion (not called for
+    what keeps viewing them: the CPU device's quantized blocks)."""
+    n_stored = raw.nbytes
+
+    def read_whole() -> None:  # (a conversion has read all the stored bytes: they may go)
+        if on_way is not None:
+            on_way(0, n_stored)
     if spec.kind == "float32":
-        return from_buffer(float32_bytes(stored, raw), shape, dt.float32, device)
+        t = from_buffer(float32_bytes(stored, raw), shape, dt.float32, device)
+        read_whole()
+        return t
     if stored in QUANT_TYPES:
         if dtype in ("float32", "float16"):  # asked for floats: dequantized
             raw, stored = _dequantized(stored, raw, shape), "F32"
+            read_whole()
+            on_way = None  # (what follows reads the dequantized copy, not the file)
         else:
-            return _quantized(device, stored, raw, shape)
+            return _quantized(device, stored, raw, shape, on_way)
     # a float matrix or embedding: (N, K) or (V, C) in the stored layout, but GPT-2's Conv1D from safetensors (K, N)
     nk = spec.kind != "conv1d" or gguf
     if dtype == "q8_0":
-        return _quantize_q8(device, float32_bytes(stored, raw), shape, transpose=not nk)
+        t = _quantize_q8(device, float32_bytes(stored, raw), shape, transpose=not nk)
+        read_whole()
+        return t
     keep_f16 = stored == "F16" and device.has_f16 and not device.backend.widens_f16
     want = dt.float16 if (dtype == "float16" or (dtype is None and keep_f16)) else dt.float32
     if want is dt.float16 and not device.has_f16:
@@ -279,7 +328,10 @@ def _upload_one(raw: memoryview, stored: str, shape: tuple[int, ...], spec: Tens
         arr = np.ascontiguousarray(arr)
         # (writeable: a fresh array the reader made for this tensor, or our own copy, kept as it is on the CPU;
         # read-only: a file map, copied)
-        t = device.backend.from_numpy(device, arr, arr.flags.writeable)
+        view = np.may_share_memory(arr, np.frombuffer(raw, np.uint8))
+        if not view:
+            read_whole()
+        t = device.backend.from_numpy(device, arr, arr.flags.writeable, on_way if view else None)
         return t if spec.kind == "embedding" or not kmajor else t.T
     if stored == "F16" and device.has_f16:
         t = from_buffer(raw, shape, dt.float16, device)
@@ -318,12 +370,14 @@ def float32_bytes(stored: str, raw: memoryview) -> memoryview:
     return np.frombuffer(raw, src_type).astype("<f4").data.cast("B")
 
 
-def _quantized(device: Any, stored: str, raw: memoryview, shape: tuple[int, ...]) -> Any:
-    """A quantized (N, K) tensor on `device` from its ggml blocks, kept as they are."""
+def _quantized(device: Any, stored: str, raw: memoryview, shape: tuple[int, ...],
+               on_way: Callable[[int, int], None] | None = None) -> Any:
+    """A quantized (N, K) tensor on `device` from its ggml blocks, kept as they are (on the CPU device a view of
+    them: the file's map, like llama.cpp's on the CPU, so `on_way` is not called)."""
     if device.kind == "wgpu":
         from ..backends.wgpu import quant_ops
 
-        return quant_ops.upload_blocks(device, stored, raw, shape)
+        return quant_ops.upload_blocks(device, stored, raw, shape, on_way)
     from ..quant import QuantWeight
 
     return QuantWeight.from_blocks(stored, raw, shape)
@@ -388,7 +442,7 @@ def _gguf_tokenizer(meta: Mapping[str, Any], vocab_size: int, src: str, reader: 
 
 # -- models -------------------------------------------------------------------------------------------------
 def load(source: Any = None, device: Any = None, dtype: Any = None, n_ctx: int | None = None,
-         progress: Progress | bool | None = None, reader: str = "auto") -> Any:
+         progress: Progress | bool | None = None, reader: str = "auto", kv_dtype: str | None = None) -> Any:
     """`webtensor.load_model`: open, check, upload, build."""
     from ..device import Device
 
@@ -397,24 +451,29 @@ def load(source: Any = None, device: Any = None, dtype: Any = None, n_ctx: int |
     if want == "float16" and not dev.has_f16:
         raise CheckpointError(f"{dev.describe()} has no shader-f16 feature: use dtype float32")
     ck = open_checkpoint(source, reader)
-    return build(ck, dev, want, n_ctx, progress)
+    return build(ck, dev, want, n_ctx, progress, kv_dtype=kv_dtype)
 
 
 def build(ck: Checkpoint, device: Any, dtype: str | None, n_ctx: int | None = None,
-          progress: Progress | bool | None = None, cls: Any = None) -> Any:
-    """A `LanguageModel` (or `cls`) of an opened checkpoint on `device`."""
+          progress: Progress | bool | None = None, cls: Any = None, kv_dtype: str | None = None) -> Any:
+    """A `LanguageModel` (or `cls`) of an opened checkpoint on `device`; `kv_dtype`: its KV cache's type (None: the
+    device's default, `models.base.default_kv_dtype`)."""
     from .base import LanguageModel
 
     spec = ck.config.spec
     ctx = min(spec.n_ctx, DEFAULT_CTX) if n_ctx is None else n_ctx
     if isinstance(ctx, bool) or not isinstance(ctx, int) or not 1 <= ctx <= spec.n_ctx:
         raise CheckpointError(f"n_ctx must be an integer in [1, {spec.n_ctx}] (the model's context), got {n_ctx!r}")
+    if kv_dtype is not None:  # (before the upload: a bad one costs nothing)
+        from ..runtime.cache import check_kv_dtype
+
+        check_kv_dtype(kv_dtype, spec.head_dim, device.has_f16)
     params = upload(ck, device, dtype, progress)
     weights = ck.family.build(ck.config, params, device, ctx)
     nbytes = sum(getattr(v, "nbytes", 0) for v in {id(v): v for v in params.values()}.values())
     return (cls or LanguageModel)(ck.family, ck.config, weights, device, ctx, tokenizer=ck.tokenizer,
                                   chat_template=ck.chat_template, eos_ids=ck.eos_ids, dtype=dtype, name=ck.name,
-                                  weight_bytes=nbytes, params=params)
+                                  weight_bytes=nbytes, params=params, kv_dtype=kv_dtype)
 
 
 def export_arrays(model: Any) -> dict[str, Any]:
@@ -482,8 +541,8 @@ def random_arrays(family: Family | str, config: Any, seed: int = 0) -> dict[str,
 
 
 def random(family: str, config: Any, device: Any = None, dtype: Any = None, seed: int = 0,
-           n_ctx: int | None = None) -> Any:
+           n_ctx: int | None = None, kv_dtype: str | None = None) -> Any:
     from ..device import Device
 
     ck = from_arrays(family, config, random_arrays(family, config, seed), name=f"random-{family}")
-    return build(ck, Device.parse(device), check_dtype(dtype), n_ctx, progress=False)
+    return build(ck, Device.parse(device), check_dtype(dtype), n_ctx, progress=False, kv_dtype=kv_dtype)

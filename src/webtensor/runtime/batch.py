@@ -6,8 +6,8 @@ depend on what the rows are — a prompt chunk of one sequence, decode tokens of
 rows — and that is said here, once, instead of as flags in every forward:
 
 - `store` (int32 (T,)): the rows are a chunk of one sequence's prompt, at consecutive positions of one slot
-  (`runtime.runner`'s prompt graphs). Row t's key and value go to position store[t] of its slot (the context
-  length n_ctx for padding rows: not stored) before any row attends; attention is `ops.chunk_attention` (the
+  (`runtime.runner`'s prompt graphs). Row t's key and value go to position store[t] of its slot (the end of the
+  block table for padding rows: not stored) before any row attends; attention is `ops.chunk_attention` (the
   rows share key tiles, reading the cached prefix and each other), the products matrix-matrix products over
   the T rows.
 - no store: every row is its own sequence (a decode token), attending by its own (slot, position); each row
@@ -15,7 +15,9 @@ rows — and that is said here, once, instead of as flags in every forward:
 - `invariant` (no store): each row's products are one-row products (activations held as (T, 1, C)), so a row's
   numbers do not depend on which rows share its step (batch invariance); False: one (T, C) matrix product,
   faster for big batches, rows may differ in the last bits from a lone row.
-- `head_rows` (int32 (S,) tensor of row indices): the LM head runs on those rows only (none: no LM head).
+- `head_rows` (int32 (S,) tensor of row indices): the LM head runs on those rows only (none: every row).
+- `table`: the KV cache's block table (int32 (n_seqs, max_blocks): a row's slot is its sequence's row of it,
+  docs/design-kv.md); None: the caches are contiguous (slot s is block s).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class StepBatch:
     store: Tensor | None = None  # int32 (T,): a prompt chunk's rows, stored at these positions first
     head_rows: Tensor | None = None  # int32 (S,)
     invariant: bool = True
+    table: Tensor | None = None  # int32 (n_seqs, max_blocks)
 
     @property
     def T(self) -> int:
@@ -46,19 +49,21 @@ class StepBatch:
 
     def attend(self, k_cache: Tensor, v_cache: Tensor, q: Tensor, k: Tensor, v: Tensor, scale: float,
                rope: ops.Rope | None = None) -> Tensor:
-        """Store the rows' keys and values in one layer's cache (n_slots, n_ctx, KVH, D) and attend:
-        q (T, H, D), k and v (T, KVH, D) -> (T, H, D) float32. rope = (cos, sin, interleaved): q and k
-        rotated at the rows' positions first (`ops.rope`), inside the store and the attention where
-        the step's kernels take it (the decode step: one launch for the rotation, the store and the
-        attention), else (a prompt chunk) a rope of q and a store of k that rotates it."""
+        """Store the rows' keys and values in one layer's cache (a pool of blocks through `table`, or a contiguous
+        (n_slots, n_ctx, KVH, D) cache) and attend: q (T, H, D), k and v (T, KVH, D) -> (T, H, D) float32. rope =
+        (cos, sin, interleaved): q and k rotated at the rows' positions first (`ops.rope`), inside the store and
+        the attention where the step's kernels take it (the decode step: one launch for the rotation, the store and
+        the attention), else (a prompt chunk) a rope of q and a store of k that rotates it. Every row attends to
+        the keys and values as the cache stores them (rounded to its type)."""
+        t = self.table
         if self.store is not None:
             if rope is not None:
                 q = ops.rope(q, self.pos, *rope)
-            ops.cache_write(k_cache, k, self.store, self.slot, rope=rope)
-            ops.cache_write(v_cache, v, self.store, self.slot)
-            return ops.chunk_attention(q, k_cache, v_cache, self.pos, self.slot, scale=scale)
+            ops.cache_write(k_cache, k, self.store, self.slot, rope=rope, table=t)
+            ops.cache_write(v_cache, v, self.store, self.slot, table=t)
+            return ops.chunk_attention(q, k_cache, v_cache, self.pos, self.slot, scale=scale, table=t)
         return ops.cached_attention(q, k_cache, v_cache, self.pos, self.slot, scale=scale, k_new=k, v_new=v,
-                                    rope=rope)
+                                    rope=rope, table=t)
 
     def head_input(self, x: Tensor) -> Tensor:
         """The rows of x (T, ..., C) that need logits, shaped as this batch holds activations: (S, 1, C) or (S, C)."""

@@ -1,17 +1,21 @@
-"""`ModelRunner`: one model's sequences on one device — the slot KV cache, the captured graphs and the feed-back
+"""`ModelRunner`: one model's sequences on one device — the paged KV cache, the captured graphs and the feed-back
 ring — and the only code that runs a model's forward. `generate`, `generate_batch`, both serving engines, the web
 page and the benchmarks are its clients.
 
-A runner holds `n_slots` sequences (KV-cache slots, plus a scratch slot that decode padding rows write). Its
-clients ask for two kinds of work:
+A runner holds `n_slots` sequences (rows of the KV cache's block table, plus a scratch row that decode padding
+rows write) over one pool of KV blocks (`runtime.cache.KVCache`, docs/design-kv.md). A sequence's blocks are chosen
+either by the runner itself (rows without `blocks`: its own `BlockManager` grows a sequence's list as its rows
+reach new blocks; `truncate` / `release` give them back) or by the caller (rows with `blocks`: the server's
+scheduler owns the pool's bookkeeping); the table rows that changed are uploaded before each launch. Its clients
+ask for two kinds of work:
 
 - `prefill(slot, ids, p0)`: a prompt of one sequence, read in chunks of `prefill_chunk` tokens (the device
   policy's, `prefill_policy`), each chunk a replay of a captured prompt-chunk graph (`_ChunkGraph`: the rows'
   tokens, positions and slot in device tensors, `StepBatch.store`: products as matrix-matrix products, attention
-  by `ops.chunk_attention`, the LM head on the last real row only). Chunk shapes are bucketed (`chunk_bucket`),
-  the padding rows repeating the last token and position and stored nowhere, so a prompt of any length is a
-  handful of replays (one submit each: each replay's inputs are uploaded first) whose host cost is their
-  encoding, not the planning of every op.
+  by `ops.chunk_attention` through the block table, the LM head on the last real row only). Chunk shapes are
+  bucketed (`chunk_bucket`), the padding rows repeating the last token and position and stored nowhere, so a
+  prompt of any length is a handful of replays (one submit each: each replay's inputs are uploaded first) whose
+  host cost is their encoding, not the planning of every op.
 - `launch(rows)`: a step of `RunRow`s, at most one per slot: its prompt chunks (rows of several tokens) each as
   above, its one-token rows (decode tokens) as one forward of the decode-step graph (`_StepGraph`) with the LM
   head on the rows that choose a token. Decode shapes are bucketed (`bucket`), padding rows writing the scratch
@@ -43,7 +47,8 @@ from ..errors import ArgumentError, ContextLengthError
 from ..tensor import Tensor, from_buffer
 from ..validate import check_ids
 from .batch import StepBatch
-from .cache import KVCache
+from .blocks import BlockManager
+from .cache import BLOCK_SIZE, KVCache, binding_cap
 
 MAX_GRAPHS = 64  # captured shapes kept, decode steps and prompt chunks (least recently used released beyond)
 RING_STEPS = 16  # steps one `follow` may launch (its tokens: a ring of this many rows of the step's width)
@@ -59,7 +64,12 @@ class Runnable(Protocol):
     @property
     def vocab_size(self) -> int: ...
 
-    def new_cache(self, n_slots: int = 1) -> KVCache: ...
+    @property
+    def spec(self) -> Any: ...
+
+    def position_bytes(self) -> int: ...
+
+    def new_cache(self, n_seqs: int = 1, n_blocks: int | None = None, block_size: int = BLOCK_SIZE) -> KVCache: ...
 
     def forward(self, batch: StepBatch, cache: KVCache) -> Tensor: ...
 
@@ -73,7 +83,8 @@ class RunRow:
     log-probabilities are asked for: OpenAI's `echo`), the last one's being the choosing row's when `pick`;
     `mask`: the tokens the choosing row may take (a grammar's), as int32 little-endian words (bit c % 32 of word
     c // 32 for token c: `ops.token_mask`), applied to its logits on the device before the argmax and the
-    readback."""
+    readback. `blocks`: the sequence's KV blocks in position order, covering every position through the row's last
+    (a caller that manages the pool: the server's scheduler); None: the runner's own (see the module docstring)."""
 
     slot: int
     ids: tuple[int, ...]
@@ -82,6 +93,7 @@ class RunRow:
     read_logits: bool = False
     every_logits: bool = False
     mask: bytes | None = None
+    blocks: tuple[int, ...] | None = None
 
     @property
     def next_position(self) -> int:
@@ -101,6 +113,15 @@ class RunRow:
 def int_tensor(values: Sequence[int], device: Any) -> Tensor:
     """An int32 tensor of `values` on `device` (no numpy needed)."""
     return from_buffer(struct.pack(f"<{len(values)}i", *values), (len(values),), "int32", device)
+
+
+def int_rows(device: Any, *rows: Sequence[int]) -> tuple[Tensor, ...]:
+    """int32 rows of one length T as views of one (len(rows), T) tensor: the KV kernels bind positions and slots as
+    one buffer (a step's positions and slots; a chunk's positions, store positions and slots)."""
+    T = len(rows[0])
+    flat = [v for r in rows for v in r]
+    both = from_buffer(struct.pack(f"<{len(flat)}i", *flat), (len(rows), T), "int32", device)
+    return tuple(both[i] for i in range(len(rows)))
 
 
 def upload_ints(t: Tensor, values: Sequence[int]) -> None:
@@ -203,7 +224,8 @@ class _StepGraph:
     def __init__(self, runner: ModelRunner, width: int, picks: int | None, masked: bool = False):
         dev = runner.device
         self.width = width
-        self.ids, self.pos, self.slot = (int_tensor([0] * width, dev) for _ in range(3))
+        self.ids = int_tensor([0] * width, dev)
+        self.pos, self.slot = int_rows(dev, [0] * width, [0] * width)
         self.sel = None if picks is None else int_tensor([0] * picks, dev)
         self.bits = _mask_bits(runner, picks or width) if masked else None
         self.feeds_back = picks is None and not masked
@@ -214,7 +236,8 @@ class _StepGraph:
 
             def after(best: Tensor) -> None:
                 ops.advance_tokens(best, self.ids, self.pos, self.ring, self.count)
-        batch = StepBatch(self.ids, self.pos, self.slot, head_rows=self.sel, invariant=runner.invariant)
+        batch = StepBatch(self.ids, self.pos, self.slot, head_rows=self.sel, invariant=runner.invariant,
+                          table=runner.cache.table)
         self.graph = dev.capture(_forward(runner, batch, self.bits, after))
 
     def release(self) -> None:
@@ -230,10 +253,12 @@ class _ChunkGraph:
     def __init__(self, runner: ModelRunner, width: int, head: str, masked: bool = False):
         dev = runner.device
         self.width, self.head = width, head
-        self.ids, self.pos, self.store, self.slot = (int_tensor([0] * width, dev) for _ in range(4))
+        self.ids = int_tensor([0] * width, dev)
+        self.pos, self.store, self.slot = int_rows(dev, *([0] * width for _ in range(3)))
         self.sel = None if head == "every" else int_tensor([0] * (head == "last"), dev)
         self.bits = _mask_bits(runner, width if head == "every" else 1) if masked else None
-        batch = StepBatch(self.ids, self.pos, self.slot, store=self.store, head_rows=self.sel, invariant=False)
+        batch = StepBatch(self.ids, self.pos, self.slot, store=self.store, head_rows=self.sel, invariant=False,
+                          table=runner.cache.table)
         self.graph = dev.capture(_forward(runner, batch, self.bits))
 
     def release(self) -> None:
@@ -278,10 +303,12 @@ class Collected:
 
 class ModelRunner:
     def __init__(self, model: Runnable, n_slots: int, use_graph: bool | None = None, invariant: bool = True,
-                 bucketed: bool = True, weak: bool = False, prefill_chunk: int | None = None):
+                 bucketed: bool = True, weak: bool = False, prefill_chunk: int | None = None,
+                 kv_blocks: int | None = None, block_size: int = BLOCK_SIZE):
         """`weak`: hold the model by weak reference (a runner the model itself keeps, in its pool: no cycle, so a
         dropped model is freed at once). `prefill_chunk`: the tokens of a prompt a graph replay reads (None: the
-        device policy's, `prefill_policy`)."""
+        device policy's, `prefill_policy`). `kv_blocks`: the pool's blocks of `block_size` positions (default:
+        every slot's whole context, `n_slots * ceil(n_ctx / block_size)`, at most what one binding holds a layer)."""
         if n_slots < 1:
             raise ArgumentError(f"a runner needs at least one slot, got {n_slots}")
         self._model: Any = weakref.ref(model) if weak else (lambda: model)
@@ -292,9 +319,15 @@ class ModelRunner:
         self.prefill_chunk = prefill_policy(self.device)[0] if prefill_chunk is None else prefill_chunk
         if self.prefill_chunk < 1:
             raise ArgumentError(f"prefill_chunk must be >= 1, got {self.prefill_chunk}")
-        # bucketed: decode step shapes rounded up (`bucket`), the padding rows writing a scratch slot (n_slots);
-        # else every step shape its own graph (a client whose steps have few shapes: one sequence decoding)
-        self.cache = model.new_cache(n_slots + bucketed)
+        # bucketed: decode step shapes rounded up (`bucket`), the padding rows writing the scratch sequence
+        # (n_slots) and block; else every step shape its own graph (a client whose steps have few shapes)
+        self.block_size = block_size
+        self.max_blocks = -(-self.n_ctx // block_size)
+        n_blocks = min(n_slots * self.max_blocks, binding_cap(model, block_size)) if kv_blocks is None else kv_blocks
+        self.cache = model.new_cache(n_slots, n_blocks, block_size)
+        self.blocks = BlockManager(self.cache.n_blocks, block_size, prefix_caching=False)  # (rows without blocks)
+        self._owned: list[list[int]] = [[] for _ in range(n_slots)]  # each slot's blocks from self.blocks
+        self._external = False  # rows have come with their blocks (the caller manages the pool)
         self._length = [0] * n_slots  # tokens held per slot
         self._held: list[list[int]] = [[] for _ in range(n_slots)]  # the tokens behind them, as far as known
         # captured graphs, least to most recently used: ("step", width, picks, masked) decode steps and
@@ -310,6 +343,7 @@ class ModelRunner:
         eagerly); the last position's logits (1, V), a tensor of their own. The keys and values stay in the slot."""
         row = RunRow(slot, tuple(ids), p0)
         self._check([row])
+        self._place([row])
         with self.device.dispatch_scope():
             logits = ops.copy(self._prompt(slot, row.ids, p0, "last")[-1][0])  # (a graph's output: rewritten later)
         self._length[slot] = row.next_position
@@ -351,9 +385,10 @@ class ModelRunner:
             return logits, best, len(ids)
         dev = self.device
         inputs, sel, masks = self._chunk_inputs(slot, ids, start, head, mask)
-        ids_t, pos_t, store_t, slot_t = (int_tensor(v, dev) for v in inputs)
+        ids_t = int_tensor(inputs[0], dev)
+        pos_t, store_t, slot_t = int_rows(dev, *inputs[1:])
         batch = StepBatch(ids_t, pos_t, slot_t, store=store_t, head_rows=None if head == "every" else
-                          int_tensor(sel, dev), invariant=False)
+                          int_tensor(sel, dev), invariant=False, table=self.cache.table)
         logits, best = _forward(self, batch, self._bits_tensor(masks) if mask is not None else None)()
         return logits, best, len(ids)
 
@@ -377,11 +412,11 @@ class ModelRunner:
             tuple[tuple[list[int], ...], list[int], list[bytes | None]]:
         """A prompt chunk's rows at `chunk_bucket` rows: (ids, positions, store positions, slots), the head rows
         (`sel`) and their masks. The padding rows repeat the last token and position (finite rows, never read) and
-        are stored nowhere (their store position is the context's end)."""
+        are stored nowhere (their store position is the block table's end)."""
         n = len(ids)
         pad, end = chunk_bucket(n) - n, start + n
         inputs = (list(ids) + [ids[-1]] * pad, list(range(start, end)) + [end - 1] * pad,
-                  list(range(start, end)) + [self.n_ctx] * pad, [slot] * (n + pad))
+                  list(range(start, end)) + [self.max_blocks * self.block_size] * pad, [slot] * (n + pad))
         masks: list[bytes | None] = [None] * (n - 1) + [mask] + [None] * pad if head == "every" else [mask]
         return inputs, [n - 1] if head == "last" else [], masks
 
@@ -390,6 +425,7 @@ class ModelRunner:
         """Start a step (the device works on it while the caller goes on); `collect` its results. Rows of several
         tokens (prompt chunks) run as prompt-chunk graphs (`_prompt`), the one-token rows as one decode step."""
         self._check(rows)
+        self._place(rows)
         parts: list[_Part] = []
         step = [i for i, r in enumerate(rows) if len(r.ids) == 1]
         graph = None
@@ -463,8 +499,10 @@ class ModelRunner:
                 dev.backend.upload_into(g.bits, self._bits(masks, g.bits.shape[0]))
             logits, best = g.graph.replay()
         else:
-            batch = StepBatch(int_tensor(ids, dev), int_tensor(pos, dev), int_tensor(slot, dev),
-                              head_rows=None if every else int_tensor(picks or [0], dev), invariant=self.invariant)
+            pos_t, slot_t = int_rows(dev, pos, slot)
+            batch = StepBatch(int_tensor(ids, dev), pos_t, slot_t,
+                              head_rows=None if every else int_tensor(picks or [0], dev), invariant=self.invariant,
+                              table=self.cache.table)
             logits, best = _forward(self, batch, self._bits_tensor(masks or [None]) if masked else None)()
         assert best is not None
         return logits, best, g
@@ -475,20 +513,31 @@ class ModelRunner:
 
     def can_follow(self, rows: Sequence[RunRow], steps: int = 1) -> bool:
         """Whether `follow` can launch `steps` steps from these rows: one-token rows that all choose, each with room
-        for `steps` more positions, on a runner that replays graphs."""
-        return (self.use_graph and 1 <= steps <= RING_STEPS and bool(rows)
-                and all(len(r.ids) == 1 and r.pick and r.start + steps < self.n_ctx for r in rows))
+        for `steps` more positions (in the context, and in KV blocks: the rows' own, or the runner's free ones), on
+        a runner that replays graphs."""
+        if not (self.use_graph and 1 <= steps <= RING_STEPS and bool(rows)
+                and all(len(r.ids) == 1 and r.pick and r.start + steps < self.n_ctx for r in rows)):
+            return False
+        if all(r.blocks is not None for r in rows):
+            return all(len(r.blocks) * self.block_size >= r.start + steps for r in rows)  # type: ignore[arg-type]
+        need = sum(max(0, self.blocks.blocks_for(r.start + steps) - len(self._owned[r.slot])) for r in rows)
+        return need <= self.blocks.free
 
-    def follow(self, prev: Launched, steps: int = 1) -> Launched:
+    def follow(self, prev: Launched, steps: int = 1, blocks: dict[int, tuple[int, ...]] | None = None) -> Launched:
         """Launch `steps` steps after `prev` (the last launched, a step of one-token choosing rows) for the same
         sequences before prev's tokens are known: each step's input is the argmax the step before chose, fed back
-        on the device. The followed steps' tokens come back through the ring (`collect`)."""
+        on the device. The followed steps' tokens come back through the ring (`collect`). `blocks`: slot -> its
+        sequence's blocks, covering the followed steps' positions (a caller that manages the pool); else the
+        runner's own are grown."""
         self.check_follow(prev)
         g = prev.graph
         assert g is not None
-        rows = [RunRow(r.slot, (0,), r.start + prev.steps, True) for r in prev.rows]
+        rows = [RunRow(r.slot, (0,), r.start + prev.steps, True, blocks=None if blocks is None else blocks[r.slot])
+                for r in prev.rows]
         if not self.can_follow(rows, steps):
-            raise ArgumentError(f"cannot follow with {steps} steps (1 to {RING_STEPS}, within the context)")
+            raise ArgumentError(f"cannot follow with {steps} steps (1 to {RING_STEPS}, within the context and the "
+                                "KV pool)")
+        self._place(rows, steps)
         upload_ints(g.count, [0])  # (a queue write: after prev's steps, before these)
         with self.device.dispatch_scope():
             g.graph.replay(steps)
@@ -538,12 +587,27 @@ class ModelRunner:
         """The slot's sequence is done; its next row starts at position 0."""
         self.truncate(slot, 0)
 
+    def reserve(self, slot: int, positions: int) -> None:
+        """Give the slot's sequence the runner's own KV blocks for its first `positions` positions (a caller that runs
+        its own `StepBatch` over `cache` at positions no row of the runner reached yet); KVCacheFullError when the
+        pool is out."""
+        self._check_slot(slot)
+        if positions > 0:
+            self._place([RunRow(slot, (0,), positions - 1)])
+
     def truncate(self, slot: int, n: int) -> None:
-        """Keep the slot's first `n` positions (their keys and values stay valid); the next row starts at n."""
+        """Keep the slot's first `n` positions (their keys and values stay valid); the next row starts at n. The
+        runner's own blocks past them go back to its pool."""
         self._check_slot(slot)
         n = max(0, min(n, self._length[slot]))
         self._length[slot] = n
         del self._held[slot][n:]
+        owned = self._owned[slot]
+        keep = self.blocks.blocks_for(n)
+        if len(owned) > keep:
+            self.blocks.release(owned[keep:])
+            del owned[keep:]
+            self.cache.set_blocks(slot, owned)
 
     def hold(self, slot: int, tokens: Sequence[int]) -> None:
         """Record that the slot's cache holds the keys and values of `tokens` at positions 0.. (a client that knows
@@ -624,6 +688,21 @@ class ModelRunner:
         self._graphs[key] = g
         return g
 
+    def _place(self, rows: Sequence[RunRow], steps: int = 1) -> None:
+        """Each row's sequence in the block table, covering the positions its `steps` steps write: the row's own
+        blocks, or the runner's grown (KVCacheFullError when its pool is out); then the changed rows uploaded."""
+        for r in rows:
+            if r.blocks is not None:
+                self._external = True
+                self.cache.set_blocks(r.slot, r.blocks)
+                continue
+            owned = self._owned[r.slot]
+            more = self.blocks.blocks_for(r.next_position + steps - 1) - len(owned)
+            if more > 0:
+                owned.extend(self.blocks.allocate(more))
+                self.cache.set_blocks(r.slot, owned)
+        self.cache.sync()
+
     def _check_slot(self, slot: int) -> None:
         if not 0 <= slot < self.n_slots:
             raise ArgumentError(f"slot {slot} is out of range for {self.n_slots} slots")
@@ -638,7 +717,15 @@ class ModelRunner:
             seen.add(r.slot)
             if not r.ids:
                 raise ArgumentError(f"the row for slot {r.slot} has no tokens")
-            if r.start != 0 and self._length[r.slot] != r.start:
+            if r.blocks is not None:
+                if len(r.blocks) * self.block_size < r.next_position:
+                    raise ArgumentError(f"the row for slot {r.slot} reaches position {r.next_position - 1}, past its "
+                                        f"{len(r.blocks)} KV blocks of {self.block_size}")
+                if self.blocks.used:
+                    raise ArgumentError("rows with their own KV blocks on a runner that allocates its own")
+            elif self._external:
+                raise ArgumentError(f"the row for slot {r.slot} has no KV blocks, on a runner whose caller gives them")
+            elif r.start != 0 and self._length[r.slot] != r.start:
                 raise ArgumentError(f"slot {r.slot} holds {self._length[r.slot]} tokens, the row starts at {r.start}")
             check_ids(r.ids, self.vocab_size)
             if r.start + len(r.ids) > self.n_ctx:

@@ -127,7 +127,7 @@ def create_app(engine: Engine, max_queue: int = 256, api_key: str | None = None,
         return {"status": "draining" if sched.draining else "ok", "model": engine.name,
                 "active": sched.active, "queued": sched.queued, "max_batch": engine.max_batch,
                 "engine": getattr(engine, "engine", None), "graphs": getattr(engine, "graph_stats", None),
-                "prefill_chunk": sched.prefill_chunk, "prefill_budget": sched.prefill_budget}
+                "prefill_chunk": sched.prefill_chunk, "prefill_budget": sched.prefill_budget, "kv": sched.kv_stats()}
 
     @_get(app, "/metrics")
     async def metrics_text() -> Response:
@@ -446,11 +446,22 @@ def _sequence(engine: Engine, ids: list[int], body: SamplingRequest, max_tokens:
     log-probability and the k most likely; `echo`: the prompt's too. `turn_end`: token ids that end a chat's turn
     besides EOS (`chat.turn_stops`), stop ids as the request's own `stop_token_ids` are."""
     room = engine.n_ctx - len(ids)
+    pool = kv_positions(engine)  # (a sequence never holds more than the whole KV pool)
+    if pool is not None:
+        if len(ids) > pool:
+            raise APIError(400, f"prompt: the prompt ({len(ids)} tokens) needs more KV cache than this server's pool "
+                           f"holds ({pool} positions: --kv-memory)", param="prompt", code="context_length_exceeded")
+        room = min(room, pool - len(ids) + 1)  # (the last new token is never fed: it takes no position)
     if max_tokens is None:
         max_tokens = room if default_max is None else min(default_max, room)
     elif len(ids) + max_tokens > engine.n_ctx:
         raise APIError(400, f"{max_param}: the prompt ({len(ids)} tokens) plus {max_tokens} new tokens exceeds this "
                        f"model's context of {engine.n_ctx} tokens", param=max_param, code="context_length_exceeded")
+    elif max_tokens > room:
+        raise APIError(400, f"{max_param}: the prompt ({len(ids)} tokens) plus {max_tokens} new tokens need "
+                       f"{len(ids) + max_tokens - 1} positions of KV cache, more than this server's pool holds ({pool} "
+                       f"positions: --kv-memory); at most {room} new tokens fit", param=max_param,
+                       code="context_length_exceeded")
     if body.min_tokens is not None and body.min_tokens > max_tokens:
         raise APIError(400, f"min_tokens: {body.min_tokens} is more than the {max_tokens} tokens this request may "
                        f"generate ({max_param})", param="min_tokens", code="invalid_value")
@@ -471,6 +482,12 @@ def _sequence(engine: Engine, ids: list[int], body: SamplingRequest, max_tokens:
         raise APIError(400, str(e), code="invalid_sampling") from None
     return Generation(ids, max_tokens, sampling, stops, ignore_eos=body.ignore_eos, echo=echo, grammar=grammar,
                       shown=shown)
+
+
+def kv_positions(engine: Engine) -> int | None:
+    """Positions the engine's KV pool holds (None: an engine without one)."""
+    n = getattr(engine, "kv_blocks", None)
+    return None if n is None else int(n) * int(getattr(engine, "block_size", 1))
 
 
 async def _grammar(engine: Engine, fmt: ResponseFormat | None, param: str = "response_format") -> str | None:

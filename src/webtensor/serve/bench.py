@@ -11,6 +11,8 @@ Several servers (comma-separated URLs, e.g. the batched and the reference engine
 measured one after another in the same run, each row labelled with the engine its /health names.
 `--shared-prefix N`: every prompt starts with the same text of N tokens (a long system prompt), so the
 server's prefix reuse shows in TTFT (a server run with `--no-prefix-reuse` beside it for the "before").
+`--prompt-tokens N`: every prompt is exactly N tokens, each its own (sent as token ids), so C streams of N +
+max_tokens positions hold that much KV cache (tools/h200/serve_8b.sh: 64 streams of 2,048-token contexts).
 """
 
 from __future__ import annotations
@@ -80,24 +82,42 @@ class Client:
         self.model = model or self._model()
         self.engine = self._engine()
         self.prefix = ""
+        self.prompt_tokens = 0  # (--prompt-tokens: prompts of exactly this many tokens, as ids)
+        self._long: dict[int, list[int]] = {}
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        c = self._conn()
+        try:
+            c.request("POST", path, json.dumps(body), headers=self.headers)
+            r = c.getresponse()
+            out: dict[str, Any] = json.loads(r.read())
+        finally:
+            c.close()
+        if r.status != 200:
+            raise WebtensorError(f"POST {path}: HTTP {r.status}: {out}")
+        return out
 
     def shared_prefix(self, n: int) -> str:
         """A text of exactly `n` tokens by the server's /tokenize (PREFIX_TEXT repeated, cut by /detokenize)."""
-        def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
-            c = self._conn()
-            try:
-                c.request("POST", path, json.dumps(body), headers=self.headers)
-                r = c.getresponse()
-                out: dict[str, Any] = json.loads(r.read())
-            finally:
-                c.close()
-            if r.status != 200:
-                raise WebtensorError(f"POST {path}: HTTP {r.status}: {out}")
-            return out
-        ids = post("/tokenize", {"prompt": PREFIX_TEXT * (n // 8 + 1), "add_special_tokens": False})["tokens"]
+        ids = self._post("/tokenize", {"prompt": PREFIX_TEXT * (n // 8 + 1), "add_special_tokens": False})["tokens"]
         if len(ids) < n:
             raise WebtensorError(f"could not make a prefix of {n} tokens")
-        return str(post("/detokenize", {"tokens": ids[:n]})["prompt"])
+        return str(self._post("/detokenize", {"tokens": ids[:n]})["prompt"])
+
+    def prompt(self, i: int) -> str | list[int]:
+        """The i-th prompt: `prompt(i)` after the shared prefix, or with `prompt_tokens`, exactly that many token ids
+        of its own text (prompt(i) and numbered words, by the server's /tokenize)."""
+        n = self.prompt_tokens
+        if not n:
+            return prompt(i, self.prefix)
+        if i not in self._long:
+            words = " ".join(f"{TOPICS[(i + j) % len(TOPICS)].split()[-1].lower()}{i}x{j}" for j in range(n))
+            ids = self._post("/tokenize", {"prompt": f"{prompt(i, self.prefix)} {words}",
+                                           "add_special_tokens": False})["tokens"]
+            if len(ids) < n:
+                raise WebtensorError(f"could not make a prompt of {n} tokens")
+            self._long[i] = ids[:n]
+        return self._long[i]
 
     def _conn(self) -> http.client.HTTPConnection:
         return http.client.HTTPConnection(self.host, self.port, timeout=600)
@@ -128,14 +148,14 @@ class Client:
             c.close()
         return str(body.get("engine") or f"{self.host}:{self.port}")
 
-    def _request(self, text: str, max_tokens: int) -> bytes:
+    def _request(self, text: str | list[int], max_tokens: int) -> bytes:
         body = json.dumps({"model": self.model, "prompt": text, "max_tokens": max_tokens, "temperature": 0,
                            "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}}).encode()
         head = "".join(f"{k}: {v}\r\n" for k, v in self.headers.items())
         return (f"POST /v1/completions HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n{head}"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
 
-    async def stream(self, text: str, max_tokens: int) -> Stream:
+    async def stream(self, text: str | list[int], max_tokens: int) -> Stream:
         """One streamed completion; its token count, TTFT and the gaps between its token events."""
         import asyncio
 
@@ -197,7 +217,7 @@ def run_level(client: Client, c: int, rounds: int, max_tokens: int) -> Level:
     with tqdm(total=c * rounds, desc=f"concurrency {c}", unit="req", leave=False) as bar:
         async def one_client(k: int) -> None:
             for r in range(rounds):
-                streams.append(await client.stream(prompt(k + r * c, client.prefix), max_tokens))
+                streams.append(await client.stream(client.prompt(k + r * c), max_tokens))
                 bar.update(1)
 
         async def level() -> None:
@@ -256,7 +276,7 @@ def hf_tok_s(model_spec: str | None, c: int, max_tokens: int, device: str = "cpu
 
 def main(url: str, levels: list[int], max_tokens: int, rounds: int, model: str | None, api_key: str | None,
          json_path: str | None, plot_path: str | None, hf: bool, hf_only: bool = False, hf_device: str = "cpu",
-         hf_dtype: str = "float32", hf_threads: int = 0, shared_prefix: int = 0) -> int:
+         hf_dtype: str = "float32", hf_threads: int = 0, shared_prefix: int = 0, prompt_tokens: int = 0) -> int:
     import asyncio
 
     urls = [] if hf_only else [u.strip() for u in url.split(",") if u.strip()]
@@ -268,6 +288,7 @@ def main(url: str, levels: list[int], max_tokens: int, rounds: int, model: str |
     for client in clients:
         if shared_prefix:
             client.prefix = client.shared_prefix(shared_prefix)
+        client.prompt_tokens = prompt_tokens
         asyncio.run(client.stream(prompt(10_000), 4))  # warm-up (no prefix: nothing for the levels to reuse)
         results += [run_level(client, c, rounds, max_tokens) for c in levels]
     hf_rate: dict[int, float] = {}
@@ -298,7 +319,8 @@ def main(url: str, levels: list[int], max_tokens: int, rounds: int, model: str |
               + (f" {lv.hf_tok_s:9.1f} {lv.ratio_vs_hf:6.2f}" if lv.hf_tok_s else ""))
     report = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": platform.platform(),
               "processor": platform.processor(), "url": url, "model": clients[0].model, "max_tokens": max_tokens,
-              "rounds": rounds, "shared_prefix": shared_prefix, "levels": [asdict(lv) for lv in results],
+              "rounds": rounds, "shared_prefix": shared_prefix, "prompt_tokens": prompt_tokens,
+              "levels": [asdict(lv) for lv in results],
               **({"hf_device": hf_device, "hf_dtype": hf_dtype, "hf_threads": hf_threads} if hf else {})}
     if json_path:
         with open(json_path, "w") as f:

@@ -28,7 +28,7 @@ def add_parsers(sub: Any) -> None:
                    help="a checkpoint directory, a .gguf file, or a Hugging Face id in the local cache (default: the "
                         "shipped model)")
     p.add_argument("--device", "-d", default="auto", type=cmdline.device_name,
-                   help="auto (default), cpu, wgpu, lavapipe")
+                   help="auto (default), cpu, wgpu, wgpu:N (adapter N of `webtensor devices`), lavapipe")
     p.add_argument("--dtype", default="auto", choices=cmdline.DTYPE_CHOICES,
                    help="auto (default: as stored; quantized GGUF tensors stay quantized), float32, float16 or "
                         "q8_0 / int8")
@@ -36,7 +36,8 @@ def add_parsers(sub: Any) -> None:
                    help="positions per sequence slot (default: the model's context, at most 4096)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--max-batch", type=int, default=32, help="sequences decoded together (KV-cache slots)")
+    p.add_argument("--max-batch", type=int, default=32,
+                   help="sequences decoded together (the KV cache's memory is --kv-memory's)")
     p.add_argument("--engine", default="batched",
                    help="batched (default: a step's decode rows as one forward) or reference (row by row)")
     p.add_argument("--max-queue", type=int, default=256, help="requests waiting for a slot before 429")
@@ -68,8 +69,14 @@ def add_parsers(sub: Any) -> None:
     cmdline.add_blas_threads(p)
     cmdline.add_chat_template(p)
     p.add_argument("--no-prefix-reuse", dest="prefix_reuse", action="store_false",
-                   help="compute every prompt whole (default: a prompt starting with tokens a free slot's cache "
-                        "holds reads on from there)")
+                   help="compute every prompt whole (default: prompts share the KV blocks of their common start: "
+                        "the prefix cache)")
+    p.add_argument("--kv-dtype", default="auto", choices=("auto", "float32", "float16", "q8_0"),
+                   help="the KV cache's type (auto: float16 on GPUs with shader-f16, else float32; q8_0: llama.cpp's "
+                        "8-bit blocks, half of float16)")
+    p.add_argument("--kv-memory", default=None, type=cmdline.checked(_kv_memory, str),
+                   help="the KV cache's pool: bytes (8GiB, 512MiB) or a share of the device's memory (0.5); default: "
+                        "--max-batch whole contexts, cut to what fits beside the weights")
     p.set_defaults(func=run_serve)
 
     b = sub.add_parser("bench-serve", help="load-test a running server: tokens/s, TTFT, inter-token latency")
@@ -84,12 +91,22 @@ def add_parsers(sub: Any) -> None:
     b.add_argument("--plot", default=None, help="draw tokens/s and latency per level to this image file")
     b.add_argument("--shared-prefix", type=int, default=0, metavar="N",
                    help="start every prompt with the same text of N tokens (prefix reuse shows in TTFT)")
+    b.add_argument("--prompt-tokens", type=int, default=0, metavar="N",
+                   help="prompts of exactly N tokens, each its own (streams of N + --max-tokens positions of KV cache)")
     b.add_argument("--hf", action="store_true", help="also time HF transformers' batched generate, same prompts")
     b.add_argument("--hf-only", action="store_true", help="time only HF's batched generate (no server needed)")
     b.add_argument("--hf-device", default="cpu", help="torch device for --hf / --hf-only (default cpu; e.g. cuda)")
     b.add_argument("--hf-dtype", default="float32", help="torch dtype for --hf / --hf-only (default float32)")
     b.add_argument("--hf-threads", type=int, default=0, help="torch CPU threads for HF (default 0: torch's own)")
     b.set_defaults(func=run_bench)
+
+
+def _kv_memory(text: str) -> str:
+    """--kv-memory checked while parsing (bytes or a share; `runtime.cache.parse_kv_memory`), kept as given."""
+    from ..runtime.cache import parse_kv_memory
+
+    parse_kv_memory(text)
+    return text
 
 
 def _fail(msg: str, status: int = 2) -> int:
@@ -154,7 +171,7 @@ def run_serve(a: argparse.Namespace) -> int:
     spec = dict(model=a.model, device=a.device, dtype=None if a.dtype == "auto" else a.dtype, n_ctx=a.ctx_size,
                 max_batch=a.max_batch, engine=a.engine, name=name, blas_threads=a.blas_threads,
                 prefix_reuse=a.prefix_reuse, prefill_chunk=a.prefill_chunk, prefill_budget=a.prefill_budget,
-                **template)
+                kv_dtype=None if a.kv_dtype == "auto" else a.kv_dtype, kv_memory=a.kv_memory, **template)
     in_process = a.engine_process == "on" or (a.engine_process == "auto" and a.device.lower() == "cpu")
     try:
         if in_process:
@@ -176,7 +193,8 @@ def run_serve(a: argparse.Namespace) -> int:
     url_host = f"[{host}]" if ":" in host else host
     print(f"[webtensor] serving {engine.name} ({a.dtype}) on {where} at http://{url_host}:{port} "
           f"({a.engine} engine, max batch {a.max_batch}, queue {a.max_queue}, prompts in chunks of "
-          f"{engine.prefill_chunk}, {engine.prefill_budget} prompt tokens a step beside decoding)", file=sys.stderr)
+          f"{engine.prefill_chunk}, {engine.prefill_budget} prompt tokens a step beside decoding); {engine.memory}",
+          file=sys.stderr)
     try:
         serve(engine, a.host, a.port, a.max_queue, a.api_key, a.grace, sock=sock,
               max_body=a.max_body, cors_origins=_origins(a.cors_origins), keep_alive=a.keep_alive,
@@ -201,6 +219,8 @@ def run_bench(a: argparse.Namespace) -> int:
         return _fail("--max-tokens and --rounds must be >= 1")
     if a.shared_prefix < 0:
         return _fail(f"--shared-prefix must be >= 0, got {a.shared_prefix}")
+    if a.prompt_tokens < 0 or (a.prompt_tokens and (a.hf or a.hf_only)):
+        return _fail(f"--prompt-tokens must be >= 0 (and is not for --hf), got {a.prompt_tokens}")
     if a.hf_threads < 0:
         return _fail(f"--hf-threads must be >= 0, got {a.hf_threads}")
     if a.hf_dtype not in ("float32", "float16", "bfloat16"):
@@ -209,6 +229,6 @@ def run_bench(a: argparse.Namespace) -> int:
 
     try:
         return bench.main(a.url, levels, a.max_tokens, a.rounds, a.model, a.api_key, a.json, a.plot, a.hf,
-                          a.hf_only, a.hf_device, a.hf_dtype, a.hf_threads, a.shared_prefix)
+                          a.hf_only, a.hf_device, a.hf_dtype, a.hf_threads, a.shared_prefix, a.prompt_tokens)
     except WebtensorError as e:
         return _fail(str(e))

@@ -1,8 +1,10 @@
 """What the scheduler drives: the `Engine` protocol, and `ModelEngine`, the engine over a model's runner.
 
-An engine owns `max_batch` sequence slots, each with its own KV cache. Each scheduler step hands it a list of
-`Row`s, at most one per slot: the tokens to feed that slot this step (a prefill chunk or one decoded token) at
-the positions `start`.., and whether to choose a next token after them. The engine returns, per row in order,
+An engine owns `max_batch` sequence slots over one paged KV pool (`kv_blocks` blocks of `block_size` positions:
+docs/design-kv.md). Each scheduler step hands it a list of `Row`s, at most one per slot: the tokens to feed that
+slot this step (a prefill chunk or one decoded token) at the positions `start`.., whether to choose a next token
+after them, and the sequence's KV blocks (`Row.blocks`: the scheduler decides them; rows without blocks leave the
+engine's runner to allocate its own). The engine returns, per row in order,
 the chosen token id (or None where `sample` is False), a `Picked` where log-probabilities are reported with it
 (the chosen token's, and with `Row.targets` the prompt's: OpenAI's echo), or a `RowError` where choosing that
 row's token raised (its sampling refused its logits or parameters, its grammar failed): that row alone failed,
@@ -40,6 +42,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from ..errors import ArgumentError
+from ..models.base import memory_line
 from ..runtime.logprobs import TokenLogprob, report, report_rows
 from ..runtime.runner import Collected, Launched, RunRow, prefill_policy
 from ..sampling import SamplingParams, SequenceState, sample
@@ -118,6 +121,8 @@ class Row:
     prompt: tuple[int, ...] = ()  # with `new`: the whole prompt, where the state reads it (repetition_penalty)
     targets: tuple[int, ...] | None = None  # echo: the prompt tokens after each of ids (their log-probabilities)
     grammar: str | None = None  # with `new`: the llguidance grammar the sequence's tokens follow (serve.grammar)
+    history: tuple[int, ...] = ()  # with `new`: tokens the sequence generated before (a resume after preemption)
+    blocks: tuple[int, ...] | None = None  # the sequence's KV blocks, covering the row's positions (None: the runner's)
 
     @property
     def next_position(self) -> int:
@@ -131,7 +136,7 @@ class Row:
         s = self.sampling
         host = s.on_host and not (mask is not None and s.temperature == 0 and s.logprobs is None and not s.stateful)
         return RunRow(self.slot, self.ids, self.start, self.sample, self.sample and host, self.targets is not None,
-                      mask if self.sample else None)
+                      mask if self.sample else None, self.blocks)
 
 
 @dataclass(frozen=True)
@@ -165,7 +170,8 @@ class Engine(Protocol):
     bos_id: int | None  # an empty prompt starts from this (else from an EOS id)
     tokenizer: Tokenizer
     chat_template: str | None  # the model's jinja2 chat template (None: webtensor's plain one)
-    # optional: `engine`, the kind ("batched", "reference") that /health reports
+    # optional: `engine`, the kind ("batched", "reference") that /health reports; `kv_blocks` and `block_size`,
+    # the KV pool the scheduler then allocates from (rows carry their blocks), `kv_dtype` and `memory` (a line)
 
     def step(self, rows: Sequence[Row]) -> list[Token]:
         """Run `rows` (at most one per slot); per row in order, the chosen token, None (a row that
@@ -243,13 +249,13 @@ class ModelEngine:
     """A model's sequences served from one runner of `max_batch` slots (see the module docstring)."""
 
     def __init__(self, model: LanguageModel, max_batch: int, name: str | None = None, engine: str = "batched",
-                 use_graph: bool | None = None, prefix_reuse: bool = True, prefill_chunk: int | None = None,
-                 prefill_budget: int | None = None):
-        """`prefix_reuse`: the scheduler may start a prompt after the tokens a slot's cache already holds
-        (`release(slot, keep)`); False: every prompt is computed whole. `prefill_chunk` (the tokens of a prompt
-        row: one replayed prompt-chunk graph) and `prefill_budget` (the prompt tokens a step reads beside decoding
-        sequences), what the scheduler asks of this engine: None for the device policy's
-        (`runtime.runner.prefill_policy`)."""
+                 use_graph: bool | None = None, prefix_reuse: bool = True, kv_blocks: int | None = None,
+                 prefill_chunk: int | None = None, prefill_budget: int | None = None):
+        """`prefix_reuse`: the scheduler shares the KV blocks of prompts' common starts (its prefix cache); False:
+        every prompt is computed whole. `kv_blocks`: the KV pool's blocks (default: `max_batch` whole contexts).
+        `prefill_chunk` (the tokens of a prompt row: one replayed prompt-chunk graph) and `prefill_budget` (the
+        prompt tokens a step reads beside decoding sequences), what the scheduler asks of this engine: None for the
+        device policy's (`runtime.runner.prefill_policy`)."""
         if model.tokenizer is None:
             raise ArgumentError("serving needs a model with a tokenizer")
         if max_batch < 1:
@@ -262,12 +268,16 @@ class ModelEngine:
         self.eos_ids, self.bos_id = model.eos_ids, model.spec.bos_id
         self.tokenizer, self.chat_template = model.tokenizer, model.chat_template
         self.runner = model.runner(max_batch, use_graph=use_graph if engine == "batched" else False,
-                                   prefill_chunk=prefill_chunk)
+                                   kv_blocks=kv_blocks, prefill_chunk=prefill_chunk)
         self.prefill_chunk = self.runner.prefill_chunk
         self.prefill_budget = prefill_budget or prefill_policy(model.device)[1]
         if self.prefill_budget < 1:
             raise ArgumentError(f"prefill_budget must be >= 1, got {self.prefill_budget}")
         self.use_graph = self.runner.use_graph
+        cache = self.runner.cache
+        self.kv_blocks, self.block_size, self.kv_dtype = cache.n_blocks, cache.block_size, cache.kv_dtype
+        self.memory = memory_line(model.weight_bytes, model.dtype or "as stored", cache.kv_dtype, cache.position_bytes,
+                                  cache.positions, cache.n_blocks, cache.block_size)
         self.prefix_reuse = prefix_reuse
         self._states: dict[int, SequenceState] = {}  # slot -> its sequence's sampling state (where it reads one)
         self._constraints: dict[int, Any] = {}  # slot -> its sequence's grammar.Constraint (or the error making it)
@@ -277,8 +287,8 @@ class ModelEngine:
         return self.collect(self.launch(rows))[0]
 
     def release(self, slot: int, keep: int = 0) -> None:
-        """The slot's sequence is done; its first `keep` positions stay valid (a later prompt that starts
-        with the same tokens reuses them: the scheduler knows which they are), its next row starts there."""
+        """The slot's sequence is done; its first `keep` positions stay valid for a prompt that starts with the same
+        tokens in this slot (rows without blocks: the runner's own), its next row starts there."""
         self._states.pop(slot, None)
         self._constraints.pop(slot, None)
         self.runner.truncate(slot, keep)
@@ -290,9 +300,11 @@ class ModelEngine:
                 self._states.pop(r.slot, None)
                 self._constraints.pop(r.slot, None)
                 if r.sampling.stateful:
-                    self._states[r.slot] = SequenceState(r.prompt, self.eos_ids)
+                    self._states[r.slot] = state = SequenceState(r.prompt, self.eos_ids)
+                    for tok in r.history:  # (a resumed sequence: its state as it was)
+                        state.add(tok)
                 if r.grammar is not None:
-                    self._constraints[r.slot] = self._constraint(r.grammar)
+                    self._constraints[r.slot] = self._resumed(self._constraint(r.grammar), r.history)
         run = [r.run_row(self._mask(r)) for r in rows]
         if self.engine == "batched":
             return _Handle(list(rows), [self.runner.launch(run)])
@@ -312,7 +324,8 @@ class ModelEngine:
         self.runner.check_follow(last)
         if [(r.slot, r.start) for r in rows] != [(r.slot, r.start + last.steps) for r in prev.rows]:
             raise ArgumentError("follow's rows must be the previous step's, moved on by its steps")
-        return _Handle(list(rows), [self.runner.follow(last, steps)])
+        blocks = {r.slot: r.blocks for r in rows if r.blocks is not None}
+        return _Handle(list(rows), [self.runner.follow(last, steps, blocks or None)])
 
     def collect(self, h: _Handle) -> list[list[Token]]:
         """The tokens of launched steps: per step, per row in order (None where a row does not choose)."""
@@ -366,6 +379,17 @@ class ModelEngine:
         except Exception as e:  # noqa: BLE001 - the sequence's own failure
             self._constraints[r.slot] = e
             return None
+
+    @staticmethod
+    def _resumed(constraint: Any, history: tuple[int, ...]) -> Any:
+        """A resumed sequence's grammar, moved on by the tokens it generated before (or the error doing so)."""
+        try:
+            for tok in history:
+                if not isinstance(constraint, Exception):
+                    constraint.consume(tok)
+        except Exception as e:  # noqa: BLE001 - the sequence's own failure
+            return e
+        return constraint
 
     def _constraint(self, grammar: str) -> Any:
         """A sequence's grammar.Constraint, or the exception making it raised (its rows then fail alone)."""

@@ -17,14 +17,18 @@ dashboard or scraper written for vLLM reads this server by changing the prefix:
 | webtensor:inter_token_latency_seconds     | between a sequence's tokens (histogram)                 |
 | webtensor:e2e_request_latency_seconds     | arrival to the last token (histogram)                   |
 | webtensor:request_queue_time_seconds      | arrival to a slot (histogram)                           |
-| webtensor:prefix_cache_queries_total      | prompt tokens looked up in the slots' caches (counter)  |
+| webtensor:prefix_cache_queries_total      | prompt tokens looked up in the prefix cache (counter)   |
 | webtensor:prefix_cache_hits_total         | of those, tokens found there and not computed again     |
+| webtensor:kv_cache_usage_perc             | share of the KV pool's blocks held by sequences (gauge) |
+| webtensor:num_preemptions_total           | sequences taken off the device for KV memory (counter)  |
 
 (*) stop, length, abort (the client went away) or error.
 
 And webtensor's own: `webtensor:http_requests_total{route,status}`, `webtensor:step_rows` (rows per
 engine step), `webtensor:step_duration_seconds`, `webtensor:step_failures_total` (engine steps that
-raised) and `webtensor:row_failures_total` (rows whose sampling raised, failing their request alone).
+raised), `webtensor:row_failures_total` (rows whose sampling raised, failing their request alone) and
+`webtensor:kv_blocks{state}` (the KV pool's blocks: `used` by sequences, `cached` for the prefix cache
+and reusable, `free`).
 """
 
 from __future__ import annotations
@@ -70,9 +74,15 @@ class Metrics:
         self.batch_size = Histogram(P + "step_rows", "Rows per engine step", buckets=_BATCH, registry=r)
         self.step_seconds = Histogram(P + "step_duration_seconds", "Engine step duration", buckets=_LATENCY,
                                       registry=r)
-        self.prefix_queries = Counter(P + "prefix_cache_queries", "Prompt tokens looked up in the slots' caches",
+        self.prefix_queries = Counter(P + "prefix_cache_queries", "Prompt tokens looked up in the prefix cache",
                                       registry=r)
-        self.prefix_hits = Counter(P + "prefix_cache_hits", "Prompt tokens found in a slot's cache (reused)",
+        self.prefix_hits = Counter(P + "prefix_cache_hits", "Prompt tokens found in the prefix cache (reused)",
+                                   registry=r)
+        self.kv_usage = Gauge(P + "kv_cache_usage_perc", "Share of the KV pool's blocks held by sequences",
+                              registry=r)
+        self.kv_blocks = Gauge(P + "kv_blocks", "KV pool blocks: used, cached (reusable), free", ["state"],
+                               registry=r)
+        self.preemptions = Counter(P + "num_preemptions", "Sequences preempted for KV memory (recomputed later)",
                                    registry=r)
         self.step_failures = Counter(P + "step_failures", "Engine steps that raised", registry=r)
         self.row_failures = Counter(P + "row_failures", "Rows whose sampling raised (their request failed alone)",

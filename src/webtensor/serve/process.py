@@ -38,9 +38,12 @@ def build_engine(spec: dict[str, Any]) -> Any:
     """The engine `spec` describes: model (a source for `load_model`; None: the shipped one), device, dtype,
     n_ctx (None: the model's, at most SERVE_CTX), max_batch, engine ("batched" or "reference"), name, blas_threads
     (0: as the library has it), prefix_reuse (default True), chat_template (where given: the template's text, None
-    for the plain one, in place of the model's), prefill_chunk and prefill_budget (None: the device's)."""
+    for the plain one, in place of the model's), prefill_chunk and prefill_budget (None: the device's), kv_dtype
+    (None: the device's default), kv_memory (the KV pool: bytes or a share of the device's memory,
+    `runtime.cache.pool_blocks`; None: the default)."""
     from ..device import Device
     from ..models import loader
+    from ..runtime.cache import pool_blocks
     from .engine import ModelEngine
 
     if spec.get("blas_threads"):
@@ -52,10 +55,11 @@ def build_engine(spec: dict[str, Any]) -> Any:
     if "chat_template" in spec:
         ck.chat_template = spec["chat_template"]
     n_ctx = spec.get("n_ctx") or min(ck.config.spec.n_ctx, SERVE_CTX)
-    model = loader.build(ck, dev, dtype, min(n_ctx, ck.config.spec.n_ctx))
+    model = loader.build(ck, dev, dtype, min(n_ctx, ck.config.spec.n_ctx), kv_dtype=spec.get("kv_dtype"))
     return ModelEngine(model, spec["max_batch"], name=spec["name"], engine=spec["engine"],
                        prefix_reuse=spec.get("prefix_reuse", True), prefill_chunk=spec.get("prefill_chunk"),
-                       prefill_budget=spec.get("prefill_budget"))
+                       prefill_budget=spec.get("prefill_budget"),
+                       kv_blocks=pool_blocks(model, spec["max_batch"], spec.get("kv_memory")))
 
 
 def _child(conn: Any, spec: dict[str, Any]) -> None:
@@ -71,6 +75,8 @@ def _child(conn: Any, spec: dict[str, Any]) -> None:
                                                 "tokenizer", "chat_template", "prefill_chunk", "prefill_budget")}
         info["engine"] = getattr(engine, "engine", None)
         info["prefix_reuse"] = getattr(engine, "prefix_reuse", False)
+        for k in ("kv_blocks", "block_size", "kv_dtype", "memory"):
+            info[k] = getattr(engine, k)
         info["follows"] = bool(getattr(engine, "use_graph", False) and hasattr(engine, "follow"))
         info["device"] = engine.model.device.describe()
         conn.send(("ready", info))
@@ -129,6 +135,10 @@ class ProcessEngine:
         self.device: str = info["device"]
         self._follows: bool = info["follows"]
         self.prefix_reuse: bool = info["prefix_reuse"]
+        self.kv_blocks: int = info["kv_blocks"]
+        self.block_size: int = info["block_size"]
+        self.kv_dtype: str = info["kv_dtype"]
+        self.memory: str = info["memory"]
         self.prefill_chunk: int = info["prefill_chunk"]
         self.prefill_budget: int = info["prefill_budget"]
         self._sent = self._answered = 0  # messages sent, answers received (in order)

@@ -16,7 +16,8 @@ ignored (`store`, `metadata`, `service_tier`, `user`, `safety_identifier`, `prom
 (completions: `logprobs` 0..20 and `echo`; chat: `logprobs` + `top_logprobs` 0..20), structured output
 (`response_format` json_object / json_schema). Options not implemented are refused by name
 (`best_of` > 1, `suffix`, tools). Extensions, as vLLM has them: `top_k` (0 or -1: off), `min_p`,
-`repetition_penalty`, `min_tokens`, `stop_token_ids` and `ignore_eos`.
+`repetition_penalty`, `min_tokens`, `stop_token_ids` and `ignore_eos`. The flags vLLM's router adds to each request
+it forwards (FIXED_EXTENSIONS) are accepted at the values that ask for what webtensor does, the others refused.
 
 Responses: chat messages carry `refusal: null`; a streamed chat's first chunk alone has
 `delta.role`; every chunk of a stream has the stream's one `created`; `usage` appears on streamed
@@ -160,6 +161,27 @@ Seed = Annotated[int, Field(ge=0, le=SEED_MAX, strict=True)]
 MaxTokens = Annotated[int, Field(ge=0, strict=True)]
 Stop = Text | list[Text] | None
 
+# Other servers' boolean extensions, accepted at the value that asks for what webtensor does (the other value is
+# refused, saying why). vLLM's router (`vllm-router`: docs/replicas.md) sends them on every request it forwards, at
+# these values: SGLang's `no_stop_trim`, `return_hidden_states`, `separate_reasoning`, `stream_reasoning`, vLLM's
+# `skip_special_tokens`, `continue_final_message`, `include_reasoning`.
+FIXED_EXTENSIONS: dict[str, tuple[bool, str]] = {
+    "skip_special_tokens": (True, "special tokens are never part of the text"),
+    "no_stop_trim": (False, "a stop string is always cut from the text"),
+    "return_hidden_states": (False, "hidden states are not returned"),
+    "continue_final_message": (False, "the reply is a new assistant turn"),
+    "include_reasoning": (True, "the reply's text is given whole"),
+    "separate_reasoning": (True, "the reply's text is given whole"),
+    "stream_reasoning": (True, "the reply's text is streamed whole"),
+}
+
+
+def _fixed_extension(v: bool, info: ValidationInfo) -> bool:
+    want, why = FIXED_EXTENSIONS[str(info.field_name)]
+    if v is not want:
+        raise ValueError(f"only {str(want).lower()} is supported: {why}")
+    return v
+
 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -191,6 +213,11 @@ class SamplingRequest(BaseModel):
     min_p: MinP | None = None
     min_tokens: Annotated[int, Field(ge=0, strict=True)] | None = None  # no EOS / stop ids before this many
     stop_token_ids: list[TokenId] | None = None  # ids that end the sequence (as EOS does)
+    # other servers' extensions (FIXED_EXTENSIONS)
+    skip_special_tokens: StrictBool = True
+    no_stop_trim: StrictBool = False
+    return_hidden_states: StrictBool = False
+    _fixed = field_validator("skip_special_tokens", "no_stop_trim", "return_hidden_states")(_fixed_extension)
 
     @field_validator("stop")
     @classmethod
@@ -456,6 +483,13 @@ class ChatRequest(SamplingRequest):
     service_tier: Text | None = None
     safety_identifier: Text | None = None
     prompt_cache_key: Text | None = None
+    # other servers' extensions (FIXED_EXTENSIONS)
+    continue_final_message: StrictBool = False
+    include_reasoning: StrictBool = True
+    separate_reasoning: StrictBool = True
+    stream_reasoning: StrictBool = True
+    _fixed_chat = field_validator("continue_final_message", "include_reasoning", "separate_reasoning",
+                                  "stream_reasoning")(_fixed_extension)
 
     @field_validator("top_logprobs")
     @classmethod

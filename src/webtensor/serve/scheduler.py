@@ -17,13 +17,28 @@ before the next step runs.
 Chunk boundaries depend only on the request (its prompt is cut every `prefill_chunk` tokens from the
 start), never on the load, so a request computes the same thing alone or in company.
 
-Prefix reuse (an engine with `prefix_reuse`): the scheduler records what each slot's KV cache holds
-when its sequence retires (the prompt read and every fed token: all but the last generated one), and
-the engine keeps those positions (`release(slot, keep)`). A new request takes the free slot holding
-the longest start of its prompt (all but its last token at most: that one runs for its logits) and
-reads on from there, its chunks still ending at multiples of `prefill_chunk` from the prompt's start,
-so its numbers are a cold run's bit for bit; `/metrics` counts the tokens looked up and reused. A
-request asking for its prompt's log-probabilities (echo) reads its whole prompt.
+KV memory (an engine with a paged pool: `kv_blocks`, `block_size`; docs/design-kv.md): the scheduler owns the
+pool's bookkeeping (`runtime.blocks.BlockManager`) and gives each row its sequence's blocks (`Row.blocks`).
+
+- Admission by blocks: a waiting request is admitted when a slot is free and the pool can give the blocks of its
+  whole prompt (after the prefix cache's hits) and still keep a watermark (1 % of the pool) free; so prompt chunks
+  never wait for memory.
+- Growth and preemption: a decoding sequence takes a block every `block_size` tokens (before the step, or the run
+  of followed steps, that reaches it). When none is left, the most recently admitted running sequence is
+  preempted (vLLM's recompute): its blocks go back (its computed full blocks stay in the prefix cache), it goes
+  back to the head of the queue, and when readmitted it reads its prompt and the tokens it generated as a prompt
+  (chunks at multiples of `prefill_chunk` from its start) and goes on: its sampling draws depend on (seed,
+  position) only and its penalties and grammar are rebuilt from its tokens (`Row.history`), so it gives the
+  tokens of an uninterrupted run. A request is never failed for memory: the oldest running one always progresses
+  (a request the whole pool cannot hold is refused when it arrives: serve/app.py).
+- Prefix caching (an engine with `prefix_reuse`): a prompt's full blocks are found by the hash of the tokens up to
+  them (`BlockManager.lookup`) and shared, never copied; at most all but the prompt's last token is reused (that one
+  runs for its logits), and chunks still end at multiples of `prefill_chunk` from the prompt's start, so its
+  numbers are a cold run's bit for bit. A prompt's blocks are registered when it is admitted, pending until the
+  step that computes them has run: a request whose prompt continues into pending blocks waits (others behind it
+  are admitted meanwhile) and then shares them, so requests arriving together with one long system prompt
+  compute it once. `/metrics` counts the tokens looked up and reused, and the pool's blocks. A request asking for
+  its prompt's log-probabilities (echo) reads its whole prompt.
 
 A step that raises fails the requests that were in it (each gets an error event) and the scheduler
 goes on with the rest; a row whose token could not be chosen (the engine's `RowError`) fails its
@@ -38,6 +53,7 @@ admission of new requests (503); running ones finish, and `abort()` ends whateve
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import time
@@ -47,6 +63,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from ..runtime.blocks import BlockManager, block_keys
 from ..runtime.logprobs import TokenLogprob
 from .engine import Engine, Picked, Row, RowError, Sampling, Token, follows, launches
 from .metrics import Metrics
@@ -85,19 +102,28 @@ class Generation:
         self.prompt_logprobs: list[TokenLogprob | None] = [None] if echo else []
         self.stop_ids = frozenset(sampling.stop_token_ids)
         self.shown = shown
-        self.reused = 0  # prompt tokens found in the slot's cache (not computed again)
+        self.reused = 0  # prompt tokens found in the prefix cache (not computed again)
         self.logprobs_pending: deque[TokenLogprob] = deque()  # reports of generated tokens not yet streamed
         self.reported: list[TokenLogprob] = []  # reports of the streamed tokens
         self.text = TextStream(stops)
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.slot: int | None = None
-        self.fed = 0  # prompt tokens already in the slot's cache
+        self.fed = 0  # tokens (the prompt's, then the generated ones) whose keys and values the cache holds
+        self.blocks: list[int] = []  # its KV blocks, in position order (an engine with a paged pool)
+        self.ready = 0  # of them, the ones whose computing has been seen done (their prefix-cache entries ready)
+        self.admitted = -1  # when it was (last) admitted: preemption takes the latest first
+        self.started = False  # its first row (since it was last admitted) is planned
+        self.preemptions = 0
         self.generated: list[int] = []  # (tokens past a stop string, in flight when it was found, too)
         self.streamed = 0  # tokens streamed: the completion's tokens (usage counts these)
         self.cancelled = self.done = False
         self.ending: str | None = None  # "eos" or "length": its last token is generated (not yet streamed)
         self.arrived = time.perf_counter()
         self.last_token_at: float | None = None
+
+    def context(self) -> tuple[int, ...]:
+        """Every token known: the prompt and the generated ones."""
+        return self.prompt + tuple(self.generated)
 
     def finish_now(self, finish: FinishReason = "length") -> None:
         """End before any token (max_tokens 0): the one event, nothing to run."""
@@ -145,21 +171,9 @@ FOLLOW_STEPS_MIN_ROWS = 16
 
 def _moved_on(work: list[tuple[Generation, Row]], n: int) -> list[tuple[Generation, Row]]:
     """The rows of the step `n` after `work` for the same sequences (their tokens: fed back on the device)."""
-    return work if n == 0 else [(req, Row(row.slot, (0,), row.start + n, row.sampling)) for req, row in work]
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many first tokens `a` and `b` share (a binary search over slices: compared in C, not token by token)."""
-    lo, hi = 0, min(len(a), len(b))
-    if hi and a[0] != b[0]:
-        return 0
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    return work if n == 0 else [(req, Row(row.slot, (0,), row.start + n, row.sampling,
+                                          blocks=None if row.blocks is None else tuple(req.blocks)))
+                                for req, row in work]
 
 
 class Scheduler:
@@ -176,11 +190,14 @@ class Scheduler:
         self._waiting: deque[Generation] = deque()
         self._active: dict[int, Generation] = {}
         self._free = list(range(engine.max_batch - 1, -1, -1))  # pop() gives slot 0 first
-        self._to_release: list[tuple[int, int]] = []  # (slot, positions whose keys and values stay)
-        # prefix reuse (an engine whose `release(slot, keep)` keeps a slot's first positions): what each slot's
-        # cache holds, as far as this scheduler knows (a retired sequence's prompt and fed tokens)
+        self._to_release: list[int] = []  # slots whose sequences are done (released before the next step)
+        # the KV pool's bookkeeping (an engine with a paged pool), prefix caching where the engine reuses prefixes
         self.reuse = bool(getattr(engine, "prefix_reuse", False))
-        self._held: list[tuple[int, ...]] = [()] * engine.max_batch
+        n_blocks: int | None = getattr(engine, "kv_blocks", None)
+        self.kv = None if n_blocks is None else BlockManager(n_blocks, getattr(engine, "block_size"),  # noqa: B009
+                                                             prefix_caching=self.reuse)
+        self.watermark = 0 if n_blocks is None else max(1, n_blocks // 100)  # blocks admission keeps free
+        self._admissions = itertools.count()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="webtensor-engine")
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -271,6 +288,15 @@ class Scheduler:
     def active(self) -> int:
         return len(self._active)
 
+    def kv_stats(self) -> dict[str, Any] | None:
+        """The KV pool (/health): its blocks and their states, the kv dtype, preemptions so far; None without one."""
+        kv = self.kv
+        if kv is None:
+            return None
+        return {"dtype": getattr(self.engine, "kv_dtype", None), "block_size": kv.block_size, "blocks": kv.n_blocks,
+                "used": kv.used, "cached": kv.cached, "free": kv.free - kv.cached,
+                "preemptions": int(self.metrics.preemptions._value.get())}
+
     @property
     def queued(self) -> int:
         return len(self._waiting)
@@ -350,15 +376,12 @@ class Scheduler:
         loop.run_in_executor(self._executor, self._start, releases, step, prev)
         return step
 
-    def _start(self, releases: list[tuple[int, int]], step: _Step, prev: _Step | None) -> None:
+    def _start(self, releases: list[int], step: _Step, prev: _Step | None) -> None:
         """On the engine thread: the releases, then the step launched (or, for an engine with only
         `step`, run: its tokens)."""
         try:
-            for slot, keep in releases:
-                if self.reuse:
-                    self.engine.release(slot, keep)
-                else:
-                    self.engine.release(slot)
+            for slot in releases:
+                self.engine.release(slot)
             rows = [row for _, row in step.work]
             engine = self.engine
             if prev is not None and follows(engine):  # (prev: only where `_follow_steps` found it can)
@@ -392,51 +415,148 @@ class Scheduler:
             if len(row.ids) != 1 or req.fed < len(req.prompt):
                 return 0
             k = min(k, req.max_tokens - len(req.generated) - cur.steps)  # (cur's tokens not yet in)
+        while k >= 1 and not self._reserve([(req, row.start + cur.steps + k) for req, row in cur.work]):
+            k //= 2  # (the blocks the followed steps reach, where the pool has them)
         rows = [row for _, row in _moved_on(cur.work, cur.steps)]
         while k >= 1 and not self.engine.can_follow(rows, k):
             k //= 2
         return max(k, 0)
 
+    # -- KV blocks --------------------------------------------------------------------------------
+    def _reserve(self, needs: list[tuple[Generation, int]]) -> bool:
+        """Grow each sequence's blocks to hold `positions` positions, all or none: False where the pool has too few
+        (nothing taken). True without a pool."""
+        kv = self.kv
+        if kv is None:
+            return True
+        more = [(req, kv.blocks_for(n) - len(req.blocks)) for req, n in needs]
+        if sum(m for _, m in more if m > 0) > kv.free:
+            return False
+        for req, m in more:
+            if m > 0:
+                req.blocks.extend(kv.allocate(m))
+        return True
+
+    def _grow_or_preempt(self, work: list[tuple[Generation, Row]]) -> list[tuple[Generation, Row]]:
+        """Blocks for every row's positions, the oldest sequences first; where the pool is out, the latest admitted
+        running sequence is preempted (possibly the one asking), until each remaining row fits. The rows that
+        remain, with their blocks."""
+        if self.kv is None:
+            return work
+        out = []
+        for req, row in sorted(work, key=lambda w: w[0].admitted):
+            while req.slot is not None and not self._reserve([(req, row.next_position)]):
+                self._preempt(max((r for r in self._active.values() if r.ending is None), key=lambda r: r.admitted))
+            if req.slot is not None:
+                out.append((req, row))
+        return [(req, dataclasses.replace(row, blocks=tuple(req.blocks)))
+                for req, row in sorted(out, key=lambda w: w[1].slot)]
+
+    def _preempt(self, req: Generation) -> None:
+        """Take `req` off the device (vLLM's recompute): its blocks back to the pool (the computed full ones kept in
+        the prefix cache), its slot freed, and it first in the queue, to read its tokens again when readmitted."""
+        log.info("sequence %d preempted at %d tokens (KV cache full)", req.id, req.fed)
+        self.metrics.preemptions.inc()
+        req.preemptions += 1
+        self._give_back(req, req.context()[:req.fed])
+        del self._active[req.slot]  # type: ignore[arg-type]
+        self._to_release.append(req.slot)  # type: ignore[arg-type]
+        self._free.append(req.slot)  # type: ignore[arg-type]
+        req.slot, req.fed, req.ready, req.started = None, 0, 0, False
+        if req.echo and len(req.prompt_logprobs) < len(req.prompt):  # (its prompt's reports: computed again)
+            req.prompt_logprobs = [None]
+        self._waiting.appendleft(req)
+
+    def _give_back(self, req: Generation, held: tuple[int, ...]) -> None:
+        """`req`'s blocks back to the pool; the full ones of `held` (the tokens its cache holds, computed) stay in
+        the prefix cache, registrations of blocks it had not computed are dropped."""
+        kv = self.kv
+        if kv is None or not req.blocks:
+            return
+        computed = len(held) // kv.block_size
+        kv.forget(req.blocks[computed:])
+        kv.register(req.blocks[:computed], block_keys(held, kv.block_size))
+        kv.release(req.blocks)
+        req.blocks = []
+
+    def _pool_metrics(self) -> None:
+        kv = self.kv
+        if kv is not None:
+            m = self.metrics
+            m.kv_usage.set(kv.used / kv.n_blocks)
+            m.kv_blocks.labels("used").set(kv.used)
+            m.kv_blocks.labels("cached").set(kv.cached)
+            m.kv_blocks.labels("free").set(kv.free - kv.cached)
+
     def _admit(self) -> None:
-        while self._waiting and (self._free or self._waiting[0].cancelled):
+        """Waiting requests into free slots, in order, while the pool has their prompts' blocks; a request whose
+        prompt continues into blocks another is computing waits for them (those behind it go first)."""
+        waited: list[Generation] = []
+        while self._waiting and self._free:
             req = self._waiting.popleft()
             if req.cancelled:
                 req.done = True
                 continue
-            req.slot = self._take_slot(req)
+            got = self._place(req)
+            if got is None and not self._active:  # (the whole pool cannot hold its prompt: never runs)
+                err = APIError(400, f"the prompt ({len(req.prompt)} tokens) needs more KV cache than this server's "
+                               f"pool holds ({self.kv.n_blocks * self.kv.block_size} positions)",  # type: ignore[union-attr]
+                               param="prompt", code="context_length_exceeded")
+                self._retire(req, Event(error=err), "error")
+                continue
+            if got is None:  # (the pool is too full: it and those behind it wait)
+                self._waiting.appendleft(req)
+                break
+            if not got:
+                waited.append(req)
+                continue
+            req.slot = self._free.pop()
+            req.admitted = next(self._admissions)
             self._active[req.slot] = req
-            self.metrics.queue_time.observe(time.perf_counter() - req.arrived)
+            if not req.preemptions:
+                self.metrics.queue_time.observe(time.perf_counter() - req.arrived)
+        self._waiting.extendleft(reversed(waited))
         self.metrics.queue_depth.set(len(self._waiting))
         self.metrics.active.set(len(self._active))
+        self._pool_metrics()
 
-    def _take_slot(self, req: Generation) -> int:
-        """A free slot for `req`: the one whose cache holds the longest start of its prompt (at most all but
-        its last token, which must run for its logits), then the prompt reads on from there; without one,
-        the free slot that holds least (the others' caches stay for prompts that may want them)."""
-        if not self.reuse:
-            return self._free.pop()
-        best, n = self._free[-1], 0
-        if not req.echo:  # (echo needs every prompt position's logits: all of them run)
-            for slot in self._free:
-                k = common_prefix(self._held[slot], req.prompt[:len(req.prompt) - 1])
-                if k > n:
-                    best, n = slot, k
-        if n == 0:
-            best = min(reversed(self._free), key=lambda s: len(self._held[s]))
-        self._free.remove(best)
-        self.metrics.prefix_queries.inc(len(req.prompt))
+    def _place(self, req: Generation) -> bool | None:
+        """KV blocks for `req`'s tokens (its prompt; resumed: its prompt and generated tokens), the prefix cache's
+        first (all but the last token at most, which must run for its logits). False: its next block is being
+        computed by another request (wait for it); None: the pool cannot give the rest now. Without a pool: True."""
+        kv = self.kv
+        first = req.preemptions == 0
+        if kv is None:
+            return True
+        tokens = req.context()
+        keys = block_keys(tokens[:len(tokens) - 1], kv.block_size) if not req.echo else []
+        found = kv.lookup(keys)
+        if found.pending:
+            return False
+        need = kv.blocks_for(len(tokens)) - len(found.blocks)
+        free = kv.free - sum(1 for b in found.blocks if not kv.held(b))  # (taking a cached block uses it up)
+        if need > free - (self.watermark if self._active else 0):
+            return None
+        kv.take(found.blocks)
+        req.blocks = [*found.blocks, *kv.allocate(need)]
+        n = len(found.blocks) * kv.block_size
+        kv.register(req.blocks[len(found.blocks):], block_keys(tokens, kv.block_size)[len(found.blocks):],
+                    ready=False)
+        req.fed, req.ready = n, len(found.blocks)
+        if first:
+            req.reused = n
+        self.metrics.prefix_queries.inc(len(tokens))  # (a resumed sequence looks its tokens up again)
         if n:
             self.metrics.prefix_hits.inc(n)
-        req.fed = req.reused = n
-        self._held[best] = ()
-        self._to_release.append((best, n))
-        return best
+        return True
 
     def _plan(self) -> list[tuple[Generation, Row]]:
         work: list[tuple[Generation, Row]] = []
         # the prompt tokens this step may read: the budget while any sequence decodes, else every waiting chunk
-        decoding = any(r.fed >= len(r.prompt) and r.ending is None and not r.cancelled for r in self._active.values())
-        budget = self.prefill_budget if decoding else sum(len(r.prompt) for r in self._active.values())
+        # (a resumed sequence decodes again once its prompt and generated tokens but the last are back in)
+        decoding = any(r.fed >= max(len(r.prompt), len(r.generated) + len(r.prompt) - 1) and r.ending is None
+                       and not r.cancelled for r in self._active.values())
+        budget = self.prefill_budget if decoding else sum(len(r.context()) for r in self._active.values())
         full = budget
         for slot, req in list(self._active.items()):  # (slot: req.slot, set when admitted)
             if req.cancelled:
@@ -444,24 +564,26 @@ class Scheduler:
                 continue
             if req.ending is not None:  # its last token is in, not yet streamed: no more rows
                 continue
-            n_prompt = len(req.prompt)
-            if req.fed < n_prompt:
-                # (chunks end at multiples of prefill_chunk from the prompt's start, also after a reused prefix)
-                end = min(n_prompt, (req.fed // self.prefill_chunk + 1) * self.prefill_chunk)
-                chunk = req.prompt[req.fed:end]
-                if len(chunk) > budget and budget < full:
+            # the tokens not yet in the cache: a chunk of the prompt (a resumed sequence: of its prompt and generated
+            # tokens), ending at a multiple of prefill_chunk from the sequence's start, also after a reused prefix;
+            # once all are in but the last generated one, that one (a decode row)
+            tokens = req.context()
+            end = min(len(tokens), (req.fed // self.prefill_chunk + 1) * self.prefill_chunk)
+            ids = tokens[req.fed:end]
+            if len(ids) > 1 or req.fed < len(req.prompt):
+                if len(ids) > budget and budget < full:
                     continue  # over this step's prefill budget: next step (at least one chunk always runs)
-                budget -= len(chunk)
-                first = req.fed == req.reused
-                row = Row(slot, chunk, req.fed, req.sampling, sample=end == n_prompt and req.max_tokens > 0,
-                          new=first, prompt=req.prompt if first and req.sampling.repetition_penalty != 1 else (),
-                          targets=req.prompt[req.fed + 1:end + 1] if req.echo else None,
-                          grammar=req.grammar if first else None)
-            else:
-                pos = n_prompt + len(req.generated) - 1
-                row = Row(slot, (req.generated[-1],), pos, req.sampling)
+                budget -= len(ids)
+            first, req.started = not req.started, True
+            echo = req.echo and len(req.prompt_logprobs) < len(req.prompt)
+            row = Row(slot, ids, req.fed, req.sampling, sample=end == len(tokens) and req.max_tokens > 0, new=first,
+                      prompt=req.prompt if first and req.sampling.repetition_penalty != 1 else (),
+                      targets=req.prompt[req.fed + 1:end + 1] if echo else None,
+                      grammar=req.grammar if first else None, history=tuple(req.generated) if first else ())
             work.append((req, row))
+        work = self._grow_or_preempt(work)
         self.metrics.active.set(len(self._active))
+        self._pool_metrics()
         return work
 
     def _commit(self, req: Generation, row: Row, tok: Token) -> bool:
@@ -471,8 +593,11 @@ class Scheduler:
         token could not be chosen (a RowError: the sequence fails, alone)."""
         if req.done or req.ending is not None:
             return False
-        if req.fed < len(req.prompt):
-            req.fed += len(row.ids)
+        req.fed += len(row.ids)
+        kv = self.kv
+        if kv is not None and req.fed // kv.block_size > req.ready:  # (blocks it has computed: ready to share)
+            kv.mark_ready(req.blocks[req.ready:req.fed // kv.block_size])
+            req.ready = req.fed // kv.block_size
         lp = None
         if isinstance(tok, Picked):
             req.prompt_logprobs.extend(tok.prompt)
@@ -549,11 +674,11 @@ class Scheduler:
             req.events.put_nowait(last)
         if req.slot is not None and self._active.get(req.slot) is req:
             del self._active[req.slot]
-            # the cache holds the prompt read so far and every generated token but the last (fed on); after a
-            # failed step, nothing known
-            held = () if reason == "error" else (req.prompt[:req.fed] if req.fed < len(req.prompt) else
-                                                 req.prompt + tuple(req.generated[:-1]))
-            self._held[req.slot] = held
-            self._to_release.append((req.slot, len(held)))
+            # the cache holds the tokens fed so far (the prompt read and every generated token but the last); after
+            # a failed step, nothing known
+            held = () if reason == "error" else req.context()[:req.fed]
+            self._give_back(req, held)
+            self._to_release.append(req.slot)
             self._free.append(req.slot)
         self.metrics.active.set(len(self._active))
+        self._pool_metrics()

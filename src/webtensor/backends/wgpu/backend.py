@@ -77,8 +77,9 @@ class WgpuBackend:
     def from_bytes(self, device: Any, shape: tuple[int, ...], dtype: DType, data: memoryview) -> Tensor:
         return plan.from_bytes(device, shape, dtype, data)
 
-    def from_numpy(self, device: Any, arr: Any, owned: bool) -> Tensor:
-        return plan.from_bytes(device, arr.shape, _dtype(arr), memoryview(arr.reshape(-1)).cast("B"))
+    def from_numpy(self, device: Any, arr: Any, owned: bool, done: Callable[[int, int], None] | None = None
+                   ) -> Tensor:
+        return plan.from_bytes(device, arr.shape, _dtype(arr), memoryview(arr.reshape(-1)).cast("B"), done)
 
     def to_bytes(self, t: Tensor) -> bytes:
         return plan.to_bytes(t)
@@ -214,21 +215,25 @@ class WgpuBackend:
                        lambda r0, r1: plan.embedding(table, ids[r0:r1]), [ids])
 
     def cache_write(self, cache: Tensor, src: Tensor, pos: Tensor, slot: Tensor,
-                    rope: tuple[Tensor, Tensor, bool] | None = None) -> None:
-        plan.cache_write(cache, src, pos, slot, rope)
+                    rope: tuple[Tensor, Tensor, bool] | None = None, table: Tensor | None = None) -> None:
+        plan.cache_write(cache, src, pos, slot, rope, table)
 
     def cached_attention(self, q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float,
                          k_new: Tensor | None = None, v_new: Tensor | None = None,
-                         rope: tuple[Tensor, Tensor, bool] | None = None) -> Tensor:
+                         rope: tuple[Tensor, Tensor, bool] | None = None, table: Tensor | None = None) -> Tensor:
         def run(r0: int, r1: int) -> Tensor:
             return plan.cached_attention(q[r0:r1], kc, vc, pos[r0:r1], slot[r0:r1], scale,
-                                         _rows_of(k_new, r0, r1), _rows_of(v_new, r0, r1), rope)
+                                         _rows_of(k_new, r0, r1), _rows_of(v_new, r0, r1), rope, table)
 
         return by_rows("cached_attention", q.device, q.shape, dt.float32, run, [q, pos, slot, k_new, v_new])
 
-    def chunk_attention(self, q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float) -> Tensor:
+    def cache_gather(self, cache: Tensor, slot: int, n: int, head_dim: int, table: Tensor | None = None) -> Tensor:
+        return plan.cache_gather(cache, slot, n, head_dim, table)
+
+    def chunk_attention(self, q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float,
+                        table: Tensor | None = None) -> Tensor:
         def run(r0: int, r1: int) -> Tensor:
-            return plan.chunk_attention(q[r0:r1], kc, vc, pos[r0:r1], slot[r0:r1], scale)
+            return plan.chunk_attention(q[r0:r1], kc, vc, pos[r0:r1], slot[r0:r1], scale, table)
 
         return by_rows("chunk_attention", q.device, q.shape, dt.float32, run, [q, pos, slot])
 
@@ -259,6 +264,9 @@ class WgpuBackend:
 
     def has_f16(self) -> bool:
         return self.ctx.has_f16
+
+    def memory_bytes(self) -> int | None:
+        return self.ctx.api.memory_bytes()
 
     def has_subgroups(self) -> bool:
         return self.ctx.has_subgroups

@@ -117,6 +117,10 @@ class BrowserGpu:
         return cls(ctx, json.loads(ctx.describe()))
 
     # -- GpuApi ---------------------------------------------------------------------------------
+    def memory_bytes(self) -> int | None:
+        """The browser does not say how much memory an adapter has."""
+        return None
+
     def create_buffer(self, size: int, usage: int, label: str = "") -> int:
         h = int(self._ctx.createBuffer(int(size), int(usage), label))
         self._sizes[h] = int(size)

@@ -21,12 +21,13 @@ Thread model: one re-entrant lock serialises every use of the device; scopes nes
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
@@ -40,6 +41,7 @@ _T = TypeVar("_T")
 PARAM_BYTES = 128  # one kernel's uniform parameters: 32 scalars
 ARENA_SLOTS = 2048  # dispatches per submit before an early flush
 BIND_GROUP_CACHE = 4096
+UPLOAD_PIECE = 16 << 20  # bytes an upload hands the API at once (`upload`; `upload_pieces` sets another)
 _INCLUDE_DEPTH = 4  # `// #include` levels expanded (an include cycle fails instead of looping)
 # the packed 4x8-bit integer builtins (a WGSL language extension, probed per device: WgpuContext.has_dot4)
 DOT4_PATTERN = r"\b(dot4[IU]8Packed|pack4x[IU]8(Clamp)?|unpack4x[IU]8)\s*\("
@@ -202,6 +204,9 @@ class WgpuContext:
         self.peak_bytes_in_use = 0
         self._dummy = api.create_buffer(16, STORAGE_USAGE, "webtensor-unused-input")
         self._capture: Graph | None = None
+        self.upload_piece = UPLOAD_PIECE
+        self._staged = 0  # bytes written since the writes were last submitted
+        self._writes_token: Any = None  # the submission that carried the writes before those
 
     # -- kernels --------------------------------------------------------------------------------
     def kernel(self, file: str, defines: dict[str, str] | None = None, signature: Signature | None = None) -> Kernel:
@@ -346,11 +351,19 @@ class WgpuContext:
             for key in [k for k in self._bind_groups if any(b.id in dead for b in k[1])]:
                 del self._bind_groups[key]
 
-    def upload(self, buf: GpuBuffer, data: Any, offset: int = 0, fresh: bool = False) -> None:
+    def upload(self, buf: GpuBuffer, data: Any, offset: int = 0, fresh: bool = False,
+               done: Callable[[int, int], None] | None = None) -> None:
         """Write host bytes into `buf`. Pending dispatches are submitted first, so a write never
         overtakes commands recorded before it (a pooled buffer may still be read by them). While a
         graph is captured only `fresh` buffers (a new tensor: a constant of the graph) may be
-        written; writing an existing tensor would not be part of the replay."""
+        written; writing an existing tensor would not be part of the replay.
+
+        The bytes go in pieces of `upload_piece`, and what the writes hold in host memory stays
+        bounded: wgpu copies each write into a staging buffer and frees it only once a submission
+        carrying it has run, so after each piece's worth of writes they are submitted and the
+        submission before waited for: at most two pieces are staged, whatever the tensor or the
+        model. `done(a, b)` is called once bytes a..b of `data` are copied (the caller may drop
+        them: the pages of a file map)."""
         with self.lock:
             self.check_alive()
             if not fresh:
@@ -360,10 +373,41 @@ class WgpuContext:
             if self._pending:
                 self.flush()
             mv = memoryview(data).cast("B")
-            if mv.nbytes % 4:
-                mv = memoryview(bytes(mv) + b"\0" * (4 - mv.nbytes % 4))
-            self._guard("upload", lambda: self.api.write_buffer(buf.handle, offset, mv))
-            self.counters["bytes_uploaded"] += mv.nbytes
+            n, piece = mv.nbytes, max(4, self.upload_piece & ~3)
+            for a in range(0, n, piece):
+                b = min(n, a + piece)
+                part = mv[a:b] if (b - a) % 4 == 0 else memoryview(bytes(mv[a:b]) + b"\0" * (-(b - a) % 4))
+                self._guard("upload", lambda: self.api.write_buffer(buf.handle, offset + a, part))  # noqa: B023
+                self.counters["bytes_uploaded"] += part.nbytes
+                self._staged += part.nbytes
+                if self._staged >= piece:
+                    self.settle_writes()
+                if done is not None:
+                    done(a, b)
+
+    def settle_writes(self) -> None:
+        """Submit the writes queued so far and wait for the submission that carried the ones before (whose
+        staging copies wgpu then frees): `upload`'s bound on staged bytes."""
+        flush = getattr(self.api, "flush_writes", None)  # (the browser stages writes itself)
+        if flush is None:
+            return
+        token = self._guard("upload", flush)
+        earlier, self._writes_token, self._staged = self._writes_token, token, 0
+        if earlier is not None or token is None:
+            self._guard("upload", lambda: self.api.wait_writes(earlier))
+
+    @contextlib.contextmanager
+    def upload_pieces(self, piece: int) -> Iterator[None]:
+        """`upload` writes pieces of `piece` bytes within the block (a model's load sizes them by its largest
+        tensor), and everything written is submitted and waited for at its end."""
+        with self.lock:
+            before, self.upload_piece = self.upload_piece, piece
+            try:
+                yield
+            finally:
+                self.upload_piece = before
+                self.settle_writes()
+                self.settle_writes()
 
     def read(self, buf: GpuBuffer, offset: int, nbytes: int) -> memoryview:
         """Submit whatever is pending together with a copy of `buf[offset:offset+nbytes]`; return it."""

@@ -73,8 +73,18 @@ class GpuApi(Protocol):
     shader_checks: bool
 
     def create_buffer(self, size: int, usage: int, label: str = "") -> Any: ...
+    def memory_bytes(self) -> int | None:
+        """The adapter's own memory (its largest device-local heap), where the implementation can tell."""
+        ...
     def destroy_buffer(self, buffer: Any) -> None: ...
     def write_buffer(self, buffer: Any, offset: int, data: Any) -> None: ...
+    def flush_writes(self) -> Any:
+        """Submit the buffer writes queued so far; a token for `wait_writes`. Optional (the context looks it up):
+        where writes keep a staging copy until a submission carries them (wgpu), this bounds what they hold."""
+        ...
+    def wait_writes(self, token: Any) -> None:
+        """Block until the submission `token` stands for has run (its writes' staging copies are freed)."""
+        ...
     def buffer_alive(self, buffer: Any) -> bool:
         """False once the implementation has released the buffer behind the handle."""
         ...
@@ -147,6 +157,15 @@ class NativeGpu:
         self._offsets: dict[int, Any] = {}  # dynamic-offset arrays for the raw path, by offset
         self._trusted = None if shader_checks else _TrustedModules.load()
         self.shader_checks = self._trusted is None
+        self._memory: list[int | None] = []  # (memory_bytes, once asked)
+
+    def memory_bytes(self) -> int | None:
+        """The Vulkan device-local heap of this adapter (WebGPU does not say; vkmem asks Vulkan), else None."""
+        if not self._memory:
+            from .vkmem import device_local_bytes
+
+            self._memory.append(device_local_bytes(self.info.name) if self.info.backend == "Vulkan" else None)
+        return self._memory[0]
 
     # -- creation -------------------------------------------------------------------------------
     @staticmethod
@@ -177,14 +196,17 @@ class NativeGpu:
                                                    "adapter_type", "description"))
 
     @classmethod
-    async def pick_async(cls, software: bool | None) -> Any:
+    async def enumerate_async(cls) -> list[Any]:
         import wgpu
 
         try:
-            adapters = await wgpu.gpu.enumerate_adapters_async()
-        except Exception:
-            adapters = []
-        return cls._pick(list(adapters), software)
+            return list(await wgpu.gpu.enumerate_adapters_async())
+        except Exception:  # no Vulkan loader / driver at all
+            return []
+
+    @classmethod
+    async def pick_async(cls, software: bool | None) -> Any:
+        return cls._pick(await cls.enumerate_async(), software)
 
     @classmethod
     def pick(cls, software: bool | None) -> Any:
@@ -227,6 +249,21 @@ class NativeGpu:
 
     def write_buffer(self, buffer: Any, offset: int, data: Any) -> None:
         self.queue.write_buffer(buffer, offset, data)
+
+    def flush_writes(self) -> Any:
+        # wgpu copies each write into a staging buffer at once and frees it only once a submission carrying the
+        # queued writes has run and the device is polled: an empty command buffer carries them
+        cb = self.device.create_command_encoder().finish()
+        if self._raw is not None:
+            return self._raw.submit_for_index(self.queue._internal, cb)
+        self.queue.submit([cb])
+        return None
+
+    def wait_writes(self, token: Any) -> None:
+        if token is not None and self._raw is not None:
+            self._raw.wait_for(self.device._internal, token)
+        else:  # (without the raw entry points: everything submitted so far)
+            self.device._poll_wait()
 
     def enable_directives(self, features: set[str]) -> str:
         # naga rejects `enable subgroups;` (subgroup builtins need only the device feature)

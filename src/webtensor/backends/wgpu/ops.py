@@ -9,12 +9,15 @@ Nothing here needs numpy except `to_numpy`, so the browser (Pyodide without nump
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ... import activations
 from ... import dtypes as dt
 from ...errors import BufferLimitError, DTypeError, ShapeError
+from ...quant.kv import q8_words
 from ...tensor import Tensor, contiguous_strides
 from .context import GpuBuffer, WgpuContext
 from .policy import KernelPolicy
@@ -74,8 +77,10 @@ def empty(device: Any, shape: tuple[int, ...], dtype: dt.DType, reuse: bool = Tr
     return Tensor(device, shape, dtype, storage=allocate(ctx, shape, dtype.itemsize, reuse))
 
 
-def from_bytes(device: Any, shape: tuple[int, ...], dtype: dt.DType, data: Any) -> Tensor:
-    """Upload C-ordered bytes (any buffer-protocol object) into a new tensor."""
+def from_bytes(device: Any, shape: tuple[int, ...], dtype: dt.DType, data: Any,
+               done: Callable[[int, int], None] | None = None) -> Tensor:
+    """Upload C-ordered bytes (any buffer-protocol object) into a new tensor; `done(a, b)` as bytes a..b of
+    `data` have been copied (WgpuContext.upload)."""
     t = empty(device, tuple(shape), dtype, reuse=False)  # (in a capture: a constant, never a recycled buffer)
     mv = memoryview(data).cast("B")
     if mv.nbytes != t.nbytes:
@@ -83,8 +88,14 @@ def from_bytes(device: Any, shape: tuple[int, ...], dtype: dt.DType, data: Any) 
     ctx, st = device.ctx, t._storage
     row_bytes = t.nbytes // shape[0] if shape and shape[0] else 0
     for r0, n, buf in st.chunk_ranges(shape[0] if shape else 1):
-        ctx.upload(buf, mv if len(st.chunks) == 1 else mv[r0 * row_bytes:(r0 + n) * row_bytes], fresh=True)
+        at = r0 * row_bytes if len(st.chunks) > 1 else 0
+        ctx.upload(buf, mv if len(st.chunks) == 1 else mv[at:at + n * row_bytes], fresh=True,
+                   done=None if done is None else functools.partial(_shifted, done, at))
     return t
+
+
+def _shifted(done: Callable[[int, int], None], at: int, a: int, b: int) -> None:
+    done(at + a, at + b)
 
 
 def zeros(device: Any, shape: tuple[int, ...], dtype: dt.DType) -> Tensor:
@@ -939,25 +950,73 @@ def _rope_code(rope: tuple[Tensor, Tensor, bool] | None) -> str:
     return "0u" if rope is None else "2u" if rope[2] else "1u"
 
 
+def _pos_slot(pos: Tensor, slot: Tensor) -> tuple[GpuBuffer, int, int]:
+    """Positions and slots (T,) int32 as the KV kernels bind them, one buffer: (it, pos_off, slot_off). The runner's
+    are views of one tensor; others are copied into one (two copy launches)."""
+    pos, slot = (t if t.is_contiguous() else t.contiguous() for t in (pos, slot))
+    if len(pos._storage.chunks) == 1 and len(slot._storage.chunks) == 1 and _buf(pos) is _buf(slot):
+        return _buf(pos), pos._offset, slot._offset
+    T = pos.shape[0]
+    both = _out(pos.device, (2, T), dt.int32)
+    unary("copy", pos, out=both[0])
+    unary("copy", slot, out=both[1])
+    return _buf(both), 0, T
+
+
+def _kv_geometry(cache: Tensor, table: Tensor | None) -> tuple[dict[str, int], dict[str, GpuBuffer | None]]:
+    """The block-table parameters of kv_pages.wgsl for a cache (blocks, block_size, ...) and its table (None: a
+    contiguous cache, sequence s = block s), and the table's binding."""
+    n_blocks, block = cache.shape[:2]
+    if table is None:
+        return dict(block=block, max_blocks=0, n_seqs=n_blocks, n_blocks=n_blocks, table_off=0), dict(kv_table=None)
+    return (dict(block=block, max_blocks=table.shape[1], n_seqs=table.shape[0], n_blocks=n_blocks,
+                 table_off=table._offset), dict(kv_table=_buf(table)))
+
+
+def _kv_type(cache: Tensor) -> dict[str, str]:
+    """The kernels' defines for a pool's element type: Q8 for a q8_0 pool (int32 words), else alias KV (and KV16 for
+    float16: kv_pages.wgsl rounds through pack2x16float)."""
+    if cache.dtype is dt.int32:
+        return {"Q8": "true"}
+    return {"KV": cache.dtype.wgsl, "KV16": "true" if cache.dtype is dt.float16 else "false"}
+
+
 def cache_write(cache: Tensor, src: Tensor, pos: Tensor, slot: Tensor,
-                rot: tuple[Tensor, Tensor, bool] | None = None) -> None:
-    """cache (n_slots, n_ctx, KVH, D) f32, contiguous; src (T, KVH, D); pos, slot (T,) int32; rot =
-    (cos, sin, interleaved): src stored rotated (the same launch)."""
+                rot: tuple[Tensor, Tensor, bool] | None = None, table: Tensor | None = None) -> None:
+    """cache (blocks, block_size, KVH, D or q8_0 words), contiguous; src (T, KVH, D); pos, slot (T,) int32; table
+    (n_seqs, max_blocks) int32 or None; rot = (cos, sin, interleaved): src stored rotated (the same launch)."""
     ctx = _ctx(cache)
     if src._strides[-1] != 1:
         src = src.contiguous()
-    pos, slot = _at0(pos), _at0(slot)
     T, H, D = src.shape
-    n_slots, n_ctx = cache.shape[:2]
-    prm = dict(T=T, H=H, D=D, src_off=src._offset, src_ts=src._strides[0], src_hs=src._strides[1],
-               n_ctx=n_ctx, slot_stride=n_ctx * H * D, n_slots=n_slots, c_off=cache._offset)
-    bufs = dict(src=_buf(src), pos=_buf(pos), slot=_buf(slot), cache=_buf(cache))
+    if T == 0:
+        return
+    ps, pos_off, slot_off = _pos_slot(pos, slot)
+    geo, tb = _kv_geometry(cache, table)
+    prm = dict(T=T, H=H, D=D, src_off=src._offset, src_ts=src._strides[0], src_hs=src._strides[1], pos_off=pos_off,
+               slot_off=slot_off, c_off=cache._offset, **geo)
+    bufs = dict(src=_buf(src), ps=ps, cache=_buf(cache), **tb)
     if rot is not None:
         cos, sin = rot[0].contiguous(), rot[1].contiguous()
         prm.update(half=cos.shape[1], P=cos.shape[0], tc_off=cos._offset, ts_off=sin._offset)
         bufs.update(cos_t=_buf(cos), sin_t=_buf(sin))
-    kern = ctx.kernel("cache_write", {"TS": src.dtype.wgsl, "ROPE": _rope_code(rot)})
-    ctx.launch(kern, prm, bufs, _grid(math.ceil(T * H * D / WG), ctx))
+    kern = ctx.kernel("cache_write", {"TS": src.dtype.wgsl, "ROPE": _rope_code(rot), **_kv_type(cache)})
+    per_row = H * ((D + 63) // 64) if cache.dtype is dt.int32 else H * D  # (q8_0: a thread a scale word)
+    ctx.launch(kern, prm, bufs, _grid(math.ceil(T * per_row / WG), ctx))
+
+
+def cache_gather(cache: Tensor, slot: int, n: int, head_dim: int, table: Tensor | None = None) -> Tensor:
+    """Positions 0 .. n - 1 of sequence `slot` of a cache, float32 (n, KVH, head_dim)."""
+    ctx = _ctx(cache)
+    H = cache.shape[2]
+    out = _out(cache.device, (n, H, head_dim), dt.float32)
+    if n == 0 or H == 0:
+        return out
+    geo, tb = _kv_geometry(cache, table)
+    kern = ctx.kernel("cache_gather", _kv_type(cache))
+    ctx.launch(kern, dict(n=n, H=H, D=head_dim, seq=slot, c_off=cache._offset, **geo),
+               dict(cache=_buf(cache), o=_buf(out), **tb), _grid(math.ceil(n * H * head_dim / WG), ctx))
+    return out
 
 
 def _one_buffer(*ts: Tensor) -> bool:
@@ -967,14 +1026,13 @@ def _one_buffer(*ts: Tensor) -> bool:
 
 def cached_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float,
                      k_new: Tensor | None = None, v_new: Tensor | None = None,
-                     rot: tuple[Tensor, Tensor, bool] | None = None) -> Tensor:
-    """q (T, H, D) against caches (n_slots, n_ctx, KVH, D) f32: row t sees positions 0..pos[t] of
-    slot[t], query head h cache head h // (H // KVH) -> (T, H, D) f32, one workgroup per (head, row).
-    With k_new, v_new (T, KVH, D) the rows' keys and values are stored at their positions by the
-    same launch and attended to from k_new, v_new (see cached_attention.wgsl). rot = (cos, sin,
-    interleaved): q and k_new rotated first, in the launch (cached_attention_rope.wgsl) where the
-    tables are views of one buffer and so are k_new and v_new, of q's dtype (8 storage bindings),
-    else by rope launches."""
+                     rot: tuple[Tensor, Tensor, bool] | None = None, table: Tensor | None = None) -> Tensor:
+    """q (T, H, D) against caches (blocks, block_size, KVH, D or q8_0 words): row t sees positions 0..pos[t] of
+    sequence slot[t] through `table` (None: a contiguous cache), query head h cache head h // (H // KVH) -> (T, H, D)
+    f32, one workgroup per (head, row). With k_new, v_new (T, KVH, D) the rows' keys and values are stored at their
+    positions by the same launch and attended to as stored (see cached_attention.wgsl). rot = (cos, sin,
+    interleaved): q and k_new rotated first, in the launch (cached_attention_rope.wgsl) where the tables are views
+    of one buffer and so are k_new and v_new, of q's dtype (8 storage bindings), else by rope launches."""
     ctx = _ctx(q)
     if rot is not None:
         cos, sin = (t if t.is_contiguous() else t.contiguous() for t in rot[:2])
@@ -986,22 +1044,30 @@ def cached_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tenso
             k_new = None if k_new is None else rope(k_new, pos, cos, sin, rot[2])
             rot = None
     views = [t if t._strides[-1] == 1 else t.contiguous() for t in (q, k_new, v_new) if t is not None]
-    q = views[0]
-    pos, slot = _at0(pos), _at0(slot)
-    T, H, D = q.shape
-    n_slots, n_ctx, KVH = kc.shape[:3]
+    q8 = kc.dtype is dt.int32
+    T, H, D = views[0].shape
+    n_blocks, block, KVH = kc.shape[:3]
     if D > 256:
         raise ShapeError(f"cached attention on WebGPU supports head dims up to 256, got {D}")
     out = _out(q.device, (T, H, D), dt.float32)
     if T == 0 or H == 0:
         return out
-    vec4 = (D % 4 == 0 and all(x % 4 == 0 for t in views for x in (t._offset, *t._strides[:2]))
-            and kc._offset % 4 == 0 and vc._offset % 4 == 0)
+
+    def aligned(ts: list[Tensor]) -> bool:
+        return D % 4 == 0 and all(x % 4 == 0 for t in ts for x in (t._offset, *t._strides[:2]))
+    if q8 and not aligned(views):  # (a q8_0 pool is read a word, four dims, a lane: the vec4 variant only)
+        views = [t.contiguous() for t in views]
+    q = views[0]
+    vec4 = q8 or (aligned(views) and kc._offset % 4 == 0 and vc._offset % 4 == 0)
     u = 4 if vec4 else 1
+    cu = 1 if q8 else u  # (the pool's lanes: q8_0 words, or vec4s / scalars of its float type)
+    ps, pos_off, slot_off = _pos_slot(pos, slot)
+    geo, tb = _kv_geometry(kc, table)
+    n_ctx = block if table is None else table.shape[1] * block
     prm = dict(T=T, H=H, D4=D // u, q_off4=q._offset // u, q_ts4=q._strides[0] // u, q_hs4=q._strides[1] // u,
-               n_ctx=n_ctx, slot_stride4=n_ctx * KVH * D // u, scale=scale, group=H // KVH, n_slots=n_slots,
-               kc_off4=kc._offset // u, vc_off4=vc._offset // u)
-    bufs = dict(q=_buf(q), pos=_buf(pos), slot=_buf(slot), kc=_buf(kc), vc=_buf(vc), o=_buf(out))
+               n_ctx=n_ctx, scale=scale, group=H // KVH, pos_off=pos_off, slot_off=slot_off,
+               kc_off4=kc._offset // cu, vc_off4=vc._offset // cu, **geo)
+    bufs = dict(q=_buf(q), ps=ps, kc=_buf(kc), vc=_buf(vc), o=_buf(out), **tb)
     if len(views) == 3:
         k_new, v_new = views[1], views[2]
         if k_new.dtype is not q.dtype or v_new.dtype is not q.dtype:
@@ -1009,7 +1075,7 @@ def cached_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tenso
         prm.update(write=1, k_off4=k_new._offset // u, k_ts4=k_new._strides[0] // u, k_hs4=k_new._strides[1] // u,
                    v_off4=v_new._offset // u, v_ts4=v_new._strides[0] // u, v_hs4=v_new._strides[1] // u)
         bufs.update(kn=_buf(k_new), vn=_buf(v_new))
-    defs = {"TQ": q.dtype.wgsl, "VEC4": "true" if vec4 else "false"}
+    defs = {"TQ": q.dtype.wgsl, "VEC4": "true" if vec4 else "false", **_kv_type(kc)}
     if rot is not None:
         cos, sin = rot[0], rot[1]
         prm.update(half=cos.shape[1], P=cos.shape[0], tc_off=cos._offset, ts_off=sin._offset)
@@ -1025,38 +1091,46 @@ def cached_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tenso
     return out
 
 
-def chunk_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float) -> Tensor:
-    """q (T, H, D) of one sequence's rows (all in slot slot[0]) against caches (n_slots, n_ctx, KVH, D)
-    f32: row t sees positions 0..pos[t] -> (T, H, D) f32. attention_tiled_cache.wgsl where it runs
-    (GPUs: query tiles sharing key tiles, see `_tiled_keys`), attention_flash_cache.wgsl on CPU adapters
-    (float32, D a multiple of 4 up to 64, as attention_flash), else cached_attention's kernel (one
-    workgroup a row and head: the same numbers for rows of one slot)."""
+def chunk_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor, scale: float,
+                    table: Tensor | None = None) -> Tensor:
+    """q (T, H, D) of one sequence's rows (all in sequence slot[0]) against caches (blocks, block_size, KVH, D or
+    q8_0 words) read through `table` (None: a contiguous cache): row t sees positions 0..pos[t] -> (T, H, D) f32.
+    attention_tiled_cache.wgsl where it runs (GPUs: query tiles sharing key tiles, see `_tiled_keys`),
+    attention_flash_cache.wgsl on CPU adapters (float32 q, D a multiple of 4 up to 64, as attention_flash), else
+    cached_attention's kernel (one workgroup a row and head: the same numbers for rows of one sequence). The pool's
+    values are read as stored (float16 widened, q8_0 dequantized: kv_pages.wgsl)."""
     ctx = _ctx(q)
     if q._strides[-1] != 1:
         q = q.contiguous()
     T, H, D = q.shape
-    n_slots, n_ctx, KVH = kc.shape[:3]
-    offsets = [q._offset, *q._strides[:2], kc._offset, vc._offset]
+    KVH = kc.shape[2]
+    q8 = kc.dtype is dt.int32
+    words = KVH * (q8_words(D) if q8 else D // 4) if q8 or D % 4 == 0 else 0  # (the pool's words a position)
+    offsets = [q._offset, *q._strides[:2]] + ([] if q8 else [kc._offset, vc._offset])
     bk = _tiled_keys(ctx, D, 4, offsets) if q.dtype in (dt.float32, dt.float16) and D <= 256 else 0
     flash = (not bk and T >= ctx.policy.flash_min_queries and D % 4 == 0 and D <= 64 and q.dtype is dt.float32
              and all(x % 4 == 0 for x in offsets))
-    if not bk and not flash:
-        return cached_attention(q, kc, vc, pos, slot, scale)
+    if not words or (not bk and not flash):
+        return cached_attention(q, kc, vc, pos, slot, scale, table=table)
     out = _out(q.device, (T, H, D), dt.float32)
     if T == 0 or H == 0:
         return out
     if bk:
         kern = ctx.kernel("attention_tiled_cache", {
             "TS": "f32", "D4": f"{D // 4}u", "KG": f"{bk // 4}u", "F16": "true" if q.dtype is dt.float16 else "false",
-            "SG": "true" if 0 < bk // 4 <= ctx.subgroup_size else "false"})
+            "SG": "true" if 0 < bk // 4 <= ctx.subgroup_size else "false", **_kv_type(kc)})
     else:
-        kern = ctx.kernel("attention_flash_cache", {"D4": f"{D // 4}u"})
+        kern = ctx.kernel("attention_flash_cache", {"D4": f"{D // 4}u", **_kv_type(kc)})
     pos, slot = _at0(pos), _at0(slot)
+    geo, tb = _kv_geometry(kc, table)
+    cu = 1 if q8 else 4  # (the pool's words: q8_0 u32s, or vec4s of its float type)
+    n_ctx = geo["block"] if table is None else geo["max_blocks"] * geo["block"]
+    n_seqs = geo["n_blocks"] if table is None else geo["n_seqs"]
     group = {"G" if bk else "group": H // KVH}
     ctx.launch(kern, dict(T=T, scale=scale, q_off=q._offset // 4, q_ts=q._strides[0] // 4, q_hs=q._strides[1] // 4,
-                          o_ts=H * D // 4, o_hs=D // 4, n_ctx=n_ctx, n_slots=n_slots, C4=KVH * D // 4,
-                          kc_off=kc._offset // 4, vc_off=vc._offset // 4, **group),
-               dict(q=_buf(q), pos=_buf(pos), slot=_buf(slot), kc=_buf(kc), vc=_buf(vc), o=_buf(out)),
+                          o_ts=H * D // 4, o_hs=D // 4, n_ctx=n_ctx, n_slots=n_seqs, C4=words,
+                          kc_off=kc._offset // cu, vc_off=vc._offset // cu, **group, **geo),
+               dict(q=_buf(q), pos=_buf(pos), slot=_buf(slot), kc=_buf(kc), vc=_buf(vc), o=_buf(out), **tb),
                (math.ceil(T / 64), H, 1))
     return out
 

@@ -1,5 +1,6 @@
 """Quantized weights on WebGPU (ggml's Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K, IQ4_NL, IQ4_XS): their GPU
-layout, the upload (from ggml's bytes without numpy, or from a `QuantWeight`) and its inverse, and the ops
+layout, the upload (from ggml's bytes, by numpy where it is there and without it in the page, or from a
+`QuantWeight`) and its inverse, and the ops
 `quant_linear` and `quant_embedding`.
 
 GPU layout of a weight (N, K) of block type T (K a multiple of T's block of QK values, nb = K / QK
@@ -43,6 +44,10 @@ kernels/quant_dequant.wgsl; all f32 arithmetic, dequantized values exactly the n
   gemv_stack_quant_max_rows on GPUs, any number on CPU adapters), MR rows a
   workgroup (`ops.gemv_group`), LANES threads per output (on CPU adapters 1, and the policy's gemv_quant_nr outputs a
   thread), with the layer-norm or RMS-norm prologue of gemv_norm.wgsl (`ln=` / `rms=`),
+- gemv_quant_dot4.wgsl in its place on GPUs whose WGSL has dot4I8Packed (`WgpuContext.has_dot4`) while the
+  policy's gemv_quant_dot4 is on: the activations quantized to int8 blocks of 32 (q8_act.wgsl, through the
+  same prologues) and dotted with the weights' integers (`kernel_for`: "dot4"); with gemv_dot4_prequant they are
+  quantized once by quantize_q8.wgsl (`quantize_rows`) for every chunk's launch ("dot4q"),
 - matmul_engine_quant.wgsl for M > 8 on GPUs, and for stacks of more than the policy's
   gemv_stack_quant_max_rows one-row products: the float matmul engine (matmul_engine_core.wgsl: its tiles,
   split-K, epilogue; `ops.matmul_engine` plans it) with each K step's tile of W dequantized on its way into
@@ -62,6 +67,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ... import activations
@@ -77,7 +83,6 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ...quant.weight import QuantWeight
-
 
 
 class Layout(NamedTuple):
@@ -248,20 +253,33 @@ def _chunk_rows(ctx: WgpuContext, qtype: str, shape: tuple[int, int]) -> int:
     return max(1, min(n, limit // row)) if n else 1
 
 
-def _upload_chunks(device: Any, qtype: str, shape: tuple[int, int], parts: Any) -> QuantGpu:
-    """A QuantGpu from `parts(r0, r1)` -> (quants bytes, scales bytes) of rows r0..r1 in the GPU layout."""
+def _upload_chunks(device: Any, qtype: str, shape: tuple[int, int], parts: Any,
+                   done: Callable[[int, int], None] | None = None) -> QuantGpu:
+    """A QuantGpu from `parts(r0, r1)` -> (quants bytes, scales bytes) of rows r0..r1 in the GPU layout, asked for
+    a few rows at a time (about `ctx.upload_piece` bytes: the host holds one such piece, not the weight) and written
+    at their place in the chunks' buffers; `done(r0, r1)` once rows r0..r1 are copied."""
     ctx: WgpuContext = device.ctx
-    n = shape[0]
+    n, k = shape
     rows_per = _chunk_rows(ctx, qtype, shape)
+    row_q, row_s = 4 * quant_words(qtype, k), 4 * scale_words(qtype, k)  # (whole u32 words: aligned offsets)
+    step = max(1, ctx.upload_piece // max(1, row_q + row_s))
     q_chunks: list[GpuBuffer] = []
     s_chunks: list[GpuBuffer] = []
     for r0 in range(0, max(n, 1), rows_per):
-        for data, out in zip(parts(r0, min(n, r0 + rows_per)), (q_chunks, s_chunks), strict=True):
-            nbytes = memoryview(data).nbytes
-            buf = ctx.alloc(max(4, nbytes), reuse=False)  # (uploaded now: never a recycled buffer)
-            out.append(buf)
-            if nbytes:
-                ctx.upload(buf, data, fresh=True)
+        r1 = min(n, r0 + rows_per)
+        q_buf = ctx.alloc(max(4, (r1 - r0) * row_q), reuse=False)  # (uploaded now: never a recycled buffer)
+        s_buf = ctx.alloc(max(4, (r1 - r0) * row_s), reuse=False)
+        q_chunks.append(q_buf)
+        s_chunks.append(s_buf)
+        for a in range(r0, r1, step):
+            b = min(r1, a + step)
+            for data, buf, row in zip(parts(a, b), (q_buf, s_buf), (row_q, row_s), strict=True):
+                if memoryview(data).nbytes != (b - a) * row:  # (a defect of the layout code, not of the input)
+                    raise AssertionError(f"{qtype} rows {a}..{b}: {memoryview(data).nbytes} bytes, not {b - a} x {row}")
+                if row:
+                    ctx.upload(buf, data, offset=(a - r0) * row, fresh=True)
+            if done is not None:
+                done(a, b)
     return QuantGpu(device, qtype, shape, WgpuStorage(ctx, q_chunks, rows_per), WgpuStorage(ctx, s_chunks, rows_per),
                     rows_per)
 
@@ -272,16 +290,30 @@ def upload(device: Any, w: QuantWeight) -> QuantGpu:
     return _upload_chunks(device, w.qtype, w.shape, lambda r0, r1: (quants[r0:r1], scales[r0:r1]))
 
 
-def upload_blocks(device: Any, qtype: str, raw: Any, shape: tuple[int, ...]) -> QuantGpu:
+def upload_blocks(device: Any, qtype: str, raw: Any, shape: tuple[int, ...],
+                  done: Callable[[int, int], None] | None = None) -> QuantGpu:
     """A matrix of logical shape (N, K) in ggml type `qtype` from its bytes as stored (a GGUF
-    tensor: N rows of K / QK blocks, row-major) straight onto `device`, without numpy (the page's
-    loader). Equal to `upload(device, QuantWeight.from_blocks(qtype, raw, shape))`. CheckpointError
+    tensor: N rows of K / QK blocks, row-major) straight onto `device`, a few rows at a time;
+    `done(a, b)` once bytes a..b of `raw` are on their way (the caller may drop them: a file map's
+    pages). Equal to `upload(device, QuantWeight.from_blocks(qtype, raw, shape))`. CheckpointError
     for an unknown type, a shape that is not whole blocks, or bytes that do not fit the shape."""
     mv = memoryview(raw).cast("B")
     n, k = qtypes.check_blocks(qtype, tuple(shape), mv.nbytes)
     row_bytes = qtypes.row_bytes(qtype, k)
-    return _upload_chunks(device, qtype, (n, k),
-                          lambda r0, r1: split_blocks(qtype, mv[r0 * row_bytes : r1 * row_bytes], r1 - r0, k))
+    layout = _rows_in_gpu_layout(qtype, k)
+    return _upload_chunks(device, qtype, (n, k), lambda r0, r1: layout(mv[r0 * row_bytes : r1 * row_bytes], r1 - r0),
+                          None if done is None else lambda r0, r1: done(r0 * row_bytes, r1 * row_bytes))
+
+
+def _rows_in_gpu_layout(qtype: str, k: int) -> Callable[[memoryview, int], tuple[Any, Any]]:
+    """(ggml's bytes of `rows` rows, rows) -> (quants, scales) in the GPU layout: numpy's `pack` where numpy is
+    there (a few copies at memory speed: an 8B file's 4.9 GB in seconds), else `split_blocks` (the page without
+    numpy: a strided copy per byte position, about 5x slower; test_quant_kernels checks the two agree)."""
+    try:
+        from ...quant.weight import QuantWeight  # (numpy)
+    except ImportError:
+        return lambda raw, rows: split_blocks(qtype, raw, rows, k)
+    return lambda raw, rows: pack(QuantWeight.from_blocks(qtype, raw, (rows, k)))
 
 
 _UPLOADED: weakref.WeakKeyDictionary[QuantWeight, dict[int, QuantGpu]] = weakref.WeakKeyDictionary()

@@ -158,6 +158,7 @@ def _sig(file: str, params: str, bindings: str) -> Signature:
 
 
 _EPI = "epi=0 bias_off=0 r_off=0 r_ld=0"
+_KV = "block max_blocks n_seqs n_blocks table_off"  # a KV cache's block table (kv_pages.wgsl)
 SIGNATURES = {s.file: s for s in (
     _sig("elementwise", "shape:vec4u sa:vec4u sb:vec4u a_off b_off o_off=0 n", "a b -> o"),
     _sig("unary", "shape:vec4u si:vec4u so:vec4u i_off o_off n alpha:f32=1", "x -> o"),
@@ -182,10 +183,10 @@ SIGNATURES = {s.file: s for s in (
          "group", "q k v -> o"),
     _sig("attention_tiled", "T S causal scale:f32 G q_off q_ts q_hs k_off k_ts k_hs v_off v_ts v_hs o_ts o_hs",
          "q k v -> o"),
-    _sig("attention_tiled_cache", "T scale:f32 G q_off q_ts q_hs o_ts o_hs n_ctx n_slots C4 kc_off vc_off",
-         "q pos slot kc vc -> o"),
-    _sig("attention_flash_cache", "T scale:f32 group q_off q_ts q_hs o_ts o_hs n_ctx n_slots C4 kc_off vc_off",
-         "q pos slot kc vc -> o"),
+    _sig("attention_tiled_cache", f"T scale:f32 G q_off q_ts q_hs o_ts o_hs n_ctx n_slots C4 kc_off vc_off {_KV}",
+         "q pos slot kv_table? kc vc -> o"),
+    _sig("attention_flash_cache", f"T scale:f32 group q_off q_ts q_hs o_ts o_hs n_ctx n_slots C4 kc_off vc_off {_KV}",
+         "q pos slot kv_table? kc vc -> o"),
     *(_sig(k, f"M N K acc=0 a_off4 lda4 d_ld c_off=0 ldc {_EPI} eps:f32=0", "a qs scales bias? res? lnw? lnb? -> c")
       for k in ("gemv_quant", "gemv_quant_dot4")),
     _sig("quantize_q8", "M K a_off4 lda4 o_ld eps:f32=0", "a lnw? lnb? -> o"),
@@ -197,13 +198,14 @@ SIGNATURES = {s.file: s for s in (
          "q k v -> o"),
     _sig("embedding", "n_ids cols row0 rows ids_off o_off=0 t_off", "table ids -> o"),
     _sig("embedding_quant", "n_ids K row0 rows ids_off o_off=0 d_ld", "qs scales ids -> o"),
-    _sig("cache_write", "T H D src_off src_ts src_hs n_ctx slot_stride n_slots c_off half=0 P=1 tc_off=0 ts_off=0",
-         "src pos slot cos_t? sin_t? -> cache"),
-    _sig("cached_attention", "T H D4 q_off4 q_ts4 q_hs4 k_off4=0 k_ts4=0 k_hs4=0 v_off4=0 v_ts4=0 v_hs4=0 n_ctx "
-         "slot_stride4 write=0 scale:f32 group n_slots kc_off4 vc_off4 half=0 P=1 tc_off=0 ts_off=0",
-         "q kn? vn? pos slot -> kc vc o"),
-    _sig("cached_attention_rope", "T H D4 q_off4 q_ts4 q_hs4 k_off4=0 k_ts4=0 k_hs4=0 v_off4=0 v_ts4=0 v_hs4=0 "
-         "n_ctx slot_stride4 write=0 scale:f32 group n_slots kc_off4 vc_off4 half P tc_off ts_off",
-         "q kv? pos slot tab -> kc vc o"),
+    _sig("cache_write", f"T H D src_off src_ts src_hs pos_off slot_off {_KV} c_off half=0 P=1 tc_off=0 ts_off=0",
+         "src ps cos_t? sin_t? kv_table? -> cache"),
+    _sig("cache_gather", f"n H D seq {_KV} c_off", "kv_table? cache -> o"),
+    _sig("cached_attention", f"T H D4 q_off4 q_ts4 q_hs4 k_off4=0 k_ts4=0 k_hs4=0 v_off4=0 v_ts4=0 v_hs4=0 n_ctx "
+         f"write=0 scale:f32 group pos_off slot_off {_KV} kc_off4 vc_off4 half=0 P=1 tc_off=0 ts_off=0",
+         "q kn? vn? ps kv_table? -> kc vc o"),
+    _sig("cached_attention_rope", f"T H D4 q_off4 q_ts4 q_hs4 k_off4=0 k_ts4=0 k_hs4=0 v_off4=0 v_ts4=0 v_hs4=0 "
+         f"n_ctx write=0 scale:f32 group pos_off slot_off {_KV} kc_off4 vc_off4 half P tc_off ts_off",
+         "q kv? ps tab kv_table? -> kc vc o"),
     _sig("advance_tokens", "B ring", "next_ids -> ids pos tokens count"),
 )}

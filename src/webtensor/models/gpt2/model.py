@@ -17,11 +17,11 @@ from .config import GPT2Config
 class GPT2(LanguageModel):
     @classmethod
     def from_pretrained(cls, model: str | Path | None = None, device: Device | str | None = None,
-                        dtype: Any = "float32", progress: bool | None = None) -> GPT2:
+                        dtype: Any = "float32", progress: bool | None = None, kv_dtype: str | None = None) -> GPT2:
         """Load a Hugging Face GPT-2: a directory, an id in the local HF cache ("gpt2", "gpt2-xl",
         "openai-community/gpt2"), or None for the small model shipped with webtensor; or a llama.cpp GGUF file
         (or a directory holding one). dtype "float32" (default), "float16", "int8" / "q8_0" (q8_0 matrices), or
-        None (as stored: a Q8_0 GGUF stays q8_0)."""
+        None (as stored: a Q8_0 GGUF stays q8_0); kv_dtype: the KV cache's (`webtensor.load_model`'s)."""
         dev = Device.parse(device)
         want = loader.check_dtype(dtype)
         if want == "float16" and not dev.has_f16:
@@ -30,7 +30,7 @@ class GPT2(LanguageModel):
         if ck.family.name != "gpt2":
             raise CheckpointError(f"{ck.where} is a {ck.config.spec.architecture} model, not GPT-2: load it with "
                                   "webtensor.load_model")
-        gpt2: GPT2 = loader.build(ck, dev, want, None, progress, cls=cls)
+        gpt2: GPT2 = loader.build(ck, dev, want, None, progress, cls=cls, kv_dtype=kv_dtype)
         return gpt2
 
     @classmethod

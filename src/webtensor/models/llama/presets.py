@@ -36,11 +36,10 @@ PRESETS: dict[str, dict[str, Any]] = {
                      "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
                      "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009]},
-    # meta-llama/Llama-3.1-8B-Instruct: an untied LM head (benchmarks cut it to fewer layers with --n-layer)
-    "llama-3.1-8b": {**_LLAMA, "tie_word_embeddings": False, "vocab_size": 128256, "hidden_size": 4096,
-                     "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
-                     "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 131072,
-                     "rope_theta": 500000.0,
+    # meta-llama/Llama-3.1-8B-Instruct: 32 layers, 8 KV heads of 128, llama3 rope scaling
+    "llama-3.1-8b": {**_LLAMA, "vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336,
+                     "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                     "max_position_embeddings": 131072, "rope_theta": 500000.0, "tie_word_embeddings": False,
                      "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
                      "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009]},

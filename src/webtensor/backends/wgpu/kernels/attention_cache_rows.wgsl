@@ -1,14 +1,25 @@
 // What the cache variants of the prefill attention kernels (attention_tiled_cache.wgsl, attention_flash_cache.wgsl:
-// included where they say `// #include attention_cache_rows.wgsl`) know of their rows: one sequence's rows, at
-// positions pos[t] of slot slot[0] (device tensors: never trusted as indices). Row t sees keys j < row_limit(t) =
-// pos[t] + 1 (at most the context's n_ctx), none at a negative position or when the slot is outside the cache;
-// block_keys is the largest limit among a block's 64 rows (found by one thread, read uniformly). The includer
-// declares p (with T, n_ctx, n_slots), pos and slot.
+// included where they say `// #include attention_cache_rows.wgsl`, after kv_pages.wgsl) know of their rows and keys:
+// one sequence's rows, at positions pos[t] of sequence slot[0] (device tensors: never trusted as indices), reading
+// the paged pool through kv_pages.wgsl's kv_row. Row t sees keys j < row_limit(t) = pos[t] + 1 (at most n_ctx, the
+// positions the table reaches), none at a negative position or when the sequence is outside the table;
+// block_keys is the largest limit among a block's 64 rows (found by one thread, read uniformly). k_at / v_at: vec4
+// d4 of key / value j of KV head kvh as the pool stores it, widened to f32 (float32 / float16: a vec4 of the
+// pool's type; Q8: a quant word times its block's scale), zeros where kv_row gives no row; they read the key's row
+// from key_rows, which tile_keys fills at the start of each tile of KEY_TILE keys (threads li < KEY_TILE: one
+// table lookup a key, where a lookup a load would repeat it D4 times and divide each time).
+// The includer declares p (with T, n_ctx, n_slots (the table's rows, or the contiguous cache's sequences), C4
+// (the pool's words a position: KVH D4 vec4s, or KVH q8_words(D) words), kc_off / vc_off (in those words) and
+// kv_pages.wgsl's fields), pos, slot, kv_table, kc and vc (array<vec4<KV>>, or array<u32> with Q8), const D4 and
+// const KEY_TILE (the body's key tile, at most 64, tiles starting at multiples of it; at least as many threads).
 // Bounds: pos is read at rows clamped to T - 1 and slot at 0 (the planner binds tensors of T rows from element 0);
-// a limit is at most n_ctx and nonzero only for a slot < n_slots, so a caller reading keys j < block_keys of
-// slot sequence() stays inside the slot. Loops end: block_keys runs over at most 64 rows.
+// a limit is at most n_ctx and nonzero only for a slot < n_slots. A key's row r = kv_row(..) is < n_blocks
+// block or NO_ROW (not read), so kc_off + r C4 + kvh HW + (d4 or D4 + d4 / 16) with kvh < KVH, d4 < D4 (HW the
+// words of a head: D4, or q8_words(D) = D4 + ceil(D / 64) > D4 + d4 / 16) stays inside the (n_blocks, block, KVH,
+// ..) pool view; key_rows is indexed by li < KEY_TILE <= 64 and j % KEY_TILE. Loops end: block_keys runs over at
+// most 64 rows.
 
-// the sequence's slot (n_slots where it is out of range: every limit is then 0, no key is read)
+// the sequence (n_slots where it is out of range: every limit is then 0, no key is read)
 fn sequence() -> u32 { return min(u32(slot[0]), p.n_slots); }
 
 fn row_limit(t: u32) -> u32 {
@@ -28,3 +39,36 @@ fn block_keys(b: u32, li: u32) -> u32 {
   }
   return workgroupUniformLoad(&n_keys_sh);
 }
+
+var<workgroup> key_rows: array<u32, 64>;  // the pool rows of the current tile's keys (NO_ROW: none)
+
+fn tile_keys(sq: u32, j0: u32, n: u32, li: u32) {
+  if (li < KEY_TILE) { key_rows[li] = select(NO_ROW, kv_row(sq, j0 + li), j0 + li < n); }
+  workgroupBarrier();
+}
+
+// #if Q8
+fn k_at(sq: u32, j: u32, kvh: u32, d4: u32) -> vec4<f32> {
+  let r = key_rows[j % KEY_TILE];
+  if (r == NO_ROW) { return vec4<f32>(); }
+  let b = p.kc_off + r * p.C4 + kvh * q8_words(4u * D4);
+  return q8_lane(kc[b + d4], q8_scale(kc[b + D4 + d4 / 16u], d4 / 8u));
+}
+fn v_at(sq: u32, j: u32, kvh: u32, d4: u32) -> vec4<f32> {
+  let r = key_rows[j % KEY_TILE];
+  if (r == NO_ROW) { return vec4<f32>(); }
+  let b = p.vc_off + r * p.C4 + kvh * q8_words(4u * D4);
+  return q8_lane(vc[b + d4], q8_scale(vc[b + D4 + d4 / 16u], d4 / 8u));
+}
+// #else
+fn k_at(sq: u32, j: u32, kvh: u32, d4: u32) -> vec4<f32> {
+  let r = key_rows[j % KEY_TILE];
+  if (r == NO_ROW) { return vec4<f32>(); }
+  return vec4<f32>(kc[p.kc_off + r * p.C4 + kvh * D4 + d4]);
+}
+fn v_at(sq: u32, j: u32, kvh: u32, d4: u32) -> vec4<f32> {
+  let r = key_rows[j % KEY_TILE];
+  if (r == NO_ROW) { return vec4<f32>(); }
+  return vec4<f32>(vc[p.vc_off + r * p.C4 + kvh * D4 + d4]);
+}
+// #endif

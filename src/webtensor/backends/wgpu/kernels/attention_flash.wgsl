@@ -18,6 +18,7 @@ struct P {
 @group(0) @binding(4) var<storage, read_write> o: array<vec4<f32>>;
 
 fn sequence() -> u32 { return 0u; }
+fn tile_keys(sq: u32, j0: u32, n: u32, li: u32) {}  // (keys are rows of k and v: nothing to look up)
 fn k_at(sq: u32, j: u32, kh: u32, d: u32) -> vec4<f32> { return k[p.k_off + j * p.k_ts + kh * p.k_hs + d]; }
 fn v_at(sq: u32, j: u32, kh: u32, d: u32) -> vec4<f32> { return v[p.v_off + j * p.v_ts + kh * p.v_hs + d]; }
 

@@ -9,8 +9,9 @@
 // every thread). A row that sees no key writes zeros. Grouped-query: the workgroup's head h reads kv head h /
 // p.group.
 // The includer declares: struct P with T, scale, q_off, q_ts, q_hs, o_ts, o_hs, group (vec4 units), bindings p, q
-// and o (vec4<f32>), `sequence()`, `k_at(sq, j, kh, d)` / `v_at(sq, j, kh, d)` (vec4 d of key / value j, called for
-// j < block_keys only), `row_limit`, `block_keys`; const D4 (head dim / 4, at most 16).
+// and o (vec4<f32>), `sequence()`, `tile_keys(sq, j0, n_keys, li)` (called by every thread at the start of each tile
+// of keys j0 .. j0 + 31), `k_at(sq, j, kh, d)` / `v_at(sq, j, kh, d)` (vec4 d of key / value j, called for
+// j < block_keys only, of the current tile), `row_limit`, `block_keys`; const D4 (head dim / 4, at most 16).
 // Bounds (what the body indexes; the includers bound their own reads): kv[e] and kv[512 + e] with e < 32 D4 <= 512,
 // kv[qi D4 + d] < 64 x 16 = 1,024, ml[qi + 192] < 256; q and o only for live queries t < T, each inside its view.
 // Loops end: each runs to a uniform or constant bound in steps that cannot wrap (sizes stay under 2^31).
@@ -37,6 +38,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
   var my_end = 0u;  // this query's own limit
   if (live) { my_end = row_limit(t); }
   for (var j0 = 0u; j0 < n_keys; j0 = j0 + 32u) {
+    tile_keys(sq, j0, n_keys, li);  // (the cache variant: the tile's keys' pool rows, looked up once)
     for (var e = li; e < 32u * D4; e = e + 256u) {
       let j = j0 + e / D4;
       let d = e % D4;

@@ -37,6 +37,7 @@ fn fk(x: KV) -> vec4<f32> { return f4(x); }
 @group(0) @binding(4) var<storage, read_write> o: array<OV>;
 
 fn sequence() -> u32 { return 0u; }
+fn tile_keys(sq: u32, j0: u32, n: u32, li: u32) {}  // (keys are rows of k and v: nothing to look up)
 fn k_at(sq: u32, j: u32, kvh: u32, d4: u32) -> KV { return k[p.k_off + j * p.k_ts + kvh * p.k_hs + d4]; }
 fn v_at(sq: u32, j: u32, kvh: u32, d4: u32) -> KV { return v[p.v_off + j * p.v_ts + kvh * p.v_hs + d4]; }
 

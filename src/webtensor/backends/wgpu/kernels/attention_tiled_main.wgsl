@@ -32,9 +32,10 @@
 // view with row / head strides and unit stride along D, offsets and strides in vec4s; output (T, H,
 // D) at o_ts, o_hs vec4s), bindings p, q (QV words) and o (OV words); QV / f4 (q's words and their
 // f32 values), KV / fk (the keys' and values' words), OV / o4 (the output's words from f32);
-// `sequence()` (what its key reads need: 0, or the cache slot), `k_at(sq, j, kvh, d4)` /
-// `v_at(sq, j, kvh, d4)` (vec4 d4 of key / value j of KV head kvh, called for j < block_keys(..)
-// only), `row_limits`, `block_keys`; the tile type TS and const D4 (D / 4), KG (key quads a
+// `sequence()` (what its key reads need: 0, or the cache slot), `tile_keys(sq, j0, n_keys, li)`
+// (called by every thread at the start of each tile of keys j0 .. j0 + BK - 1: what k_at / v_at
+// need of the tile), `k_at(sq, j, kvh, d4)` / `v_at(sq, j, kvh, d4)` (vec4 d4 of key / value j of
+// KV head kvh, called for j < block_keys(..) only, of the current tile), `row_limits`, `block_keys`; the tile type TS and const D4 (D / 4), KG (key quads a
 // tile: 16, 8 or 4), SG (subgroup shuffles for the row maxima and sums).
 // Bounds (what the body indexes; the includers bound their own reads): kt[d KG + (quad ^ sw)] with
 // d < D and quad, sw < KG: under KG D; vs[key D4 + d4] with key < BK, d4 < D4; ps[key 16 + (qg ^ x)]
@@ -103,6 +104,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   var l = vec4<f32>(0.0);  // this thread's part of each row's running sum
   for (var j0 = 0u; j0 < n_keys; j0 = j0 + BK) {
     workgroupBarrier();  // the previous tile's readers of kt, vs and ps are done
+    tile_keys(sq, j0, n_keys, li);  // (the cache variant: the tile's keys' pool rows, looked up once)
     // K tile: thread (d4 = e % D4, quad) loads keys 4 quad .. + 3 at vec4 d4 (a key's row is read
     // by consecutive threads), then stores the 4 x 4 block transposed: kt[4 d4 + c][quad ^ sw]
     for (var e = li; e < KG * D4; e = e + WGS) {
