@@ -64,8 +64,10 @@ declare -A LAYERS=([llama8b-q4km]=8)
 for m in $MODELS; do
   nl=${N_LAYER:-${LAYERS[$m]:-}}
   stamp "writing $m (${PRESET[$m]}${nl:+, $nl layers}, ${GTYPE[$m]})"
-  if [ "${GTYPE[$m]}" = q4_k_m ]; then  # (random K-quant blocks written directly: no float checkpoint, seconds)
-    "${PIN[@]}" $PY tools/random_gguf.py "$W/$m.gguf" --preset "${PRESET[$m]}" ${nl:+--n-layer "$nl"} | tail -1 || exit 1
+  if [ "${GTYPE[$m]}" = "${ETYPE[$m]}" ] && [[ " q4_k_m q5_k_m q3_k_m q2_k iq4_nl iq4_xs " == *" ${GTYPE[$m]} "* ]]; then
+    # (llama.cpp's mixes: random blocks written directly, no float checkpoint, seconds)
+    "${PIN[@]}" $PY tools/random_gguf.py "$W/$m.gguf" --preset "${PRESET[$m]}" --mix "${GTYPE[$m]}" \
+      ${nl:+--n-layer "$nl"} | tail -1 || exit 1
   else
     "${PIN[@]}" $PY tools/random_checkpoint.py "$W/$m" --preset "${PRESET[$m]}" --dtype float16 ${nl:+--n-layer "$nl"} \
       --gguf "$W/$m.gguf" --gguf-type "${GTYPE[$m]}" --gguf-embedding-type "${ETYPE[$m]}" | tail -1 || exit 1
