@@ -1,4 +1,4 @@
-"""Quantized weights of every type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K) on WebGPU against the CPU
+"""Quantized weights of every type (`quant.TYPES`: Q8_0 ... Q6_K, IQ4_NL, IQ4_XS) on WebGPU against the CPU
 reference (`backends.cpu.quant_linear`: x @ dequantize(W).T in float32, then linear's epilogue):
 the GPU layout and its numpy-free packer, gemv_quant (M <= 8, stacks of one-row products, the
 layer-norm and RMS-norm prologues), matmul_quant_regs / matmul_quant (M > 8), embedding_quant, row-chunked weights,
@@ -280,8 +280,8 @@ def test_bad_blocks_and_shapes_are_refused(gpu: wt.Device, cpu: wt.Device) -> No
         quant_ops.upload_blocks(gpu, "Q4_1", raw[:-1], (4, 64))
     with pytest.raises(wt.CheckpointError, match=r"^a Q4_K tensor needs rows of a positive multiple of 256 values"):
         quant_ops.upload_blocks(gpu, "Q4_K", raw, (1, 160))
-    with pytest.raises(wt.CheckpointError, match=r"^ggml type 'IQ4_NL' is not a quantized type webtensor runs"):
-        quant_ops.upload_blocks(gpu, "IQ4_NL", raw, (10, 32))
+    with pytest.raises(wt.CheckpointError, match=r"^ggml type 'IQ3_S' is not a quantized type webtensor runs"):
+        quant_ops.upload_blocks(gpu, "IQ3_S", raw, (10, 32))
     qw = quant_weight(np.random.default_rng(1), "Q6_K", 10, 256)
     x = wt.tensor(np.ones((2, 256), np.float32), device=gpu)
     with pytest.raises(wt.ShapeError, match=r"^linear: x \(2, 128\) @ a Q6_K weight of shape \(10, 256\)"):

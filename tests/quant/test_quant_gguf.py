@@ -22,7 +22,8 @@ from webtensor.quant.weight import QuantWeight
 gguf = pytest.importorskip("gguf")
 Q = gguf.GGMLQuantizationType
 SHAPES = {"Q8_0": (7, 96), "Q4_0": (5, 64), "Q4_1": (9, 32), "Q5_0": (3, 96), "Q5_1": (6, 64), "Q4_K": (3, 512),
-          "Q6_K": (4, 256)}  # (N, K)
+          "Q6_K": (4, 256), "Q5_K": (2, 768), "Q3_K": (3, 256), "Q2_K": (5, 512), "IQ4_NL": (3, 160),
+          "IQ4_XS": (2, 256)}  # (N, K)
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,8 @@
 #   qwen-q8_0      Qwen2.5-0.5B, Q8_0
 #   llama1b-q4km   Llama-3.2-1B, Q4_K_M
 #   llama8b-q4km   Llama-3.1-8B's shapes, 8 of its 32 layers, Q4_K_M (its real per-layer matrices and head)
+#   llama1b-q5km, llama1b-q3km, llama1b-q2k, llama1b-iq4nl, llama1b-iq4xs   Llama-3.2-1B in the other mixes
+#                  (issue 31 item 4; only where MODELS names them)
 # Decode of 128 tokens after prompts of 128 (PROMPTS), REPEATS medians a process.
 #
 # Prepare, in the repository root here (once):
@@ -43,12 +45,18 @@ declare -A PRESET=([smollm2-q4_1]=smollm2-135m [qwen-q8_0]=qwen2.5-0.5b [llama1b
                    [llama8b-q4km]=llama-3.1-8b)
 declare -A GTYPE=([smollm2-q4_1]=q4_1 [qwen-q8_0]=q8_0 [llama1b-q4km]=q4_k_m [llama8b-q4km]=q4_k_m)
 declare -A ETYPE=([smollm2-q4_1]=q8_0 [qwen-q8_0]=q8_0 [llama1b-q4km]=q4_k_m [llama8b-q4km]=q4_k_m)
+# issue 31's mixes on Llama-3.2-1B (not in the default MODELS: MODELS="llama1b-q4km llama1b-q5km llama1b-q3km ...")
+for mix in q5_k_m q3_k_m q2_k iq4_nl iq4_xs; do
+  m=llama1b-${mix//_/}; PRESET[$m]=llama-3.2-1b; GTYPE[$m]=$mix; ETYPE[$m]=$mix
+done
 declare -A LAYERS=([llama8b-q4km]=8)
 for m in $MODELS; do
   nl=${N_LAYER:-${LAYERS[$m]:-}}
   stamp "writing $m (${PRESET[$m]}${nl:+, $nl layers}, ${GTYPE[$m]})"
-  if [ "${GTYPE[$m]}" = q4_k_m ]; then  # (random K-quant blocks written directly: no float checkpoint, seconds)
-    "${PIN[@]}" $PY tools/random_gguf.py "$W/$m.gguf" --preset "${PRESET[$m]}" ${nl:+--n-layer "$nl"} | tail -1 || exit 1
+  if [ "${GTYPE[$m]}" = "${ETYPE[$m]}" ] && [[ " q4_k_m q5_k_m q3_k_m q2_k iq4_nl iq4_xs " == *" ${GTYPE[$m]} "* ]]; then
+    # (llama.cpp's mixes: random blocks written directly, no float checkpoint, seconds)
+    "${PIN[@]}" $PY tools/random_gguf.py "$W/$m.gguf" --preset "${PRESET[$m]}" --mix "${GTYPE[$m]}" \
+      ${nl:+--n-layer "$nl"} | tail -1 || exit 1
   else
     "${PIN[@]}" $PY tools/random_checkpoint.py "$W/$m" --preset "${PRESET[$m]}" --dtype float16 ${nl:+--n-layer "$nl"} \
       --gguf "$W/$m.gguf" --gguf-type "${GTYPE[$m]}" --gguf-embedding-type "${ETYPE[$m]}" | tail -1 || exit 1
