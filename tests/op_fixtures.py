@@ -35,6 +35,20 @@ def quant_weight(rng: np.random.Generator, qtype: str, n: int, k: int) -> Any:
     return quant.random_weight(qtype, (n, k), rng, -7)
 
 
+def quant_linear_case(rng: np.random.Generator, qtype: str, M: int, N: int, blocks: int, has_bias: bool,
+                      has_res: bool) -> tuple[Any, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """A quantized linear's operands: W (N, K) of `blocks` whole `qtype` blocks a row (`quant_weight`), rows x
+    (M, K), a bias (N,) and a residual (M, N) where asked (else None), standard normal float32."""
+    from webtensor import quant
+
+    K = blocks * quant.TYPES[qtype].values
+    qw = quant_weight(rng, qtype, N, K)
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal(N).astype(np.float32) if has_bias else None
+    r = rng.standard_normal((M, N)).astype(np.float32) if has_res else None
+    return qw, x, b, r
+
+
 def spy_kernels(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, int]]:
     """The quantized-linear kernels picked from now on, as (which, MR, prologue) in order (prologue: the norm's
     code, 3 for the SwiGLU one)."""

@@ -19,7 +19,7 @@ import pytest
 from conftest import set_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from op_fixtures import quant_weight, spy_kernels
+from op_fixtures import quant_linear_case, quant_weight, spy_kernels
 from tolerance import assert_close, linear_scale
 
 import webtensor as wt
@@ -88,12 +88,7 @@ def linear(dev: wt.Device, x: np.ndarray, qw: Any, b: np.ndarray | None = None, 
 def test_linear_matches_q8_reference(gpu: wt.Device, dot4: dict[str, Any], qtype: str, M: int, N: int, blocks: int,
                                      has_bias: bool, has_res: bool, seed: int) -> None:
     """x @ W.T (+ bias, + residual) for M rows: the integer kernel, within the bound of q8_product."""
-    rng = np.random.default_rng(seed)
-    K = blocks * quant.TYPES[qtype].values
-    qw = quant_weight(rng, qtype, N, K)
-    x = rng.standard_normal((M, K)).astype(np.float32)
-    b = rng.standard_normal(N).astype(np.float32) if has_bias else None
-    r = rng.standard_normal((M, N)).astype(np.float32) if has_res else None
+    qw, x, b, r = quant_linear_case(np.random.default_rng(seed), qtype, M, N, blocks, has_bias, has_res)
     dot4["ran"].clear()
     got = linear(gpu, x, qw, b, None, r)
     assert [w for w, _, _ in dot4["ran"]] == ["dot4"]

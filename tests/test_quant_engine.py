@@ -1,6 +1,6 @@
 """The matrix engine with quantized weights (matmul_engine_quant.wgsl: the engine's tiles, K loop, split-K
-and epilogue, W's tile dequantized in workgroup memory on its way in) for every type (Q8_0, Q4_0, Q4_1,
-Q5_0, Q5_1, Q4_K, Q6_K) against the CPU reference (x @ dequantize(W).T in float32, then linear's epilogue)
+and epilogue, W's tile dequantized in workgroup memory on its way in) for every type (`quant.TYPES`:
+Q8_0 ... Q6_K, IQ4_NL, IQ4_XS) against the CPU reference (x @ dequantize(W).T in float32, then linear's epilogue)
 and float64 numpy: 2 to 300 rows and a few thousand, odd N and odd block counts, every workgroup tile,
 split-K, each epilogue and prologue (the norm or SwiGLU launch before the engine), stacks of one-row
 products over the policy's limit, row-chunked weights, and a quantized model's prompt pass against the
@@ -242,7 +242,7 @@ def quant_model_blocks(rng: np.random.Generator, qtype: str, shape: tuple[int, .
         return bytes(quant.quantize((rng.standard_normal((n, k)) * 0.05).astype(np.float32), qtype).to_blocks())
     t = quant.TYPES[qtype]
     raw = rng.integers(0, 256, (n, k // t.values, t.nbytes), dtype=np.uint8)
-    for off in {"Q4_K": (0, 2), "Q6_K": (208,)}[qtype]:
+    for off in quant.HALVES[qtype]:
         raw[:, :, off + 1] = 0x10 | (raw[:, :, off + 1] & 0x83)  # exponent 4: 2^-11, either sign
     return raw.tobytes()
 

@@ -1,4 +1,4 @@
-"""Quantized weights of every type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K) on WebGPU against the CPU
+"""Quantized weights of every type (`quant.TYPES`: Q8_0 ... Q6_K, IQ4_NL, IQ4_XS) on WebGPU against the CPU
 reference (`backends.cpu.quant_linear`: x @ dequantize(W).T in float32, then linear's epilogue):
 the GPU layout and its numpy-free packer, gemv_quant (M <= 8, stacks of one-row products, the
 layer-norm and RMS-norm prologues), matmul_quant_regs / matmul_quant (M > 8), embedding_quant, row-chunked weights,
@@ -19,7 +19,7 @@ import pytest
 from conftest import set_policy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from op_fixtures import expected_kernel, quant_weight, spy_kernels
+from op_fixtures import expected_kernel, quant_linear_case, quant_weight, spy_kernels
 from tolerance import assert_close, layer_norm_scale, linear_scale
 
 import webtensor as wt
@@ -119,12 +119,8 @@ def test_upload_blocks_equals_upload_and_reads_back(gpu: wt.Device, gpu_small: w
 def test_linear_matches_reference(gpu: wt.Device, cpu: wt.Device, style: dict[str, Any], qtype: str, M: int, N: int,
                                   blocks: int, has_bias: bool, act: str | None, has_res: bool, seed: int) -> None:
     style["ran"].clear()
-    rng = np.random.default_rng(seed)
-    K = blocks * quant.TYPES[qtype].values
-    qw = quant_weight(rng, qtype, N, K)
-    x = rng.standard_normal((M, K)).astype(np.float32)
-    b = rng.standard_normal(N).astype(np.float32) if has_bias else None
-    r = rng.standard_normal((M, N)).astype(np.float32) if has_res else None
+    qw, x, b, r = quant_linear_case(np.random.default_rng(seed), qtype, M, N, blocks, has_bias, has_res)
+    K = qw.shape[1]
     got, want = linear_both(gpu, cpu, qw, x, b, act, r)
     assert_close(got, want, linear_scale(x, qw.dequantize().T, b, r), rtol=TOL, what=(qtype, M, N, K))
     assert [w for w, _, _ in style["ran"]] == [expected_kernel(gpu, M, style["gpu_style"])]
@@ -284,8 +280,8 @@ def test_bad_blocks_and_shapes_are_refused(gpu: wt.Device, cpu: wt.Device) -> No
         quant_ops.upload_blocks(gpu, "Q4_1", raw[:-1], (4, 64))
     with pytest.raises(wt.CheckpointError, match=r"^a Q4_K tensor needs rows of a positive multiple of 256 values"):
         quant_ops.upload_blocks(gpu, "Q4_K", raw, (1, 160))
-    with pytest.raises(wt.CheckpointError, match=r"^ggml type 'IQ4_NL' is not a quantized type webtensor runs"):
-        quant_ops.upload_blocks(gpu, "IQ4_NL", raw, (10, 32))
+    with pytest.raises(wt.CheckpointError, match=r"^ggml type 'IQ3_S' is not a quantized type webtensor runs"):
+        quant_ops.upload_blocks(gpu, "IQ3_S", raw, (10, 32))
     qw = quant_weight(np.random.default_rng(1), "Q6_K", 10, 256)
     x = wt.tensor(np.ones((2, 256), np.float32), device=gpu)
     with pytest.raises(wt.ShapeError, match=r"^linear: x \(2, 128\) @ a Q6_K weight of shape \(10, 256\)"):

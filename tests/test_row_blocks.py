@@ -199,7 +199,7 @@ def test_quantized_linear_on_the_engine(dev, qtype, monkeypatch):
     scratch a block of rows at a time); the CPU reference's numbers."""
     set_policy(monkeypatch, dev, gpu_style=True, compute_units=64, engine_split_min_k=32, gemv_max_rows=1)
     rng = np.random.default_rng(5)
-    K, N = quant.TYPES[qtype].values if qtype.endswith("K") else 96, 29
+    K, N = 96 if quant.TYPES[qtype].values == 32 else quant.TYPES[qtype].values, 29
     M = rows_over(dev, N * 4)
     w = quant_weight(rng, qtype, N, K)
     if K * 4 > dev.max_binding_bytes():  # (a row of x over the limit: refused, naming it)

@@ -9,7 +9,8 @@ and HF transformers all load it.
     python tools/random_checkpoint.py DIR [--preset gpt2] [--seed 0] [--n-layer N] [--dtype float16]
         [--set KEY=JSON ...] [--gguf FILE.gguf --gguf-type q4_1 --gguf-embedding-type q8_0]
 
-`--gguf-type q4_k_m` writes llama.cpp's Q4_K_M mix (`formats.gguf_writer.q4_k_m_type`) with random K-quant blocks
+`--gguf-type q4_k_m` (or q5_k_m, q3_k_m, q2_k, iq4_nl, iq4_xs) writes that llama.cpp mix
+(`formats.gguf_writer.mix_type`) with random K-quant / IQ4 blocks
 (`random_kquant_blocks`: random quants and scales under float16 super-scales of either sign, values of about
 N(0, 0.03); the Q5_0 / Q8_0 fallbacks of rows that are not whole 256-blocks quantized from the random floats):
 valid weights of the published shapes that webtensor, transformers and llama.cpp all read, for benchmarks (webtensor
@@ -60,10 +61,10 @@ def random_kquant_blocks(seed: int):  # -> Callable[[str, int, int], np.ndarray]
     values of about N(0, 0.03)."""
     import numpy as np
 
-    from webtensor.quant import random_weight
+    from webtensor.quant.weight import MODEL_LOG2_SCALE, random_weight
 
     rng = np.random.default_rng(seed + 1)
-    return lambda qtype, n, k: random_weight(qtype, (n, k), rng, {"Q4_K": -13, "Q6_K": -14}[qtype]).blocks
+    return lambda qtype, n, k: random_weight(qtype, (n, k), rng, MODEL_LOG2_SCALE[qtype]).blocks
 
 
 def main() -> None:
@@ -82,7 +83,8 @@ def main() -> None:
     p.add_argument("--dtype", default="float32", choices=["float32", "float16"], help="the stored weights' type")
     p.add_argument("--gguf", type=Path, default=None, help="also write the checkpoint as this GGUF file")
     p.add_argument("--gguf-type", default="q8_0",
-                   help="its matrices' type: f32, f16, q8_0, q4_0, q4_1, q4_k_m (random K-quant blocks; default q8_0)")
+                   help="its matrices' type: f32, f16, q8_0, q4_0, q4_1, or a llama.cpp mix: q4_k_m, q5_k_m, q3_k_m, "
+                        "q2_k, iq4_nl, iq4_xs (random K-quant / IQ4 blocks; default q8_0)")
     p.add_argument("--gguf-embedding-type", default=None,
                    help="its embedding's type (default: --gguf-type; SmolLM2's published Q4_1 file: q8_0)")
     a = p.parse_args()

@@ -1,14 +1,17 @@
-"""Write a GGUF file of a preset's shapes (`webtensor.models.registry.presets`) in llama.cpp's Q4_K_M mix as random
-blocks, directly: no float checkpoint is made and no llama-quantize is needed, so an 8B-shaped file of all 32 layers
-(~4.9 GB) is written in seconds. Speed and memory do not depend on the values; the blocks have sane scales (weights
-of magnitude ~0.01-0.05, as trained ones), so activations stay finite through every layer.
+"""Write a GGUF file of a preset's shapes (`webtensor.models.registry.presets`) in one of llama.cpp's mixes (Q4_K_M by
+default; `--mix` q5_k_m, q3_k_m, q2_k, iq4_nl, iq4_xs) as random blocks, directly: no float checkpoint is made
+and no llama-quantize is needed, so an 8B-shaped file of all 32 layers (~4.9 GB) is written in seconds. Speed and
+memory do not depend on the values; the blocks have sane scales (weights of magnitude ~0.01-0.05, as trained ones),
+so activations stay finite through every layer.
 
-The mix is llama.cpp's `LLAMA_FTYPE_MOSTLY_Q4_K_M`: Q4_K matrices and token embedding; Q6_K for the output head and,
-in the layers llama.cpp gives more bits (the first and last eighth, and every third between), for attn_v and
-ffn_down; norms F32. The vocabulary is a byte-level BPE of the preset's size (tools/random_checkpoint.py's), so the
-server can encode and decode text.
+The mix is llama.cpp's choice of type per tensor (`formats.gguf_writer.mix_type`; Q4_K_M: Q4_K matrices and token
+embedding, Q6_K for the output head and, in the layers llama.cpp gives more bits, for attn_v and ffn_down), with its
+fallbacks where rows are not whole 256-value blocks; the blocks are `quant.random_weight`'s under the float16 scales
+of `quant.weight.MODEL_LOG2_SCALE`; norms F32. The vocabulary is a byte-level BPE of the preset's size
+(tools/random_checkpoint.py's), so the server can encode and decode text.
 
-    python tools/random_gguf.py OUT.gguf [--preset llama-3.1-8b] [--n-layer N] [--seed 0] [--set key=value ...]
+    python tools/random_gguf.py OUT.gguf [--preset llama-3.1-8b] [--mix q4_k_m] [--n-layer N] [--seed 0]
+        [--set key=value ...]
 
 `--set` overrides config.json keys (a small model for a local trial: --set hidden_size=256 intermediate_size=512
 vocab_size=4096 num_attention_heads=4 num_key_value_heads=2 head_dim=64).
@@ -23,27 +26,6 @@ import tempfile
 import time
 from pathlib import Path
 
-Q4_K, Q6_K = 12, 14  # ggml type ids
-BLOCK_BYTES = {Q4_K: 144, Q6_K: 210}  # bytes a block of 256 values
-
-
-def random_blocks(rng: object, rows: int, cols: int, qtype: int) -> object:
-    """(rows, bytes a row) uint8: random quants and scales, each block's float16 scale(s) set so that its values are
-    ~0.01-0.05 in magnitude (Q4_K: d, dmin at bytes 0-3; Q6_K: d at bytes 208-209)."""
-    import numpy as np
-
-    nb = cols // 256
-    raw = np.frombuffer(rng.bytes(rows * nb * BLOCK_BYTES[qtype]), np.uint8).reshape(rows * nb, BLOCK_BYTES[qtype])
-    raw = raw.copy()
-    if qtype == Q4_K:  # value = d * scale * q - dmin * min, scales / mins 0..63, q 0..15
-        d = (rng.uniform(0.5, 1.5, rows * nb) * 4e-5).astype(np.float16)
-        raw[:, 0:2] = d.view(np.uint8).reshape(-1, 2)
-        raw[:, 2:4] = (d * np.float16(7.5)).view(np.uint8).reshape(-1, 2)
-    else:  # value = d * scale * (q - 32), scales int8, q 0..63
-        d = (rng.uniform(0.5, 1.5, rows * nb) * 4e-6).astype(np.float16)
-        raw[:, 208:210] = d.view(np.uint8).reshape(-1, 2)
-    return raw.reshape(rows, nb * BLOCK_BYTES[qtype])
-
 
 def main() -> None:
     import gguf
@@ -52,17 +34,22 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from random_checkpoint import write_tokenizer
 
-    from webtensor.formats.gguf_writer import _add_tokenizer, add_value, q4_k_m_type
+    from webtensor import quant
+    from webtensor.formats.gguf_writer import KQUANT_FALLBACK, MIXES, _add_tokenizer, add_value, mix_type
     from webtensor.models import registry
+    from webtensor.quant.weight import MODEL_LOG2_SCALE, random_weight
     from webtensor.text.tokenizer import Tokenizer
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out", type=Path)
     p.add_argument("--preset", default="llama-3.1-8b")
+    p.add_argument("--mix", default="q4_k_m", help=f"llama.cpp's mix: {', '.join(MIXES)}")
     p.add_argument("--n-layer", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config.json keys to override")
     a = p.parse_args()
+    if a.mix not in MIXES:
+        p.error(f"--mix {a.mix!r}: not one of {', '.join(MIXES)}")
     t0 = time.perf_counter()
     found = registry.preset(a.preset)
     if found is None:
@@ -84,7 +71,7 @@ def main() -> None:
     rng = np.random.default_rng(a.seed)
     w = gguf.GGUFWriter(str(a.out), spec.architecture)
     w.add_name(f"random-{a.preset}")
-    w.add_file_type(15)  # LLAMA_FTYPE_MOSTLY_Q4_K_M
+    w.add_file_type(MIXES[a.mix][1])  # llama.cpp's LLAMA_FTYPE_MOSTLY_*
     for key, value in family.gguf_metadata(cfg).items():
         add_value(w, key, value)
     _add_tokenizer(w, tok, spec.vocab_size, frozenset([eos]), eos)
@@ -98,17 +85,18 @@ def main() -> None:
                          np.zeros(ts.shape, np.float32))
             continue
         rows, cols = ts.shape  # (N, K) in GGUF's order: rows of K values
-        qtype = Q6_K if q4_k_m_type(gname, spec.n_layer, tied) == "Q6_K" else Q4_K
-        if cols % 256:
-            raise SystemExit(f"{name}: rows of {cols} values are not whole K-quant blocks of 256")
-        data = random_blocks(rng, rows, cols, qtype)
-        n_bytes += data.nbytes  # type: ignore[attr-defined]
-        w.add_tensor(gname, data, raw_shape=data.shape, raw_dtype=gguf.GGMLQuantizationType(qtype))  # type: ignore[attr-defined]
+        qtype = mix_type(a.mix, gname, spec.n_layer, tied, spec.n_head // spec.n_kv_head)
+        qtype = qtype if cols % 256 == 0 else KQUANT_FALLBACK.get(qtype, qtype)
+        if cols % quant.TYPES[qtype].values:
+            raise SystemExit(f"{name}: rows of {cols} values are not whole {qtype} blocks")
+        data = random_weight(qtype, (rows, cols), rng, MODEL_LOG2_SCALE[qtype]).blocks
+        n_bytes += data.nbytes
+        w.add_tensor(gname, data, raw_shape=data.shape, raw_dtype=gguf.GGMLQuantizationType[qtype])
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    print(f"wrote {a.out}: {a.preset}, {spec.n_layer} layers, Q4_K_M of random blocks, {n_bytes / 1e9:.2f} GB of "
+    print(f"wrote {a.out}: {a.preset}, {spec.n_layer} layers, {a.mix} of random blocks, {n_bytes / 1e9:.2f} GB of "
           f"quantized weights, in {time.perf_counter() - t0:.1f} s")
 
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from webtensor import quant
 from webtensor.formats.gguf_pure import GGUFFile, GGUFFormatError
 
 gguf = pytest.importorskip("gguf")
@@ -42,14 +43,15 @@ def values(draw: st.DrawFn) -> tuple[VT, object, VT | None]:
 
 @st.composite
 def tensors(draw: st.DrawFn) -> tuple[np.ndarray, Q | None]:
-    kind = draw(st.sampled_from(["F32", "F16", "BF16", "I8", "I32", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"]))
+    kind = draw(st.sampled_from(["F32", "F16", "BF16", "I8", "I32", "Q8_0", "Q4_0", "Q4_1",
+                                 *sorted(set(quant.TYPES) - set(quant.QUANTIZABLE))]))
     lead = draw(st.lists(st.integers(1, 3), max_size=2))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     if kind in ("Q8_0", "Q4_0", "Q4_1", "BF16"):
         x = rng.standard_normal((*lead, 32 * draw(st.integers(1, 3)))).astype(np.float32)
         return gguf.quants.quantize(x, Q[kind]), Q[kind]
-    if kind in ("Q4_K", "Q6_K"):  # random blocks (the gguf package does not quantize K-quants)
-        size = {"Q4_K": 144, "Q6_K": 210}[kind]
+    if kind in quant.TYPES:  # random blocks (the gguf package does not quantize K-quants or IQ types)
+        size = quant.TYPES[kind].nbytes
         return rng.integers(0, 256, (*lead, size * draw(st.integers(1, 2))), dtype=np.uint8), Q[kind]
     x = rng.standard_normal((*lead, draw(st.integers(1, 9)))) * 50
     return x.astype({"F32": np.float32, "F16": np.float16, "I8": np.int8, "I32": np.int32}[kind]), None

@@ -92,3 +92,15 @@ def test_read_json_object(tmp_path: Path):
         read_json_object(f, missing="x")
     f.write_text(json.dumps(GPT2))
     assert read_json_object(f, missing="x") == GPT2
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma", "moe", "olmo2"])
+def test_a_foreign_architecture_is_refused_by_name(name):
+    """Each decoder family's parsers refuse another family's model_type / general.architecture with one line naming
+    the key and the value (`decoder.config.architecture`), from config.json and from GGUF metadata alike."""
+    from webtensor.models.registry import by_name
+    family = by_name(name)
+    with pytest.raises(CheckpointError, match=r"^c\.json: model_type 'gpt2' is not .+$"):
+        family.config_from_hf(dict(GPT2), "c.json")
+    with pytest.raises(CheckpointError, match=r"^f\.gguf: general\.architecture 'bert' is not .+$"):
+        family.config_from_gguf({"general.architecture": "bert"}, [], "f.gguf")

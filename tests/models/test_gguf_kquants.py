@@ -1,7 +1,8 @@
-"""GGUF files in llama.cpp's Q4_K_M mix, of random K-quant blocks (`formats.gguf_writer` with `kquant_blocks`, as
-tools/random_checkpoint.py writes them for the benchmarks): the tensor types llama.cpp's quantizer chooses,
-webtensor against transformers reading the same file, lavapipe against the CPU device, and the int8-activation GEMV
-(gemv_quant_dot4, forced on lavapipe) within the model-level bound docs/numerics.md gives."""
+"""GGUF files in llama.cpp's mixes (Q4_K_M, Q5_K_M, Q3_K_M, Q2_K, IQ4_NL, IQ4_XS), of random K-quant / IQ4 blocks
+(`formats.gguf_writer` with `kquant_blocks`, as tools/random_checkpoint.py writes them for the benchmarks): the
+tensor types llama.cpp's quantizer chooses, webtensor against transformers reading the same file, lavapipe against
+the CPU device, and the int8-activation GEMV (gemv_quant_dot4, forced on lavapipe) within the model-level bound
+docs/numerics.md gives."""
 
 from __future__ import annotations
 
@@ -59,6 +60,80 @@ def test_q4_k_m_needs_its_blocks(tmp_path: Path) -> None:
         write_gguf(tmp_path / "none", tmp_path / "x.gguf", "q4_k_m")
 
 
+# the other mixes: 3 layers, 4 query heads on 1 KV head (llama.cpp's n_gqa() >= 4 rules), ffn_down rows of 544
+# values (not whole 256-blocks: llama.cpp's fallbacks), untied output
+MIX_TYPES = {  # mix -> (most matrices, attn_v by layer, attn_output, ffn_down by layer)
+    "q5_k_m": ("Q5_K", ("Q5_K", "Q5_K", "Q6_K"), "Q5_K", ("Q5_1", "Q5_1", "Q8_0")),
+    "q3_k_m": ("Q3_K", ("Q5_K", "Q5_K", "Q4_K"), "Q4_K", ("Q5_0",) * 3),
+    "q2_k": ("Q2_K", ("Q4_K",) * 3, "Q3_K", ("IQ4_NL",) * 3),
+    "iq4_nl": ("IQ4_NL", ("Q5_K",) * 3, "IQ4_NL", ("IQ4_NL",) * 3),
+    "iq4_xs": ("IQ4_XS", ("Q5_K",) * 3, "IQ4_XS", ("IQ4_NL",) * 3),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(MIX_TYPES))
+def mixed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    pytest.importorskip("transformers")
+    from webtensor.formats.gguf_writer import write_gguf
+    from webtensor.quant.weight import MODEL_LOG2_SCALE
+
+    mix = request.param
+    root = tmp_path_factory.mktemp(mix)
+    hf = make_llama(root / "hf", "llama-gqa", hidden_size=256, intermediate_size=544, num_hidden_layers=3,
+                    num_attention_heads=4, num_key_value_heads=1)
+    rng = np.random.default_rng(1)
+
+    def blocks(qtype: str, n: int, k: int) -> np.ndarray:
+        return quant.random_weight(qtype, (n, k), rng, MODEL_LOG2_SCALE[qtype]).blocks
+
+    return mix, write_gguf(hf, root / f"m.{mix}.gguf", mix, kquant_blocks=blocks)
+
+
+def test_types_are_llama_cpps_mix(mixed: tuple[str, Path]) -> None:
+    mix, path = mixed
+    types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(str(path)).tensors}
+    base, attn_v, attn_output, ffn_down = MIX_TYPES[mix]
+    assert types["token_embd.weight"] == base and types["output.weight"] == "Q6_K"
+    for i in range(3):
+        for name in ("attn_q", "attn_k", "ffn_gate", "ffn_up"):
+            assert types[f"blk.{i}.{name}.weight"] == base
+        assert (types[f"blk.{i}.attn_v.weight"], types[f"blk.{i}.attn_output.weight"],
+                types[f"blk.{i}.ffn_down.weight"]) == (attn_v[i], attn_output, ffn_down[i])
+
+
+@pytest.mark.hf
+def test_transformers_reads_the_same_mix(mixed: tuple[str, Path]) -> None:
+    import torch
+    import transformers
+
+    path = mixed[1]
+    m = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                          dtype=torch.float32).eval()
+    with torch.no_grad():
+        want = m(torch.tensor([IDS])).logits[0].numpy()
+    assert_close(wt.load_model(path, "cpu").logits(IDS), want, rtol=1e-5)
+
+
+@pytest.mark.wgpu
+def test_lavapipe_runs_the_mix_as_the_cpu(mixed: tuple[str, Path], gpu: wt.Device,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every type of the mix on lavapipe (lavapipe's policy: the f32 GEMV, the register-tiled kernel for the
+    19-token prompt, the quantized embedding): the CPU device's logits and greedy tokens. Then the GPU kernels
+    (gpu_style): the int8-activation GEMV for 1 and 5 tokens, the matrix engine's quantized tiles for 19, within
+    DOT4_MODEL_TOL of the CPU device's logits. (The KV cache float32 on both: the GEMVs are what is compared.)"""
+    path = mixed[1]
+    cpu = wt.load_model(path, "cpu")
+    gp = wt.load_model(path, gpu, kv_dtype="float32")
+    assert_close(gp.logits(IDS), cpu.logits(IDS), rtol=1e-4)
+    assert gp.generate(IDS[:6], 6, stop_at_eos=False) == cpu.generate(IDS[:6], 6, stop_at_eos=False)
+    if not gpu.ctx.has_dot4:
+        pytest.skip("this adapter's WGSL has no packed 4x8-bit integer dot products")
+    set_policy(monkeypatch, gpu, gpu_style=True, gemv_quant_dot4=True)
+    dot4 = wt.load_model(path, gpu, kv_dtype="float32")
+    for n in (1, 5, 19):
+        assert_close(dot4.logits(IDS[:n]), cpu.logits(IDS[:n]), rtol=DOT4_MODEL_TOL, what=n)
+
+
 @pytest.mark.hf
 def test_transformers_reads_the_same_model(q4km: Path) -> None:
     """transformers dequantizes the K-quants with the gguf package, bit for bit webtensor's reference."""
@@ -90,3 +165,26 @@ def test_lavapipe_equals_the_cpu_and_int8_activations_stay_close(q4km: Path, gpu
         assert_close(dot4.logits(IDS[:n]), cpu.logits(IDS[:n]), rtol=DOT4_MODEL_TOL, what=n)
     steps = dot4.generate(IDS[:6], 8, stop_at_eos=False)
     assert len(steps) == 8 and all(0 <= t < cpu.vocab_size for t in steps)
+
+
+@pytest.mark.parametrize("reader", ["gguf", "pure"])
+def test_rare_types_refused_naming_type_and_tensor(mixed: tuple[str, Path], tmp_path: Path, reader: str) -> None:
+    """A tensor in a type webtensor does not run (IQ3_S here: the Q2_K mix's Q3_K attn_output relabelled, the same
+    110 bytes a block) is refused at open, in one line naming the tensor and its type."""
+    import struct
+
+    mix, path = mixed
+    if mix != "q2_k":
+        pytest.skip("one file suffices")
+    data = bytearray(path.read_bytes())
+    name = b"blk.1.attn_output.weight"
+    at = data.index(struct.pack("<Q", len(name)) + name) + 8 + len(name)
+    n_dims = struct.unpack_from("<I", data, at)[0]
+    at += 4 + 8 * n_dims  # the tensor's ggml type id
+    assert struct.unpack_from("<I", data, at)[0] == gguf.GGMLQuantizationType.Q3_K
+    struct.pack_into("<I", data, at, gguf.GGMLQuantizationType.IQ3_S)
+    bad = tmp_path / "iq3_s.gguf"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(wt.CheckpointError, match=r"^[^\n]*iq3_s\.gguf: tensor 'blk\.1\.attn_output\.weight' is "
+                                                 r"stored as IQ3_S; webtensor reads F32, [^\n]*IQ4_XS there$"):
+        wt.load_model(bad, "cpu", reader=reader)

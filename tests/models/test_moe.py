@@ -114,7 +114,6 @@ def _k_quant_experts(src: Path, out: Path, qtype: str) -> Path:
 
     from webtensor import quant
 
-    t = quant.TYPES[qtype]
     rng = np.random.default_rng(5)
     r = gguf.GGUFReader(str(src))
     w = gguf.GGUFWriter(str(out), str(bytes(r.fields["general.architecture"].parts[-1]), "utf-8"))
@@ -131,10 +130,8 @@ def _k_quant_experts(src: Path, out: Path, qtype: str) -> Path:
         if "_exps" not in tensor.name:
             w.add_tensor(tensor.name, tensor.data, raw_shape=tensor.data.shape, raw_dtype=tensor.tensor_type)
             continue
-        data = rng.integers(0, 256, (*shape[:-1], shape[-1] // t.values, t.nbytes), dtype=np.uint8)
-        for off in {"Q4_K": (0, 2), "Q6_K": (208,)}[qtype]:
-            data[..., off + 1] = 0x20 | (data[..., off + 1] & 0x83)
-        data = data.reshape(*shape[:-1], -1)
+        rows = int(np.prod(shape[:-1]))  # (E x N): random blocks with finite float16 scales
+        data = quant.random_weight(qtype, (rows, shape[-1]), rng).blocks.reshape(*shape[:-1], -1)
         w.add_tensor(tensor.name, data, raw_shape=data.shape, raw_dtype=gguf.GGMLQuantizationType[qtype])
     w.write_header_to_file()
     w.write_kv_data_to_file()

@@ -22,7 +22,8 @@ from webtensor.quant.weight import QuantWeight
 gguf = pytest.importorskip("gguf")
 Q = gguf.GGMLQuantizationType
 SHAPES = {"Q8_0": (7, 96), "Q4_0": (5, 64), "Q4_1": (9, 32), "Q5_0": (3, 96), "Q5_1": (6, 64), "Q4_K": (3, 512),
-          "Q6_K": (4, 256)}  # (N, K)
+          "Q6_K": (4, 256), "Q5_K": (2, 768), "Q3_K": (3, 256), "Q2_K": (5, 512), "IQ4_NL": (3, 160),
+          "IQ4_XS": (2, 256)}  # (N, K)
 
 
 @pytest.fixture(scope="module")
@@ -33,12 +34,8 @@ def gguf_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for qtype, (n, k) in SHAPES.items():
         if qtype in quant.QUANTIZABLE:
             data = gguf.quants.quantize(rng.standard_normal((n, k)).astype(np.float32), Q[qtype])
-        else:
-            t = quant.TYPES[qtype]
-            data = rng.integers(0, 256, (n, k // t.values, t.nbytes), dtype=np.uint8)
-            for off in {"Q4_K": (0, 2), "Q6_K": (208,)}[qtype]:
-                data[:, :, off + 1] = 0x20 | (data[:, :, off + 1] & 0x83)  # finite float16 scales
-            data = data.reshape(n, -1)
+        else:  # random blocks with finite float16 scales
+            data = quant.random_weight(qtype, (n, k), rng).blocks
         w.add_tensor(f"w.{qtype}", data, raw_shape=data.shape, raw_dtype=Q[qtype])
     w.write_header_to_file()
     w.write_kv_data_to_file()

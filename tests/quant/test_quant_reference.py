@@ -18,8 +18,6 @@ from webtensor import quant
 from webtensor.errors import ArgumentError, CheckpointError
 from webtensor.quant.weight import QuantWeight, quant_matmul
 
-# byte offsets of each type's float16 fields within its block
-F16_FIELDS = {"Q8_0": (0,), "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q4_K": (0, 2), "Q6_K": (208,)}
 seeds = st.integers(0, 2**32 - 1)
 
 
@@ -28,7 +26,7 @@ def random_blocks(rng: np.random.Generator, qtype: str, n: int, k: int, nan_free
     sometimes a subnormal or a zero."""
     t = quant.TYPES[qtype]
     raw = rng.integers(0, 256, (n, k // t.values, t.nbytes), dtype=np.uint8)
-    for off in F16_FIELDS[qtype]:
+    for off in quant.HALVES[qtype]:
         hi = raw[:, :, off + 1]
         hi[(hi & 0x7C) == 0x7C] &= 0xBB  # exponent 31 (inf / nan) -> 14 or below
         raw[:, ::3, off + 1] &= 0x83  # every third block: a subnormal or zero exponent
@@ -118,10 +116,13 @@ def test_bad_blocks_and_shapes_are_refused(qtype: str) -> None:
 
 
 def test_unknown_types_are_refused() -> None:
-    with pytest.raises(CheckpointError, match=r"^ggml type 'Q5_K' is not a quantized type webtensor runs \(it runs "
-                                              r"Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K\)$"):
-        QuantWeight.from_blocks("Q5_K", b"\0" * 176, (1, 256))
-    with pytest.raises(ArgumentError, match="'Q3_K' is not a quantized type"):
+    with pytest.raises(CheckpointError, match=r"^ggml type 'TQ1_0' is not a quantized type webtensor runs \(it runs "
+                                              r"Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K, Q5_K, Q3_K, Q2_K, IQ4_NL, "
+                                              r"IQ4_XS\)$"):
+        QuantWeight.from_blocks("TQ1_0", b"\0" * 54, (1, 256))
+    with pytest.raises(ArgumentError, match="'IQ2_XS' is not a quantized type"):
+        quant.quantize(np.ones((1, 256), np.float32), "IQ2_XS")
+    with pytest.raises(ArgumentError, match="Q3_K needs llama.cpp's quantizer"):
         quant.quantize(np.ones((1, 256), np.float32), "Q3_K")
     with pytest.raises(ArgumentError, match="Q4_K needs llama.cpp's quantizer"):
         quant.quantize(np.ones((1, 256), np.float32), "Q4_K")

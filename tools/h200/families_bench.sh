@@ -22,26 +22,15 @@
 #   LOCAL=1 DEVICE=lavapipe N_LAYER=1 PRESETS=gemma-3-1b PROMPTS=16 DECODE=4 PY=/work/main/.venv/bin/python \
 #     bash tools/h200/families_bench.sh
 set -u
-T0=$(date +%s)
-if [ -z "${LOCAL:-}" ]; then source .gl/env.sh || exit 1; else export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"; fi
-OUT=${OUT:-$(mktemp -d)}
-PY=${PY:-python3}
+source "$(dirname "$0")/lib.sh"
 DEVICE=${DEVICE:-wgpu} DECODE=${DECODE:-128} BUDGET=${BUDGET:-470} N_LAYER=${N_LAYER:-8}
 PRESETS=${PRESETS:-gemma-2-2b gemma-3-1b phi-3.5-mini} PROMPTS=${PROMPTS:-128,1024}
 W=${W:-/tmp/wt-families}
-exec > >(tee -a "$OUT/families_bench.log") 2>&1
-stamp() { echo "== $(( $(date +%s) - T0 ))s: $*"; }
-cap() { local left=$(( BUDGET - ($(date +%s) - T0) )); [ "$left" -lt 5 ] && left=5; [ "$1" -lt "$left" ] && echo "$1" || echo "$left"; }
-PIN=(); BUILD_PIN=()
-if command -v taskset >/dev/null && [ "$(nproc)" -ge 16 ]; then PIN=(taskset -c 12-15); BUILD_PIN=(taskset -c 0-11); fi
-command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version --format=csv
+log_to "$OUT/families_bench.log"
+pin_cores
+gpu_info name,clocks.sm,clocks.mem,driver_version
 
-LB=${LLAMA_BENCH:-/tmp/lcb/bin/llama-bench}
-if [ -z "${LLAMA_BENCH:-}" ] && [ -z "${LOCAL:-}" ]; then
-  stamp "llama.cpp CUDA build started (background, ${BUILD_PIN[*]:-all cores})"
-  ( "${BUILD_PIN[@]}" bash .lcpp/build-cuda.sh > /tmp/lcb.out 2>&1; echo $? > /tmp/lcb.rc ) &
-  BUILD=$!
-fi
+[ -z "${LLAMA_BENCH:-}" ] && [ -z "${LOCAL:-}" ] && lcpp_build_start
 
 for m in $PRESETS; do
   stamp "checkpoint $m ($N_LAYER layers, float16, random weights)"
@@ -51,17 +40,10 @@ done
 
 B=($PY -m webtensor.cli bench --device "$DEVICE" --dtype float16 --decode "$DECODE" --prompts "$PROMPTS"
    --processes 1 --repeats 2)
-run() { local name=$1 limit=$2; shift 2; stamp "$name"
-        timeout "$(cap "$limit")" "$@" --json "$OUT/$name.json" 2>&1 | grep -v "it/s\]" | grep -v "^  " | tail -14; }
-for m in $PRESETS; do run "$m-compare" 100 "${PIN[@]}" "${B[@]}" -m "$W/$m" --compare; done
+for m in $PRESETS; do bench_step "$m-compare" 100 "${PIN[@]}" "${B[@]}" -m "$W/$m" --compare; done
 
-if [ -n "${BUILD:-}" ]; then
-  stamp "waiting for the llama.cpp build"
-  left=$(cap 300); while kill -0 "$BUILD" 2>/dev/null && [ "$left" -gt 0 ]; do sleep 2; left=$((left - 2)); done
-  [ "$(cat /tmp/lcb.rc 2>/dev/null)" != 0 ] && { stamp "llama.cpp build failed or unfinished"; tail -20 /tmp/lcb.out; }
-fi
-for m in $PRESETS; do [ -x "$LB" ] && run "$m-lcpp" 80 "${B[@]}" -m "$W/$m" --llama-bench "$LB"; done
+lcpp_build_wait 300
+for m in $PRESETS; do [ -x "$LB" ] && bench_step "$m-lcpp" 80 "${B[@]}" -m "$W/$m" --llama-bench "$LB"; done
 
-stamp "summary"
-$PY tools/bench_table.py $(ls "$OUT"/*.json 2>/dev/null | sort)
+bench_summary
 stamp "done"

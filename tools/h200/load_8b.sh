@@ -25,31 +25,18 @@
 # A trial here: LOCAL=1 DEVICE=lavapipe N_LAYER=2 LLAMA_BENCH=/path/to/llama-bench NGL=0 PY=.venv/bin/python \
 #   bash tools/h200/load_8b.sh      (without LLAMA_BENCH, LOCAL=1 skips llama.cpp)
 set -u
-T0=$(date +%s)
-if [ -z "${LOCAL:-}" ]; then source .gl/env.sh || exit 1; else export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"; fi
-OUT=${OUT:-$(mktemp -d)}
-PY=${PY:-python3}
+source "$(dirname "$0")/lib.sh"
 DEVICE=${DEVICE:-wgpu} REPEATS=${REPEATS:-2} BUDGET=${BUDGET:-340} NGL=${NGL:-99}
 W=${W:-/tmp/wt-load}
 GGUF=$W/llama-3.1-8b.q4_k_m.gguf
-LOG=$OUT/load_8b.log
 mkdir -p "$W"
-exec > >(tee -a "$LOG") 2>&1
-stamp() { echo "== $(( $(date +%s) - T0 ))s: $*"; }
-left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
-cap() { local l; l=$(left); [ "$l" -lt 5 ] && l=5; [ "$1" -lt "$l" ] && echo "$1" || echo "$l"; }
-PIN=(); BUILD_PIN=()
-if command -v taskset >/dev/null && [ "$(nproc)" -ge 16 ]; then PIN=(taskset -c 12-15); BUILD_PIN=(taskset -c 0-11); fi
-command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+log_to "$OUT/load_8b.log"
+pin_cores
+gpu_info name,memory.total,driver_version
 free -g | head -2
 
 # llama.cpp, built beside the first measurements (or the binary given; LOCAL=1 without one: none)
-LB=${LLAMA_BENCH:-/tmp/lcb/bin/llama-bench}
-if [ -z "${LLAMA_BENCH:-}" ] && [ -z "${LOCAL:-}" ]; then
-  stamp "llama.cpp CUDA build started (background, ${BUILD_PIN[*]:-all cores})"
-  ( "${BUILD_PIN[@]}" bash .lcpp/build-cuda.sh > /tmp/lcb.out 2>&1; echo $? > /tmp/lcb.rc ) &
-  BUILD=$!
-fi
+[ -z "${LLAMA_BENCH:-}" ] && [ -z "${LOCAL:-}" ] && lcpp_build_start
 
 stamp "the file: random Llama-3.1-8B-shaped Q4_K_M${N_LAYER:+ ($N_LAYER layers)}"
 timeout "$(cap 120)" "${PIN[@]}" $PY tools/random_gguf.py "$GGUF" --preset llama-3.1-8b ${N_LAYER:+--n-layer $N_LAYER} \
@@ -110,12 +97,7 @@ lcpp() { local tag=$1 temp=$2; cache "$temp"; stamp "llama.cpp $tag ($temp)"
 
 wt build warm; wt build cold
 
-if [ -n "${BUILD:-}" ]; then
-  stamp "waiting for the llama.cpp build"
-  left=$(cap 400); while kill -0 "$BUILD" 2>/dev/null && [ "$left" -gt 0 ]; do sleep 2; left=$((left - 2)); done
-  if [ "$(cat /tmp/lcb.rc 2>/dev/null)" != 0 ]; then stamp "llama.cpp build failed or unfinished"; tail -20 /tmp/lcb.out
-                                                         tail -20 /tmp/lcb-build.log 2>/dev/null; fi
-fi
+lcpp_build_wait 400
 if [ -x "$LB" ]; then
   stamp "side by side, the machine to itself"
   for i in $(seq "$REPEATS"); do for temp in warm cold; do

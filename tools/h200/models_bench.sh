@@ -23,29 +23,17 @@
 # A trial here without the GPU parts: LOCAL=1 DEVICE=lavapipe N_LAYER=2 LLAMA_BENCH=/path/to/llama-bench \
 #   SMOL_PROMPTS=16,32 GPT2_PROMPTS=16 DECODE=8 PY=.venv/bin/python bash tools/h200/models_bench.sh
 set -u
-T0=$(date +%s)
-if [ -z "${LOCAL:-}" ]; then source .gl/env.sh || exit 1; else export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"; fi
-OUT=${OUT:-$(mktemp -d)}
-PY=${PY:-python3}
+source "$(dirname "$0")/lib.sh"
 DEVICE=${DEVICE:-wgpu} DECODE=${DECODE:-128} REPEATS=${REPEATS:-3} BUDGET=${BUDGET:-530}
 SMOL_PROMPTS=${SMOL_PROMPTS:-128,1024,4096} GPT2_PROMPTS=${GPT2_PROMPTS:-128,1023}
 W=${W:-/tmp/wt-models}
-LOG=$OUT/models_bench.log
-exec > >(tee -a "$LOG") 2>&1
-stamp() { echo "== $(( $(date +%s) - T0 ))s: $*"; }
-cap() { local left=$(( BUDGET - ($(date +%s) - T0) )); [ "$left" -lt 5 ] && left=5; [ "$1" -lt "$left" ] && echo "$1" || echo "$left"; }
-PIN=(); BUILD_PIN=()
-if command -v taskset >/dev/null && [ "$(nproc)" -ge 16 ]; then PIN=(taskset -c 12-15); BUILD_PIN=(taskset -c 0-11); fi
-command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version --format=csv
+log_to "$OUT/models_bench.log"
+pin_cores
+gpu_info name,clocks.sm,clocks.mem,driver_version
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
 
 # llama.cpp, built beside the measurements (or the binary given)
-LB=${LLAMA_BENCH:-/tmp/lcb/bin/llama-bench}
-if [ -z "${LLAMA_BENCH:-}" ]; then
-  stamp "llama.cpp CUDA build started (background, ${BUILD_PIN[*]:-all cores})"
-  ( "${BUILD_PIN[@]}" bash .lcpp/build-cuda.sh > /tmp/lcb.out 2>&1; echo $? > /tmp/lcb.rc ) &
-  BUILD=$!
-fi
+lcpp_build_start
 
 stamp "models: random SmolLM2-135M (float16 + its Q4_1/Q8_0 GGUF), random GPT-2 124M (float16)"
 NL=(); [ -n "${N_LAYER:-}" ] && NL=(--n-layer "$N_LAYER")
@@ -58,21 +46,13 @@ MODELS=(smollm2-q4_1 smollm2-f16 gpt2-f16)
 declare -A ARGS=([smollm2-q4_1]="-m $W/smollm2.q4_1.gguf --prompts $SMOL_PROMPTS"
                  [smollm2-f16]="-m $W/smollm2 --dtype float16 --prompts $SMOL_PROMPTS"
                  [gpt2-f16]="-m $W/gpt2 --dtype float16 --prompts $GPT2_PROMPTS")
-run() { local name=$1 limit=$2; shift 2; stamp "$name"
-        timeout "$(cap "$limit")" "$@" --json "$OUT/$name.json" 2>&1 | grep -v "it/s\]" | grep -v "^  " | tail -14; }
 
-for m in "${MODELS[@]}"; do run "$m-procs" 100 "${PIN[@]}" "${B[@]}" ${ARGS[$m]} --processes 3; done
-for m in "${MODELS[@]}"; do run "$m-compare" 110 "${PIN[@]}" "${B[@]}" ${ARGS[$m]} --processes 1 --compare; done
+for m in "${MODELS[@]}"; do bench_step "$m-procs" 100 "${PIN[@]}" "${B[@]}" ${ARGS[$m]} --processes 3; done
+for m in "${MODELS[@]}"; do bench_step "$m-compare" 110 "${PIN[@]}" "${B[@]}" ${ARGS[$m]} --processes 1 --compare; done
 
-if [ -n "${BUILD:-}" ]; then
-  stamp "waiting for the llama.cpp build"
-  left=$(cap 400); while kill -0 "$BUILD" 2>/dev/null && [ "$left" -gt 0 ]; do sleep 2; left=$((left - 2)); done
-  if [ "$(cat /tmp/lcb.rc 2>/dev/null)" != 0 ]; then stamp "llama.cpp build failed or unfinished"; tail -20 /tmp/lcb.out
-                                                         tail -20 /tmp/lcb-build.log 2>/dev/null; fi
-fi
+lcpp_build_wait 400
 stamp "llama.cpp built"
-for m in "${MODELS[@]}"; do [ -x "$LB" ] && run "$m-lcpp" 90 "${B[@]}" ${ARGS[$m]} --processes 1 --llama-bench "$LB"; done
+for m in "${MODELS[@]}"; do [ -x "$LB" ] && bench_step "$m-lcpp" 90 "${B[@]}" ${ARGS[$m]} --processes 1 --llama-bench "$LB"; done
 
-stamp "summary"
-$PY tools/bench_table.py $(ls "$OUT"/*.json 2>/dev/null | sort)
+bench_summary
 stamp "done"

@@ -23,27 +23,15 @@
 #   SET="hidden_size=256 moe_intermediate_size=64 num_experts=16 vocab_size=2048 num_attention_heads=4 \
 #   num_key_value_heads=2 head_dim=64" bash tools/h200/moe_bench.sh
 set -u
-T0=$(date +%s)
-if [ -z "${LOCAL:-}" ]; then source .gl/env.sh || exit 1; else export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"; fi
-OUT=${OUT:-$(mktemp -d)}
-PY=${PY:-python3}
+source "$(dirname "$0")/lib.sh"
 DEVICE=${DEVICE:-wgpu} DECODE=${DECODE:-64} REPEATS=${REPEATS:-3} BUDGET=${BUDGET:-450}
 PROMPTS=${PROMPTS:-128,512} N_LAYER=${N_LAYER:-2} SET=${SET:-}
 W=${W:-/tmp/wt-moe}
-LOG=$OUT/moe_bench.log
-exec > >(tee -a "$LOG") 2>&1
-stamp() { echo "== $(( $(date +%s) - T0 ))s: $*"; }
-cap() { local left=$(( BUDGET - ($(date +%s) - T0) )); [ "$left" -lt 5 ] && left=5; [ "$1" -lt "$left" ] && echo "$1" || echo "$left"; }
-PIN=(); BUILD_PIN=()
-if command -v taskset >/dev/null && [ "$(nproc)" -ge 16 ]; then PIN=(taskset -c 12-15); BUILD_PIN=(taskset -c 0-11); fi
-command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version --format=csv
+log_to "$OUT/moe_bench.log"
+pin_cores
+gpu_info name,clocks.sm,clocks.mem,driver_version
 
-LB=${LLAMA_BENCH:-/tmp/lcb/bin/llama-bench}
-if [ -z "${LLAMA_BENCH:-}" ] && [ -z "${NO_LCPP:-}" ]; then
-  stamp "llama.cpp CUDA build started (background, ${BUILD_PIN[*]:-all cores})"
-  ( "${BUILD_PIN[@]}" bash .lcpp/build-cuda.sh > /tmp/lcb.out 2>&1; echo $? > /tmp/lcb.rc ) &
-  BUILD=$!
-fi
+[ -z "${LLAMA_BENCH:-}" ] && [ -z "${NO_LCPP:-}" ] && lcpp_build_start
 
 stamp "model: random qwen3-30b-a3b, $N_LAYER layers, GGUF q4_0 (embedding / head q8_0)"
 SETS=(); for s in $SET; do SETS+=(--set "$s"); done
@@ -53,18 +41,10 @@ rm -rf $W/qwen3moe  # (the float16 directory: only the GGUF file is measured)
 
 B=($PY -m webtensor.cli bench --device "$DEVICE" --decode "$DECODE" --repeats "$REPEATS" -m $W/qwen3moe.q4_0.gguf
    --prompts "$PROMPTS")
-run() { local name=$1 limit=$2; shift 2; stamp "$name"
-        timeout "$(cap "$limit")" "$@" --json "$OUT/$name.json" 2>&1 | grep -v "it/s\]" | grep -v "^  " | tail -14; }
-run moe-procs 120 "${PIN[@]}" "${B[@]}" --processes 2
+bench_step moe-procs 120 "${PIN[@]}" "${B[@]}" --processes 2
 
-if [ -n "${BUILD:-}" ]; then
-  stamp "waiting for the llama.cpp build"
-  left=$(cap 330); while kill -0 "$BUILD" 2>/dev/null && [ "$left" -gt 0 ]; do sleep 2; left=$((left - 2)); done
-  if [ "$(cat /tmp/lcb.rc 2>/dev/null)" != 0 ]; then stamp "llama.cpp build failed or unfinished"; tail -20 /tmp/lcb.out
-                                                         tail -20 /tmp/lcb-build.log 2>/dev/null; fi
-fi
-[ -x "$LB" ] && [ -z "${NO_LCPP:-}" ] && run moe-lcpp 120 "${B[@]}" --processes 1 --llama-bench "$LB"
+lcpp_build_wait 330
+[ -x "$LB" ] && [ -z "${NO_LCPP:-}" ] && bench_step moe-lcpp 120 "${B[@]}" --processes 1 --llama-bench "$LB"
 
-stamp "summary"
-$PY tools/bench_table.py $(ls "$OUT"/*.json 2>/dev/null | sort)
+bench_summary
 stamp "done"

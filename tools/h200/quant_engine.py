@@ -1,7 +1,8 @@
 """H200, one device call (3-5 minutes, BUDGET=330 s of cases at most): the matrix engine with quantized weights
 (matmul_engine_quant.wgsl) beside float16 weights on the products of SmolLM2-135M, Llama-3.2-1B and
-Llama-3.1-8B (qkv, o, gate_up, down, and the LM head at batch sizes), every type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
-Q4_K, Q6_K; the K-quants only where K is a multiple of 256), at M = 16, 32, 64, 128, 512, 1,024, 4,096 rows.
+Llama-3.1-8B (qkv, o, gate_up, down, and the LM head at batch sizes), every type webtensor loads (`quant.TYPES`,
+or those named in TYPES=Q5_K,IQ4_XS,...; the 256-value types only where K is a multiple of 256), at M = 16, 32,
+64, 128, 512, 1,024, 4,096 rows.
 
     source .gl/env.sh && python3 tools/h200/quant_engine.py          (carry [".gl", ".whl"])
     here: PYTHONPATH=src:tools/h200 python3 tools/h200/quant_engine.py --tiny   (small shapes, GPU kernels
@@ -52,7 +53,7 @@ MODELS = {"tiny": (256, 512, 4, 2, 64, 1000)} if TINY else {
     "llama-3.1-8b": (4096, 14336, 32, 8, 128, 128256),
 }
 MS = (16, 64, 300) if TINY else (16, 32, 64, 128, 512, 1024, 4096)
-TYPES = ["F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q6_K"]
+TYPES = ["F16", *[t for t in os.environ.get("TYPES", ",".join(quant.TYPES)).split(",") if t]]  # all by default
 HEAD_MAX_M = 128
 GEMV_MAX_M = 64
 PREFILL_M = 300 if TINY else 1024
@@ -79,9 +80,7 @@ def random_blocks(rng: np.random.Generator, qtype: str, n: int, k: int) -> np.nd
     """(n, row bytes) uint8: random ggml blocks of `qtype` whose float16 scale fields are ~2^-11 (finite)."""
     t = quant.TYPES[qtype]
     raw = rng.integers(0, 256, (n, k // t.values, t.nbytes), dtype=np.uint8)
-    halves = {"Q8_0": (0,), "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q4_K": (0, 2),
-              "Q6_K": (208,)}[qtype]
-    for off in halves:
+    for off in quant.HALVES[qtype]:
         raw[:, :, off + 1] = 0x10 | (raw[:, :, off + 1] & 0x83)  # exponent 4: 2^-11 .. 2^-9, either sign
     return raw.reshape(n, -1)
 

@@ -2,6 +2,7 @@
 Llama-3.1-8B matrices, beside the memory's ceiling measured in the same process.
 
     source .gl/env.sh && python3 tools/h200/quant_gemv.py [--quick]      ($OUT/quant_gemv.json, a table last)
+    TYPES=Q5_K,Q3_K,Q2_K,IQ4_NL,IQ4_XS python3 tools/h200/quant_gemv.py  (only these types; default: all)
     LOCAL=1 python3 tools/h200/quant_gemv.py --tiny                     (small shapes on lavapipe: checks the script)
 
 Ceiling: a read-only kernel streaming 1 GiB (each thread sums vec4s; what a GEMV can at best reach) and the
@@ -45,7 +46,7 @@ TINY = "--tiny" in sys.argv
 QUICK = "--quick" in sys.argv
 OUT = os.environ.get("OUT", ".")
 SHAPES = [(64, 512), (96, 1024)] if TINY else [(4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096)]  # (N, K)
-TYPES = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q6_K"]
+TYPES = [t for t in os.environ.get("TYPES", ",".join(quant.TYPES)).split(",") if t]  # every type by default
 REPS = 3 if TINY else 9
 CHECK_ROWS = 192
 BUDGET_S = float(os.environ.get("BUDGET_S", 240))  # the sweep's variants stop here (the table still comes)

@@ -9,6 +9,8 @@
 #   qwen-q8_0      Qwen2.5-0.5B, Q8_0
 #   llama1b-q4km   Llama-3.2-1B, Q4_K_M
 #   llama8b-q4km   Llama-3.1-8B's shapes, 8 of its 32 layers, Q4_K_M (its real per-layer matrices and head)
+#   llama1b-q5km, llama1b-q3km, llama1b-q2k, llama1b-iq4nl, llama1b-iq4xs   Llama-3.2-1B in the other mixes
+#                  (issue 31 item 4; only where MODELS names them)
 # Decode of 128 tokens after prompts of 128 (PROMPTS), REPEATS medians a process.
 #
 # Prepare, in the repository root here (once):
@@ -26,40 +28,35 @@
 # A trial here without the GPU parts: LOCAL=1 DEVICE=lavapipe N_LAYER=2 MODELS="smollm2-q4_1 llama1b-q4km"
 #   PROMPTS=16 DECODE=8 REPEATS=1 LLAMA_BENCH=/path/to/llama-bench PY=.venv/bin/python bash tools/h200/quant_models.sh
 set -u
-T0=$(date +%s)
-if [ -z "${LOCAL:-}" ]; then source .gl/env.sh || exit 1; else export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"; fi
-OUT=${OUT:-$(mktemp -d)}
-PY=${PY:-python3}
+source "$(dirname "$0")/lib.sh"
 DEVICE=${DEVICE:-wgpu} DECODE=${DECODE:-128} REPEATS=${REPEATS:-3} BUDGET=${BUDGET:-530} ROUNDS=${ROUNDS:-1}
 PROMPTS=${PROMPTS:-128}
 MODELS=${MODELS:-smollm2-q4_1 qwen-q8_0 llama1b-q4km llama8b-q4km}
 W=${W:-/tmp/wt-qmodels}
-LOG=$OUT/quant_models.log
-exec > >(tee -a "$LOG") 2>&1
-stamp() { echo "== $(( $(date +%s) - T0 ))s: $*"; }
-cap() { local left=$(( BUDGET - ($(date +%s) - T0) )); [ "$left" -lt 5 ] && left=5; [ "$1" -lt "$left" ] && echo "$1" || echo "$left"; }
-PIN=(); BUILD_PIN=()
-if command -v taskset >/dev/null && [ "$(nproc)" -ge 16 ]; then PIN=(taskset -c 12-15); BUILD_PIN=(taskset -c 0-11); fi
-command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version --format=csv
+log_to "$OUT/quant_models.log"
+BENCH_TAIL=8
+pin_cores
+gpu_info name,clocks.sm,clocks.mem,driver_version
 
-LB=${LLAMA_BENCH:-/tmp/lcb/bin/llama-bench}
-if [ -z "${LLAMA_BENCH:-}" ]; then
-  stamp "llama.cpp CUDA build started (background, ${BUILD_PIN[*]:-all cores})"
-  ( "${BUILD_PIN[@]}" bash .lcpp/build-cuda.sh > /tmp/lcb.out 2>&1; echo $? > /tmp/lcb.rc ) &
-  BUILD=$!
-fi
+lcpp_build_start
 
 # name -> (preset, GGUF matrices, GGUF embedding, layers)
 declare -A PRESET=([smollm2-q4_1]=smollm2-135m [qwen-q8_0]=qwen2.5-0.5b [llama1b-q4km]=llama-3.2-1b
                    [llama8b-q4km]=llama-3.1-8b)
 declare -A GTYPE=([smollm2-q4_1]=q4_1 [qwen-q8_0]=q8_0 [llama1b-q4km]=q4_k_m [llama8b-q4km]=q4_k_m)
 declare -A ETYPE=([smollm2-q4_1]=q8_0 [qwen-q8_0]=q8_0 [llama1b-q4km]=q4_k_m [llama8b-q4km]=q4_k_m)
+# issue 31's mixes on Llama-3.2-1B (not in the default MODELS: MODELS="llama1b-q4km llama1b-q5km llama1b-q3km ...")
+for mix in q5_k_m q3_k_m q2_k iq4_nl iq4_xs; do
+  m=llama1b-${mix//_/}; PRESET[$m]=llama-3.2-1b; GTYPE[$m]=$mix; ETYPE[$m]=$mix
+done
 declare -A LAYERS=([llama8b-q4km]=8)
 for m in $MODELS; do
   nl=${N_LAYER:-${LAYERS[$m]:-}}
   stamp "writing $m (${PRESET[$m]}${nl:+, $nl layers}, ${GTYPE[$m]})"
-  if [ "${GTYPE[$m]}" = q4_k_m ]; then  # (random K-quant blocks written directly: no float checkpoint, seconds)
-    "${PIN[@]}" $PY tools/random_gguf.py "$W/$m.gguf" --preset "${PRESET[$m]}" ${nl:+--n-layer "$nl"} | tail -1 || exit 1
+  if [ "${GTYPE[$m]}" = "${ETYPE[$m]}" ] && [[ " q4_k_m q5_k_m q3_k_m q2_k iq4_nl iq4_xs " == *" ${GTYPE[$m]} "* ]]; then
+    # (llama.cpp's mixes: random blocks written directly, no float checkpoint, seconds)
+    "${PIN[@]}" $PY tools/random_gguf.py "$W/$m.gguf" --preset "${PRESET[$m]}" --mix "${GTYPE[$m]}" \
+      ${nl:+--n-layer "$nl"} | tail -1 || exit 1
   else
     "${PIN[@]}" $PY tools/random_checkpoint.py "$W/$m" --preset "${PRESET[$m]}" --dtype float16 ${nl:+--n-layer "$nl"} \
       --gguf "$W/$m.gguf" --gguf-type "${GTYPE[$m]}" --gguf-embedding-type "${ETYPE[$m]}" | tail -1 || exit 1
@@ -68,24 +65,16 @@ for m in $MODELS; do
 done
 
 B=($PY -m webtensor.cli bench --device "$DEVICE" --decode "$DECODE" --repeats "$REPEATS" --prompts "$PROMPTS")
-run() { local name=$1 limit=$2; shift 2; stamp "$name"
-        timeout "$(cap "$limit")" "$@" --json "$OUT/$name.json" 2>&1 | grep -v "it/s\]" | grep -v "^  " | tail -8; }
 for r in $(seq "$ROUNDS"); do
   for m in $MODELS; do
-    run "$m-dot4-$r" 90 "${PIN[@]}" "${B[@]}" -m "$W/$m.gguf" --processes 1
-    WEBTENSOR_POLICY=gemv_quant_dot4=0 run "$m-f32-$r" 90 "${PIN[@]}" "${B[@]}" -m "$W/$m.gguf" --processes 1
+    bench_step "$m-dot4-$r" 90 "${PIN[@]}" "${B[@]}" -m "$W/$m.gguf" --processes 1
+    WEBTENSOR_POLICY=gemv_quant_dot4=0 bench_step "$m-f32-$r" 90 "${PIN[@]}" "${B[@]}" -m "$W/$m.gguf" --processes 1
   done
 done
 
-if [ -n "${BUILD:-}" ]; then
-  stamp "waiting for the llama.cpp build"
-  left=$(cap 400); while kill -0 "$BUILD" 2>/dev/null && [ "$left" -gt 0 ]; do sleep 2; left=$((left - 2)); done
-  if [ "$(cat /tmp/lcb.rc 2>/dev/null)" != 0 ]; then stamp "llama.cpp build failed or unfinished"; tail -20 /tmp/lcb.out
-                                                         tail -20 /tmp/lcb-build.log 2>/dev/null; fi
-fi
-for m in $MODELS; do [ -x "$LB" ] && run "$m-lcpp" 90 "${B[@]}" -m "$W/$m.gguf" --processes 1 --llama-bench "$LB"; done
+lcpp_build_wait 400
+for m in $MODELS; do [ -x "$LB" ] && bench_step "$m-lcpp" 90 "${B[@]}" -m "$W/$m.gguf" --processes 1 --llama-bench "$LB"; done
 
-stamp "summary"
-$PY tools/bench_table.py $(ls "$OUT"/*.json 2>/dev/null | sort)
+bench_summary
 for m in $MODELS; do ls "$OUT/$m"-*.json >/dev/null 2>&1 && $PY tools/h200/decode_gbs.py "$W/$m.gguf" "$OUT/$m"-*.json; done
 stamp "done"

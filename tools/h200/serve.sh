@@ -15,10 +15,7 @@
 #   LOCAL=1 DEVICE=cpu MODEL= DTYPE=float32 MAX_BATCH=4 LEVELS=1,2 TOKENS=8 HF_DEVICE=cpu HF_DTYPE=float32 \
 #     PY=.venv/bin/python bash tools/h200/serve.sh       (a small local trial on the shipped model)
 set -u
-T0=$(date +%s)
-if [ -z "${LOCAL:-}" ]; then source .gl/env.sh || exit 1; else export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"; fi
-OUT=${OUT:-$(mktemp -d)}
-PY=${PY:-python3}
+source "$(dirname "$0")/lib.sh"
 DEVICE=${DEVICE:-wgpu} MODEL=${MODEL-random:gpt2} DTYPE=${DTYPE:-float16} MAX_BATCH=${MAX_BATCH:-64}
 LEVELS=${LEVELS:-1,8,32,64} TOKENS=${TOKENS:-128} PORT=${PORT:-8177}
 HF_DEVICE=${HF_DEVICE:-cuda} HF_DTYPE=${HF_DTYPE:-float16}
@@ -30,27 +27,14 @@ fi
 M=(); [ -n "$MODEL" ] && M=(--model "$MODEL")
 URL=http://127.0.0.1:$PORT
 BUDGET=${BUDGET:-430}  # seconds for the whole script (from its start): each step's timeout is cut to what is left
-stamp() { echo "== $(( $(date +%s) - T0 ))s: $*"; }
-cap() { local left=$(( BUDGET - ($(date +%s) - T0) )); [ "$left" -lt 5 ] && left=5; [ "$1" -lt "$left" ] && echo "$1" || echo "$left"; }
-command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+gpu_info name,clocks.sm,clocks.mem "$OUT/gpu.txt"
 
 stamp "server"
 timeout $(cap 330) $PY -m webtensor.cli serve --device "$DEVICE" "${M[@]}" --dtype "$DTYPE" --max-batch "$MAX_BATCH" \
   --host 127.0.0.1 --port "$PORT" --grace 5 --engine-process "${EP:-auto}" > "$OUT/server${EP:+-$EP}.log" 2>&1 &
 SERVER=$!
-stop_server() { kill -TERM "$SERVER" 2>/dev/null; for _ in $(seq 20); do kill -0 "$SERVER" 2>/dev/null || return; sleep 0.5; done
-                kill -KILL "$SERVER" 2>/dev/null; }
 trap stop_server EXIT
-if ! timeout $(cap 150) $PY - "$URL" <<'EOF'
-import sys, time, urllib.request
-while True:
-    try:
-        urllib.request.urlopen(sys.argv[1] + "/health", timeout=2).read()
-        break
-    except OSError:
-        time.sleep(0.5)
-EOF
-then echo "the server did not come up"; tail -20 "$OUT/server.log"; exit 1; fi
+if ! wait_health "$(cap 150)" "$URL" "$SERVER"; then echo "the server did not come up"; tail -20 "$OUT/server.log"; exit 1; fi
 stamp "server up"
 
 stamp "warm-up (graphs for the step widths)"
@@ -76,11 +60,11 @@ print(f"{same} of 16 streams identical alone and together")
 EOF
 
 stamp "bench-serve"
-$PY -c "import urllib.request; print('health:', urllib.request.urlopen('$URL/health').read().decode())"
+echo "health: $(url_text "$URL/health")"
 timeout $(cap 240) $PY -m webtensor.cli bench-serve --url "$URL" --concurrency "$LEVELS" --max-tokens "$TOKENS" \
   --rounds "${ROUNDS:-1}" --json "$OUT/serve${EP:+-$EP}.json" 2>&1 | tr '\r' '\n' | grep -v "concurrency [0-9]*:"
-$PY -c "import urllib.request; print('health:', urllib.request.urlopen('$URL/health').read().decode())"
-curl -s "$URL/metrics" > "$OUT/metrics.txt" 2>/dev/null || $PY -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen('$URL/metrics').read().decode())" > "$OUT/metrics.txt"
+echo "health: $(url_text "$URL/health")"
+url_text "$URL/metrics" > "$OUT/metrics.txt"
 stop_server
 trap - EXIT
 stamp "server stopped"

@@ -13,27 +13,18 @@
 #     num_attention_heads=4 num_key_value_heads=2 head_dim=64" STREAMS=6 PROMPT=40 TOKENS=24 CTX=64 \
 #     KV_SMALL=256KiB PY=/work/main/.venv/bin/python bash tools/h200/serve_8b.sh
 set -u
-T0=$(date +%s)
-if [ -z "${LOCAL:-}" ]; then source .gl/env.sh || exit 1; else export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"; fi
-OUT=${OUT:-$(mktemp -d)}
-PY=${PY:-python3}
+source "$(dirname "$0")/lib.sh"
 DEVICE=${DEVICE:-wgpu} STREAMS=${STREAMS:-64} PROMPT=${PROMPT:-256} TOKENS=${TOKENS:-1792} CTX=${CTX:-2048}
 KV_SMALL=${KV_SMALL:-4GiB} BUDGET=${BUDGET:-530} GGUF=${GGUF:-/tmp/webtensor-8b.q4_k_m.gguf}
 PORT=${PORT:-$($PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 URL=http://127.0.0.1:$PORT
-stamp() { echo "== $(( $(date +%s) - T0 ))s: $*"; }
-cap() { local left=$(( BUDGET - ($(date +%s) - T0) )); [ "$left" -lt 5 ] && left=5; [ "$1" -lt "$left" ] && echo "$1" || echo "$left"; }
-command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv | tee "$OUT/gpu.txt"
+gpu_info name,memory.total,clocks.sm "$OUT/gpu.txt"
 
 stamp "the model: Llama-3.1-8B's shapes${N_LAYER:+ cut to $N_LAYER layers}, Q4_K_M of random blocks"
 SETS=(); [ -n "${SET:-}" ] && SETS=(--set $SET)
 timeout "$(cap 150)" $PY tools/random_gguf.py "$GGUF" --preset llama-3.1-8b ${N_LAYER:+--n-layer $N_LAYER} "${SETS[@]}" \
   2>&1 | tee "$OUT/gguf.log" || exit 1
 
-SERVER=
-stop_server() { [ -n "$SERVER" ] || return; kill -TERM "$SERVER" 2>/dev/null
-                for _ in $(seq 40); do kill -0 "$SERVER" 2>/dev/null || break; sleep 0.5; done
-                kill -KILL "$SERVER" 2>/dev/null; SERVER=; }
 trap stop_server EXIT
 
 run() {  # run NAME [serve args...]: a server, warm-up, the 64 streams, its health and metrics
@@ -42,17 +33,7 @@ run() {  # run NAME [serve args...]: a server, warm-up, the 64 streams, its heal
   timeout "$(cap 400)" $PY -m webtensor.cli serve --device "$DEVICE" -m "$GGUF" --ctx-size "$CTX" --max-batch "$STREAMS" \
     --host 127.0.0.1 --port "$PORT" --grace 5 "$@" > "$OUT/server-$name.log" 2>&1 &
   SERVER=$!
-  if ! timeout "$(cap 180)" $PY - "$URL" "$SERVER" <<'EOF'
-import os, sys, time, urllib.request
-while True:  # (until this server answers: not another process's on the port)
-    os.kill(int(sys.argv[2]), 0)
-    try:
-        urllib.request.urlopen(sys.argv[1] + "/health", timeout=2).read()
-        break
-    except OSError:
-        time.sleep(0.5)
-EOF
-  then echo "the server did not come up"; tail -20 "$OUT/server-$name.log"; stop_server; return 1; fi
+  if ! wait_health "$(cap 180)" "$URL" "$SERVER"; then echo "the server did not come up"; tail -20 "$OUT/server-$name.log"; stop_server; return 1; fi
   head -3 "$OUT/server-$name.log"
   stamp "warm-up ($name)"
   timeout "$(cap 60)" $PY -m webtensor.cli bench-serve --url "$URL" --concurrency 1,"$STREAMS" --max-tokens 8 2>&1 \
@@ -60,9 +41,8 @@ EOF
   stamp "$STREAMS streams of $PROMPT + $TOKENS tokens ($name)"
   timeout "$(cap 300)" $PY -m webtensor.cli bench-serve --url "$URL" --concurrency "$STREAMS" --prompt-tokens "$PROMPT" \
     --max-tokens "$TOKENS" --json "$OUT/bench-$name.json" 2>&1 | tr '\r' '\n' | grep -v "concurrency [0-9]*:"
-  $PY -c "import urllib.request; print(urllib.request.urlopen('$URL/health').read().decode())" > "$OUT/health-$name.json"
-  $PY -c "import urllib.request, sys; sys.stdout.write(urllib.request.urlopen('$URL/metrics').read().decode())" \
-    > "$OUT/metrics-$name.txt"
+  url_text "$URL/health" > "$OUT/health-$name.json"
+  url_text "$URL/metrics" > "$OUT/metrics-$name.txt"
   cat "$OUT/health-$name.json"
   stop_server
 }

@@ -10,10 +10,12 @@ converter derives from the config (`Family.gguf_tensors`: llama3's `rope_freqs`)
 vocabulary (padded to the embedding's rows with [PAD{i}], as llama.cpp's converter pads) and the chat template.
 Matrices and embeddings are written in `outtype` (f32, f16, bf16, q8_0, q4_0, q4_1: the `gguf` package's own
 quantizers, bit for bit llama.cpp's reference; a matrix whose rows are not whole blocks stays f32 / f16), norms and
-biases in F32. `q4_k_m` is llama.cpp's mix (`q4_k_m_type`: Q4_K matrices, Q6_K for the output and some attn_v /
-ffn_down, Q5_0 / Q8_0 where rows are not whole 256-value blocks); webtensor has no K-quant quantizer (llama.cpp's
-searches scales iteratively), so those tensors' blocks come from the caller (`kquant_blocks`: random blocks of the
-published shapes for benchmarks, tools/random_checkpoint.py), the others from the package's quantizers.
+biases in F32. `q4_k_m`, `q5_k_m`, `q3_k_m`, `q2_k`, `iq4_nl` and `iq4_xs` are llama.cpp's mixes (`mix_type`, after
+llama-quant.cpp's choice per tensor: the mix's type for most matrices, Q6_K for the output, more bits for some
+attn_v / ffn_down / attn_output, llama.cpp's fallbacks where rows are not whole 256-value blocks); webtensor has no
+K-quant or IQ4 quantizer (llama.cpp's search scales iteratively), so those tensors' blocks come from the caller
+(`kquant_blocks`: random blocks of the published shapes for tests and benchmarks, tools/random_checkpoint.py), the
+32-value fallbacks (Q5_0, Q5_1, Q8_0) from the package's quantizers.
 """
 
 from __future__ import annotations
@@ -25,24 +27,51 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ArgumentError, CheckpointError
+from ..quant.types import QUANTIZABLE, TYPES
 
+# llama.cpp's mixes: outtype -> (its type for most matrices, general.file_type: llama.cpp's LLAMA_FTYPE_MOSTLY_*)
+MIXES = {"q4_k_m": ("Q4_K", 15), "q5_k_m": ("Q5_K", 17), "q3_k_m": ("Q3_K", 12), "q2_k": ("Q2_K", 10),
+         "iq4_nl": ("IQ4_NL", 25), "iq4_xs": ("IQ4_XS", 30)}
 OUTTYPES = {"f32": ("F32", 0), "f16": ("F16", 1), "bf16": ("BF16", 32), "q8_0": ("Q8_0", 7), "q4_0": ("Q4_0", 2),
-            "q4_1": ("Q4_1", 3), "q4_k_m": ("Q4_K", 15)}  # -> (ggml type, general.file_type: llama.cpp's LLAMA_FTYPE_*)
-KQUANT_FALLBACK = {"Q4_K": "Q5_0", "Q6_K": "Q8_0"}  # llama.cpp's types for rows that are not whole 256-blocks
+            "q4_1": ("Q4_1", 3), **MIXES}  # -> (ggml type, general.file_type: llama.cpp's LLAMA_FTYPE_*)
+# llama.cpp's types for rows that are not whole 256-value blocks (llama-quant.cpp)
+KQUANT_FALLBACK = {"Q2_K": "IQ4_NL", "Q3_K": "IQ4_NL", "IQ4_XS": "IQ4_NL", "Q4_K": "Q5_0", "Q5_K": "Q5_1",
+                   "Q6_K": "Q8_0"}
 
 
-def q4_k_m_type(gguf_name: str, n_layer: int, tied: bool) -> str:
-    """llama.cpp's choice for a matrix of a Q4_K_M file (llama-quant.cpp): Q6_K for the output (and for the token
-    embedding of a model whose LM head reads it), for attn_v and ffn_down of the layers `use_more_bits` picks (the
-    first and last eighth, every third between); Q4_K for the rest."""
+def mix_type(mix: str, gguf_name: str, n_layer: int, tied: bool, n_gqa: int = 1) -> str:
+    """llama.cpp's type for matrix `gguf_name` of a file in `mix` (a key of MIXES; llama-quant.cpp's
+    llama_tensor_get_type for a dense model): Q6_K for the output (and for the token embedding of a model whose LM
+    head reads it); attn_v: Q6_K in the layers `use_more_bits` picks (the first and last eighth, every third
+    between) for q4_k_m / q5_k_m, Q5_K in layers 0 and 1 else Q4_K for q3_k_m, Q4_K (n_gqa >= 4) or Q3_K for q2_k,
+    Q5_K for iq4_nl / iq4_xs where n_gqa >= 4; ffn_down: Q6_K where `use_more_bits` for q4_k_m / q5_k_m, Q5_K in
+    the first sixteenth of the layers else Q4_K for q3_k_m, Q3_K for q2_k; attn_output: Q4_K for q3_k_m, Q3_K for
+    q2_k; the mix's type for the rest."""
+    base = MIXES[mix][0]
     if gguf_name == "output.weight" or (tied and gguf_name == "token_embd.weight"):
         return "Q6_K"
     parts = gguf_name.split(".")
-    if len(parts) == 4 and parts[0] == "blk" and parts[2] in ("attn_v", "ffn_down"):
-        i, n = int(parts[1]), n_layer
-        if i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2:
-            return "Q6_K"
-    return "Q4_K"
+    if len(parts) != 4 or parts[0] != "blk":
+        return base
+    i, n, kind = int(parts[1]), n_layer, parts[2]
+    more_bits = i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+    if kind == "attn_v":
+        if mix in ("q4_k_m", "q5_k_m"):
+            return "Q6_K" if more_bits else base
+        if mix == "q3_k_m":
+            return "Q5_K" if i < 2 else "Q4_K"
+        if mix == "q2_k":
+            return "Q4_K" if n_gqa >= 4 else "Q3_K"
+        return "Q5_K" if n_gqa >= 4 else base
+    if kind == "ffn_down":
+        if mix in ("q4_k_m", "q5_k_m"):
+            return "Q6_K" if more_bits else base
+        if mix == "q3_k_m":
+            return "Q5_K" if i < n // 16 else "Q4_K"
+        return "Q3_K" if mix == "q2_k" else base
+    if kind == "attn_output":
+        return {"q3_k_m": "Q4_K", "q2_k": "Q3_K"}.get(mix, base)
+    return base
 
 
 def write_gguf(model_dir: str | os.PathLike[str], out: str | os.PathLike[str], outtype: str = "q8_0",
@@ -52,9 +81,9 @@ def write_gguf(model_dir: str | os.PathLike[str], out: str | os.PathLike[str], o
     opens: a GGUF file too, its quantized tensors dequantized first — to GGUF file `out`, its matrices in `outtype`
     and its embedding tables (the token embedding, which a tied LM head reads; an untied head) in
     `embedding_outtype` (default: `outtype`; llama.cpp's Q4_1 files of SmolLM2 keep theirs in q8_0).
-    `kquant_blocks(ggml type, N, K)`: the blocks (uint8 (N, bytes a row)) of a K-quant matrix, which q4_k_m needs.
-    CheckpointError for a bad checkpoint (the loader's checks and messages), ArgumentError for an unknown
-    outtype or q4_k_m without `kquant_blocks`."""
+    `kquant_blocks(ggml type, N, K)`: the blocks (uint8 (N, bytes a row)) of a K-quant or IQ4 matrix, which the
+    mixes need. CheckpointError for a bad checkpoint (the loader's checks and messages), ArgumentError for an
+    unknown outtype or a mix without `kquant_blocks`."""
     import gguf
     import numpy as np
 
@@ -65,11 +94,12 @@ def write_gguf(model_dir: str | os.PathLike[str], out: str | os.PathLike[str], o
             raise ArgumentError(f"GGUF outtype must be one of {', '.join(OUTTYPES)}, got {t!r}")
     ggml_type, file_type = OUTTYPES[outtype]
     embedding_type = OUTTYPES[embedding_outtype or outtype][0]
-    mix_embedding = (embedding_outtype or outtype) == "q4_k_m"
-    if "q4_k_m" in (outtype, embedding_outtype) and kquant_blocks is None:
-        raise ArgumentError("GGUF outtype q4_k_m needs llama.cpp's quantizer (llama-quantize); webtensor writes "
-                            "K-quant files only from given blocks (kquant_blocks: tools/random_checkpoint.py's random "
-                            "ones)")
+    mix = next((t for t in (outtype, embedding_outtype) if t in MIXES), None)
+    mix_embedding = (embedding_outtype or outtype) in MIXES
+    if mix is not None and kquant_blocks is None:
+        raise ArgumentError(f"GGUF outtype {mix} needs llama.cpp's quantizer (llama-quantize); webtensor writes "
+                            "K-quant and IQ4 files only from given blocks (kquant_blocks: tools/random_checkpoint.py's "
+                            "random ones)")
     ck = loader.open_checkpoint(model_dir)
     fam, cfg, spec = ck.family, ck.config, ck.config.spec
     w = gguf.GGUFWriter(str(out), fam.gguf_architecture(cfg))
@@ -83,16 +113,19 @@ def write_gguf(model_dir: str | os.PathLike[str], out: str | os.PathLike[str], o
             w.add_chat_template(ck.chat_template)
         names = fam.gguf_names(cfg)
         tied = "output.weight" not in names.values()
+        gqa = spec.n_head // max(spec.n_kv_head, 1)
         stacks: dict[str, list[Any]] = {}  # GGUF name -> the arrays written as it (several: a stack of experts)
         kinds: dict[str, str] = {}
-        mixed: set[str] = set()  # GGUF names in the Q4_K_M mix, written in its fallback type (not whole blocks)
+        chosen: dict[str, str] = {}  # GGUF name -> its type in a mix ("" where the outtype decides)
         for name, tspec in fam.tensors(cfg).items():
-            in_mix = mix_embedding if tspec.kind == "embedding" else outtype == "q4_k_m" and tspec.kind != "float32"
-            if in_mix and len(tspec.shape) == 2:
+            in_mix = mix_embedding if tspec.kind == "embedding" else outtype in MIXES and tspec.kind != "float32"
+            t = ""
+            if in_mix and mix is not None and len(tspec.shape) == 2:
                 n, k = tspec.shape if tspec.kind != "conv1d" else tspec.shape[::-1]
-                t = q4_k_m_type(names[name], cfg.spec.n_layer, tied)
-                if k % 256 == 0 and kquant_blocks is not None:  # (the float values are not needed)
-                    qtype = getattr(gguf.GGMLQuantizationType, t)
+                t = mix_type(mix, names[name], spec.n_layer, tied, gqa)
+                t = t if k % 256 == 0 else KQUANT_FALLBACK.get(t, t)
+                if t not in QUANTIZABLE and k % TYPES[t].values == 0 and kquant_blocks is not None:
+                    qtype = getattr(gguf.GGMLQuantizationType, t)  # (the float values are not needed)
                     data = np.ascontiguousarray(kquant_blocks(t, n, k), np.uint8)
                     w.add_tensor(names[name], data, raw_shape=data.shape, raw_dtype=qtype)
                     continue
@@ -102,17 +135,15 @@ def write_gguf(model_dir: str | os.PathLike[str], out: str | os.PathLike[str], o
             if not ck.gguf:  # (a GGUF source's rows are in llama.cpp's order already)
                 arr = fam.to_gguf(cfg, name, arr)
             stacks.setdefault(names[name], []).append(arr)
-            kinds[names[name]] = tspec.kind
-            if in_mix:
-                mixed.add(names[name])
+            kinds[names[name]], chosen[names[name]] = tspec.kind, t
         for gname, arrs in stacks.items():
             # one tensor; or the experts' matrices stacked (E, N, K), as llama.cpp's converter stacks them
             arr = np.ascontiguousarray(arrs[0] if len(arrs) == 1 else np.stack(arrs), np.float32)
-            kind = kinds[gname]
-            t = "F32" if kind == "float32" else embedding_type if kind == "embedding" else ggml_type
-            if gname in mixed:
-                t = KQUANT_FALLBACK[q4_k_m_type(gname, cfg.spec.n_layer, tied)]
-            if t.startswith("Q") and (arr.ndim not in (2, 3) or arr.shape[-1] % 32):
+            kind, t = kinds[gname], chosen[gname]
+            if not t:
+                t = "F32" if kind == "float32" else embedding_type if kind == "embedding" else ggml_type
+            whole_blocks = arr.ndim in (2, 3) and arr.shape[-1] % 32 == 0
+            if t not in ("F32", "F16", "BF16") and (t not in QUANTIZABLE or not whole_blocks):
                 t = "F32"  # (rows that are not whole blocks)
             if t == "F32":
                 w.add_tensor(gname, arr)

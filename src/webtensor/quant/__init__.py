@@ -1,5 +1,5 @@
-"""Quantized weights in ggml's block types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K): what ops.linear
-and ops.embedding take in place of a float weight.
+"""Quantized weights in ggml's block types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+IQ4_NL, IQ4_XS): what ops.linear and ops.embedding take in place of a float weight.
 
 - `types`: the block types as numpy-free facts, the stored-size checks, and `Quantized`, the base
   class of every quantized weight (what the ops test for, without numpy);
@@ -21,7 +21,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from .types import HALVES, QUANTIZABLE, TYPES, BlockType, Quantized, block_type, check_blocks, check_shape, row_bytes
+from .types import (
+    HALVES,
+    IQ4_VALUES,
+    QUANTIZABLE,
+    TYPES,
+    BlockType,
+    Quantized,
+    block_type,
+    check_blocks,
+    check_shape,
+    row_bytes,
+)
 
 _LAZY = {"QuantWeight": "weight", "quant_matmul": "weight", "dequantized": "weight", "padded": "weight",
          "random_weight": "weight", "quantize": "quantizer"}
@@ -38,5 +49,5 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = ["TYPES", "QUANTIZABLE", "HALVES", "BlockType", "Quantized", "block_type", "check_blocks", "check_shape",
-           "row_bytes", *_LAZY]
+__all__ = ["TYPES", "QUANTIZABLE", "HALVES", "IQ4_VALUES", "BlockType", "Quantized", "block_type", "check_blocks",
+           "check_shape", "row_bytes", *_LAZY]

@@ -25,6 +25,8 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from .types import IQ4_VALUES
+
 
 class Runs(NamedTuple):
     """A type's blocks as integers and per-run factors: value = scale * q + min, run by run."""
@@ -109,8 +111,73 @@ def q6_k(b: np.ndarray) -> Runs:
     return Runs(q.reshape(n, 256), d, None)
 
 
+def _crumbs(qs: np.ndarray) -> npt.NDArray[np.uint8]:
+    """(B, 64) bytes -> (B, 256) 2-bit values: value 128 h + 32 t + l is bits 2t .. 2t + 1 of qs[32 h + l] (the
+    low bits of Q2_K and Q3_K)."""
+    n = qs.shape[0]
+    out = (qs.reshape(n, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)) & np.uint8(3)
+    return out.reshape(n, 256).astype(np.uint8, copy=False)
+
+
+def _bits(mask: np.ndarray) -> npt.NDArray[np.uint8]:
+    """(B, 32) bytes -> (B, 256) bits: value 32 j + l is bit j of mask[l] (Q5_K's fifth bits, Q3_K's third)."""
+    n = mask.shape[0]
+    out = (mask.reshape(n, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)) & np.uint8(1)
+    return out.reshape(n, 256).astype(np.uint8, copy=False)
+
+
+def q5_k(b: np.ndarray) -> Runs:
+    n = b.shape[0]
+    sc, mn = q4_k_scales(b[:, 4:16])
+    d = _f16(b, 0) * sc.astype(np.float32)  # (B, 8): d sc of each 32-value sub-block
+    dm = _f16(b, 2) * mn.astype(np.float32)
+    qs = b[:, 48:176].reshape(n, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)  # as Q4_K's
+    q = ((qs & 0x0F).reshape(n, 256) | (_bits(b[:, 16:48]) << 4)).astype(np.int8)
+    return Runs(q, _per_run(d, 16), _per_run(-dm, 16))
+
+
+def q3_k_scales(sc12: np.ndarray) -> npt.NDArray[np.uint8]:
+    """Q3_K's sixteen 6-bit scales from its 12 packed bytes (B, 12) -> uint8 (B, 16): scale s has the nibble s // 8
+    of byte s % 8 under bits 2 (s // 4) .. of byte 8 + s % 4."""
+    lo = np.concatenate([sc12[:, :8] & 0x0F, sc12[:, :8] >> 4], axis=1)
+    hi = (sc12[:, 8:12].reshape(-1, 1, 4) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 4, 1)) & np.uint8(3)
+    out: npt.NDArray[np.uint8] = (lo | (hi.reshape(-1, 16) << np.uint8(4))).astype(np.uint8, copy=False)
+    return out
+
+
+def q3_k(b: np.ndarray) -> Runs:
+    d = _f16(b, 108) * (q3_k_scales(b[:, 96:108]).astype(np.int8) - np.int8(32)).astype(np.float32)  # (B, 16)
+    q = (_crumbs(b[:, 32:96]) | (_bits(b[:, :32]) << 2)).astype(np.int8) - np.int8(4)
+    return Runs(q, d, None)
+
+
+def q2_k(b: np.ndarray) -> Runs:
+    sc = b[:, :16]
+    d = _f16(b, 80) * (sc & 0x0F).astype(np.float32)  # (B, 16)
+    dm = _f16(b, 82) * (sc >> 4).astype(np.float32)
+    return Runs(_crumbs(b[:, 16:80]).astype(np.int8), d, -dm)
+
+
+_IQ4 = np.array(IQ4_VALUES, np.int8)
+
+
+def iq4_nl(b: np.ndarray) -> Runs:
+    return Runs(_IQ4[_nibbles(b[:, 2:18])], _per_run(_f16(b, 0), 2), None)
+
+
+def iq4_xs(b: np.ndarray) -> Runs:
+    n = b.shape[0]
+    sh = np.ascontiguousarray(b[:, 2:4]).view("<u2")  # (B, 1)
+    hi = ((sh >> np.arange(0, 16, 2, dtype=np.uint16)) & 3).astype(np.uint8)  # (B, 8)
+    lo = np.stack([b[:, 4:8] & 0x0F, b[:, 4:8] >> 4], axis=2).reshape(n, 8)
+    d = _f16(b, 0) * ((lo | (hi << 4)).astype(np.int8) - np.int8(32)).astype(np.float32)  # (B, 8)
+    q = _IQ4[_nibbles(b[:, 8:136].reshape(n * 8, 16))].reshape(n, 256)
+    return Runs(q, _per_run(d, 16), None)
+
+
 RUNS: dict[str, Callable[[np.ndarray], Runs]] = {
-    "Q8_0": q8_0, "Q4_0": q4_0, "Q4_1": q4_1, "Q5_0": q5_0, "Q5_1": q5_1, "Q4_K": q4_k, "Q6_K": q6_k}
+    "Q8_0": q8_0, "Q4_0": q4_0, "Q4_1": q4_1, "Q5_0": q5_0, "Q5_1": q5_1, "Q4_K": q4_k, "Q6_K": q6_k,
+    "Q5_K": q5_k, "Q3_K": q3_k, "Q2_K": q2_k, "IQ4_NL": iq4_nl, "IQ4_XS": iq4_xs}
 
 
 def dequantize_runs(r: Runs) -> npt.NDArray[np.float32]:

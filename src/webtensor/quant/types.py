@@ -20,6 +20,23 @@ Block layouts (ggml's `block_*` structs, little-endian; d, m, dmin float16):
                                                                    x = d sc q - dmin mn
     Q6_K 210 B / 256 values: ql[128] (low 4 bits), qh[64] (high 2 bits), scales[16] int8 (one
                              per 16 values), d                     x = d sc (q - 32)
+    Q5_K 176 B / 256 values: d, dmin, scales[12] (as Q4_K), qh[32] (bit s of qh[l]: the fifth bit
+                             of value 32 s + l), qs[128] (nibbles as Q4_K)
+                                                                   x = d sc q - dmin mn
+    Q3_K 110 B / 256 values: hmask[32] (bit 4h + t of hmask[l]: the third bit of value 128 h + 32 t
+                             + l), qs[64] (bits 2t of qs[32 h + l]: its low two), scales[12]
+                             (sixteen 6-bit scales, one per 16 values), d
+                                                                   x = d (sc - 32) (q - 4)
+    Q2_K  84 B / 256 values: scales[16] (low nibble sc, high nibble mn, one byte per 16 values),
+                             qs[64] (2-bit values as Q3_K's low bits), d, dmin
+                                                                   x = d sc q - dmin mn
+    IQ4_NL 18 B / 32 values: d, qs[16] (nibbles as Q4_0)          x = d KV[q]
+    IQ4_XS 136 B / 256 values: d, scales_h (u16: bits 2s, 2s + 1 the top of sub-block s's scale),
+                             scales_l[4] (nibble s % 2 of byte s / 2: its low four bits), qs[128]
+                             (sub-block s: bytes 16 s .., low nibbles values 32 s .., high 32 s + 16 ..)
+                                                                   x = d (ls - 32) KV[q]
+
+with KV (`IQ4_VALUES`) the sixteen int8 levels of ggml's non-linear 4-bit types.
 """
 
 from __future__ import annotations
@@ -38,12 +55,17 @@ class BlockType(NamedTuple):
 TYPES: dict[str, BlockType] = {t.name: t for t in (
     BlockType("Q8_0", 32, 34), BlockType("Q4_0", 32, 18), BlockType("Q4_1", 32, 20), BlockType("Q5_0", 32, 22),
     BlockType("Q5_1", 32, 24), BlockType("Q4_K", 256, 144), BlockType("Q6_K", 256, 210),
+    BlockType("Q5_K", 256, 176), BlockType("Q3_K", 256, 110), BlockType("Q2_K", 256, 84),
+    BlockType("IQ4_NL", 32, 18), BlockType("IQ4_XS", 256, 136),
 )}
 # what `quant.quantize` makes (the K-quants need llama.cpp's quantizer)
 QUANTIZABLE = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
 # the byte offsets of each block's float16 numbers (d, and m / dmin where the type has one)
 HALVES: dict[str, tuple[int, ...]] = {"Q8_0": (0,), "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2),
-                                      "Q4_K": (0, 2), "Q6_K": (208,)}
+                                      "Q4_K": (0, 2), "Q6_K": (208,), "Q5_K": (0, 2), "Q3_K": (108,), "Q2_K": (80, 82),
+                                      "IQ4_NL": (0,), "IQ4_XS": (0,)}
+# the int8 levels of the non-linear 4-bit types (ggml's kvalues_iq4nl): IQ4_NL's and IQ4_XS's value of nibble q
+IQ4_VALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
 
 
 class Quantized:
@@ -96,5 +118,5 @@ def check_blocks(qtype: str, shape: tuple[int, ...], nbytes: int) -> tuple[int, 
     return n, k
 
 
-__all__ = ["TYPES", "QUANTIZABLE", "HALVES", "BlockType", "Quantized", "block_type", "row_bytes", "check_shape",
-           "check_blocks"]
+__all__ = ["TYPES", "QUANTIZABLE", "HALVES", "IQ4_VALUES", "BlockType", "Quantized", "block_type", "row_bytes",
+           "check_shape", "check_blocks"]

@@ -113,6 +113,12 @@ def quant_matmul(x: np.ndarray, w: QuantWeight) -> np.ndarray:
     return x32 @ dequantized(w)
 
 
+# random_weight's log2_scale per type for weights of a model's size (values of about 0.03: the float16 scales times
+# the typical random quant and sub-block scale), for random GGUF files of published shapes
+MODEL_LOG2_SCALE = {"Q8_0": -12, "Q4_0": -8, "Q4_1": -9, "Q5_0": -9, "Q5_1": -10, "Q2_K": -9, "Q3_K": -10,
+                    "Q4_K": -13, "Q5_K": -14, "Q6_K": -14, "IQ4_NL": -11, "IQ4_XS": -14}
+
+
 def random_weight(qtype: str, shape: tuple[int, int], rng: np.random.Generator, log2_scale: int = -7) -> QuantWeight:
     """A weight of `shape` = (N, K) (K whole blocks) in `qtype` whose blocks are random bytes but for their float16
     numbers (d, m, dmin: `types.HALVES`), each +-2^log2_scale times a random mantissa in [1, 1.5): valid blocks of
@@ -127,4 +133,4 @@ def random_weight(qtype: str, shape: tuple[int, int], rng: np.random.Generator, 
     return QuantWeight.from_blocks(qtype, raw.reshape(n, -1), (n, k))
 
 
-__all__ = ["QuantWeight", "quant_matmul", "dequantized", "padded", "random_weight"]
+__all__ = ["QuantWeight", "quant_matmul", "dequantized", "padded", "random_weight", "MODEL_LOG2_SCALE"]

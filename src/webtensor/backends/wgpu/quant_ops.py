@@ -1,11 +1,11 @@
-"""Quantized weights on WebGPU (ggml's Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K): their GPU layout, the upload
-(from ggml's bytes, by numpy where it is there and without it in the page, or from a `QuantWeight`) and its
-inverse, and the ops
+"""Quantized weights on WebGPU (ggml's Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K, IQ4_NL, IQ4_XS): their GPU
+layout, the upload (from ggml's bytes, by numpy where it is there and without it in the page, or from a
+`QuantWeight`) and its inverse, and the ops
 `quant_linear` and `quant_embedding`.
 
 GPU layout of a weight (N, K) of block type T (K a multiple of T's block of QK values, nb = K / QK
-blocks a row). ggml's blocks (34, 18, 20, 22, 24, 144 and 210 bytes) are mostly not 16-byte aligned
-and mix quants with scales, so each is cut into planes: its *quants* (the packed integers), a
+blocks a row). ggml's blocks (34, 18, 20, 22, 24, 84, 110, 144, 176, 210 and 136 bytes) are mostly not 16-byte
+aligned and mix quants with scales, so each is cut into planes: its *quants* (the packed integers), a
 multiple of 16 bytes, and its *head* fields (the float16 numbers, Q5's high-bit word, the K-quants'
 sub-block scales), each field to its own section, byte for byte as stored:
 
@@ -17,6 +17,11 @@ sub-block scales), each field to its own section, byte for byte as stored:
     Q5_1    24   8..23    (16 bytes of nibbles)     0..3 (d, m);  4..7 qh                  nb + nb
     Q4_K   144   16..143  (128 bytes of nibbles)    0..15 (d, dmin, 12 bytes of scales)    4 nb
     Q6_K   210   0..191   (ql[128], qh[64])         192..207 scales (int8);  208..209 d    4 nb + ceil(nb / 2)
+    Q5_K   176   16..175  (qh[32], qs[128])         0..15 (d, dmin, 12 bytes of scales)    4 nb
+    Q3_K   110   0..95    (hmask[32], qs[64])       96..107 scales;  108..109 d            3 nb + ceil(nb / 2)
+    Q2_K    84   16..79   (qs[64])                  0..15 scales;  80..83 (d, dmin)        4 nb + nb
+    IQ4_NL  18   2..17    (16 bytes of nibbles)     0..1 d                                 ceil(nb / 2)
+    IQ4_XS 136   8..135   (128 bytes of nibbles)    0..7 (d, scales_h, scales_l[4])        2 nb
 
 - quants: u32 (N, nb * quants / 4), row-major: each row's blocks' quants in order, read by the kernels
   as vec4<u32> (every block's quants are whole vec4s, so every row and block starts on one, and a
@@ -92,6 +97,9 @@ LAYOUTS: dict[str, Layout] = {
     "Q8_0": Layout((2, 32), ((0, 2),)), "Q4_0": Layout((2, 16), ((0, 2),)), "Q4_1": Layout((4, 16), ((0, 4),)),
     "Q5_0": Layout((6, 16), ((0, 2), (2, 4))), "Q5_1": Layout((8, 16), ((0, 4), (4, 4))),
     "Q4_K": Layout((16, 128), ((0, 16),)), "Q6_K": Layout((0, 192), ((192, 16), (208, 2))),
+    "Q5_K": Layout((16, 160), ((0, 16),)), "Q3_K": Layout((0, 96), ((96, 12), (108, 2))),
+    "Q2_K": Layout((16, 64), ((0, 16), (80, 4))), "IQ4_NL": Layout((2, 16), ((0, 2),)),
+    "IQ4_XS": Layout((8, 128), ((0, 8),)),
 }
 
 

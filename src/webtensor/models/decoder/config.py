@@ -13,7 +13,7 @@ position otherwise.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -106,6 +106,16 @@ class DecoderConfig:
             bad = [i for i in ids if not 0 <= i < self.vocab_size]
             if bad:
                 raise CheckpointError(f"{where}: {name} = {bad[0]} is out of range for vocab_size = {self.vocab_size}")
+
+
+def architecture(source: Mapping[str, Any], key: str, known: Collection[str], family: str, where: str) -> str:
+    """`source[key]` (config.json's model_type, a GGUF file's general.architecture) where it is one of a family's
+    `known` names; else a CheckpointError naming the key and its value (`family`: what it is not, e.g. "a
+    Llama-family architecture")."""
+    arch = source.get(key)
+    if arch not in known:
+        raise CheckpointError(f"{where}: {key} {arch!r} is not {family}")
+    return str(arch)
 
 
 # -- Hugging Face config.json ------------------------------------------------------------------------------

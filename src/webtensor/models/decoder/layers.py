@@ -5,7 +5,10 @@
 - `Attention` (the q, k, v / fused qkv projections, their biases, QK-norms, o_proj) and `attention_qkv`: the
   rows' q, k, v (T, heads, D) with the norm in the product's prologue and the QK-norm after;
 - `GatedMLP` (gate and up, or one fused gate_up, and down) and `gated_mlp`: down(act(gate) * up), the gate
-  applied in the down product's prologue where gate and up are one matrix.
+  applied in the down product's prologue where gate and up are one matrix;
+- `DecoderWeights`: the weights every family has (embedding, LM head, final norm, rotary tables, attention), and
+  the steps every forward takes: `embed_rows` (the float32 residual stream), `self_attention` (qkv -> attend ->
+  output projection, the residual in its epilogue where given), `final_logits` (final norm + LM head).
 
 Matrices arrive as the loader hands them: float matrices as (K, N) views (x @ W), quantized ones as (N, K)
 `QuantWeight`s; q, k, v (and gate, up) fused where they were stored alike.
@@ -19,6 +22,7 @@ from typing import Any
 
 from ... import dtypes as dt
 from ... import ops
+from ...runtime.batch import StepBatch, lm_head_weight
 from ...tensor import Tensor, from_buffer
 from .config import DecoderConfig
 from .rope import Rope, rope_tables
@@ -132,3 +136,53 @@ def gated_mlp(x: Tensor, w: GatedMLP, norm: Norm | None, residual: Tensor | None
     gate = ops.swiglu if glu == "swiglu" else ops.geglu
     h = gate(ops.linear(x, w.gate, w.gate_bias, rms=norm), ops.linear(x, w.up, w.up_bias, rms=norm))
     return ops.linear(h, w.down, w.down_bias, residual=residual)
+
+
+class DecoderWeights:
+    """The weights every decoder family has, on `device` (`params`: by canonical name, fused names where the loader
+    fused): the embedding, the LM head, the final norm, each layer's rotary tables for `n_ctx` positions and its
+    attention. A family's weights class adds its own (norms, MLPs) and its `forward`."""
+
+    def __init__(self, cfg: DecoderConfig, params: dict[str, Any], device: Any, n_ctx: int):
+        self.device, self.width, self.eps = device, cfg.hidden_size, cfg.rms_norm_eps  # (C; every RMS norm's eps)
+        self.heads = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)  # (H, KV, D)
+        self.embed = params["embed_tokens.weight"]  # (V, C)
+        self.head = lm_head_weight(params.get("lm_head.weight", self.embed))  # x @ head: (C, V); tied: the embedding
+        self.norm: Tensor = params["norm.weight"]  # (C,)
+        self.rope = rope_per_layer(cfg, params, device, n_ctx)
+        self.attns = [Attention.of(params, f"layers.{i}.self_attn.") for i in range(cfg.num_hidden_layers)]
+
+    @staticmethod
+    def per_layer(params: dict[str, Any], n_layers: int, name: str) -> list[Tensor]:
+        """Each layer's `layers.{i}.{name}.weight` (a norm's (C,) weight)."""
+        return [params[f"layers.{i}.{name}.weight"] for i in range(n_layers)]
+
+
+def embed_rows(w: DecoderWeights, batch: StepBatch, scale: Tensor | None = None) -> Tensor:
+    """The residual stream of the step's rows: embed[ids] (T, C) in float32 (whatever the table's type), times
+    `scale` where given, shaped as the step's rows (T, ..., C)."""
+    x = ops.embedding(w.embed, batch.ids)  # (T, C)
+    if x.dtype is not dt.float32:
+        x = ops.cast(x, dt.float32)
+    if scale is not None:
+        x = ops.mul(x, scale)
+    return x.reshape(batch.rows(w.width))
+
+
+def self_attention(x: Tensor, w: Attention, batch: StepBatch, kv: tuple[Tensor, Tensor], heads: tuple[int, int, int],
+                   norm: Norm | None, eps: float, scale: float, rope: ops.Rope, window: int | None = None,
+                   softcap: float | None = None, residual: Tensor | None = None) -> Tensor:
+    """One layer's attention of rows x (T, ..., C): q, k, v of x RMS-normed by `norm` (`attention_qkv`), the rows'
+    attention over the layer's cache `kv` (`StepBatch.attend`: q, k rotated by `rope`, scores times `scale`, in
+    `window`, soft-capped by `softcap`) and its output projection (T, ..., C), `residual` added in the product's
+    epilogue where given."""
+    H, _, D = heads
+    q, k, v = attention_qkv(x, w, heads, norm, eps)  # (T, H, D), (T, KV, D) x 2
+    a = batch.attend(kv[0], kv[1], q, k, v, scale, rope=rope, window=window, softcap=softcap)  # (T, H, D)
+    return ops.linear(a.reshape(batch.rows(H * D)), w.o, w.o_bias, residual=residual)  # (T, ..., C)
+
+
+def final_logits(x: Tensor, w: DecoderWeights, batch: StepBatch) -> Tensor:
+    """The logits (rows needing them, V) float32 of the residual stream x (T, ..., C): RMS-normed by the final
+    norm in the LM head product's prologue."""
+    return batch.logits(ops.linear(batch.head_input(x), w.head, rms=(w.norm, w.eps)))

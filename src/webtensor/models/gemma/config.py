@@ -24,6 +24,7 @@ from ..decoder.config import (
     FULL,
     SLIDING,
     DecoderConfig,
+    architecture,
     gguf_fields,
     gguf_layer_types,
     hf_fields,
@@ -74,9 +75,7 @@ class GemmaConfig(DecoderConfig):
     # -- Hugging Face config.json ---------------------------------------------------------------------
     @classmethod
     def from_hf(cls, raw: dict[str, Any], where: str = "config.json") -> GemmaConfig:
-        arch = raw.get("model_type")
-        if arch not in ARCHITECTURES:
-            raise CheckpointError(f"{where}: model_type {arch!r} is not a Gemma-family architecture")
+        arch = architecture(raw, "model_type", ARCHITECTURES, "a Gemma-family architecture", where)
         req = JSONConfig(raw, where, null_as_default=True)
         if req.bool("use_bidirectional_attention", False):
             raise CheckpointError(f"{where}: use_bidirectional_attention = true: only causal attention is supported")
@@ -111,10 +110,9 @@ class GemmaConfig(DecoderConfig):
     # -- GGUF metadata --------------------------------------------------------------------------------
     @classmethod
     def from_gguf(cls, meta: Mapping[str, Any], tensor_names: Sequence[str], where: str) -> GemmaConfig:
-        gguf_arch = meta.get("general.architecture")
-        if gguf_arch not in GGUF_ARCHITECTURES:
-            raise CheckpointError(f"{where}: general.architecture {gguf_arch!r} is not a Gemma-family architecture")
-        arch = "gemma3_text" if gguf_arch == "gemma3" else str(gguf_arch)
+        gguf_arch = architecture(meta, "general.architecture", GGUF_ARCHITECTURES, "a Gemma-family architecture",
+                                 where)
+        arch = "gemma3_text" if gguf_arch == "gemma3" else gguf_arch
         m, fields = gguf_fields(meta, tensor_names, where)
         fields.update(architecture=arch, tie_word_embeddings=fields["tie_word_embeddings"] or arch == "gemma2",
                       norm_shift=0.0)  # (llama.cpp's gemma 2 always reads its head from the embedding)

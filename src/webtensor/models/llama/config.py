@@ -22,12 +22,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import CheckpointError
 from ..config_reader import JSONConfig
 from ..decoder.config import (
     FULL,
     SLIDING,
     DecoderConfig,
+    architecture,
     gguf_fields,
     gguf_layer_types,
     hf_fields,
@@ -70,9 +70,7 @@ class LlamaConfig(DecoderConfig):
     # -- Hugging Face config.json ---------------------------------------------------------------------
     @classmethod
     def from_hf(cls, raw: dict[str, Any], where: str = "config.json") -> LlamaConfig:
-        arch = raw.get("model_type")
-        if arch not in ARCHITECTURES:
-            raise CheckpointError(f"{where}: model_type {arch!r} is not a Llama-family architecture")
+        arch = architecture(raw, "model_type", ARCHITECTURES, "a Llama-family architecture", where)
         req = JSONConfig(raw, where, null_as_default=True)
         max_pos, eps = _DEFAULTS[arch]
         fields = hf_fields(raw, where, max_positions=max_pos, rms_norm_eps=eps,
@@ -96,9 +94,7 @@ class LlamaConfig(DecoderConfig):
     # -- GGUF metadata --------------------------------------------------------------------------------
     @classmethod
     def from_gguf(cls, meta: Mapping[str, Any], tensor_names: Sequence[str], where: str) -> LlamaConfig:
-        arch = meta.get("general.architecture")
-        if arch not in GGUF_ARCHITECTURES:
-            raise CheckpointError(f"{where}: general.architecture {arch!r} is not a Llama-family architecture")
+        arch = architecture(meta, "general.architecture", GGUF_ARCHITECTURES, "a Llama-family architecture", where)
         names = set(tensor_names)
         m, fields = gguf_fields(meta, tensor_names, where, key_length=arch != "granite")
         if "rope_factors_long.weight" in names:  # Phi-3's longrope: the factors are tensors, read at build

@@ -15,7 +15,7 @@ from typing import Any
 
 from ...errors import CheckpointError
 from ..config_reader import JSONConfig
-from ..decoder.config import DecoderConfig, gguf_fields, hf_fields
+from ..decoder.config import DecoderConfig, architecture, gguf_fields, hf_fields
 from ..decoder.rope import rope_from_hf
 
 ARCHITECTURES = ("qwen3_moe", "mixtral", "olmoe")
@@ -51,9 +51,7 @@ class MoEConfig(DecoderConfig):
     # -- Hugging Face config.json ---------------------------------------------------------------------
     @classmethod
     def from_hf(cls, raw: dict[str, Any], where: str = "config.json") -> MoEConfig:
-        arch = raw.get("model_type")
-        if arch not in ARCHITECTURES:
-            raise CheckpointError(f"{where}: model_type {arch!r} is not a mixture-of-experts architecture")
+        arch = architecture(raw, "model_type", ARCHITECTURES, "a mixture-of-experts architecture", where)
         req = JSONConfig(raw, where, null_as_default=True)
         fields = hf_fields(raw, where, max_positions={"qwen3_moe": 32768, "mixtral": 4096 * 32, "olmoe": 4096}[arch],
                            head_dim=128 if arch == "qwen3_moe" else None,
@@ -92,10 +90,8 @@ class MoEConfig(DecoderConfig):
     # -- GGUF metadata --------------------------------------------------------------------------------
     @classmethod
     def from_gguf(cls, meta: Mapping[str, Any], tensor_names: Sequence[str], where: str) -> MoEConfig:
-        garch = meta.get("general.architecture")
-        if garch not in _FROM_GGUF:
-            raise CheckpointError(f"{where}: general.architecture {garch!r} is not a mixture-of-experts architecture")
-        arch = _FROM_GGUF[str(garch)]
+        garch = architecture(meta, "general.architecture", _FROM_GGUF, "a mixture-of-experts architecture", where)
+        arch = _FROM_GGUF[garch]
         m, fields = gguf_fields(meta, tensor_names, where)
         fields["architecture"] = arch
         if m.int("attention.sliding_window", None) is not None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from ...errors import CheckpointError
 from ..config_reader import JSONConfig
-from ..decoder.config import DecoderConfig, gguf_fields, hf_fields
+from ..decoder.config import DecoderConfig, architecture, gguf_fields, hf_fields
 from ..decoder.rope import rope_from_hf
 
 
@@ -23,8 +23,7 @@ class Olmo2Config(DecoderConfig):
 
     @classmethod
     def from_hf(cls, raw: dict[str, Any], where: str = "config.json") -> Olmo2Config:
-        if raw.get("model_type") != "olmo2":
-            raise CheckpointError(f"{where}: model_type {raw.get('model_type')!r} is not OLMo-2's")
+        architecture(raw, "model_type", ("olmo2",), "OLMo-2's", where)
         fields = hf_fields(raw, where, max_positions=2048, rms_norm_eps=1e-5)
         cfg = cls(**fields, rope=rope_from_hf(raw, where),
                   attention_bias=JSONConfig(raw, where, null_as_default=True).bool("attention_bias", False))
@@ -33,9 +32,7 @@ class Olmo2Config(DecoderConfig):
 
     @classmethod
     def from_gguf(cls, meta: Mapping[str, Any], tensor_names: Sequence[str], where: str) -> Olmo2Config:
-        if meta.get("general.architecture") != "olmo2":
-            raise CheckpointError(f"{where}: general.architecture {meta.get('general.architecture')!r} is not "
-                                  "OLMo-2's")
+        architecture(meta, "general.architecture", ("olmo2",), "OLMo-2's", where)
         m, fields = gguf_fields(meta, tensor_names, where)
         if m.int("attention.sliding_window", None):
             raise CheckpointError(f"{where}: olmo2.attention.sliding_window is set: that is OLMo 3, which webtensor "

@@ -14,45 +14,31 @@ from __future__ import annotations
 
 from typing import Any
 
-from ... import dtypes as dt
 from ... import ops
-from ...runtime.batch import StepBatch, lm_head_weight
+from ...runtime.batch import StepBatch
 from ...runtime.cache import KVCache
 from ...tensor import Tensor
-from ..decoder.layers import Attention, GatedMLP, attention_qkv, gated_mlp, rope_per_layer
+from ..decoder.layers import DecoderWeights, GatedMLP, embed_rows, final_logits, gated_mlp, self_attention
 from .config import Olmo2Config
 
 
-class Olmo2Weights:
-    """The weights by role (`params`: by canonical name, fused names where the loader fused) and the rotary tables
-    for `n_ctx` positions, on `device`; `forward(batch, cache)` runs the model."""
+class Olmo2Weights(DecoderWeights):
+    """The weights by role (`DecoderWeights`'s, and each layer's post-norms and gated MLP); `forward(batch, cache)`
+    runs the model."""
 
     def __init__(self, cfg: Olmo2Config, params: dict[str, Any], device: Any, n_ctx: int):
-        self.config, self.device = cfg, device
-        self.embed = params["embed_tokens.weight"]  # (V, C)
-        self.head = lm_head_weight(params.get("lm_head.weight", self.embed))  # x @ head: (C, V)
-        self.norm = params["norm.weight"]
-        self.rope = rope_per_layer(cfg, params, device, n_ctx)
-        n = range(cfg.num_hidden_layers)
-        self.attns = [Attention.of(params, f"layers.{i}.self_attn.") for i in n]
-        self.attn_post = [params[f"layers.{i}.post_attention_layernorm.weight"] for i in n]
-        self.mlps = [GatedMLP.of(params, f"layers.{i}.mlp.") for i in n]
-        self.mlp_post = [params[f"layers.{i}.post_feedforward_layernorm.weight"] for i in n]
+        super().__init__(cfg, params, device, n_ctx)
+        self.config, L = cfg, cfg.num_hidden_layers
+        self.attn_post = self.per_layer(params, L, "post_attention_layernorm")
+        self.mlps = [GatedMLP.of(params, f"layers.{i}.mlp.") for i in range(L)]
+        self.mlp_post = self.per_layer(params, L, "post_feedforward_layernorm")
 
     def forward(self, batch: StepBatch, cache: KVCache) -> Tensor:
         """Rows of (token, position, slot) -> logits (rows needing them, V) float32."""
-        cfg = self.config
-        C, eps = cfg.hidden_size, cfg.rms_norm_eps
-        heads = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)
-        x = ops.embedding(self.embed, batch.ids)  # (T, C)
-        if x.dtype is not dt.float32:
-            x = ops.cast(x, dt.float32)  # the residual stream stays float32
-        x = x.reshape(batch.rows(C))
-        for i, (kc, vc) in enumerate(zip(cache.k, cache.v, strict=True)):
-            attn = self.attns[i]
-            q, k, v = attention_qkv(x, attn, heads, None, eps)
-            a = batch.attend(kc, vc, q, k, v, cfg.head_dim ** -0.5, rope=self.rope[i])  # (T, H, D)
-            o = ops.linear(a.reshape(batch.rows(heads[0] * heads[2])), attn.o, attn.o_bias)
+        cfg, eps, heads = self.config, self.eps, self.heads
+        x = embed_rows(self, batch)  # (T, ..., C) float32
+        for i, kv in enumerate(zip(cache.k, cache.v, strict=True)):
+            o = self_attention(x, self.attns[i], batch, kv, heads, None, eps, cfg.head_dim ** -0.5, self.rope[i])
             x = ops.add(x, ops.rms_norm(o, self.attn_post[i], eps))
             x = ops.add(x, ops.rms_norm(gated_mlp(x, self.mlps[i], None), self.mlp_post[i], eps))
-        return batch.logits(ops.linear(batch.head_input(x), self.head, rms=(self.norm, eps)))
+        return final_logits(x, self, batch)

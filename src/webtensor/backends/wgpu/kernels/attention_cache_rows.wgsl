@@ -12,14 +12,26 @@
 // table lookup a key, where a lookup a load would repeat it D4 times and divide each time).
 // The includer declares p (with T, n_ctx, window, n_slots (the table's rows, or the contiguous cache's sequences), C4
 // (the pool's words a position: KVH D4 vec4s, or KVH q8_words(D) words), kc_off / vc_off (in those words) and
-// kv_pages.wgsl's fields), pos, slot, kv_table, kc and vc (array<vec4<KV>>, or array<u32> with Q8), const D4 and
-// const KEY_TILE (the body's key tile, at most 64, tiles starting at multiples of it; at least as many threads).
+// kv_pages.wgsl's fields), q at binding 1, o at binding 7, const D4 and const KEY_TILE (the body's key tile, at
+// most 64, tiles starting at multiples of it; at least as many threads); this file declares the cache's bindings
+// 2-6: pos, slot, kv_table, kc and vc (array<vec4<KV>>, or array<u32> with Q8).
 // Bounds: pos is read at rows clamped to T - 1 and slot at 0 (the planner binds tensors of T rows from element 0);
 // a limit is at most n_ctx and nonzero only for a slot < n_slots. A key's row r = kv_row(..) is < n_blocks
 // block or NO_ROW (not read), so kc_off + r C4 + kvh HW + (d4 or D4 + d4 / 16) with kvh < KVH, d4 < D4 (HW the
 // words of a head: D4, or q8_words(D) = D4 + ceil(D / 64) > D4 + d4 / 16) stays inside the (n_blocks, block, KVH,
 // ..) pool view; key_rows is indexed by li < KEY_TILE <= 64 and j % KEY_TILE. Loops end: block_keys and block_first
 // run over at most 64 rows.
+
+@group(0) @binding(2) var<storage, read> pos: array<i32>;
+@group(0) @binding(3) var<storage, read> slot: array<i32>;
+@group(0) @binding(4) var<storage, read> kv_table: array<i32>;
+// #if Q8
+@group(0) @binding(5) var<storage, read> kc: array<u32>;
+@group(0) @binding(6) var<storage, read> vc: array<u32>;
+// #else
+@group(0) @binding(5) var<storage, read> kc: array<vec4<KV>>;
+@group(0) @binding(6) var<storage, read> vc: array<vec4<KV>>;
+// #endif
 
 // the sequence (n_slots where it is out of range: every limit is then 0, no key is read)
 fn sequence() -> u32 { return min(u32(slot[0]), p.n_slots); }

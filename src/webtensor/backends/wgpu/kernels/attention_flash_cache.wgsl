@@ -19,16 +19,6 @@ struct P {
 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> pos: array<i32>;
-@group(0) @binding(3) var<storage, read> slot: array<i32>;
-@group(0) @binding(4) var<storage, read> kv_table: array<i32>;
-// #if Q8
-@group(0) @binding(5) var<storage, read> kc: array<u32>;
-@group(0) @binding(6) var<storage, read> vc: array<u32>;
-// #else
-@group(0) @binding(5) var<storage, read> kc: array<vec4<KV>>;
-@group(0) @binding(6) var<storage, read> vc: array<vec4<KV>>;
-// #endif
 @group(0) @binding(7) var<storage, read_write> o: array<vec4<f32>>;
 const KEY_TILE = 32u;  // (attention_flash_main.wgsl's key tile)
 // #include kv_pages.wgsl

@@ -33,16 +33,6 @@ fn fk(x: vec4<f32>) -> vec4<f32> { return x; }  // (k_at / v_at widen the pool's
 alias OV = vec4<f32>;
 fn o4(x: vec4<f32>) -> OV { return x; }
 @group(0) @binding(1) var<storage, read> q: array<QV>;
-@group(0) @binding(2) var<storage, read> pos: array<i32>;
-@group(0) @binding(3) var<storage, read> slot: array<i32>;
-@group(0) @binding(4) var<storage, read> kv_table: array<i32>;
-// #if Q8
-@group(0) @binding(5) var<storage, read> kc: array<u32>;
-@group(0) @binding(6) var<storage, read> vc: array<u32>;
-// #else
-@group(0) @binding(5) var<storage, read> kc: array<vec4<KV>>;
-@group(0) @binding(6) var<storage, read> vc: array<vec4<KV>>;
-// #endif
 @group(0) @binding(7) var<storage, read_write> o: array<OV>;
 const KEY_TILE = 4u * KG;  // (attention_tiled_main.wgsl's BK)
 // #include kv_pages.wgsl

@@ -6,8 +6,8 @@
 // (float16 scales / minimums, Q5's high bits, the K-quants' packed sub-block scales), p.d_ld words a
 // row), and its struct P has K (values a row, a multiple of QK) and d_ld.
 //
-// The block type is chosen by a define naming it (exactly one of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
-// Q6_K), whose file supplies
+// The block type is chosen by a define naming it (exactly one of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K,
+// Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS), whose file supplies
 //   const QK (values a block), BV (vec4<u32> of quants a block);
 //   const ZP (an integer subtracted from every stored value), SIGNED (the stored bytes are int8,
 //         two's complement; else small unsigned integers < 128), HAS_MIN (values carry an offset):
@@ -53,6 +53,21 @@
 // #endif
 // #if Q6_K
 // #include quant_q6_k.wgsl
+// #endif
+// #if Q5_K
+// #include quant_q5_k.wgsl
+// #endif
+// #if Q3_K
+// #include quant_q3_k.wgsl
+// #endif
+// #if Q2_K
+// #include quant_q2_k.wgsl
+// #endif
+// #if IQ4_NL
+// #include quant_iq4_nl.wgsl
+// #endif
+// #if IQ4_XS
+// #include quant_iq4_xs.wgsl
 // #endif
 
 // a GEMV unit: run 0 / run 1 as 16 bytes each, and (scale, min) of each run
@@ -103,3 +118,19 @@ fn q5x4(w: u32, shift: u32, qh: u32, hb: u32) -> vec4<u32> {
 
 // the u32 at byte `byte` (a multiple of 4) of the quants that start at vec4 `base`
 fn body_word(base: u32, byte: u32) -> u32 { return qs[base + byte / 16u][(byte / 4u) % 4u]; }
+
+// IQ4_NL / IQ4_XS: the int8 levels (quant.types.IQ4_VALUES, packed four a word, as bytes) of the four nibbles
+// of w from bit `shift` of each byte, as four int8 bytes: each level picked by selects, no table in memory
+fn iq4_level4(w: u32, shift: u32) -> u32 {
+  let q = fields4(w, shift, 0xFu);
+  let quarter = q >> vec4<u32>(2u);
+  let lo = select(vec4<u32>(0xBFAD9881u), vec4<u32>(0xF6EADDCFu), quarter == vec4<u32>(1u));  // levels 0 .. 7
+  let hi = select(vec4<u32>(0x26190D01u), vec4<u32>(0x71594535u), quarter == vec4<u32>(3u));  // levels 8 .. 15
+  let b = (select(lo, hi, q >= vec4<u32>(8u)) >> ((q & vec4<u32>(3u)) * vec4<u32>(8u))) & vec4<u32>(0xFFu);
+  return b.x | (b.y << 8u) | (b.z << 16u) | (b.w << 24u);
+}
+
+// the levels of 16 bytes that each hold one nibble (nib_lo / nib_hi's output): 16 int8 bytes
+fn iq4_levels(q: vec4<u32>) -> vec4<u32> {
+  return vec4<u32>(iq4_level4(q.x, 0u), iq4_level4(q.y, 0u), iq4_level4(q.z, 0u), iq4_level4(q.w, 0u));
+}
