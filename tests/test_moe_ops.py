@@ -84,7 +84,7 @@ def _magnitude(stack, ids: np.ndarray, x: np.ndarray, E: int) -> np.ndarray:
 
 def _case(seed: int, kind: str, T: int, E: int, N: int, per_slot: bool):
     rng = np.random.default_rng(seed)
-    K = 256 if kind in ("Q4_K", "Q6_K") else 32 * int(rng.integers(1, 5))
+    K = 256 if kind in quant.TYPES and quant.TYPES[kind].values == 256 else 32 * int(rng.integers(1, 5))
     k = int(rng.integers(1, E + 1))
     stack = _stack(rng, kind, E * N, K)
     ids = np.stack([rng.permutation(E)[:k] for _ in range(T)]).astype(np.int32).reshape(T, k)

@@ -32,7 +32,7 @@ INCLUDES = {"common.wgsl", "epilogue.wgsl", "argreduce.wgsl", "gemv_norm.wgsl", 
             "matmul_engine_core.wgsl",
             "cached_attention_lanes.wgsl", "cached_attention_main.wgsl", "cached_attention_params.wgsl",
             "attention_tiled_main.wgsl", "attention_flash_main.wgsl", "attention_cache_rows.wgsl", "kv_pages.wgsl",
-            "quant_dequant.wgsl", "q8_act.wgsl", "quant_k4_scales.wgsl",
+            "quant_dequant.wgsl", "q8_act.wgsl", "quant_k4_scales.wgsl", "quant_k2_units.wgsl",
             *(f"quant_{t.lower()}.wgsl" for t in quant.TYPES),
             "expert_gemv_main.wgsl", "expert_gemm_main.wgsl"}
 

@@ -1,4 +1,5 @@
-// The packed sub-block scales of Q4_K and Q5_K (included by quant_q4_k.wgsl and quant_q5_k.wgsl): a block's
+// The packed sub-block scales of Q4_K and Q5_K, and the unit map of their nibbles (included by quant_q4_k.wgsl
+// and quant_q5_k.wgsl; unit_k4 is the type files' function of quant_dequant.wgsl's interface): a block's
 // head is one section of four words (d_ld = 4 K / 256): (d, dmin) as a float16 pair, then the 12 bytes of
 // eight 6-bit (scale, min) pairs, one pair per 32-value sub-block. Bounds: b < K / 256, so the head words
 // n d_ld + 4b + 0 .. 3 are row n's; k_byte reads words 1 .. 3 of that head (i < 12).
@@ -23,4 +24,11 @@ fn k_scale_min(h: vec4<u32>, s: u32) -> vec2<f32> {
   let mn = select(b & 63u, (c >> 4u) | ((b >> 6u) << 4u), hi);
   let dd = unpack2x16float(h.x);
   return vec2<f32>(dd.x * f32(sc), dd.y * f32(mn));
+}
+
+// unit_k4: the activations' vec4 (value index / 4) where run r of unit u starts (both types order their low
+// nibbles alike)
+fn unit_k4(u: u32, r: u32) -> u32 {
+  let j = u % 8u;  // chunk j / 2, bytes 16 (j % 2) ..: values 64 (j / 2) + 16 (j % 2) .. (+ 32 for run 1)
+  return (u / 8u) * 64u + (j / 2u) * 16u + (j % 2u) * 4u + r * 8u;
 }

@@ -13,17 +13,14 @@ const ZP: u32 = 0u;
 const SIGNED: bool = false;
 const HAS_MIN: bool = true;
 
+// #include quant_k2_units.wgsl
+
 // (d sc, dmin mn) of 16-value group s (0 .. 15) of block b of row n
 fn k2_scale_min(n: u32, b: u32, s: u32) -> vec2<f32> {
   let o = n * p.d_ld;
   let sc = (scales[o + 4u * b + s / 4u] >> (8u * (s % 4u))) & 0xFFu;
   let dd = unpack2x16float(scales[o + 4u * (p.K / 256u) + b]);
   return vec2<f32>(dd.x * f32(sc & 0xFu), dd.y * f32(sc >> 4u));
-}
-
-fn unit_k4(u: u32, r: u32) -> u32 {
-  let j = u % 8u;  // values 128 (j / 4) + 32 ((j % 4) / 2 + 2r) + 16 (j % 2) ..
-  return (u / 8u) * 64u + (j / 4u) * 32u + ((j % 4u) / 2u) * 8u + r * 16u + (j % 2u) * 4u;
 }
 
 fn unit_w(n: u32, u: u32) -> WUnit {

@@ -14,17 +14,14 @@ const ZP: u32 = 4u;
 const SIGNED: bool = false;
 const HAS_MIN: bool = false;
 
+// #include quant_k2_units.wgsl
+
 // d (sc - 32) of 16-value group s (0 .. 15) of block b of row n
 fn k3_scale(n: u32, b: u32, s: u32) -> f32 {
   let o = n * p.d_ld + 3u * b;
   let lo = (scales[o + (s % 8u) / 4u] >> (8u * (s % 4u) + 4u * (s / 8u))) & 0xFu;
   let hi = (scales[o + 2u] >> (8u * (s % 4u) + 2u * (s / 4u))) & 3u;
   return head16(n, 3u * (p.K / 256u), b) * f32(i32(lo | (hi << 4u)) - 32);
-}
-
-fn unit_k4(u: u32, r: u32) -> u32 {
-  let j = u % 8u;  // values 128 (j / 4) + 32 ((j % 4) / 2 + 2r) + 16 (j % 2) ..
-  return (u / 8u) * 64u + (j / 4u) * 32u + ((j % 4u) / 2u) * 8u + r * 16u + (j % 2u) * 4u;
 }
 
 fn unit_w(n: u32, u: u32) -> WUnit {

@@ -15,11 +15,6 @@ const HAS_MIN: bool = true;
 
 // #include quant_k4_scales.wgsl
 
-fn unit_k4(u: u32, r: u32) -> u32 {
-  let j = u % 8u;  // chunk j / 2, bytes 16 (j % 2) ..: values 64 (j / 2) + 16 (j % 2) .. (+ 32 for run 1)
-  return (u / 8u) * 64u + (j / 2u) * 16u + (j % 2u) * 4u + r * 8u;
-}
-
 fn unit_w(n: u32, u: u32) -> WUnit {
   let b = u / 8u;
   let j = u % 8u;
