@@ -18,8 +18,13 @@ MiB = 2**20
 MEASURE = r"""
 import gc, json, sys
 import numpy as np, safetensors, tokenizers, tqdm.auto  # imported before the baseline
+import importlib, pkgutil
 import webtensor as wt
+import webtensor.models, webtensor.runtime
 from webtensor.models.gpt2 import GPT2
+for pkg in (webtensor.models, webtensor.runtime):  # the code a load imports, before the baseline too
+    for mod in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+        importlib.import_module(mod.name)
 
 def status(field):
     for line in open("/proc/self/status"):
@@ -82,7 +87,9 @@ def test_load_on_cpu_holds_the_weights_once(big_checkpoint):
     m = _measure("cpu", d)
     extra_peak = m["peak"] - size
     assert m["peak"] <= 1.2 * size, f"peak RSS +{m['peak'] / MiB:.1f} MiB for a {size / MiB:.1f} MiB file"
-    assert extra_peak <= 0.1 * size, f"{extra_peak / MiB:.1f} MiB beyond the weights while loading"  # ~2% seen
+    # (Python's own allocations beyond the weights peak at ~0.1 MiB here, tracemalloc says; the rest is pages of
+    # code and allocator arenas first touched during a load, ~8-10 MiB whatever the file's size)
+    assert extra_peak <= 0.1 * size + 4 * MiB, f"{extra_peak / MiB:.1f} MiB beyond the weights while loading"
     assert m["after"] >= 0.9 * size  # (sanity: the weights really are held)
 
 
