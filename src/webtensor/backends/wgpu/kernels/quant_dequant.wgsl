@@ -106,7 +106,7 @@ fn nib_hi(q: vec4<u32>) -> vec4<u32> { return (q >> vec4<u32>(4u)) & vec4<u32>(0
 // bits b .. b + 3 of h (b = 0, 4, 8, 12 for the four words) moved to bit 4 of each byte: Q5's fifth
 // bits (each nibble times 0x00204081 puts its bits at 0, 8, 16, 24 without carries)
 fn fifth4(h: u32, b: vec4<u32>) -> vec4<u32> {
-  return (((vec4<u32>(h) >> b) & vec4<u32>(0xFu)) * vec4<u32>(0x00204081u) & vec4<u32>(0x01010101u)) << vec4<u32>(4u);
+  return ((((vec4<u32>(h) >> b) & vec4<u32>(0xFu)) * vec4<u32>(0x00204081u)) & vec4<u32>(0x01010101u)) << vec4<u32>(4u);
 }
 
 // Q5_0 / Q5_1: the 5-bit values of the four bytes of w (nibbles from bit `shift`) whose fifth bits are bits
