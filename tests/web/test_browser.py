@@ -402,8 +402,9 @@ PAGE_SMOL_STATE = """
 import json, sys
 from webtensor.web import app
 m = app._state["model"]
-b = m.weights.blocks[0]
-mats = [getattr(b, n) for n in ("qkv", "q", "o", "gate_up", "gate", "down") if getattr(b, n, None) is not None]
+a, f = m.weights.attns[0], m.weights.mlps[0]
+mats = [getattr(a, n) for n in ("qkv", "q", "o") if getattr(a, n, None) is not None] + \
+    [getattr(f, n) for n in ("gate_up", "gate", "down") if getattr(f, n, None) is not None]
 json.dumps(dict(matrices=sorted({f"{type(w).__name__} {w.qtype}" for w in mats}),
                 embed=f"{type(m.weights.embed).__name__} {m.weights.embed.qtype}", numpy="numpy" in sys.modules,
                 jinja2="jinja2" in sys.modules, speedups="markupsafe._speedups" in sys.modules,
