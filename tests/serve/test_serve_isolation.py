@@ -170,7 +170,8 @@ def test_bad_requests_are_refused_by_name_while_streams_run(api_server):
     jobs = [dict(prompt=f"Story {i}:", max_tokens=240 + 3 * i, ignore_eos=True,
                  **(dict(temperature=0) if i % 2 else dict(temperature=0.9, seed=i))) for i in range(4)]
 
-    async def stream(kw: dict) -> tuple[str, str | None, float]:
+    async def stream(kw: dict, opened: asyncio.Event | None = None,
+                     gate: asyncio.Event | None = None) -> tuple[str, str | None]:
         kw = dict(kw)
         extra = {"ignore_eos": kw.pop("ignore_eos")}
         s = await aclient.completions.create(model=MODEL, stream=True, extra_body=extra, **kw)
@@ -178,25 +179,27 @@ def test_bad_requests_are_refused_by_name_while_streams_run(api_server):
         async for c in s:
             text += c.choices[0].text
             finish = c.choices[0].finish_reason or finish
-        return text, finish, time.monotonic()
+            if gate is not None and opened is not None and not opened.is_set():
+                opened.set()  # live: held open (unread) until the bad requests are answered
+                await gate.wait()
+        return text, finish
 
     sends = _bad_sends()
 
-    async def main() -> tuple[list, list, float, list]:
+    async def main() -> tuple[list, list, list]:
         alone = [await stream(j) for j in jobs]
-        tasks = [asyncio.create_task(stream(j)) for j in jobs]
-        await asyncio.sleep(0.1)  # the streams are running
-        bad = await asyncio.to_thread(_bad_requests, url, sends)
-        bad_done = time.monotonic()
-        return alone, list(await asyncio.gather(*tasks)), bad_done, bad
+        opened, gate = [asyncio.Event() for _ in jobs], asyncio.Event()
+        tasks = [asyncio.create_task(stream(j, o, gate)) for j, o in zip(jobs, opened, strict=True)]
+        for o in opened:
+            await o.wait()
+        bad = await asyncio.to_thread(_bad_requests, url, sends)  # every stream open, none read to its end
+        gate.set()
+        return alone, list(await asyncio.gather(*tasks)), bad
 
-    alone, together, bad_done, bad = asyncio.run(main())
+    alone, together, bad = asyncio.run(main())
     assert bad == WANT
-    assert [t[:2] for t in together] == [a[:2] for a in alone]  # whole and bit-identical
-    assert all(f == "length" for _, f, _ in together)
-    # they really ran beside the streams: the last stream was still going when the last answer came
-    # (the first may end sooner on a loaded machine, where 240 tokens take less than the bad requests)
-    assert bad_done < max(t[2] for t in together)
+    assert together == alone  # whole and bit-identical
+    assert all(f == "length" for _, f in together)
     status, health, _ = get(url + "/health")
     assert status == 200 and health["active"] == 0
 
