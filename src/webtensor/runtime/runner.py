@@ -38,7 +38,7 @@ from __future__ import annotations
 import struct
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -345,7 +345,7 @@ class ModelRunner:
         self._check([row])
         self._place([row])
         with self.device.dispatch_scope():
-            logits = ops.copy(self._prompt(slot, row.ids, p0, "last")[-1][0])  # (a graph's output: rewritten later)
+            logits = ops.copy(list(self._prompt(slot, row.ids, p0, "last"))[-1][0])  # (a graph's output: rewritten)
         self._length[slot] = row.next_position
         self._held[slot][p0:] = ids
         return logits
@@ -362,15 +362,15 @@ class ModelRunner:
         return out
 
     def _prompt(self, slot: int, ids: tuple[int, ...], start: int, head: str,
-                mask: bytes | None = None) -> list[tuple[Tensor, Tensor | None, int]]:
+                mask: bytes | None = None) -> Iterator[tuple[Tensor, Tensor | None, int]]:
         """Queue prompt `ids` at positions start.. of `slot` (its `chunks`), the LM head on `head` rows ("last":
-        the prompt's last, with `mask`; "every"; "none"): per chunk, (logits, argmax, its tokens)."""
-        out = []
+        the prompt's last, with `mask`; "every"; "none"): per chunk, (logits, argmax, its tokens), yielded as soon as
+        the chunk is queued (its outputs are a graph's, which the next chunk of its width rewrites: read them
+        first)."""
         for a, b in self.chunks(start, len(ids)):
             last = b == len(ids)
-            out.append(self._chunk(slot, ids[a:b], start + a, head if last or head == "every" else "none",
-                                   mask if last else None))
-        return out
+            yield self._chunk(slot, ids[a:b], start + a, head if last or head == "every" else "none",
+                              mask if last else None)
 
     def _chunk(self, slot: int, ids: tuple[int, ...], start: int, head: str,
                mask: bytes | None) -> tuple[Tensor, Tensor | None, int]:
