@@ -715,9 +715,8 @@ class ModelRunner:
                 self._external = True
                 self.cache.set_blocks(r.slot, r.blocks)
             else:
-                self._drop_unread(r.slot, r.start)
-                own.append(r)
-        for r in own:
+                own.append((r, self._drop_unread(r.slot, r.start)))
+        for r, changed in own:
             owned = self._owned[r.slot]
             need = self.blocks.blocks_for(r.next_position + steps - 1)
             first = stale_blocks(r.start, self.kv_window, self.block_size)
@@ -727,27 +726,31 @@ class ModelRunner:
             for i, b in zip(gaps, new, strict=False):
                 owned[i] = b
             owned.extend(new[len(gaps):])
-            self.cache.set_blocks(r.slot, owned)
+            if changed or new:
+                self.cache.set_blocks(r.slot, owned)
         self.cache.sync()
 
-    def _drop_unread(self, slot: int, start: int) -> None:
+    def _drop_unread(self, slot: int, start: int) -> bool:
         """The slot's own blocks that no row at `start` or later reads back to the pool: every one for a new
-        sequence (start 0), else those behind every layer's window (HOLE in their place)."""
+        sequence (start 0), else those behind every layer's window (HOLE in their place). Whether any went."""
         owned = self._owned[slot]
         if start == 0:
+            had = bool(owned)
             self.blocks.release(owned)
             owned.clear()
-            return
+            return had
         n = min(stale_blocks(start, self.kv_window, self.block_size), len(owned))
         if n and owned[n - 1] != HOLE:  # (the holes are the list's first entries)
             self.blocks.release_front(owned, n)
+            return True
+        return False
 
     def _growth(self, slot: int, start: int, end: int) -> int:
         """How many more of the runner's blocks the slot holds once placed for a row writing positions start ..
         end - 1 (`_place`): the blocks it takes less those it gives back behind the window."""
         need = self.blocks.blocks_for(end)  # (> the stale ones: a row reads its own position)
         owned = self._owned[slot][:need] if start else self._owned[slot]  # (start 0: every block given back)
-        return need - stale_blocks(start, self.kv_window, self.block_size) - sum(1 for b in owned if b != HOLE)
+        return need - stale_blocks(start, self.kv_window, self.block_size) - (len(owned) - owned.count(HOLE))
 
     def _keepable(self, slot: int, n: int) -> int:
         """n, where a row at position n reads only positions whose blocks the slot still holds; else 0 (a block it
