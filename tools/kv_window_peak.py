@@ -7,8 +7,9 @@ checkpoint of the conformance suite's Mistral example (or any `--set` of its fie
   tokens; the pool's high-water mark in blocks and in bytes (this shape's, and a Mistral-7B's: 32 layers, 8 KV heads
   of 128, float16: 128 KiB a position), the default pool a runner allocates (its whole context, or what a windowed
   sequence holds at most), decode tok/s (the host's bookkeeping of giving blocks back);
-- the server's scheduler (the batched engine, in process): `--requests` requests of `--prompt` + `--new` tokens
-  arriving together in a pool of `--pool` blocks: wall time, preemptions, the high-water mark.
+- the server's scheduler (the batched engine, in process): `--requests` requests of `--prompt` + `--serve-new`
+  tokens arriving together in a pool of `--pool` blocks: wall time (the faster of two rounds, the two ways
+  interleaved: each engine captures its graphs in its first), preemptions, the high-water mark.
 
     python tools/kv_window_peak.py [--device cpu|lavapipe] [--window 32] [--ctx 1024] [--prompt 64] [--new 900]
         [--requests 8] [--pool 64] [--serve-new 400] [--set KEY=JSON ...]
@@ -118,7 +119,8 @@ def main() -> None:
               f"{o['peak'] * BLOCK_SIZE * MISTRAL_7B_POSITION / 2**20:.0f} MiB | {o['default_pool']} | "
               f"{o['tok_s']:.0f} |")
     if a.requests:
-        srv = {keep: _serve(m, a, keep) for keep in (True, False)}
+        rounds = [(keep, _serve(m, a, keep)) for _ in range(2) for keep in (True, False)]
+        srv = {keep: min((o for k, o in rounds if k == keep), key=lambda o: o["seconds"]) for keep in (True, False)}
         print(f"\nserver: {a.requests} requests of {a.prompt} + {a.serve_new} tokens together, a pool of {a.pool} "
               f"blocks ({a.pool * BLOCK_SIZE} positions)")
         print("| blocks | wall s | tok/s | preemptions | high-water mark (blocks) |")
