@@ -7,6 +7,8 @@ scheduler gives back each sequence's blocks behind the window as it moves on, so
   followed on the device) and seeded, while the pool's high-water mark stays within one sequence's bound
   (`Scheduler.held_most`), on the CPU device and lavapipe;
 - several such requests together are preempted and resumed and each gets its uninterrupted run's tokens;
+- requests arriving together with one long system prompt compute its blocks once (later chunks' blocks, taken as
+  the first request reaches them, are waited for as pending ones are);
 - a prefix found in the cache (blocks a finished request gave back as it went, cached) is shared and given back in
   turn, and a request whose prefix's first blocks were evicted finds nothing past them: both get a cold run's tokens;
 - over HTTP (the engine in its own process), such a request is accepted (a 400 only where a window does not fit the
@@ -87,6 +89,21 @@ def test_windowed_sequences_are_preempted_and_resumed(mistral_dir):
     got, sched = _run(_engine(m, 8, 16), jobs)
     assert same_runs(got, want)
     assert sched.metrics.preemptions._value.get() >= 1 and sched.kv is not None and sched.kv.used == 0
+
+
+def test_a_shared_system_prompt_is_computed_once(mistral_dir):
+    """Eight requests arriving together whose prompts start with the same 300 tokens: a windowed sequence takes its
+    prompt's blocks chunk by chunk, and the others wait for the blocks the first has still to compute (promised at
+    its admission) as for pending ones, then share them: 7 x 288 tokens found in the prefix cache, as with every
+    block kept; the answers are a cold run's."""
+    m = load(mistral_dir, wt.Device.cpu())
+    system = prompt(300, seed=5)
+    jobs = [dict(prompt=system + prompt(10, seed=20 + i), n=4, sampling=Sampling()) for i in range(8)]
+    want, _ = _run(_engine(m, 8, keep_all=True, prefix_reuse=False), jobs)
+    got, sched = _run(_engine(m, 8, 256), jobs)
+    assert same_runs(got, want)
+    assert sched.metrics.prefix_hits._value.get() == 7 * 288 and not sched._promised
+    assert sched.kv is not None and sched.kv.used == 0
 
 
 @pytest.mark.parametrize("blocks", [64, 10])

@@ -28,7 +28,9 @@ pool's bookkeeping (`runtime.blocks.BlockManager`) and gives each row its sequen
   HOLE in its list and table row, which no kernel reads; the computed ones stay in the prefix cache), so it holds
   at most the window's blocks and a step's (`runtime.blocks.held_blocks`) however long it grows. Admission then
   asks for what the sequence will hold at most while it reads its prompt and gives it the blocks of its first
-  chunk; later chunks take theirs as they come (growing, or preempting as decode rows do).
+  chunk; later chunks take theirs as they come (growing, or preempting as decode rows do), and the keys of the
+  prompt blocks it has still to take are promised: a prompt continuing into one waits, as for a pending block, so
+  requests arriving together with one long system prompt still compute it once.
 - Growth and preemption: a decoding sequence takes a block every `block_size` tokens (before the step, or the run
   of followed steps, that reaches it). When none is left, the most recently admitted running sequence is
   preempted (vLLM's recompute): its blocks go back (its computed full blocks stay in the prefix cache), it goes
@@ -218,6 +220,9 @@ class Scheduler:
         # positions one step adds to a sequence (a prompt chunk, or a follow's steps)
         self.kv_window: int | None = getattr(engine, "kv_window", None) if self.kv is not None else None
         self.step_rows = max(self.prefill_chunk, FOLLOW_STEPS)
+        # (a windowed model, prefix caching) the keys of the full prompt blocks a running sequence has still to take
+        # and compute, by that sequence: a prompt continuing into one waits for it, as for a pending block
+        self._promised: dict[tuple[int, tuple[int, ...]], Generation] = {}
         self._admissions = itertools.count()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="webtensor-engine")
         self._wake: asyncio.Event | None = None
@@ -478,7 +483,11 @@ class Scheduler:
         req.blocks += kv.allocate(n)
         full = min(len(req.blocks), req.reading // kv.block_size)
         if first < full:
-            kv.register(req.blocks[first:full], req.block_keys(full, kv.block_size)[first:], ready=False)
+            keys = req.block_keys(full, kv.block_size)[first:]
+            kv.register(req.blocks[first:full], keys, ready=False)
+            for k in keys:  # (promised at admission: registered now)
+                if self._promised.get(k) is req:
+                    del self._promised[k]
 
     def _drop_stale(self, req: Generation, start: int) -> None:
         """Give back `req`'s blocks that no layer reads from position `start` on (every layer slides: they are
@@ -532,6 +541,9 @@ class Scheduler:
         kv = self.kv
         if kv is None or not req.blocks:
             return
+        for k in req.block_keys(req.reading // kv.block_size, kv.block_size) if self._promised else ():
+            if self._promised.get(k) is req:  # (blocks it will not compute now)
+                del self._promised[k]
         computed = len(held) // kv.block_size
         kv.forget(req.blocks[computed:])
         kv.register(req.blocks[:computed], req.block_keys(computed, kv.block_size))
@@ -593,8 +605,8 @@ class Scheduler:
         tokens = req.context()
         keys = req.block_keys((len(tokens) - 1) // kv.block_size, kv.block_size) if not req.echo else []
         found = kv.lookup(keys)
-        if found.pending:
-            return False
+        if found.pending or (len(found.blocks) < len(keys) and keys[len(found.blocks)] in self._promised):
+            return False  # (its next block is being computed, or a running sequence reading it will compute it)
         n = len(found.blocks) * kv.block_size
         stale = stale_blocks(n, self.kv_window, kv.block_size)
         kept = found.blocks[stale:]
@@ -607,6 +619,9 @@ class Scheduler:
         kv.take(kept)
         req.blocks, req.reading = [*([HOLE] * stale), *kept], len(tokens)
         self._grow(req, need)
+        if self.kv_window is not None and kv.prefix_caching:  # (its later chunks' blocks: promised)
+            for k in req.block_keys(len(tokens) // kv.block_size, kv.block_size)[len(req.blocks):]:
+                self._promised.setdefault(k, req)
         req.fed, req.ready = n, len(found.blocks)
         if first:
             req.reused = n
