@@ -84,7 +84,8 @@ def test_replayed_equals_eager(dev, family):
 
 def test_chunked_equals_whole_and_hf_order(dev, family):
     """Chunks of 16 against one chunk of the whole prompt: the same logits within float32's rounding, the same
-    greedy continuation; the prompt's every-row logits (`LanguageModel.logits`) end in the last-row ones."""
+    greedy continuation; the prompt's every-row logits (`LanguageModel.logits`) end in the last-row ones, and each row's
+    is its prefix's last-row logits (chunks of one graph: each one's read before the next replay)."""
     m = model_on(dev, family)
     small, whole = m.runner(1, prefill_chunk=16), m.runner(1, prefill_chunk=128)
     for n in (17, 49, 100):
@@ -94,6 +95,10 @@ def test_chunked_equals_whole_and_hf_order(dev, family):
         full = m.logits(ids)
         assert full.shape == (n, VOCAB)
         assert_close(full[-1], b)
+        # every row's logits in chunks of 16 (one graph, replayed a chunk): each chunk's read before the next rewrites
+        every = small.collect(small.launch([RunRow(0, tuple(ids), 0, pick=False, every_logits=True)])).every_logits
+        for k in (1, 16, 17, n):
+            assert_close(every[0][k - 1], small.prefill(0, ids[:k]).numpy()[0])  # type: ignore[index]
     ids = prompt(40, 3)
     assert m.generate(ids, 8, stop_at_eos=False) == list(R_generate(small, ids, 8)) == list(R_generate(whole, ids, 8))
 

@@ -378,22 +378,26 @@ def kv_rows(pos: np.ndarray, slot: np.ndarray, cache_shape: tuple[int, ...], tab
     return np.where(ok, blk * bs + p % bs, -1)
 
 
-def seq_rows(table: np.ndarray | None, seq: int, n: int, cache_shape: tuple[int, ...]) -> slice | np.ndarray:
-    """The pool rows of positions 0 .. n - 1 of sequence `seq` (`kv_rows` for a whole prefix): a slice where they are
-    consecutive (a contiguous cache, or blocks in order: a view, no copy), else an index array. The checks and
-    errors of `kv_rows`."""
+def seq_rows(table: np.ndarray | None, seq: int, n: int, cache_shape: tuple[int, ...],
+             first: int = 0) -> slice | np.ndarray:
+    """The pool rows of positions first .. n - 1 of sequence `seq` (`kv_rows` for a run of positions; a window's
+    reads start past 0, and the table's entries before `first` are not read: they may be blocks given back): a
+    slice where they are consecutive (a contiguous cache, or blocks in order: a view, no copy), else an index array.
+    The checks and errors of `kv_rows`."""
     n_blocks, bs = cache_shape[:2]
+    first = min(first, n)
     if table is None:
         _check_slots(np.array([seq]), n_blocks)
-        return slice(seq * bs, seq * bs + min(n, bs))
+        return slice(seq * bs + min(first, bs), seq * bs + min(n, bs))
     _check_slots(np.array([seq]), table.shape[0])
-    nb = -(-n // bs)
-    blk = table[seq, :nb]
-    if nb and (blk.min() < 0 or blk.max() >= n_blocks):
-        return kv_rows(np.arange(n), np.full(n, seq), cache_shape, table)  # (raises, naming the position)
-    if nb and blk[-1] - blk[0] == nb - 1 and (nb == 1 or bool((np.diff(blk) == 1).all())):
-        return slice(int(blk[0]) * bs, int(blk[0]) * bs + n)
-    return (blk[:, None].astype(np.int64) * bs + np.arange(bs)).reshape(-1)[:n]
+    b0, nb = first // bs, -(-n // bs)
+    blk = table[seq, b0:nb]
+    if len(blk) and (blk.min() < 0 or blk.max() >= n_blocks):
+        return kv_rows(np.arange(first, n), np.full(n - first, seq), cache_shape, table)  # (raises, naming it)
+    lo, k = first - b0 * bs, len(blk)
+    if k and blk[-1] - blk[0] == k - 1 and (k == 1 or bool((np.diff(blk) == 1).all())):
+        return slice(int(blk[0]) * bs + lo, int(blk[0]) * bs + lo + n - first)
+    return (blk[:, None].astype(np.int64) * bs + np.arange(bs)).reshape(-1)[lo:lo + n - first]
 
 
 def _pool_rows(cache: np.ndarray) -> np.ndarray:
@@ -459,12 +463,14 @@ def chunk_attention(q: np.ndarray, kc: np.ndarray, vc: np.ndarray, pos: np.ndarr
     lim = np.minimum(pos.astype(np.int64) + 1, n_ctx)  # (T,) keys lo <= j < lim each row sees
     lo = np.zeros_like(lim) if window is None else np.clip(pos.astype(np.int64) + 1 - window, 0, lim)
     n = max(int(lim.max()), 1)  # (position 0 exists: rows at negative positions see nothing, NaN)
-    rows_n = seq_rows(table, int(slot[0]), n, kc.shape)
-    k, v = kv_load(kc, rows_n, D).transpose(1, 2, 0), kv_load(vc, rows_n, D).transpose(1, 0, 2)  # (KVH, D|n, n|D)
+    bs = kc.shape[1]
+    j0 = min(int(lo[lim > 0].min()) if (lim > 0).any() else 0, n - 1) // bs * bs  # keys from the block of the first
+    rows_n = seq_rows(table, int(slot[0]), n, kc.shape, j0)  # one a row sees (none before it is read)
+    k, v = kv_load(kc, rows_n, D).transpose(1, 2, 0), kv_load(vc, rows_n, D).transpose(1, 0, 2)  # (KVH, D|n', n'|D)
     qh = _f32(q).reshape(T, KVH, G, D).transpose(1, 0, 2, 3).reshape(KVH, T * G, D)  # rows (t, g)
-    scores = (qh @ k) * F32(scale)  # (KVH, T G, n)
+    scores = (qh @ k) * F32(scale)  # (KVH, T G, n - j0)
     _softcap_scores(scores, cap)
-    j = np.arange(n)[None, :]
+    j = np.arange(j0, n)[None, :]
     visible = np.repeat((j < lim[:, None]) & (j >= lo[:, None]), G, axis=0)  # (T G, n)
     scores = np.where(visible[None], scores, F32(-np.inf))
     with np.errstate(invalid="ignore"):  # (a row that sees nothing: NaN)
@@ -505,8 +511,8 @@ def _attend(out: np.ndarray, q: np.ndarray, kc: np.ndarray, vc: np.ndarray, pos:
         if n <= lo:  # (a negative position, or a window past the cache: attends to nothing, as the kernels: 0 / 0)
             out[t] = np.nan
             continue
-        rows = seq_rows(table, s, n, kc.shape)
-        k, v = kv_load(kc, rows, D)[lo:].transpose(1, 2, 0), kv_load(vc, rows, D)[lo:].transpose(1, 0, 2)
+        rows = seq_rows(table, s, n, kc.shape, lo)  # (positions before the window: not read)
+        k, v = kv_load(kc, rows, D).transpose(1, 2, 0), kv_load(vc, rows, D).transpose(1, 0, 2)
         scores = qh[t] @ k  # (KVH, G, n - lo)
         np.multiply(scores, sc, out=scores)
         _softcap_scores(scores, cap)

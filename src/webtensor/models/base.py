@@ -13,9 +13,9 @@ from typing import Any
 
 from ..errors import ArgumentError, ContextLengthError, SamplingError
 from ..runtime.batch import StepBatch
-from ..runtime.cache import BLOCK_SIZE, KVCache, check_kv_dtype
+from ..runtime.cache import BLOCK_SIZE, KVCache, check_kv_dtype, sequence_blocks
 from ..runtime.generate import RunnerPool, generate, generate_batch
-from ..runtime.runner import RING_STEPS, ModelRunner, RunRow
+from ..runtime.runner import RING_STEPS, ModelRunner, RunRow, step_rows
 from ..sampling import SamplingParams, SequenceState, check_max_new_tokens, sample, with_seed
 from ..tensor import Tensor
 from ..validate import check_ids, check_text, fit_context
@@ -99,11 +99,16 @@ class LanguageModel:
 
     def describe(self, pool_positions: int | None = None) -> str:
         """One line: the model, its device, and its memory — the weights, the KV cache's type and bytes a position,
-        and a pool of `pool_positions` positions (default: one sequence's context, what `generate` holds)."""
-        n = self.n_ctx if pool_positions is None else pool_positions
+        and a pool of `pool_positions` positions (default: what `generate`'s runner holds: one sequence's context,
+        or where every layer slides the blocks of its window and a step, `runtime.blocks.held_blocks`)."""
         s = self.spec
-        return (f"{self.name} ({s.architecture}, {s.n_layer} layers) on {self.device.describe()}: "
-                f"{memory_line(self.weight_bytes, self.dtype or 'as stored', self.kv_dtype, self.position_bytes(), n)}")
+        n = pool_positions
+        if n is None:
+            n = self.n_ctx if s.kv_window is None else \
+                min(self.n_ctx, sequence_blocks(self, step_rows(self.device)) * BLOCK_SIZE)
+        line = memory_line(self.weight_bytes, self.dtype or 'as stored', self.kv_dtype, self.position_bytes(), n,
+                           window=s.kv_window)
+        return f"{self.name} ({s.architecture}, {s.n_layer} layers) on {self.device.describe()}: {line}"
 
     # -- forward -------------------------------------------------------------------------------------------
     def logits(self, ids: Sequence[int]) -> Any:
@@ -246,9 +251,17 @@ def _bytes(n: float) -> str:
 
 
 def memory_line(weight_bytes: int, weights: str, kv_dtype: str, position_bytes: int, positions: int,
-                blocks: int | None = None, block_size: int = BLOCK_SIZE) -> str:
-    """"weights W (dtype), KV float16 K a position, pool P (N positions[ in B blocks of 16])": what a model on a
-    device takes (`LanguageModel.describe`, the server's start line)."""
+                blocks: int | None = None, block_size: int = BLOCK_SIZE, window: int | None = None,
+                sequence_blocks: int | None = None) -> str:
+    """"weights W (dtype), KV float16 K a position, pool P (N positions[ in B blocks of 16])[, every layer's window
+    W: a sequence holds at most S blocks]": what a model on a device takes (`LanguageModel.describe`, the server's
+    start line); `window`: the model's window where every layer slides (`ModelSpec.kv_window`: the blocks behind
+    it are given back), `sequence_blocks` the most blocks a sequence then holds."""
     in_blocks = f" in {blocks:,} blocks of {block_size}" if blocks is not None else ""
+    slides = ""
+    if window is not None:
+        slides = f", every layer's window {window:,} positions"
+        if sequence_blocks is not None:
+            slides += f": a sequence holds at most {sequence_blocks:,} blocks"
     return (f"weights {_bytes(weight_bytes)} ({weights}), KV {kv_dtype} {_bytes(position_bytes)} a position, "
-            f"pool {_bytes(position_bytes * positions)} ({positions:,} positions{in_blocks})")
+            f"pool {_bytes(position_bytes * positions)} ({positions:,} positions{in_blocks}){slides}")

@@ -28,6 +28,10 @@ class ModelSpec:
     width: int  # the residual stream's width
     eos_ids: frozenset[int] = frozenset()
     bos_id: int | None = None
+    # where every layer slides: the largest window among the layers (a query at position p reads no key before
+    # p + 1 - kv_window, so the KV cache may give back the blocks behind it: runtime.blocks.stale_blocks); None
+    # where some layer reads every earlier position (no window, or Gemma's global layers)
+    kv_window: int | None = None
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,13 @@ cached blocks, least recently released first. A full block's key is `(the previo
 so it names the whole prefix up to the block. A registered block may be *pending*: its keys and values are being
 computed by the step that will mark it ready; a lookup stops there (`Lookup.pending`), so a caller can wait for it
 instead of computing the same tokens twice.
+
+Sliding windows: where every layer of a model slides (its `ModelSpec.kv_window`: the largest window), a query at
+position p reads no key before p + 1 - window, so a sequence's blocks wholly behind that (`stale_blocks`) are given
+back as it moves on (`release_front`): they become cached (registered) or free like any released block, and their
+entries in the sequence's list become HOLE, so the list keeps its slot layout (entry i: positions i * block_size ..)
+and the table row the kernels read says "no block" there. A sequence then holds at most `window_blocks` blocks,
+however long it grows. Every method here skips HOLE entries.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from dataclasses import dataclass
 from ..errors import WebtensorError
 
 ROOT = 0  # the key hash before the first block
+HOLE = -1  # an entry of a sequence's block list whose block was given back early (behind every layer's window)
 
 
 class KVCacheFullError(WebtensorError, RuntimeError):
@@ -41,6 +49,29 @@ def block_keys(tokens: Sequence[int], block_size: int, parent: int = ROOT) -> li
         keys.append((parent, part))
         parent = hash((parent, part))
     return keys
+
+
+def stale_blocks(next_position: int, window: int | None, block_size: int) -> int:
+    """How many of a sequence's first blocks no query at `next_position` or later reads when every layer sees only
+    its last `window` positions (itself included): the blocks wholly before position next_position + 1 - window.
+    0 without a window."""
+    if window is None:
+        return 0
+    return max(0, next_position + 1 - window) // block_size
+
+
+def window_blocks(window: int, rows: int, block_size: int) -> int:
+    """The most blocks a sequence holds at once when every layer reads its last `window` positions, a step adds at
+    most `rows` positions and its stale blocks are given back before the step: a step's rows and the window behind
+    its first are a run of window - 1 + rows positions, which touches at most this many blocks wherever it starts."""
+    return (window - 1 + rows + 2 * block_size - 2) // block_size
+
+
+def held_blocks(positions: int, block_size: int, window: int | None = None, rows: int = 1) -> int:
+    """The most blocks a sequence of `positions` positions holds at once: all of them, or with a `window` on every
+    layer (steps of at most `rows` positions) at most `window_blocks`."""
+    n = -(-positions // block_size)
+    return n if window is None else min(n, window_blocks(window, rows, block_size))
 
 
 @dataclass(frozen=True)
@@ -63,6 +94,7 @@ class BlockManager:
         self._ready = [False] * n_blocks  # (registered blocks) its keys and values are computed
         self._by_key: dict[tuple[int, tuple[int, ...]], int] = {}
         self._cached: OrderedDict[int, None] = OrderedDict()  # unheld registered blocks, least recent first
+        self.peak = 0  # the most blocks held at once so far (the pool's high-water mark)
 
     # -- counts ---------------------------------------------------------------------------------------------
     @property
@@ -104,19 +136,25 @@ class BlockManager:
                 self._unregister(b)
             self._ref[b] = 1
             out.append(b)
+        self.peak = max(self.peak, self.used)
         return out
 
     def take(self, blocks: Iterable[int]) -> None:
         """Share `blocks` (found by `lookup`) with one more sequence."""
         for b in blocks:
+            if b == HOLE:
+                continue
             if self._ref[b] == 0:
                 del self._cached[b]
             self._ref[b] += 1
+        self.peak = max(self.peak, self.used)
 
     def release(self, blocks: Iterable[int]) -> None:
         """A sequence gives `blocks` back: each that no one else holds becomes cached (registered and computed) or
         free."""
         for b in blocks:
+            if b == HOLE:
+                continue
             if self._ref[b] <= 0:
                 raise WebtensorError(f"KV block {b} released but not held")
             self._ref[b] -= 1
@@ -126,6 +164,14 @@ class BlockManager:
                 else:
                     self._unregister(b)
                     heapq.heappush(self._free, b)
+
+    def release_front(self, blocks: list[int], n: int) -> list[int]:
+        """Give back the first `n` entries of a sequence's block list (`blocks`, changed in place: HOLE in their
+        place, so it keeps its slot layout): its stale blocks (`stale_blocks`). The blocks given back."""
+        out = [b for b in blocks[:n] if b != HOLE]
+        blocks[:n] = [HOLE] * min(n, len(blocks))
+        self.release(out)
+        return out
 
     # -- the prefix cache -----------------------------------------------------------------------------------
     def lookup(self, keys: Sequence[tuple[int, tuple[int, ...]]]) -> Lookup:
@@ -148,7 +194,7 @@ class BlockManager:
         if not self.prefix_caching:
             return
         for b, k in zip(blocks, keys, strict=False):
-            if self._key[b] is not None or k in self._by_key:
+            if b == HOLE or self._key[b] is not None or k in self._by_key:
                 continue
             self._key[b], self._ready[b] = k, ready
             self._by_key[k] = b
@@ -156,14 +202,14 @@ class BlockManager:
     def mark_ready(self, blocks: Iterable[int]) -> None:
         """The pending `blocks`' keys and values are computed (the step that wrote them has run)."""
         for b in blocks:
-            if self._key[b] is not None:
+            if b != HOLE and self._key[b] is not None:
                 self._ready[b] = True
 
     def forget(self, blocks: Iterable[int]) -> None:
         """Drop `blocks`' registrations (their contents are not what their keys say: a step that failed, a
         sequence stopped before computing them)."""
         for b in blocks:
-            if self._key[b] is not None and not self._ready[b]:
+            if b != HOLE and self._key[b] is not None and not self._ready[b]:
                 self._unregister(b)
 
     def _unregister(self, b: int) -> None:

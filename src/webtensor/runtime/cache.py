@@ -12,6 +12,7 @@ from .. import dtypes as dt
 from ..errors import ArgumentError, UsageError
 from ..quant.kv import KV_DTYPES, q8_words
 from ..tensor import empty, from_buffer
+from .blocks import HOLE, held_blocks
 
 BLOCK_SIZE = 16  # positions a block (docs/design-kv.md: why 16)
 
@@ -75,10 +76,11 @@ class KVCache:
         return [b for b in self._rows[seq] if b >= 0]
 
     def set_blocks(self, seq: int, blocks: list[int] | tuple[int, ...]) -> None:
-        """Sequence `seq`'s table row: `blocks` in position order, the rest none (uploaded by `sync`)."""
+        """Sequence `seq`'s table row: `blocks` in position order (HOLE: a block given back behind every layer's
+        window, read by no kernel: runtime.blocks), the rest none (uploaded by `sync`)."""
         if len(blocks) > self.max_blocks:
             raise ArgumentError(f"{len(blocks)} blocks for sequence {seq}: a table row holds {self.max_blocks}")
-        if any(not 0 <= b < self.n_blocks for b in blocks):
+        if any(not 0 <= b < self.n_blocks and b != HOLE for b in blocks):
             raise ArgumentError(f"a block id outside the pool of {self.n_blocks} blocks: {list(blocks)}")
         row = [*blocks, *([-1] * (self.max_blocks - len(blocks)))]
         if row != self._rows[seq]:
@@ -133,17 +135,29 @@ def binding_cap(model: Any, block_size: int = BLOCK_SIZE) -> int:
     return int(max(1, model.device.max_binding_bytes() // layer_block - 1))
 
 
-def pool_blocks(model: Any, n_seqs: int, kv_memory: Any = None, block_size: int = BLOCK_SIZE) -> int:
+def sequence_blocks(model: Any, rows: int, block_size: int = BLOCK_SIZE) -> int:
+    """The most blocks one sequence of `model` holds at once in steps of at most `rows` positions: its whole
+    context, or where every layer slides (`ModelSpec.kv_window`) the window's and a step's (`blocks.held_blocks`:
+    the blocks behind the window are given back as the sequence moves on)."""
+    return held_blocks(model.n_ctx, block_size, model.spec.kv_window, rows)
+
+
+def pool_blocks(model: Any, n_seqs: int, kv_memory: Any = None, block_size: int = BLOCK_SIZE,
+                prefill_chunk: int | None = None) -> int:
     """The blocks of a KV pool for `model` (its KV type, context, device): `kv_memory` bytes or that share of the
-    device's memory (`parse_kv_memory`); by default what `n_seqs` whole contexts need, cut to what fits beside the
-    weights (90 % of the device's memory, where it is known, less the weights). Always cut so that one layer's key
-    pool fits one binding (docs/design-kv.md: the pool is capped, not split), and never under one block."""
+    device's memory (`parse_kv_memory`); by default what `n_seqs` sequences hold at most (whole contexts, or where
+    every layer slides their windows': `sequence_blocks`, prompts read `prefill_chunk` tokens a step, None: the
+    device policy's), cut to what fits beside the weights (90 % of the device's memory, where it is known, less
+    the weights). Always cut so that one layer's key pool fits one binding (docs/design-kv.md: the pool is capped,
+    not split), and never under one block."""
+    from .runner import step_rows
+
     dev = model.device
     block_bytes = model.position_bytes() * block_size
     cap = binding_cap(model, block_size)
     memory = dev.memory_bytes()
     if kv_memory is None:
-        want = n_seqs * -(-model.n_ctx // block_size)
+        want = n_seqs * sequence_blocks(model, step_rows(dev, prefill_chunk), block_size)
         if memory is not None:
             want = min(want, max(1, int(0.9 * memory - model.weight_bytes) // block_bytes))
         return int(max(1, min(want, cap)))

@@ -6,8 +6,11 @@ A runner holds `n_slots` sequences (rows of the KV cache's block table, plus a s
 rows write) over one pool of KV blocks (`runtime.cache.KVCache`, docs/design-kv.md). A sequence's blocks are chosen
 either by the runner itself (rows without `blocks`: its own `BlockManager` grows a sequence's list as its rows
 reach new blocks; `truncate` / `release` give them back) or by the caller (rows with `blocks`: the server's
-scheduler owns the pool's bookkeeping); the table rows that changed are uploaded before each launch. Its clients
-ask for two kinds of work:
+scheduler owns the pool's bookkeeping); the table rows that changed are uploaded before each launch. Where every
+layer of the model slides (`ModelSpec.kv_window`), the runner's own blocks behind the window of a row's first
+position are given back before the row runs (`runtime.blocks.stale_blocks`; HOLE in the table row, which no
+kernel reads), so a sequence holds at most the window's blocks and a step's (`runtime.blocks.window_blocks`) and a
+prompt's blocks are taken chunk by chunk. Its clients ask for two kinds of work:
 
 - `prefill(slot, ids, p0)`: a prompt of one sequence, read in chunks of `prefill_chunk` tokens (the device
   policy's, `prefill_policy`), each chunk a replay of a captured prompt-chunk graph (`_ChunkGraph`: the rows'
@@ -38,7 +41,7 @@ from __future__ import annotations
 import struct
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -47,8 +50,8 @@ from ..errors import ArgumentError, ContextLengthError
 from ..tensor import Tensor, from_buffer
 from ..validate import check_ids
 from .batch import StepBatch
-from .blocks import BlockManager
-from .cache import BLOCK_SIZE, KVCache, binding_cap
+from .blocks import HOLE, BlockManager, stale_blocks
+from .cache import BLOCK_SIZE, KVCache, binding_cap, sequence_blocks
 
 MAX_GRAPHS = 64  # captured shapes kept, decode steps and prompt chunks (least recently used released beyond)
 RING_STEPS = 16  # steps one `follow` may launch (its tokens: a ring of this many rows of the step's width)
@@ -191,6 +194,12 @@ def prefill_policy(device: Any) -> tuple[int, int]:
 CPU_PREFILL = (128, 128)  # the CPU device's (chunk, budget): numpy's products, no GPU to keep busy
 
 
+def step_rows(device: Any, prefill_chunk: int | None = None) -> int:
+    """The most positions one step of a runner adds to a sequence: a prompt chunk (`prefill_chunk`, None: the
+    device policy's) or a `follow` of RING_STEPS steps (what bounds the blocks a windowed sequence holds)."""
+    return max(prefill_chunk or prefill_policy(device)[0], RING_STEPS)
+
+
 def _forward(runner: ModelRunner, batch: StepBatch, bits: Tensor | None, after: Any = None) -> Any:
     """The function a graph captures: the model's forward over `batch` (the model by weak reference: a CPU graph
     keeps this function, and a model keeps its runners), the head rows' logits through `ops.token_mask` where
@@ -308,7 +317,8 @@ class ModelRunner:
         """`weak`: hold the model by weak reference (a runner the model itself keeps, in its pool: no cycle, so a
         dropped model is freed at once). `prefill_chunk`: the tokens of a prompt a graph replay reads (None: the
         device policy's, `prefill_policy`). `kv_blocks`: the pool's blocks of `block_size` positions (default:
-        every slot's whole context, `n_slots * ceil(n_ctx / block_size)`, at most what one binding holds a layer)."""
+        what every slot holds at most: its whole context, `ceil(n_ctx / block_size)`, or where every layer slides its
+        window's and a step's, `blocks.held_blocks`; at most what one binding holds a layer)."""
         if n_slots < 1:
             raise ArgumentError(f"a runner needs at least one slot, got {n_slots}")
         self._model: Any = weakref.ref(model) if weak else (lambda: model)
@@ -323,7 +333,12 @@ class ModelRunner:
         # (n_slots) and block; else every step shape its own graph (a client whose steps have few shapes)
         self.block_size = block_size
         self.max_blocks = -(-self.n_ctx // block_size)
-        n_blocks = min(n_slots * self.max_blocks, binding_cap(model, block_size)) if kv_blocks is None else kv_blocks
+        # every layer's window (the largest) where all slide: the runner's own blocks behind it are given back (None:
+        # every block is kept while its sequence lives); a step adds at most `step_rows` positions to a sequence
+        self.kv_window: int | None = model.spec.kv_window
+        self.step_rows = step_rows(self.device, self.prefill_chunk)
+        per_slot = sequence_blocks(model, self.step_rows, block_size)
+        n_blocks = min(n_slots * per_slot, binding_cap(model, block_size)) if kv_blocks is None else kv_blocks
         self.cache = model.new_cache(n_slots, n_blocks, block_size)
         self.blocks = BlockManager(self.cache.n_blocks, block_size, prefix_caching=False)  # (rows without blocks)
         self._owned: list[list[int]] = [[] for _ in range(n_slots)]  # each slot's blocks from self.blocks
@@ -343,9 +358,8 @@ class ModelRunner:
         eagerly); the last position's logits (1, V), a tensor of their own. The keys and values stay in the slot."""
         row = RunRow(slot, tuple(ids), p0)
         self._check([row])
-        self._place([row])
-        with self.device.dispatch_scope():
-            logits = ops.copy(self._prompt(slot, row.ids, p0, "last")[-1][0])  # (a graph's output: rewritten later)
+        with self.device.dispatch_scope():  # (each chunk's blocks placed before it: `_prompt`)
+            logits = ops.copy(list(self._prompt(slot, row.ids, p0, "last"))[-1][0])  # (a graph's output: rewritten)
         self._length[slot] = row.next_position
         self._held[slot][p0:] = ids
         return logits
@@ -362,15 +376,17 @@ class ModelRunner:
         return out
 
     def _prompt(self, slot: int, ids: tuple[int, ...], start: int, head: str,
-                mask: bytes | None = None) -> list[tuple[Tensor, Tensor | None, int]]:
+                mask: bytes | None = None) -> Iterator[tuple[Tensor, Tensor | None, int]]:
         """Queue prompt `ids` at positions start.. of `slot` (its `chunks`), the LM head on `head` rows ("last":
-        the prompt's last, with `mask`; "every"; "none"): per chunk, (logits, argmax, its tokens)."""
-        out = []
+        the prompt's last, with `mask`; "every"; "none"): per chunk, (logits, argmax, its tokens), yielded as soon as
+        the chunk is queued (its outputs are a graph's, which the next chunk of its width rewrites: read them
+        first)."""
         for a, b in self.chunks(start, len(ids)):
+            if not self._external:  # (the runner's own blocks: each chunk's, behind its window given back)
+                self._place([RunRow(slot, ids[a:b], start + a)])
             last = b == len(ids)
-            out.append(self._chunk(slot, ids[a:b], start + a, head if last or head == "every" else "none",
-                                   mask if last else None))
-        return out
+            yield self._chunk(slot, ids[a:b], start + a, head if last or head == "every" else "none",
+                              mask if last else None)
 
     def _chunk(self, slot: int, ids: tuple[int, ...], start: int, head: str,
                mask: bytes | None) -> tuple[Tensor, Tensor | None, int]:
@@ -425,7 +441,7 @@ class ModelRunner:
         """Start a step (the device works on it while the caller goes on); `collect` its results. Rows of several
         tokens (prompt chunks) run as prompt-chunk graphs (`_prompt`), the one-token rows as one decode step."""
         self._check(rows)
-        self._place(rows)
+        self._place([r for r in rows if len(r.ids) == 1 or r.blocks is not None])  # (own prompts: per chunk)
         parts: list[_Part] = []
         step = [i for i, r in enumerate(rows) if len(r.ids) == 1]
         graph = None
@@ -520,8 +536,7 @@ class ModelRunner:
             return False
         if all(r.blocks is not None for r in rows):
             return all(len(r.blocks) * self.block_size >= r.start + steps for r in rows)  # type: ignore[arg-type]
-        need = sum(max(0, self.blocks.blocks_for(r.start + steps) - len(self._owned[r.slot])) for r in rows)
-        return need <= self.blocks.free
+        return sum(self._growth(r.slot, r.start, r.start + steps) for r in rows) <= self.blocks.free
 
     def follow(self, prev: Launched, steps: int = 1, blocks: dict[int, tuple[int, ...]] | None = None) -> Launched:
         """Launch `steps` steps after `prev` (the last launched, a step of one-token choosing rows) for the same
@@ -597,9 +612,10 @@ class ModelRunner:
 
     def truncate(self, slot: int, n: int) -> None:
         """Keep the slot's first `n` positions (their keys and values stay valid); the next row starts at n. The
-        runner's own blocks past them go back to its pool."""
+        runner's own blocks past them go back to its pool. Where the blocks a row at n would read were given back
+        (behind the window: `_keepable`), nothing is kept (n = 0)."""
         self._check_slot(slot)
-        n = max(0, min(n, self._length[slot]))
+        n = self._keepable(slot, max(0, min(n, self._length[slot])))
         self._length[slot] = n
         del self._held[slot][n:]
         owned = self._owned[slot]
@@ -617,13 +633,14 @@ class ModelRunner:
 
     def common_prefix(self, slot: int, ids: Sequence[int]) -> int:
         """How many of `ids`' first tokens the slot already holds (at most len(ids) - 1: the last one is always run,
-        for its logits)."""
+        for its logits), as far as a row after them can read them (0 where the blocks it would read behind its
+        window were given back: `_keepable`)."""
         held, n = self._held[slot], 0
         for a, b in zip(held, ids[:len(ids) - 1], strict=False):
             if a != b:
                 break
             n += 1
-        return n
+        return self._keepable(slot, n)
 
     def length(self, slot: int) -> int:
         """Tokens the slot holds."""
@@ -690,18 +707,57 @@ class ModelRunner:
 
     def _place(self, rows: Sequence[RunRow], steps: int = 1) -> None:
         """Each row's sequence in the block table, covering the positions its `steps` steps write: the row's own
-        blocks, or the runner's grown (KVCacheFullError when its pool is out); then the changed rows uploaded."""
+        blocks, or the runner's: first every row's blocks behind its window given back (`_drop_unread`), then the
+        rest grown (KVCacheFullError when its pool is out); then the changed rows uploaded."""
+        own = []
         for r in rows:
             if r.blocks is not None:
                 self._external = True
                 self.cache.set_blocks(r.slot, r.blocks)
-                continue
+            else:
+                own.append((r, self._drop_unread(r.slot, r.start)))
+        for r, changed in own:
             owned = self._owned[r.slot]
-            more = self.blocks.blocks_for(r.next_position + steps - 1) - len(owned)
-            if more > 0:
-                owned.extend(self.blocks.allocate(more))
+            need = self.blocks.blocks_for(r.next_position + steps - 1)
+            first = stale_blocks(r.start, self.kv_window, self.block_size)
+            owned.extend([HOLE] * (first - len(owned)))  # (a row far past the slot's blocks: none behind its window)
+            gaps = [i for i in range(first, min(need, len(owned))) if owned[i] == HOLE]  # (a row back at a hole)
+            new = self.blocks.allocate(len(gaps) + max(0, need - len(owned)))
+            for i, b in zip(gaps, new, strict=False):
+                owned[i] = b
+            owned.extend(new[len(gaps):])
+            if changed or new:
                 self.cache.set_blocks(r.slot, owned)
         self.cache.sync()
+
+    def _drop_unread(self, slot: int, start: int) -> bool:
+        """The slot's own blocks that no row at `start` or later reads back to the pool: every one for a new
+        sequence (start 0), else those behind every layer's window (HOLE in their place). Whether any went."""
+        owned = self._owned[slot]
+        if start == 0:
+            had = bool(owned)
+            self.blocks.release(owned)
+            owned.clear()
+            return had
+        n = min(stale_blocks(start, self.kv_window, self.block_size), len(owned))
+        if n and owned[n - 1] != HOLE:  # (the holes are the list's first entries)
+            self.blocks.release_front(owned, n)
+            return True
+        return False
+
+    def _growth(self, slot: int, start: int, end: int) -> int:
+        """How many more of the runner's blocks the slot holds once placed for a row writing positions start ..
+        end - 1 (`_place`): the blocks it takes less those it gives back behind the window."""
+        need = self.blocks.blocks_for(end)  # (> the stale ones: a row reads its own position)
+        owned = self._owned[slot][:need] if start else self._owned[slot]  # (start 0: every block given back)
+        return need - stale_blocks(start, self.kv_window, self.block_size) - (len(owned) - owned.count(HOLE))
+
+    def _keepable(self, slot: int, n: int) -> int:
+        """n, where a row at position n reads only positions whose blocks the slot still holds; else 0 (a block it
+        would read was given back: behind the window of a later position)."""
+        owned = self._owned[slot]
+        first = stale_blocks(n, self.kv_window, self.block_size)
+        return n if HOLE not in owned[first:self.blocks.blocks_for(n)] else 0
 
     def _check_slot(self, slot: int) -> None:
         if not 0 <= slot < self.n_slots:

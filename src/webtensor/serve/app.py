@@ -49,6 +49,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import chat
 from ..errors import ChatTemplateError, SamplingError
+from ..runtime.blocks import held_blocks
 from ..runtime.logprobs import TokenLogprob
 from ..sampling import choice_seed
 from . import conversation, openapi, responses
@@ -81,7 +82,7 @@ from .protocol import (
     Usage,
     validation_error,
 )
-from .scheduler import Event, Generation, Scheduler
+from .scheduler import DEFAULT_PREFILL, FOLLOW_STEPS, Event, Generation, Scheduler
 
 log = logging.getLogger("webtensor.serve")
 
@@ -485,9 +486,17 @@ def _sequence(engine: Engine, ids: list[int], body: SamplingRequest, max_tokens:
 
 
 def kv_positions(engine: Engine) -> int | None:
-    """Positions the engine's KV pool holds (None: an engine without one)."""
+    """Positions of one sequence the engine's KV pool can hold (None: any number: an engine without a pool, or one
+    whose model slides on every layer with a window whose blocks fit the pool: a sequence gives back the blocks
+    behind it as it grows, `runtime.blocks.held_blocks`)."""
     n = getattr(engine, "kv_blocks", None)
-    return None if n is None else int(n) * int(getattr(engine, "block_size", 1))
+    if n is None:
+        return None
+    block_size = int(getattr(engine, "block_size", 1))
+    rows = max(int(getattr(engine, "prefill_chunk", DEFAULT_PREFILL[0])), FOLLOW_STEPS)
+    if held_blocks(engine.n_ctx, block_size, getattr(engine, "kv_window", None), rows) <= n:
+        return None  # (a whole context fits)
+    return int(n) * block_size
 
 
 async def _grammar(engine: Engine, fmt: ResponseFormat | None, param: str = "response_format") -> str | None:

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from ..errors import ArgumentError
 from ..models.base import memory_line
+from ..runtime.blocks import held_blocks
 from ..runtime.logprobs import TokenLogprob, report, report_rows
 from ..runtime.runner import Collected, Launched, RunRow, prefill_policy
 from ..sampling import SamplingParams, SequenceState, sample
@@ -171,7 +172,8 @@ class Engine(Protocol):
     tokenizer: Tokenizer
     chat_template: str | None  # the model's jinja2 chat template (None: webtensor's plain one)
     # optional: `engine`, the kind ("batched", "reference") that /health reports; `kv_blocks` and `block_size`,
-    # the KV pool the scheduler then allocates from (rows carry their blocks), `kv_dtype` and `memory` (a line)
+    # the KV pool the scheduler then allocates from (rows carry their blocks), `kv_window` (every layer's window,
+    # where all slide: the blocks behind it are given back as a sequence moves on), `kv_dtype` and `memory` (a line)
 
     def step(self, rows: Sequence[Row]) -> list[Token]:
         """Run `rows` (at most one per slot); per row in order, the chosen token, None (a row that
@@ -276,8 +278,10 @@ class ModelEngine:
         self.use_graph = self.runner.use_graph
         cache = self.runner.cache
         self.kv_blocks, self.block_size, self.kv_dtype = cache.n_blocks, cache.block_size, cache.kv_dtype
+        self.kv_window = self.runner.kv_window  # (every layer's window: the scheduler gives back the blocks behind it)
         self.memory = memory_line(model.weight_bytes, model.dtype or "as stored", cache.kv_dtype, cache.position_bytes,
-                                  cache.positions, cache.n_blocks, cache.block_size)
+                                  cache.positions, cache.n_blocks, cache.block_size, self.kv_window,
+                                  held_blocks(self.n_ctx, cache.block_size, self.kv_window, self.runner.step_rows))
         self.prefix_reuse = prefix_reuse
         self._states: dict[int, SequenceState] = {}  # slot -> its sequence's sampling state (where it reads one)
         self._constraints: dict[int, Any] = {}  # slot -> its sequence's grammar.Constraint (or the error making it)

@@ -59,7 +59,8 @@ def build_engine(spec: dict[str, Any]) -> Any:
     return ModelEngine(model, spec["max_batch"], name=spec["name"], engine=spec["engine"],
                        prefix_reuse=spec.get("prefix_reuse", True), prefill_chunk=spec.get("prefill_chunk"),
                        prefill_budget=spec.get("prefill_budget"),
-                       kv_blocks=pool_blocks(model, spec["max_batch"], spec.get("kv_memory")))
+                       kv_blocks=pool_blocks(model, spec["max_batch"], spec.get("kv_memory"),
+                                             prefill_chunk=spec.get("prefill_chunk")))
 
 
 def _child(conn: Any, spec: dict[str, Any]) -> None:
@@ -75,7 +76,7 @@ def _child(conn: Any, spec: dict[str, Any]) -> None:
                                                 "tokenizer", "chat_template", "prefill_chunk", "prefill_budget")}
         info["engine"] = getattr(engine, "engine", None)
         info["prefix_reuse"] = getattr(engine, "prefix_reuse", False)
-        for k in ("kv_blocks", "block_size", "kv_dtype", "memory"):
+        for k in ("kv_blocks", "block_size", "kv_window", "kv_dtype", "memory"):
             info[k] = getattr(engine, k)
         info["follows"] = bool(getattr(engine, "use_graph", False) and hasattr(engine, "follow"))
         info["device"] = engine.model.device.describe()
@@ -137,6 +138,7 @@ class ProcessEngine:
         self.prefix_reuse: bool = info["prefix_reuse"]
         self.kv_blocks: int = info["kv_blocks"]
         self.block_size: int = info["block_size"]
+        self.kv_window: int | None = info["kv_window"]
         self.kv_dtype: str = info["kv_dtype"]
         self.memory: str = info["memory"]
         self.prefill_chunk: int = info["prefill_chunk"]

@@ -23,6 +23,14 @@ pool's bookkeeping (`runtime.blocks.BlockManager`) and gives each row its sequen
 - Admission by blocks: a waiting request is admitted when a slot is free and the pool can give the blocks of its
   whole prompt (after the prefix cache's hits) and still keep a watermark (1 % of the pool) free; so prompt chunks
   never wait for memory.
+- Sliding windows (an engine whose model slides on every layer: `kv_window`, its largest window): before each
+  step a sequence gives back its blocks behind the window of its next position (`runtime.blocks.stale_blocks`;
+  HOLE in its list and table row, which no kernel reads; the computed ones stay in the prefix cache), so it holds
+  at most the window's blocks and a step's (`runtime.blocks.held_blocks`) however long it grows. Admission then
+  asks for what the sequence will hold at most while it reads its prompt and gives it the blocks of its first
+  chunk; later chunks take theirs as they come (growing, or preempting as decode rows do), and the keys of the
+  prompt blocks it has still to take are promised: a prompt continuing into one waits, as for a pending block, so
+  requests arriving together with one long system prompt still compute it once.
 - Growth and preemption: a decoding sequence takes a block every `block_size` tokens (before the step, or the run
   of followed steps, that reaches it). When none is left, the most recently admitted running sequence is
   preempted (vLLM's recompute): its blocks go back (its computed full blocks stay in the prefix cache), it goes
@@ -63,7 +71,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ..runtime.blocks import BlockManager, block_keys
+from ..runtime.blocks import HOLE, ROOT, BlockManager, block_keys, held_blocks, stale_blocks
 from ..runtime.logprobs import TokenLogprob
 from .engine import Engine, Picked, Row, RowError, Sampling, Token, follows, launches
 from .metrics import Metrics
@@ -109,7 +117,9 @@ class Generation:
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.slot: int | None = None
         self.fed = 0  # tokens (the prompt's, then the generated ones) whose keys and values the cache holds
-        self.blocks: list[int] = []  # its KV blocks, in position order (an engine with a paged pool)
+        self.blocks: list[int] = []  # its KV blocks, in position order (an engine with a paged pool; HOLE: given back)
+        self.reading = 0  # (since admitted) the tokens it reads as a prompt: its context when admitted
+        self._keys: list[tuple[int, tuple[int, ...]]] = []  # the prefix keys of its context's first full blocks
         self.ready = 0  # of them, the ones whose computing has been seen done (their prefix-cache entries ready)
         self.admitted = -1  # when it was (last) admitted: preemption takes the latest first
         self.started = False  # its first row (since it was last admitted) is planned
@@ -124,6 +134,15 @@ class Generation:
     def context(self) -> tuple[int, ...]:
         """Every token known: the prompt and the generated ones."""
         return self.prompt + tuple(self.generated)
+
+    def block_keys(self, n: int, block_size: int) -> list[tuple[int, tuple[int, ...]]]:
+        """The prefix keys of the first `n` full blocks of its context (`runtime.blocks.block_keys`; its context only
+        grows, so they are computed once)."""
+        have = len(self._keys)
+        if n > have:
+            parent = hash(self._keys[-1]) if self._keys else ROOT
+            self._keys += block_keys(self.context()[have * block_size:n * block_size], block_size, parent)
+        return self._keys[:n]
 
     def finish_now(self, finish: FinishReason = "length") -> None:
         """End before any token (max_tokens 0): the one event, nothing to run."""
@@ -197,6 +216,13 @@ class Scheduler:
         self.kv = None if n_blocks is None else BlockManager(n_blocks, getattr(engine, "block_size"),  # noqa: B009
                                                              prefix_caching=self.reuse)
         self.watermark = 0 if n_blocks is None else max(1, n_blocks // 100)  # blocks admission keeps free
+        # every layer's window where all slide (the blocks behind a sequence's window are given back), and the most
+        # positions one step adds to a sequence (a prompt chunk, or a follow's steps)
+        self.kv_window: int | None = getattr(engine, "kv_window", None) if self.kv is not None else None
+        self.step_rows = max(self.prefill_chunk, FOLLOW_STEPS)
+        # (a windowed model, prefix caching) the keys of the full prompt blocks a running sequence has still to take
+        # and compute, by that sequence: a prompt continuing into one waits for it, as for a pending block
+        self._promised: dict[tuple[int, tuple[int, ...]], Generation] = {}
         self._admissions = itertools.count()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="webtensor-engine")
         self._wake: asyncio.Event | None = None
@@ -289,13 +315,22 @@ class Scheduler:
         return len(self._active)
 
     def kv_stats(self) -> dict[str, Any] | None:
-        """The KV pool (/health): its blocks and their states, the kv dtype, preemptions so far; None without one."""
+        """The KV pool (/health): its blocks and their states, the most held at once so far (`peak`), the kv dtype,
+        every layer's window where all slide and the most blocks a whole context then holds, preemptions so far;
+        None without one."""
         kv = self.kv
         if kv is None:
             return None
         return {"dtype": getattr(self.engine, "kv_dtype", None), "block_size": kv.block_size, "blocks": kv.n_blocks,
-                "used": kv.used, "cached": kv.cached, "free": kv.free - kv.cached,
+                "used": kv.used, "cached": kv.cached, "free": kv.free - kv.cached, "peak": kv.peak,
+                "window": self.kv_window, "sequence_blocks": self.held_most(self.engine.n_ctx),
                 "preemptions": int(self.metrics.preemptions._value.get())}
+
+    def held_most(self, positions: int) -> int:
+        """The most KV blocks a sequence of `positions` positions holds at once (all of them, or where every layer
+        slides its window's and a step's: `runtime.blocks.held_blocks`)."""
+        assert self.kv is not None
+        return held_blocks(positions, self.kv.block_size, self.kv_window, self.step_rows)
 
     @property
     def queued(self) -> int:
@@ -415,6 +450,8 @@ class Scheduler:
             if len(row.ids) != 1 or req.fed < len(req.prompt):
                 return 0
             k = min(k, req.max_tokens - len(req.generated) - cur.steps)  # (cur's tokens not yet in)
+        for req, row in cur.work:  # (the steps queued before read what they read: the device runs them in order)
+            self._drop_stale(req, row.start + cur.steps)
         while k >= 1 and not self._reserve([(req, row.start + cur.steps + k) for req, row in cur.work]):
             k //= 2  # (the blocks the followed steps reach, where the pool has them)
         rows = [row for _, row in _moved_on(cur.work, cur.steps)]
@@ -434,8 +471,37 @@ class Scheduler:
             return False
         for req, m in more:
             if m > 0:
-                req.blocks.extend(kv.allocate(m))
+                self._grow(req, m)
         return True
+
+    def _grow(self, req: Generation, n: int) -> None:
+        """`n` more blocks at the end of `req`'s list; those that hold full blocks of the tokens it reads as a prompt
+        are registered in the prefix cache, pending until the step that computes them has run."""
+        kv = self.kv
+        assert kv is not None
+        first = len(req.blocks)
+        req.blocks += kv.allocate(n)
+        full = min(len(req.blocks), req.reading // kv.block_size)
+        if first < full:
+            keys = req.block_keys(full, kv.block_size)[first:]
+            kv.register(req.blocks[first:full], keys, ready=False)
+            for k in keys:  # (promised at admission: registered now)
+                if self._promised.get(k) is req:
+                    del self._promised[k]
+
+    def _drop_stale(self, req: Generation, start: int) -> None:
+        """Give back `req`'s blocks that no layer reads from position `start` on (every layer slides: they are
+        behind its window); those computed whose tokens are known go to the prefix cache like any full block
+        (cached: a later prompt may find them), the others to the free list."""
+        kv = self.kv
+        if kv is None or self.kv_window is None:
+            return
+        n = min(stale_blocks(start, self.kv_window, kv.block_size), len(req.blocks))
+        if n == 0 or req.blocks[n - 1] == HOLE:  # (the holes are the list's first entries)
+            return
+        known = min(n, req.fed // kv.block_size)  # (followed steps in flight: computed, their tokens not yet read)
+        kv.register(req.blocks[:known], req.block_keys(known, kv.block_size))
+        kv.release_front(req.blocks, n)
 
     def _grow_or_preempt(self, work: list[tuple[Generation, Row]]) -> list[tuple[Generation, Row]]:
         """Blocks for every row's positions, the oldest sequences first; where the pool is out, the latest admitted
@@ -443,6 +509,8 @@ class Scheduler:
         remain, with their blocks."""
         if self.kv is None:
             return work
+        for req, row in work:  # (first what no row reads any more: behind the windows)
+            self._drop_stale(req, row.start)
         out = []
         for req, row in sorted(work, key=lambda w: w[0].admitted):
             while req.slot is not None and not self._reserve([(req, row.next_position)]):
@@ -473,9 +541,12 @@ class Scheduler:
         kv = self.kv
         if kv is None or not req.blocks:
             return
+        for k in req.block_keys(req.reading // kv.block_size, kv.block_size) if self._promised else ():
+            if self._promised.get(k) is req:  # (blocks it will not compute now)
+                del self._promised[k]
         computed = len(held) // kv.block_size
         kv.forget(req.blocks[computed:])
-        kv.register(req.blocks[:computed], block_keys(held, kv.block_size))
+        kv.register(req.blocks[:computed], req.block_keys(computed, kv.block_size))
         kv.release(req.blocks)
         req.blocks = []
 
@@ -523,25 +594,34 @@ class Scheduler:
     def _place(self, req: Generation) -> bool | None:
         """KV blocks for `req`'s tokens (its prompt; resumed: its prompt and generated tokens), the prefix cache's
         first (all but the last token at most, which must run for its logits). False: its next block is being
-        computed by another request (wait for it); None: the pool cannot give the rest now. Without a pool: True."""
+        computed by another request (wait for it); None: the pool cannot give the rest now. Without a pool: True.
+        Where every layer slides, the blocks found behind the window of its first new position are not taken (HOLE),
+        the pool must have what it will hold at most while it reads its prompt, and it gets its first chunk's blocks
+        (`_grow_or_preempt` gives the later chunks theirs)."""
         kv = self.kv
         first = req.preemptions == 0
         if kv is None:
             return True
         tokens = req.context()
-        keys = block_keys(tokens[:len(tokens) - 1], kv.block_size) if not req.echo else []
+        keys = req.block_keys((len(tokens) - 1) // kv.block_size, kv.block_size) if not req.echo else []
         found = kv.lookup(keys)
-        if found.pending:
-            return False
-        need = kv.blocks_for(len(tokens)) - len(found.blocks)
-        free = kv.free - sum(1 for b in found.blocks if not kv.held(b))  # (taking a cached block uses it up)
-        if need > free - (self.watermark if self._active else 0):
-            return None
-        kv.take(found.blocks)
-        req.blocks = [*found.blocks, *kv.allocate(need)]
+        if found.pending or (len(found.blocks) < len(keys) and keys[len(found.blocks)] in self._promised):
+            return False  # (its next block is being computed, or a running sequence reading it will compute it)
         n = len(found.blocks) * kv.block_size
-        kv.register(req.blocks[len(found.blocks):], block_keys(tokens, kv.block_size)[len(found.blocks):],
-                    ready=False)
+        stale = stale_blocks(n, self.kv_window, kv.block_size)
+        kept = found.blocks[stale:]
+        end = len(tokens) if self.kv_window is None else self._chunk_end(n, len(tokens))
+        need = kv.blocks_for(end) - len(found.blocks)  # (now: the whole prompt's, or with a window its first chunk's)
+        most = self.held_most(len(tokens)) - len(kept)  # (what it holds at most while reading its prompt, new)
+        free = kv.free - sum(1 for b in kept if not kv.held(b))  # (taking a cached block uses it up)
+        if max(need, most) > free - (self.watermark if self._active else 0):
+            return None
+        kv.take(kept)
+        req.blocks, req.reading = [*([HOLE] * stale), *kept], len(tokens)
+        self._grow(req, need)
+        if self.kv_window is not None and kv.prefix_caching:  # (its later chunks' blocks: promised)
+            for k in req.block_keys(len(tokens) // kv.block_size, kv.block_size)[len(req.blocks):]:
+                self._promised.setdefault(k, req)
         req.fed, req.ready = n, len(found.blocks)
         if first:
             req.reused = n
@@ -549,6 +629,11 @@ class Scheduler:
         if n:
             self.metrics.prefix_hits.inc(n)
         return True
+
+    def _chunk_end(self, fed: int, n: int) -> int:
+        """Where the row of a sequence of `n` tokens that holds `fed` of them ends: at the next multiple of
+        prefill_chunk from its start, or its end."""
+        return min(n, (fed // self.prefill_chunk + 1) * self.prefill_chunk)
 
     def _plan(self) -> list[tuple[Generation, Row]]:
         work: list[tuple[Generation, Row]] = []
@@ -568,7 +653,7 @@ class Scheduler:
             # tokens), ending at a multiple of prefill_chunk from the sequence's start, also after a reused prefix;
             # once all are in but the last generated one, that one (a decode row)
             tokens = req.context()
-            end = min(len(tokens), (req.fed // self.prefill_chunk + 1) * self.prefill_chunk)
+            end = self._chunk_end(req.fed, len(tokens))
             ids = tokens[req.fed:end]
             if len(ids) > 1 or req.fed < len(req.prompt):
                 if len(ids) > budget and budget < full:

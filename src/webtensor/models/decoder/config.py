@@ -70,7 +70,14 @@ class DecoderConfig:
     def spec(self) -> ModelSpec:
         return ModelSpec(self.FAMILY, self.architecture, self.max_position_embeddings, self.vocab_size,
                          self.num_hidden_layers, self.num_attention_heads, self.num_key_value_heads, self.head_dim,
-                         self.hidden_size, frozenset(self.eos_token_id), self.bos_token_id)
+                         self.hidden_size, frozenset(self.eos_token_id), self.bos_token_id, self.kv_window)
+
+    @property
+    def kv_window(self) -> int | None:
+        """The largest window among the layers where every layer slides (what the KV cache must keep behind a
+        query), else None."""
+        windows = [self.window(i) for i in range(self.num_hidden_layers)]
+        return None if None in windows else max(w for w in windows if w is not None)
 
     def check(self, where: str) -> None:
         """The standard checks: positive sizes, heads that group, an even rotated part, finite eps and bases, token
