@@ -2,7 +2,8 @@
 options the examples leave out (Qwen3-MoE not renormalized, with `decoder_sparse_step`; the transformers 5 and
 published config.json keys for the expert count) against transformers; GGUF files whose stacked expert tensors
 stay quantized (`ffn_*_exps` in q4_0 / q4_1 / q8_0, and random Q4_K / Q6_K blocks through the writer's
-`tensor_types`) against the same file dequantized at load, on the CPU and lavapipe; a GGUF `llama` file told apart as Llama's or Mixtral's by its experts; and the one-line refusals."""
+`tensor_types`) against the same file dequantized at load, on the CPU and lavapipe; a GGUF `llama` file told
+apart as Llama's or Mixtral's by its experts; and the one-line refusals."""
 
 from __future__ import annotations
 
