@@ -31,6 +31,7 @@ checked run is a regression run, so it keeps a few derandomized hypothesis examp
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from typing import Any
 
@@ -43,6 +44,13 @@ os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # silences the Vulkan loader's
 import webtensor as wt  # noqa: E402
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+# A suite started in the background by a shell (`pytest &`) runs with SIGINT ignored, and every process a test starts
+# would inherit that (an ignored signal stays ignored across exec): the tests that send Ctrl-C to a chat, a server or
+# the page's server would wait for an exit that never comes. Take SIGINT as a foreground run does (children start
+# with the default action: a handled signal is reset at exec).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 settings.register_profile("dev")

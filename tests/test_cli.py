@@ -221,12 +221,6 @@ def test_piped_into_head_is_quiet(tmp_path):
 
 
 # -- Ctrl-C -----------------------------------------------------------------------------------------
-def _sigint_default() -> None:
-    """(preexec_fn) The child takes SIGINT as a terminal's Ctrl-C would be taken: a suite started in
-    the background by a shell runs with SIGINT ignored, which children would inherit."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _interrupt(p: subprocess.Popen, ready: bytes) -> tuple[int, str]:
     """Wait until the process has written `ready` to stdout, send SIGINT, return (exit code, stderr)."""
     seen = b""
@@ -246,7 +240,7 @@ def test_ctrl_c_while_generating():
             "import sys; from webtensor.cli import main; sys.exit(main(sys.argv[1:]))")
     p = subprocess.Popen([sys.executable, "-c", code, "generate", "--device", "cpu", "-n", "200", "--top-k", "0",
                           "--top-p", "1", "Once upon a time"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         stdin=subprocess.DEVNULL, env=_env(), preexec_fn=_sigint_default)
+                         stdin=subprocess.DEVNULL, env=_env())
     t0 = time.perf_counter()
     rc, err = _interrupt(p, b"Once upon a time")
     assert time.perf_counter() - t0 < 200 * 0.05, "generation finished before the interrupt"
@@ -258,7 +252,7 @@ def test_ctrl_c_while_generating():
 def test_ctrl_c_while_reading_stdin():
     p = subprocess.Popen([sys.executable, "-c", "import sys; print('up', flush=True); from webtensor.cli import "
                           "main; sys.exit(main(['generate', '--device', 'cpu']))"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, stdin=subprocess.PIPE, env=_env(), preexec_fn=_sigint_default)
+                         stderr=subprocess.PIPE, stdin=subprocess.PIPE, env=_env())
     time.sleep(0.5)  # past the imports, into the read of stdin
     rc, err = _interrupt(p, b"up")
     assert rc == INTERRUPTED and err.strip() == "webtensor: interrupted", (rc, err)
@@ -379,6 +373,6 @@ def test_ctrl_c_stops_the_web_server(tmp_path):
         (tmp_path / name).write_bytes(b"")
     p = subprocess.Popen([sys.executable, "-m", "webtensor", "web", "--no-open", "--port", "0", "--pyodide",
                           str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         stdin=subprocess.DEVNULL, env=_env(), preexec_fn=_sigint_default)
+                         stdin=subprocess.DEVNULL, env=_env())
     rc, err = _interrupt(p, b"Ctrl-C stops")
     assert rc == INTERRUPTED and err.strip() == "webtensor: interrupted", (rc, err)

@@ -1,5 +1,6 @@
-"""webtensor: tensors on WebGPU (wgpu) with a numpy reference backend, and language-model inference (GPT-2 and
-the Llama family: SmolLM2, Qwen2/2.5, Qwen3, Llama 3.x) from Hugging Face checkpoints and GGUF files.
+"""webtensor: tensors on WebGPU (wgpu) with a numpy reference backend, and language-model inference (the families
+in `models/registry.py`: Llama, Qwen2/2.5/3, Mistral, Gemma 2/3, Phi-3, OLMo-2, Granite, Qwen3-MoE, Mixtral, OLMoE,
+GPT-2) from Hugging Face checkpoints and GGUF files.
 
     model = wt.load_model("SmolLM2-135M-Instruct.Q4_1.gguf")   # a directory, a .gguf file, or a local HF id
     print(model.decode(model.generate(model.encode("The capital of France is"), 16)))

@@ -19,6 +19,7 @@ from tolerance import assert_close  # noqa: E402
 
 import webtensor as wt  # noqa: E402
 from webtensor import quant  # noqa: E402
+from webtensor.models.base import LanguageModel  # noqa: E402
 
 gguf = pytest.importorskip("gguf")
 IDS = [int(i) for i in np.random.default_rng(8).integers(0, 4096, 19)]
@@ -121,17 +122,7 @@ def test_lavapipe_runs_the_mix_as_the_cpu(mixed: tuple[str, Path], gpu: wt.Devic
     19-token prompt, the quantized embedding): the CPU device's logits and greedy tokens. Then the GPU kernels
     (gpu_style): the int8-activation GEMV for 1 and 5 tokens, the matrix engine's quantized tiles for 19, within
     DOT4_MODEL_TOL of the CPU device's logits. (The KV cache float32 on both: the GEMVs are what is compared.)"""
-    path = mixed[1]
-    cpu = wt.load_model(path, "cpu")
-    gp = wt.load_model(path, gpu, kv_dtype="float32")
-    assert_close(gp.logits(IDS), cpu.logits(IDS), rtol=1e-4)
-    assert gp.generate(IDS[:6], 6, stop_at_eos=False) == cpu.generate(IDS[:6], 6, stop_at_eos=False)
-    if not gpu.ctx.has_dot4:
-        pytest.skip("this adapter's WGSL has no packed 4x8-bit integer dot products")
-    set_policy(monkeypatch, gpu, gpu_style=True, gemv_quant_dot4=True)
-    dot4 = wt.load_model(path, gpu, kv_dtype="float32")
-    for n in (1, 5, 19):
-        assert_close(dot4.logits(IDS[:n]), cpu.logits(IDS[:n]), rtol=DOT4_MODEL_TOL, what=n)
+    _lavapipe_as_cpu_then_dot4(mixed[1], gpu, monkeypatch, n_gen=6, dot4_lens=(1, 5, 19))
 
 
 @pytest.mark.hf
@@ -153,29 +144,38 @@ def test_lavapipe_equals_the_cpu_and_int8_activations_stay_close(q4km: Path, gpu
     """The f32 GEMV (lavapipe's policy): the CPU device's logits and greedy tokens. The int8-activation GEMV, forced
     on with the GPU kernels (every product of a prompt of up to 8 tokens, and the decode steps): logits within
     DOT4_MODEL_TOL of the CPU device's. (The KV cache float32 on both: the GEMVs are what is compared.)"""
-    cpu = wt.load_model(q4km, "cpu")
-    gp = wt.load_model(q4km, gpu, kv_dtype="float32")
-    assert_close(gp.logits(IDS), cpu.logits(IDS), rtol=1e-4)
-    assert gp.generate(IDS[:6], 8, stop_at_eos=False) == cpu.generate(IDS[:6], 8, stop_at_eos=False)
-    if not gpu.ctx.has_dot4:
-        pytest.skip("this adapter's WGSL has no packed 4x8-bit integer dot products")
-    set_policy(monkeypatch, gpu, gpu_style=True, gemv_quant_dot4=True)
-    dot4 = wt.load_model(q4km, gpu, kv_dtype="float32")
-    for n in (1, 5, 8):
-        assert_close(dot4.logits(IDS[:n]), cpu.logits(IDS[:n]), rtol=DOT4_MODEL_TOL, what=n)
+    dot4, cpu = _lavapipe_as_cpu_then_dot4(q4km, gpu, monkeypatch, n_gen=8, dot4_lens=(1, 5, 8))
     steps = dot4.generate(IDS[:6], 8, stop_at_eos=False)
     assert len(steps) == 8 and all(0 <= t < cpu.vocab_size for t in steps)
 
 
+def _lavapipe_as_cpu_then_dot4(path: Path, gpu: wt.Device, monkeypatch: pytest.MonkeyPatch, n_gen: int,
+                               dot4_lens: tuple[int, ...]) -> tuple[LanguageModel, LanguageModel]:
+    """The model at `path` on lavapipe (its own policy) equals the CPU device's (logits, n_gen greedy tokens); then,
+    the GPU kernels forced (gpu_style, the int8-activation GEMV), its logits of prompts of `dot4_lens` tokens stay
+    within DOT4_MODEL_TOL of the CPU device's. Returns (the int8 model, the CPU model). (KV float32 on both: the
+    GEMVs are what is compared.)"""
+    cpu = wt.load_model(path, "cpu")
+    gp = wt.load_model(path, gpu, kv_dtype="float32")
+    assert_close(gp.logits(IDS), cpu.logits(IDS), rtol=1e-4)
+    assert gp.generate(IDS[:6], n_gen, stop_at_eos=False) == cpu.generate(IDS[:6], n_gen, stop_at_eos=False)
+    if not gpu.ctx.has_dot4:
+        pytest.skip("this adapter's WGSL has no packed 4x8-bit integer dot products")
+    set_policy(monkeypatch, gpu, gpu_style=True, gemv_quant_dot4=True)
+    dot4 = wt.load_model(path, gpu, kv_dtype="float32")
+    for n in dot4_lens:
+        assert_close(dot4.logits(IDS[:n]), cpu.logits(IDS[:n]), rtol=DOT4_MODEL_TOL, what=n)
+    return dot4, cpu
+
+
+@pytest.mark.parametrize("mixed", ["q2_k"], indirect=True)  # (one mix file suffices: its Q3_K attn_output)
 @pytest.mark.parametrize("reader", ["gguf", "pure"])
 def test_rare_types_refused_naming_type_and_tensor(mixed: tuple[str, Path], tmp_path: Path, reader: str) -> None:
     """A tensor in a type webtensor does not run (IQ3_S here: the Q2_K mix's Q3_K attn_output relabelled, the same
     110 bytes a block) is refused at open, in one line naming the tensor and its type."""
     import struct
 
-    mix, path = mixed
-    if mix != "q2_k":
-        pytest.skip("one file suffices")
+    _, path = mixed
     data = bytearray(path.read_bytes())
     name = b"blk.1.attn_output.weight"
     at = data.index(struct.pack("<Q", len(name)) + name) + 8 + len(name)
