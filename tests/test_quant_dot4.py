@@ -221,12 +221,16 @@ def test_tiles_equal_the_whole_row(gpu: wt.Device, dot4: dict[str, Any], qtype: 
     check(tiled[0], x, qw)
 
 
-@pytest.mark.parametrize("qtype", PROLOGUE_TYPES)
-def test_prequantized_equals_the_prologue(gpu: wt.Device, gpu_small: wt.Device, dot4: dict[str, Any], qtype: str,
+# (the prequantizing launch does not depend on the weight's type: the subgroup reductions on one)
+@pytest.mark.parametrize("qtype, reduction", [(t, "tree") for t in PROLOGUE_TYPES] + [("Q4_K", "subgroup")])
+def test_prequantized_equals_the_prologue(gpu: wt.Device, gpu_small: wt.Device, qtype: str, reduction: str,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """gemv_dot4_prequant: the activations quantized by a quantize_q8 launch first (through the norm or the
     SwiGLU), then read from memory: bit for bit the kernel that quantizes in its prologue, for one row, a few
-    rows, a stack, the RMS norm, the SwiGLU and a row-chunked weight."""
+    rows, a stack, the RMS norm, the SwiGLU and a row-chunked weight; with the reductions in workgroup memory
+    (lavapipe's own case) and with subgroups of a fixed size (a GPU's)."""
+    force_dot4(monkeypatch, (gpu, gpu_small), reduction)
+    dot4 = {"ran": spy_kernels(monkeypatch)}
     rng = np.random.default_rng(13)
     K, N = 2 * quant.TYPES[qtype].values, 61
     qw = quant_weight(rng, qtype, N, K)

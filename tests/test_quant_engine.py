@@ -221,12 +221,14 @@ def test_row_chunked_weight_on_the_engine(gpu_small, cpu, ran, qtype, M):
     assert_close(got, linear(cpu, x, qw, b, "relu", r), magnitude(x, qw, b, r), rtol=TOL)
 
 
-def test_engine_refused_by_the_policy_runs_the_plain_tiles(gpu, cpu, ran, monkeypatch):
-    """policy.engine False: the quantized product runs matmul_quant.wgsl's 64 x 64 tiles instead."""
+@pytest.mark.parametrize("qtype", TYPES)
+def test_engine_refused_by_the_policy_runs_the_plain_tiles(gpu, cpu, ran, monkeypatch, qtype):
+    """policy.engine False: the quantized product runs matmul_quant.wgsl's 64 x 64 tiles instead, for every type
+    (K of two 256-value blocks: eight of the 32-value types')."""
     set_policy(monkeypatch, gpu, engine=False)
     rng = np.random.default_rng(1)
-    qw = quant_weight(rng, "Q4_1", 45, 64)
-    x = rng.standard_normal((30, 64)).astype(np.float32)
+    qw = quant_weight(rng, qtype, 45, 512)
+    x = rng.standard_normal((30, 512)).astype(np.float32)
     ran.clear()
     got = linear(gpu, x, qw)
     assert ran == ["matmul_quant"]

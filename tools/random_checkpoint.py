@@ -7,7 +7,8 @@ model can emit decodes. `webtensor serve`, `webtensor bench` (and its `--llama-b
 and HF transformers all load it.
 
     python tools/random_checkpoint.py DIR [--preset gpt2] [--seed 0] [--n-layer N] [--dtype float16]
-        [--set KEY=JSON ...] [--gguf FILE.gguf --gguf-type q4_1 --gguf-embedding-type q8_0]
+        [--set KEY=JSON ...] [--gguf FILE.gguf --gguf-type q4_1 --gguf-embedding-type q8_0
+        --gguf-tensor-type PATTERN=TYPE ...]
 
 `--gguf-type q4_k_m` (or q5_k_m, q3_k_m, q2_k, iq4_nl, iq4_xs) writes that llama.cpp mix
 (`formats.gguf_writer.mix_type`) with random K-quant / IQ4 blocks
@@ -87,6 +88,9 @@ def main() -> None:
                         "q2_k, iq4_nl, iq4_xs (random K-quant / IQ4 blocks; default q8_0)")
     p.add_argument("--gguf-embedding-type", default=None,
                    help="its embedding's type (default: --gguf-type; SmolLM2's published Q4_1 file: q8_0)")
+    p.add_argument("--gguf-tensor-type", action="append", default=[], metavar="PATTERN=TYPE",
+                   help="a ggml type for the matrices whose GGUF name PATTERN (a regular expression) is found in, as "
+                        "llama-quantize's --tensor-type (e.g. attn_v=q6_k; random blocks for K-quant / IQ4 types)")
     a = p.parse_args()
     found = registry.preset(a.preset)
     if found is None:
@@ -114,7 +118,9 @@ def main() -> None:
     if a.gguf is not None:
         from webtensor.formats.gguf_writer import write_gguf
 
-        write_gguf(a.dir, a.gguf, a.gguf_type, a.gguf_embedding_type, kquant_blocks=random_kquant_blocks(a.seed))
+        types = dict(item.rpartition("=")[::2] for item in a.gguf_tensor_type)
+        write_gguf(a.dir, a.gguf, a.gguf_type, a.gguf_embedding_type, kquant_blocks=random_kquant_blocks(a.seed),
+                   tensor_types=types)
         print(f"wrote {a.gguf}: {a.gguf_type} matrices, {a.gguf_embedding_type or a.gguf_type} embedding")
 
 

@@ -87,9 +87,38 @@ def test_names() -> None:
     assert gguf_name("lm_head.weight") == "output.weight"
 
 
+def test_tensor_types_override_the_outtype(hf: Path, tmp_path: Path) -> None:
+    """tensor_types (llama-quantize's --tensor-type): the first pattern found in a matrix's GGUF name gives its type
+    (the package's quantizer for the 32-value types, the caller's blocks for K-quant / IQ4 ones, llama.cpp's fallback
+    where rows are not whole 256-value blocks), norms and biases stay F32; the file loads with those types."""
+    from webtensor import quant
+
+    rng = np.random.default_rng(0)
+    path = write_gguf(hf, tmp_path / "m.gguf", "q8_0", kquant_blocks=lambda t, n, k: quant.random_weight(
+        t, (n, k), rng).blocks, tensor_types={r"blk\.0\.attn_qkv": "q4_0", "ffn_down": "Q5_K", r"^blk\.": "f16",
+                                                 "token_embd": "IQ4_NL"})
+    ck = open_checkpoint(path, reader="pure")
+    src = open_checkpoint(hf)
+    assert ck.stored_type("h.0.attn.c_attn.weight") == "Q4_0"  # (the first pattern that matches)
+    want = quantize(np.ascontiguousarray(src.array("h.0.attn.c_attn.weight").T), "Q4_0")
+    assert bytes(ck.raw("h.0.attn.c_attn.weight")) == want.to_blocks().tobytes()
+    assert ck.stored_type("h.1.attn.c_attn.weight") == ck.stored_type("h.0.mlp.c_fc.weight") == "F16"
+    assert ck.stored_type("h.1.mlp.c_proj.weight") == "Q5_1"  # Q5_K's fallback: rows of 384 values
+    assert ck.stored_type("wte.weight") == "IQ4_NL"  # (random blocks: rows of 96 values, three blocks)
+    assert ck.stored_type("h.0.ln_1.weight") == ck.stored_type("h.0.attn.c_attn.bias") == "F32"
+    m = wt.load_model(path, "cpu")
+    assert m.params["wte.weight"].qtype == "IQ4_NL" and len(m.generate([1, 2, 3], 3, stop_at_eos=False)) == 3
+
+
 def test_bad_input_refused(hf: Path, tmp_path: Path) -> None:
     with pytest.raises(wt.ArgumentError, match="outtype"):
         write_gguf(hf, tmp_path / "x.gguf", "q5_0")
+    with pytest.raises(wt.ArgumentError, match="^tensor type attn=q9_k: not one of F32, F16, BF16, Q8_0"):
+        write_gguf(hf, tmp_path / "x.gguf", tensor_types={"attn": "q9_k"})
+    with pytest.raises(wt.ArgumentError, match=r"^tensor type \(attn=q4_0: the pattern is not a regular expression"):
+        write_gguf(hf, tmp_path / "x.gguf", tensor_types={"(attn": "q4_0"})
+    with pytest.raises(wt.ArgumentError, match="need their blocks from the caller"):
+        write_gguf(hf, tmp_path / "x.gguf", tensor_types={"attn": "q4_k"})
     bad = tmp_path / "bad"
     bad.mkdir()
     for f in hf.iterdir():

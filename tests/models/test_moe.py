@@ -1,8 +1,9 @@
 """The mixture-of-experts family beyond the conformance suite (which runs every path on its tiny examples):
 options the examples leave out (Qwen3-MoE not renormalized, with `decoder_sparse_step`; the transformers 5 and
 published config.json keys for the expert count) against transformers; GGUF files whose stacked expert tensors
-stay quantized (`ffn_*_exps` in q4_0 / q4_1 / q8_0) against the same file dequantized at load, on the CPU and
-lavapipe; a GGUF `llama` file told apart as Llama's or Mixtral's by its experts; and the one-line refusals."""
+stay quantized (`ffn_*_exps` in q4_0 / q4_1 / q8_0, and random Q4_K / Q6_K blocks through the writer's
+`tensor_types`) against the same file dequantized at load, on the CPU and lavapipe; a GGUF `llama` file told
+apart as Llama's or Mixtral's by its experts; and the one-line refusals."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from conftest import set_policy  # noqa: E402
 from tolerance import assert_close  # noqa: E402
 
 import webtensor as wt  # noqa: E402
+from webtensor import quant  # noqa: E402
 from webtensor.formats.gguf_writer import write_gguf  # noqa: E402
 from webtensor.models import registry  # noqa: E402
 from webtensor.quant.types import Quantized  # noqa: E402
@@ -107,39 +109,6 @@ def test_prompt_chunks_through_the_grouped_kernels_match_transformers(qwen_dir, 
     assert m.generate(IDS[:6], 8, stop_at_eos=False) == greedy
 
 
-def _k_quant_experts(src: Path, out: Path, qtype: str) -> Path:
-    """The GGUF file `src` rewritten with its stacked experts (`ffn_*_exps`, (E, N, K)) as random `qtype` blocks
-    (finite float16 scales): K-quants, which webtensor's writer does not make."""
-    import gguf
-
-    from webtensor import quant
-
-    rng = np.random.default_rng(5)
-    r = gguf.GGUFReader(str(src))
-    w = gguf.GGUFWriter(str(out), str(bytes(r.fields["general.architecture"].parts[-1]), "utf-8"))
-    for name, field in r.fields.items():
-        if name.startswith("GGUF.") or name == "general.architecture":
-            continue
-        vtype = field.types[0]
-        if vtype == gguf.GGUFValueType.ARRAY:
-            w.add_key_value(name, field.contents(), vtype, sub_type=field.types[-1])
-        else:
-            w.add_key_value(name, field.contents(), vtype)
-    for tensor in r.tensors:
-        shape = tuple(int(d) for d in reversed(tensor.shape))  # (numpy order)
-        if "_exps" not in tensor.name:
-            w.add_tensor(tensor.name, tensor.data, raw_shape=tensor.data.shape, raw_dtype=tensor.tensor_type)
-            continue
-        rows = int(np.prod(shape[:-1]))  # (E x N): random blocks with finite float16 scales
-        data = quant.random_weight(qtype, (rows, shape[-1]), rng).blocks.reshape(*shape[:-1], -1)
-        w.add_tensor(tensor.name, data, raw_shape=data.shape, raw_dtype=gguf.GGMLQuantizationType[qtype])
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return out
-
-
 @pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K"])
 @pytest.mark.parametrize("dev", ["cpu", pytest.param("lavapipe", marks=pytest.mark.wgpu)])
 def test_k_quant_stacked_experts_equal_the_file_dequantized(tmp_path, qtype, dev):
@@ -148,7 +117,9 @@ def test_k_quant_stacked_experts_equal_the_file_dequantized(tmp_path, qtype, dev
     raw = {**FAMILY.examples["qwen3_moe"], "hidden_size": 256, "moe_intermediate_size": 256, "intermediate_size": 256,
            "head_dim": 64, "num_hidden_layers": 2}
     d = _checkpoint(tmp_path / "hf", raw)
-    path = _k_quant_experts(write_gguf(d, tmp_path / "f32.gguf", "f32"), tmp_path / f"{qtype}.gguf", qtype)
+    rng = np.random.default_rng(5)  # (random blocks with finite float16 scales: K-quants webtensor does not make)
+    path = write_gguf(d, tmp_path / f"{qtype}.gguf", "f32", tensor_types={"_exps": qtype},
+                      kquant_blocks=lambda t, n, k: quant.random_weight(t, (n, k), rng).blocks)
     q = wt.load_model(path, dev, None, n_ctx=64)
     assert q.params["layers.0.mlp.experts.down_proj.weight"].qtype == qtype
     f32 = wt.load_model(path, dev, "float32", n_ctx=64)

@@ -1,8 +1,9 @@
 """webtensor in real headless Chromium: Pyodide + the browser's WebGPU (SwiftShader here).
 
 One page session on the shipped GPT-2 runs the op-parity cases, generates through the page's own UI
-(typing the prompt, clicking Generate), chats with its plain template and takes a screenshot; the tests
-below check its results against numpy and against the native model. A second session serves two models:
+(typing the prompt, clicking Generate), chats with its plain template, takes a screenshot and has the
+browser's shader compiler compile every kernel variant the runtime builds; the tests below check its results
+against numpy and against the native model. A second session serves two models:
 GPT-2 in int8 (then float32, by the dtype menu), then, picked in the model menu, the real SmolLM2-135M-
 Instruct Q4_1 GGUF (98 MB, its blocks uploaded as they are), chatted with in its own template: the page's
 tokens equal `webtensor.load_model(same file)`'s on lavapipe and on the CPU. A third session, on one
@@ -29,6 +30,7 @@ import webtensor as wt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from conftest import IN_CI  # noqa: E402
+from test_web_native import VARIANTS_FILE, assert_every_variant_compiled  # noqa: E402
 from tolerance import assert_close  # noqa: E402
 
 pytestmark = pytest.mark.browser
@@ -58,6 +60,15 @@ m = load_model("/home/pyodide/models/MODEL_ID/float32", dev, "float32", reader="
 ids = m.encode(PROMPT)
 json.dumps(dict(features=sorted(dev.ctx.api.features), greedy=m.generate(ids, N_NEW, temperature=0),
                 sampled=m.generate(ids, N_NEW, **SAMPLED), distinct=dev is not await Device.wgpu_async()))
+"""
+# every kernel variant the runtime builds (tests/data/kernel_variants.txt), made as the page's device makes it and
+# compiled by the browser's shader compiler in one call
+PAGE_KERNELS = """
+import json, time
+from webtensor.web import app, selftest
+t0 = time.perf_counter()
+got = selftest.check_kernels(app._state["device"], selftest.parse_variants(VARIANTS))
+json.dumps(dict(got, s=time.perf_counter() - t0))
 """
 # bad inputs typed into the page: (name, the fields, the page's message: the label on screen and what was typed;
 # LIMIT: the tokens box's limit for the model, CTX: the prompt's fit)
@@ -218,6 +229,7 @@ def session(model_dir) -> dict:
         dict(type="python", name="no-features", code=no_features),
         dict(type="generate_ui", name="truncated", **{**ok, "prompt": LONG, "truncate": True}),
         dict(type="chat_ui", name="chat", message=CHAT_MESSAGE, maxNewTokens=N_NEW, temperature=0),
+        dict(type="python", name="kernels", code=PAGE_KERNELS.replace("VARIANTS", repr(VARIANTS_FILE.read_text()))),
     ]
     out = run_page(tasks, _served(model_dir), timeout_s=180)
     if out.get("error"):
@@ -380,6 +392,21 @@ def test_page_runs_without_optional_features(session, native):
     ids = native.encode(PROMPT)
     assert got["greedy"] == native.generate(ids, N_NEW, temperature=0)
     assert got["sampled"] == native.generate(ids, N_NEW, **SAMPLED)
+
+
+def test_every_kernel_variant_compiles_in_the_browser(session):
+    """The browser's shader compiler (Chromium's Tint, which refuses WGSL that naga accepts, e.g. `a * b & c`
+    without parentheses) gets every kernel variant the runtime builds (tests/data/kernel_variants.txt: every kernel,
+    every `// #if` branch, every quantized type), each made as the page's device makes it (its enable directives,
+    its declaration checked): it refuses none. Left out are only the variants that need a feature the browser's
+    device lacks (SwiftShader: shader-f16), which the runtime cannot build there either."""
+    t = session["kernels"]
+    assert "error" not in t, t.get("error")
+    got = json.loads(t["results"])
+    assert_every_variant_compiled(got)
+    lacks = ", ".join(sorted(set(got["skipped"].values())))
+    print(f"\n{got['compiled']} kernel variants compiled by {got['adapter']} ({', '.join(got['features'])}) in "
+          f"{got['s']:.1f} s; {len(got['skipped'])} need what it lacks ({lacks})")
 
 
 def test_screenshot_saved(session):

@@ -71,6 +71,99 @@ def test_a_declaration_that_disagrees_is_refused():
     assert struct.unpack("<If", fsig.pack(dict(rows=2, eps=1))[:8]) == (2, 1.0)  # an int packs as f32
 
 
+# -- the kernel variants the runtime builds (tests/data/kernel_variants.txt, tools/kernel_variants.py): what the
+# browser test compiles with Chromium's compiler (test_browser.py's session), checked complete here -----------------
+VARIANTS_FILE = Path(__file__).resolve().parents[1] / "data" / "kernel_variants.txt"
+STALE = "tests/data/kernel_variants.txt is stale: rerun `python tools/kernel_variants.py`"
+
+
+def kernel_variants() -> list[tuple[str, dict[str, str]]]:
+    from webtensor.web.selftest import parse_variants
+
+    return parse_variants(VARIANTS_FILE.read_text())
+
+
+def _guards(lines: list[str]) -> list[set[str]]:
+    """For each line of a kernel's source, the defines that must be set for it to be kept (its enclosing `// #if
+    NAME` blocks; not those of `// #else` ones)."""
+    out, stack = [], []
+    for line in lines:
+        m = re.match(r"^\s*// #(if|else|endif)\b\s*(\w*)", line)
+        if m and m.group(1) == "if":
+            stack.append(m.group(2))
+        elif m and m.group(1) == "else":
+            stack[-1] = ""
+        elif m:
+            stack.pop()
+        out.append(set(stack) - {""})
+    return out
+
+
+def test_kernel_variants_cover_every_kernel_branch_and_type():
+    """The list holds every kernel file and nothing else; in each kernel every line an `// #if` / `// #else` can
+    drop (its includes' too) is kept by at least one listed variant, but for the branches of a shared include that
+    need a define the kernel never takes (the epilogue's CPACK outside matmul_engine: named in neither the kernel's
+    own code nor its variants); every kernel that picks a quantized type by a define is listed with each type of
+    `quant.TYPES`."""
+    from webtensor.backends.wgpu.context import expand_includes, preprocess
+
+    variants = kernel_variants()
+    files = {f.stem for f in KERNELS.glob("*.wgsl") if f.name not in INCLUDES}
+    listed = {f for f, _ in variants}
+    assert listed == files, f"{STALE} (kernels {sorted(files - listed)} missing, {sorted(listed - files)} gone)"
+    directive = re.compile(r"^\s*// #(if|else|endif)\b")
+    for stem in sorted(files):
+        lines = expand_includes(stem).split("\n")
+        marked = "\n".join(f"{line} //@{i}" for i, line in enumerate(lines))  # (each line tagged with its number)
+        kept: set[str] = set()
+        taken: set[str] = set()  # the defines some variant gives
+        for f, defines in variants:
+            if f == stem:
+                kept.update(re.findall(r"//@(\d+)$", preprocess(marked, defines, stem), flags=re.M))
+                taken.update(defines)
+        own = set(re.findall(r"\w+", re.sub(r"//[^\n]*", "", (KERNELS / f"{stem}.wgsl").read_text())))
+        never = [line.strip() for i, (line, need) in enumerate(zip(lines, _guards(lines), strict=True))
+                 if str(i) not in kept and not directive.match(line) and need <= taken | own]
+        assert not never, f"{STALE}: no listed variant of {stem} keeps {never[:3]}"
+        types = taken & set(quant.TYPES)
+        assert not types or types == set(quant.TYPES), f"{STALE}: {stem} lacks {sorted(set(quant.TYPES) - types)}"
+
+
+def assert_every_variant_compiled(got: dict) -> None:
+    """A `selftest.check_kernels` report over the whole list: no variant refused, and only those that need a
+    feature the device lacks left out."""
+    assert got["errors"] == {}, "\n".join(f"{k}:\n  {v}" for k, v in list(got["errors"].items())[:10])
+    assert got["compiled"] + len(got["skipped"]) == len(kernel_variants()) and got["compiled"] > 0
+    for variant, needs in got["skipped"].items():
+        assert not set(needs.split(", ")) & set(got["features"]), (variant, needs)
+
+
+def test_every_kernel_variant_compiles_natively(gpu):
+    """Every listed variant, made as the device makes it (its declaration checked), compiles with naga: the list
+    is no stale set of defines (a kernel that now needs another would not compile). The browser's compiler gets
+    the same list in test_browser.py."""
+    from webtensor.web.selftest import check_kernels
+
+    got = check_kernels(gpu, kernel_variants())
+    assert_every_variant_compiled(got)
+    assert {"shader-f16", "subgroup"} - set(got["features"]) or not got["skipped"]
+
+
+def test_check_kernels_reports_what_a_compiler_refuses(gpu, tmp_path):
+    """check_kernels names each variant a compiler refuses with its message, and skips (naming the features) those
+    the device cannot build: a device without shader-f16 and subgroups."""
+    from webtensor.web.selftest import check_kernels
+
+    bare = wt.Device.wgpu(features=())
+    got = check_kernels(bare, [("softmax", {"TX": "f32", "TO": "f32"}), ("softmax", {"TX": "f16", "TO": "f32"}),
+                               ("softmax", {"TX": "f32"}), ("rms_norm", {"TX": "f32", "TW": "f32", "TO": "f32",
+                                                                         "LANES": "0u"})])
+    assert got["compiled"] == 3 and got["features"] == sorted(bare.ctx.api.features)
+    assert got["skipped"] == {"softmax TO=f32 TX=f16": "shader-f16"}
+    assert set(got["errors"]) == {"softmax TX=f32", "rms_norm LANES=0u TO=f32 TW=f32 TX=f32"}
+    assert "TO" in got["errors"]["softmax TX=f32"]  # (naga: no definition in scope for identifier `TO`)
+
+
 def test_numpy_free_tensor(gpu):
     t = _tensor_without_numpy([[1.5, 2.0], [3.0, 4.0]], gpu, None)
     assert t.shape == (2, 2) and t.dtype is wt.float32

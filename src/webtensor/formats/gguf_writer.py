@@ -15,14 +15,16 @@ llama-quant.cpp's choice per tensor: the mix's type for most matrices, Q6_K for 
 attn_v / ffn_down / attn_output, llama.cpp's fallbacks where rows are not whole 256-value blocks); webtensor has no
 K-quant or IQ4 quantizer (llama.cpp's search scales iteratively), so those tensors' blocks come from the caller
 (`kquant_blocks`: random blocks of the published shapes for tests and benchmarks, tools/random_checkpoint.py), the
-32-value fallbacks (Q5_0, Q5_1, Q8_0) from the package's quantizers.
+32-value fallbacks (Q5_0, Q5_1, Q8_0) from the package's quantizers. `tensor_types` gives chosen tensors a type of
+their own, as llama-quantize's `--tensor-type` does (a file holding every type a test needs, experts included).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ MIXES = {"q4_k_m": ("Q4_K", 15), "q5_k_m": ("Q5_K", 17), "q3_k_m": ("Q3_K", 12),
 OUTTYPES = {"f32": ("F32", 0), "f16": ("F16", 1), "bf16": ("BF16", 32), "q8_0": ("Q8_0", 7), "q4_0": ("Q4_0", 2),
             "q4_1": ("Q4_1", 3), **MIXES}  # -> (ggml type, general.file_type: llama.cpp's LLAMA_FTYPE_*)
 # llama.cpp's types for rows that are not whole 256-value blocks (llama-quant.cpp)
+FLOATS = ("F32", "F16", "BF16")  # the float types a tensor_types pattern may ask for
 KQUANT_FALLBACK = {"Q2_K": "IQ4_NL", "Q3_K": "IQ4_NL", "IQ4_XS": "IQ4_NL", "Q4_K": "Q5_0", "Q5_K": "Q5_1",
                    "Q6_K": "Q8_0"}
 
@@ -76,14 +79,18 @@ def mix_type(mix: str, gguf_name: str, n_layer: int, tied: bool, n_gqa: int = 1)
 
 def write_gguf(model_dir: str | os.PathLike[str], out: str | os.PathLike[str], outtype: str = "q8_0",
                embedding_outtype: str | None = None,
-               kquant_blocks: Callable[[str, int, int], Any] | None = None) -> Path:
+               kquant_blocks: Callable[[str, int, int], Any] | None = None,
+               tensor_types: Mapping[str, str] | None = None) -> Path:
     """Convert the HF checkpoint in `model_dir` (config.json, *.safetensors, tokenizer) — or any source the loader
     opens: a GGUF file too, its quantized tensors dequantized first — to GGUF file `out`, its matrices in `outtype`
     and its embedding tables (the token embedding, which a tied LM head reads; an untied head) in
     `embedding_outtype` (default: `outtype`; llama.cpp's Q4_1 files of SmolLM2 keep theirs in q8_0).
     `kquant_blocks(ggml type, N, K)`: the blocks (uint8 (N, bytes a row)) of a K-quant or IQ4 matrix, which the
-    mixes need. CheckpointError for a bad checkpoint (the loader's checks and messages), ArgumentError for an
-    unknown outtype or a mix without `kquant_blocks`."""
+    mixes need. `tensor_types` (as llama-quantize's `--tensor-type PATTERN=TYPE`): a matrix or embedding whose GGUF
+    name a PATTERN (a regular expression) is found in takes that ggml type (the first that matches) instead of the
+    outtype's or the mix's, llama.cpp's fallback applying where its rows are not whole 256-value blocks.
+    CheckpointError for a bad checkpoint (the loader's checks and messages), ArgumentError for an unknown outtype
+    or tensor type, a bad pattern, or a K-quant or IQ4 type without `kquant_blocks`."""
     import gguf
     import numpy as np
 
@@ -96,6 +103,9 @@ def write_gguf(model_dir: str | os.PathLike[str], out: str | os.PathLike[str], o
     embedding_type = OUTTYPES[embedding_outtype or outtype][0]
     mix = next((t for t in (outtype, embedding_outtype) if t in MIXES), None)
     mix_embedding = (embedding_outtype or outtype) in MIXES
+    overrides = _tensor_types(tensor_types or {})
+    if kquant_blocks is None and any(t not in QUANTIZABLE + FLOATS for _, t in overrides):
+        raise ArgumentError("K-quant and IQ4 tensor types need their blocks from the caller (kquant_blocks)")
     if mix is not None and kquant_blocks is None:
         raise ArgumentError(f"GGUF outtype {mix} needs llama.cpp's quantizer (llama-quantize); webtensor writes "
                             "K-quant and IQ4 files only from given blocks (kquant_blocks: tools/random_checkpoint.py's "
@@ -116,34 +126,46 @@ def write_gguf(model_dir: str | os.PathLike[str], out: str | os.PathLike[str], o
         gqa = spec.n_head // max(spec.n_kv_head, 1)
         stacks: dict[str, list[Any]] = {}  # GGUF name -> the arrays written as it (several: a stack of experts)
         kinds: dict[str, str] = {}
-        chosen: dict[str, str] = {}  # GGUF name -> its type in a mix ("" where the outtype decides)
+        chosen: dict[str, str] = {}  # GGUF name -> its type by the mix or tensor_types ("" where the outtype decides)
+        given: set[str] = set()  # GGUF names whose arrays are kquant_blocks' blocks of their chosen type
         for name, tspec in fam.tensors(cfg).items():
+            gname = names[name]
             in_mix = mix_embedding if tspec.kind == "embedding" else outtype in MIXES and tspec.kind != "float32"
             t = ""
             if in_mix and mix is not None and len(tspec.shape) == 2:
+                t = mix_type(mix, gname, spec.n_layer, tied, gqa)
+            if tspec.kind != "float32":
+                t = next((forced for pattern, forced in overrides if pattern.search(gname)), t)
+            kinds[gname] = tspec.kind
+            if t and len(tspec.shape) == 2:
                 n, k = tspec.shape if tspec.kind != "conv1d" else tspec.shape[::-1]
-                t = mix_type(mix, names[name], spec.n_layer, tied, gqa)
                 t = t if k % 256 == 0 else KQUANT_FALLBACK.get(t, t)
-                if t not in QUANTIZABLE and k % TYPES[t].values == 0 and kquant_blocks is not None:
-                    qtype = getattr(gguf.GGMLQuantizationType, t)  # (the float values are not needed)
-                    data = np.ascontiguousarray(kquant_blocks(t, n, k), np.uint8)
-                    w.add_tensor(names[name], data, raw_shape=data.shape, raw_dtype=qtype)
+                if t in TYPES and t not in QUANTIZABLE and k % TYPES[t].values == 0 and kquant_blocks is not None:
+                    # (N, bytes a row); the float values are not needed
+                    stacks.setdefault(gname, []).append(np.ascontiguousarray(kquant_blocks(t, n, k), np.uint8))
+                    chosen[gname] = t
+                    given.add(gname)
                     continue
             arr = ck.array(name).astype(np.float32, copy=False)  # HF's layout (quantized ones dequantized)
             if tspec.kind == "conv1d":
                 arr = arr.T  # HF's Conv1D (K, N) -> (N, K)
             if not ck.gguf:  # (a GGUF source's rows are in llama.cpp's order already)
                 arr = fam.to_gguf(cfg, name, arr)
-            stacks.setdefault(names[name], []).append(arr)
-            kinds[names[name]], chosen[names[name]] = tspec.kind, t
+            stacks.setdefault(gname, []).append(arr)
+            chosen[gname] = t
         for gname, arrs in stacks.items():
             # one tensor; or the experts' matrices stacked (E, N, K), as llama.cpp's converter stacks them
+            if gname in given:  # the caller's blocks, (rows, bytes a row) or (E, rows, bytes a row)
+                data = arrs[0] if len(arrs) == 1 else np.stack(arrs)
+                w.add_tensor(gname, data, raw_shape=data.shape, raw_dtype=getattr(gguf.GGMLQuantizationType,
+                                                                                 chosen[gname]))
+                continue
             arr = np.ascontiguousarray(arrs[0] if len(arrs) == 1 else np.stack(arrs), np.float32)
             kind, t = kinds[gname], chosen[gname]
             if not t:
                 t = "F32" if kind == "float32" else embedding_type if kind == "embedding" else ggml_type
             whole_blocks = arr.ndim in (2, 3) and arr.shape[-1] % 32 == 0
-            if t not in ("F32", "F16", "BF16") and (t not in QUANTIZABLE or not whole_blocks):
+            if t not in FLOATS and (t not in QUANTIZABLE or not whole_blocks):
                 t = "F32"  # (rows that are not whole blocks)
             if t == "F32":
                 w.add_tensor(gname, arr)
@@ -161,6 +183,21 @@ def write_gguf(model_dir: str | os.PathLike[str], out: str | os.PathLike[str], o
     finally:
         w.close()
     return Path(out)
+
+
+def _tensor_types(patterns: Mapping[str, str]) -> list[tuple[re.Pattern[str], str]]:
+    """`write_gguf`'s tensor_types compiled: [(pattern, ggml type)]; ArgumentError naming a bad one."""
+    out = []
+    for pattern, qtype in patterns.items():
+        t = str(qtype).upper()
+        if t not in TYPES and t not in FLOATS:
+            raise ArgumentError(f"tensor type {pattern}={qtype}: not one of {', '.join((*FLOATS, *TYPES))}")
+        try:
+            out.append((re.compile(pattern), t))
+        except re.error as e:
+            why = f"the pattern is not a regular expression ({e})"
+            raise ArgumentError(f"tensor type {pattern}={qtype}: {why}") from None
+    return out
 
 
 def add_value(w: Any, key: str, value: Any) -> None:

@@ -8,7 +8,10 @@ compare what the browser computed:
      "args": [{"input": 0}, {"input": 1}], "kwargs": {}}
 
 `bench_dispatch` measures what one dispatch costs: many in one submit against one per submit.
-Standard library only (no numpy).
+
+`check_kernels` hands the device's own shader compiler every kernel variant of a list (tests/data/
+kernel_variants.txt: what the runtime builds) at once and reports what it refuses: a browser's compiler (Tint)
+refuses WGSL that naga accepts. Standard library only (no numpy).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 
 from .. import ops
 from ..device import Device
+from ..errors import GPUError
 from ..tensor import Tensor, from_buffer
 
 
@@ -113,3 +117,47 @@ def bench_dispatch(device: Device, n: int = 200, size: int = 1024, reps: int = 5
     )
     del cmd_out
     return res
+
+
+
+def variant_line(file: str, defines: dict[str, str]) -> str:
+    """A kernel variant as one line of a variant list: `gemv_quant LANES=32u Q4_K=true ...` (defines sorted)."""
+    return " ".join([file, *(f"{k}={v}" for k, v in sorted(defines.items()))])
+
+
+def parse_variants(text: str) -> list[tuple[str, dict[str, str]]]:
+    """The variants of a list of `variant_line`s (blank lines and `#` comments skipped)."""
+    out = []
+    for line in text.splitlines():
+        words = line.split("#", 1)[0].split()
+        if words:
+            out.append((words[0], dict(w.split("=", 1) for w in words[1:])))
+    return out
+
+
+def check_kernels(device: Device, variants: list[tuple[str, dict[str, str]]]) -> dict[str, Any]:
+    """Every kernel variant of `variants` ((kernel file, its defines)) made as `device` makes it
+    (`WgpuContext.wgsl`: the defines' header, the API's enable directives, the declaration checked) and compiled
+    to a shader module by the device's compiler, all in one call: {compiled: how many, errors: {variant line: the
+    compiler's (or the declaration check's) message}, skipped: {variant line: the features it needs that the
+    device lacks}, adapter, features}."""
+    ctx = device.ctx
+    texts: list[tuple[str, str]] = []
+    errors: dict[str, str] = {}
+    skipped: dict[str, str] = {}
+    for file, defines in variants:
+        name = variant_line(file, defines)
+        try:
+            t = ctx.wgsl(file, defines)
+        except GPUError as e:  # (its declaration disagrees with the shader)
+            errors[name] = str(e)
+            continue
+        if t.missing:
+            skipped[name] = ", ".join(sorted(t.missing))
+        else:
+            texts.append((name, t.code))
+    for (name, _), err in zip(texts, ctx.api.check_shaders(texts), strict=True):
+        if err:
+            errors[name] = err
+    return dict(compiled=len(texts), errors=errors, skipped=skipped, adapter=ctx.info.name,
+                features=sorted(ctx.api.features))

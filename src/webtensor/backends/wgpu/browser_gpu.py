@@ -151,6 +151,12 @@ class BrowserGpu:
         promise = self._ctx.createPipeline(wgsl, len(read_only), label, uniform_size, mask)
         return int(_run_sync(promise, "compiling a kernel"))
 
+    def check_shaders(self, shaders: list[tuple[str, str]]) -> list[str | None]:
+        """All of them in one call: the browser's compiler reports each module's errors (getCompilationInfo)."""
+        listed = json.dumps([dict(label=label, code=wgsl) for label, wgsl in shaders])
+        found = json.loads(str(_run_sync(self._ctx.checkShaders(listed), "compiling kernels")))
+        return [m or None for m in found]
+
     def create_bind_group(self, pipeline: int, uniform: int, storage: list[int]) -> BindGroupHandle:
         bg = int(self._ctx.createBindGroup(pipeline, uniform, *storage))
         return BindGroupHandle(bg, self._release_js)

@@ -29,7 +29,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypeVar, overload
+from typing import Any, NamedTuple, TypeVar, overload
 
 from ...errors import BufferLimitError, DeviceReleasedError, GPUError, GraphCaptureError
 from .gpu_api import STORAGE_USAGE, UNIFORM_USAGE, AdapterInfo, Command, GpuApi
@@ -53,12 +53,17 @@ fn main() { o[0] = dot4I8Packed(p.x, p.y) + i32(pack4xI8(vec4<i32>(p.zzww))); }
 
 
 def kernel_source(file: str, defines: dict[str, str] | None = None) -> str:
-    """A kernel's WGSL as compiled: common.wgsl, then `file`.wgsl with each `// #include NAME` line
-    replaced by kernels/NAME (shared pieces such as the matmul epilogue; an included file may
-    include others, e.g. the quantized kernels' dequantizer its block type's file), and `// #if NAME`
-    / `// #else` / `// #endif` blocks (the directive may be indented) kept or dropped by whether
-    define NAME is set and not zero (how a kernel variant is chosen by its source, e.g. subgroup
+    """A kernel's WGSL as compiled: common.wgsl, then `file`.wgsl with its includes (`expand_includes`) and
+    `// #if NAME` / `// #else` / `// #endif` blocks (the directive may be indented) kept or dropped by whether
+    define NAME is set and not zero (`preprocess`: how a kernel variant is chosen by its source, e.g. subgroup
     reductions only where the device has the feature)."""
+    return (KERNEL_DIR / "common.wgsl").read_text() + preprocess(expand_includes(file), defines or {}, file)
+
+
+def expand_includes(file: str) -> str:
+    """Kernel `file`.wgsl (or a path) with each `// #include NAME` line replaced by kernels/NAME (shared pieces
+    such as the matmul epilogue; an included file may include others, e.g. the quantized kernels' dequantizer its
+    block type's file)."""
     path = Path(file) if Path(file).is_absolute() else KERNEL_DIR / f"{file}.wgsl"
     text = path.read_text()
     include = re.compile(r"^// #include (\S+)$", flags=re.M)
@@ -66,10 +71,12 @@ def kernel_source(file: str, defines: dict[str, str] | None = None) -> str:
         text = include.sub(lambda m: (KERNEL_DIR / m.group(1)).read_text(), text)
     if include.search(text):
         raise GPUError(f"{file}.wgsl: includes nested deeper than {_INCLUDE_DEPTH}")
-    return (KERNEL_DIR / "common.wgsl").read_text() + _preprocess(text, defines or {}, file)
+    return text
 
 
-def _preprocess(text: str, defines: dict[str, str], file: str) -> str:
+def preprocess(text: str, defines: dict[str, str], file: str) -> str:
+    """`text` with its `// #if NAME` / `// #else` / `// #endif` blocks kept where define NAME is set and not zero
+    (0, 0u, false or empty), dropped elsewhere (the directive lines themselves dropped)."""
     out: list[str] = []
     stack: list[tuple[bool, bool]] = []  # (keeping this block, keeping the enclosing block)
     for line in text.split("\n"):
@@ -115,6 +122,16 @@ class Kernel:
 
     def __init__(self, name: str, pipeline: Any, sig: Signature):
         self.name, self.pipeline, self.sig = name, pipeline, sig
+
+
+class KernelText(NamedTuple):
+    """A kernel variant's WGSL as a device compiles it (`WgpuContext.wgsl`): its label, code and declaration, and
+    the device features it needs that the device lacks (none: it can be built there)."""
+
+    label: str
+    code: str
+    sig: Signature
+    missing: frozenset[str]
 
 
 class Launch:
@@ -210,11 +227,8 @@ class WgpuContext:
 
     # -- kernels --------------------------------------------------------------------------------
     def kernel(self, file: str, defines: dict[str, str] | None = None, signature: Signature | None = None) -> Kernel:
-        """Compile (once) kernel `file`.wgsl with a header made from `defines`: a value that names a
-        WGSL scalar type becomes `alias NAME = f16;`, any other value `const NAME = value;`; the
-        API adds the `enable` directives the features used need. The declaration of `file` in
-        `signatures.py` (or `signature`, for a kernel of one's own: a path to its .wgsl) is checked
-        against the shader first."""
+        """Compile (once) kernel `file`.wgsl with `defines` (`wgsl` says how the shader is made from them, and
+        checks it against its declaration in `signatures.py` or `signature`)."""
         # first by the defines in the caller's order (a planner's dict literal gives the same order
         # every call), which skips the sort; a miss looks up the sorted key, so an order not seen
         # before finds the same Kernel
@@ -225,28 +239,11 @@ class WgpuContext:
         key = (file, tuple(sorted((defines or {}).items())))
         k = self._pipelines.get(key)
         if k is None:
-            sig = signature or SIGNATURES.get(Path(file).stem)
-            if sig is None:
-                raise GPUError(f"kernel {file!r} has no declaration in signatures.py")
-            defs = dict(defines or {})
-            src = kernel_source(file, defs)
-            head = []
-            for name, value in defs.items():
-                kind = "alias" if value in ("f32", "f16", "i32", "u32") else "const"
-                head.append(f"{kind} {name} = {value};")
-            label = Path(file).stem + "".join(f"-{v}" for _, v in key[1])
-            body = "\n".join(head) + "\n" + src
-            code_only = re.sub(r"//[^\n]*", "", body)
-            uses = {f for f, pat in (("shader-f16", r"\bf16\b"), ("subgroup", r"\bsubgroup\w*\s*\("))
-                    if re.search(pat, code_only)}
-            missing = uses - set(self.api.features)
-            if re.search(DOT4_PATTERN, code_only) and not self.has_dot4:
-                missing.add("packed_4x8_integer_dot_product (a WGSL language extension)")
-            if missing:
-                raise GPUError(f"kernel {label} needs the device feature(s) {sorted(missing)}, which "
+            text = self.wgsl(file, defines, signature)
+            label, code, sig = text.label, text.code, text.sig
+            if text.missing:
+                raise GPUError(f"kernel {label} needs the device feature(s) {sorted(text.missing)}, which "
                                f"{self.info.name} was created without")
-            code = self.api.enable_directives(uses) + body
-            sig.check_wgsl(code)
             if sig.size > PARAM_BYTES:
                 raise GPUError(f"{label}: its parameters ({sig.size} B) exceed a slot of {PARAM_BYTES} B")
             with self.lock:
@@ -255,6 +252,30 @@ class WgpuContext:
             k = self._pipelines[key] = Kernel(label, pipe, sig)
         self._kernels_seen[fast] = k
         return k
+
+    def wgsl(self, file: str, defines: dict[str, str] | None = None, signature: Signature | None = None) -> KernelText:
+        """Kernel `file`.wgsl as this device compiles it: a header made from `defines` (a value that names a
+        WGSL scalar type becomes `alias NAME = f16;`, any other value `const NAME = value;`), the `enable`
+        directives the features it uses need on this API, then `kernel_source`; and the device features it
+        needs that this device lacks (shader-f16, subgroups, the packed 4x8-bit dot products). The
+        declaration of `file` in `signatures.py` (or `signature`, for a kernel of one's own: a path to its
+        .wgsl) is checked against the shader (GPUError)."""
+        sig = signature or SIGNATURES.get(Path(file).stem)
+        if sig is None:
+            raise GPUError(f"kernel {file!r} has no declaration in signatures.py")
+        defs = dict(defines or {})
+        head = [f"{'alias' if v in ('f32', 'f16', 'i32', 'u32') else 'const'} {n} = {v};" for n, v in defs.items()]
+        body = "\n".join(head) + "\n" + kernel_source(file, defs)
+        code_only = re.sub(r"//[^\n]*", "", body)
+        uses = {f for f, pat in (("shader-f16", r"\bf16\b"), ("subgroup", r"\bsubgroup\w*\s*\("))
+                if re.search(pat, code_only)}
+        missing = uses - set(self.api.features)
+        if re.search(DOT4_PATTERN, code_only) and not self.has_dot4:
+            missing.add("packed_4x8_integer_dot_product (a WGSL language extension)")
+        code = self.api.enable_directives(uses) + body
+        sig.check_wgsl(code)
+        label = Path(file).stem + "".join(f"-{v}" for _, v in sorted(defs.items()))
+        return KernelText(label, code, sig, frozenset(missing))
 
     @property
     def has_dot4(self) -> bool:

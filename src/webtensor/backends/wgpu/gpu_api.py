@@ -95,6 +95,11 @@ class GpuApi(Protocol):
         """A compute pipeline: binding 0 a dynamic-offset uniform of `uniform_size` bytes, then one
         storage binding per entry of `read_only` (True: `read-only-storage` in the layout)."""
         ...
+    def check_shaders(self, shaders: list[tuple[str, str]]) -> list[str | None]:
+        """Compile each (label, WGSL) of `shaders` to a shader module only (no pipeline): the shader compiler's
+        errors for each, None where it compiled (how a device's own compiler is asked about every kernel
+        variant at once: `web.selftest.check_kernels`)."""
+        ...
     def create_bind_group(self, pipeline: Any, uniform: Any, storage: list[Any]) -> Any: ...
     def submit(self, commands: list[Command], read: tuple[Any, int, int] | None = None) -> memoryview | None:
         """Encode `commands` into one command buffer, submit it once; if `read` = (buffer, offset,
@@ -298,6 +303,16 @@ class NativeGpu:
             layout=layout, compute={"module": module, "entry_point": "main"}, label=label
         )
         return (pipe, bgl, uniform_size)
+
+    def check_shaders(self, shaders: list[tuple[str, str]]) -> list[str | None]:
+        out: list[str | None] = []
+        for label, wgsl in shaders:
+            try:  # (naga parses and validates the module here; wgpu-py raises its messages)
+                self.device.create_shader_module(code=wgsl, label=label)
+                out.append(None)
+            except Exception as e:
+                out.append(f"{type(e).__name__}: {e}")
+        return out
 
     def create_bind_group(self, pipeline: Any, uniform: Any, storage: list[Any]) -> Any:
         _, bgl, usize = pipeline

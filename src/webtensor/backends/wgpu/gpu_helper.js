@@ -140,6 +140,24 @@
       return this.put({ pipeline, bgl, uniformSize });
     }
 
+    // Compiles each {label, code} of the JSON list `shadersJson` to a shader module (no pipeline); resolves to a
+    // JSON list of each module's errors: getCompilationInfo's error messages, else its validation error (each
+    // module in an error scope of its own, which also keeps the errors from the device's uncaptured ones), "" where
+    // it compiled.
+    async checkShaders(shadersJson) {
+      const checks = JSON.parse(shadersJson).map((s) => {
+        this.device.pushErrorScope("validation");
+        const module = this.device.createShaderModule({ code: s.code, label: s.label });
+        return Promise.all([module.getCompilationInfo(), this.device.popErrorScope()]);
+      });
+      const found = (await Promise.all(checks)).map(([info, err]) => {
+        const lines = info.messages.filter((m) => m.type === "error")
+          .map((m) => `line ${m.lineNum}:${m.linePos}: ${m.message}`);
+        return lines.length ? lines.join("\n") : err ? err.message : "";
+      });
+      return JSON.stringify(found);
+    }
+
     createBindGroup(pipelineId, uniformId, ...storageIds) {
       const p = this.objects[pipelineId];
       const entries = [{ binding: 0, resource: { buffer: this.objects[uniformId], offset: 0, size: p.uniformSize } }];
