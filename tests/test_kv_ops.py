@@ -15,6 +15,7 @@ from op_fixtures import append_and_attend, on, rnd
 from tolerance import assert_close, cached_attention_scale, layer_norm_scale, linear_scale
 
 import webtensor as wt
+from webtensor.backends.wgpu.ops import TILED_CACHE_EXTRA_BYTES, tiled_tile_bytes
 
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 seeds = st.integers(0, 2**32 - 1)
@@ -165,7 +166,7 @@ def test_chunk_attention(gpu, style, monkeypatch, launched, subgroups, seed, T, 
         launched.clear()
         qkv, kct, vct, pt, st_ = on(dev, fused, kc, vc, pos, slot)
         outs.append(wt.chunk_attention(qkv[:, 1], kct, vct, pt, st_, scale=scale).numpy())
-    tiled = style and D % 16 == 0 and D % keys == 0 and keys * (2 * D * 4 + 256) <= \
+    tiled = style and D % 16 == 0 and D % keys == 0 and tiled_tile_bytes(keys, D, 4) + TILED_CACHE_EXTRA_BYTES <= \
         gpu.ctx.api.limits["max-compute-workgroup-storage-size"]
     flash = not tiled and T + pad >= 2 and D % 4 == 0 and D <= 64 and not f16
     kernel = "attention_tiled_cache" if tiled else "attention_flash_cache" if flash else "cached_attention"

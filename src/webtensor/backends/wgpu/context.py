@@ -35,6 +35,9 @@ from ...errors import BufferLimitError, DeviceReleasedError, GPUError, GraphCapt
 from .gpu_api import STORAGE_USAGE, UNIFORM_USAGE, AdapterInfo, Command, GpuApi
 from .policy import KernelPolicy
 from .signatures import SIGNATURES, Signature
+from .workgroup_memory import workgroup_bytes
+
+WORKGROUP_LIMIT = "max-compute-workgroup-storage-size"
 
 KERNEL_DIR = Path(__file__).parent / "kernels"
 _T = TypeVar("_T")
@@ -246,6 +249,13 @@ class WgpuContext:
                                f"{self.info.name} was created without")
             if sig.size > PARAM_BYTES:
                 raise GPUError(f"{label}: its parameters ({sig.size} B) exceed a slot of {PARAM_BYTES} B")
+            try:
+                shared, limit = workgroup_bytes(code), int(self.api.limits.get(WORKGROUP_LIMIT, 16384))
+            except ValueError as e:
+                raise GPUError(f"kernel {label}: {e}") from None
+            if shared > limit:  # (nothing below checks it: a driver given such a shader may hang the GPU)
+                raise GPUError(f"kernel {label} declares {shared} B of workgroup memory; {self.info.name} allows "
+                               f"{limit} B (a planner's miscount: a bug)")
             with self.lock:
                 pipe = self._guard(label, lambda: self.api.create_pipeline(code, sig.read_only, label, PARAM_BYTES))
                 self.counters["pipelines_created"] += 1

@@ -893,14 +893,26 @@ def tiled_keys_per_tile(ctx: WgpuContext, q: Tensor, k: Tensor, v: Tensor, offse
     return _tiled_keys(ctx, q.shape[2], q.dtype.itemsize, offsets)
 
 
-def _tiled_keys(ctx: WgpuContext, D: int, tile_item: int, offsets: list[int]) -> int:
+# workgroup memory attention_cache_rows.wgsl adds to attention_tiled_main.wgsl's tiles in attention_tiled_cache.wgsl:
+# key_rows (64 u32) and two u32, each variable counted as 16-byte aligned (workgroup_memory.py; a test checks it)
+TILED_CACHE_EXTRA_BYTES = 256 + 2 * 16
+
+
+def tiled_tile_bytes(bk: int, D: int, tile_item: int) -> int:
+    """attention_tiled_main.wgsl's workgroup memory for tiles of bk keys of head dim D, `tile_item` bytes a value:
+    K^T and V tiles, and P (bk x 64 rows of float32)."""
+    return bk * (2 * D * tile_item + 256)
+
+
+def _tiled_keys(ctx: WgpuContext, D: int, tile_item: int, offsets: list[int], extra_bytes: int = 0) -> int:
     """attention_tiled_main.wgsl's BK for head dim D and tiles of `tile_item` bytes a value (0: it does
-    not run: a CPU adapter, D not a multiple of 16, offsets or strides not 4-aligned, no tile fits)."""
+    not run: a CPU adapter, D not a multiple of 16, offsets or strides not 4-aligned, no tile fits), its includer
+    declaring `extra_bytes` of workgroup memory besides the tiles."""
     if not ctx.policy.tiled or not _gpu_style(ctx) or D % 16 or any(x % 4 for x in offsets):
         return 0
     limit = int(ctx.api.limits.get("max-compute-workgroup-storage-size", 16384)) - ctx.policy.tiled_reserved_bytes
     for bk in ctx.policy.tiled_keys:
-        if D % bk == 0 and bk * (2 * D * tile_item + 256) <= limit:
+        if D % bk == 0 and tiled_tile_bytes(bk, D, tile_item) + extra_bytes <= limit:
             return bk
     return 0
 
@@ -1119,7 +1131,8 @@ def chunk_attention(q: Tensor, kc: Tensor, vc: Tensor, pos: Tensor, slot: Tensor
     q8 = kc.dtype is dt.int32
     words = KVH * (q8_words(D) if q8 else D // 4) if q8 or D % 4 == 0 else 0  # (the pool's words a position)
     offsets = [q._offset, *q._strides[:2]] + ([] if q8 else [kc._offset, vc._offset])
-    bk = _tiled_keys(ctx, D, 4, offsets) if q.dtype in (dt.float32, dt.float16) and D <= 256 else 0
+    bk = (_tiled_keys(ctx, D, 4, offsets, TILED_CACHE_EXTRA_BYTES) if q.dtype in (dt.float32, dt.float16) and D <= 256
+          else 0)
     flash = (not bk and T >= ctx.policy.flash_min_queries and D % 4 == 0 and D <= 64 and q.dtype is dt.float32
              and all(x % 4 == 0 for x in offsets))
     if not words or (not bk and not flash):
