@@ -422,7 +422,7 @@ def test_attention_tiled(gpu, calls, monkeypatch, subgroups, dtype, seed, T, ext
     vc = rng.standard_normal((S + 3, kvh, D)).astype(dtype)
     q, k, v = wt.tensor(qkv, device=gpu)[:, 0], wt.tensor(kc, device=gpu)[:S], wt.tensor(vc, device=gpu)[:S]
     bk = gops.tiled_keys_per_tile(gpu.ctx, q, k, v, [q._offset, k._offset, v._offset, *q._strides[:2]])
-    assert bk in (0, keys) and (bk == keys) == (D % keys == 0 and keys * (2 * D * q.dtype.itemsize + 256)
+    assert bk in (0, keys) and (bk == keys) == (D % keys == 0 and gops.tiled_tile_bytes(keys, D, q.dtype.itemsize)
                                                  <= gpu.ctx.api.limits["max-compute-workgroup-storage-size"])
     scale = float(D) ** -0.5
     before = calls["tiled"]
