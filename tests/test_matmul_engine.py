@@ -159,8 +159,7 @@ def test_engine_k_step_within_the_device_limit():
     from types import SimpleNamespace
 
     def ctx(limit: int, bk: int = 16) -> Any:
-        return SimpleNamespace(policy=H200.replace(engine_bk=bk),
-                               api=SimpleNamespace(limits={"max-compute-workgroup-storage-size": limit}))
+        return SimpleNamespace(policy=H200.replace(engine_bk=bk), workgroup_limit=limit)
 
     assert [gops.engine_bk(ctx(16384), t) for t in TILES] == [16, 8, 8, 8]  # WebGPU's default: 16 KiB
     assert [gops.engine_bk(ctx(32768), t) for t in TILES] == [16, 16, 16, 16]

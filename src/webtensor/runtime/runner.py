@@ -721,7 +721,8 @@ class ModelRunner:
             need = self.blocks.blocks_for(r.next_position + steps - 1)
             first = stale_blocks(r.start, self.kv_window, self.block_size)
             owned.extend([HOLE] * (first - len(owned)))  # (a row far past the slot's blocks: none behind its window)
-            gaps = [i for i in range(first, min(need, len(owned))) if owned[i] == HOLE]  # (a row back at a hole)
+            gaps = ([i for i in range(first, min(need, len(owned))) if owned[i] == HOLE]  # (a row back at a hole)
+                    if self.kv_window is not None else [])  # (holes only where blocks are given back)
             new = self.blocks.allocate(len(gaps) + max(0, need - len(owned)))
             for i, b in zip(gaps, new, strict=False):
                 owned[i] = b
@@ -750,7 +751,8 @@ class ModelRunner:
         end - 1 (`_place`): the blocks it takes less those it gives back behind the window."""
         need = self.blocks.blocks_for(end)  # (> the stale ones: a row reads its own position)
         owned = self._owned[slot][:need] if start else self._owned[slot]  # (start 0: every block given back)
-        return need - stale_blocks(start, self.kv_window, self.block_size) - (len(owned) - owned.count(HOLE))
+        held = len(owned) - (owned.count(HOLE) if self.kv_window is not None else 0)  # (holes only with a window)
+        return need - stale_blocks(start, self.kv_window, self.block_size) - held
 
     def _keepable(self, slot: int, n: int) -> int:
         """n, where a row at position n reads only positions whose blocks the slot still holds; else 0 (a block it

@@ -250,7 +250,7 @@ class WgpuContext:
             if sig.size > PARAM_BYTES:
                 raise GPUError(f"{label}: its parameters ({sig.size} B) exceed a slot of {PARAM_BYTES} B")
             try:
-                shared, limit = workgroup_bytes(code), int(self.api.limits.get(WORKGROUP_LIMIT, 16384))
+                shared, limit = workgroup_bytes(code), self.workgroup_limit
             except ValueError as e:
                 raise GPUError(f"kernel {label}: {e}") from None
             if shared > limit:  # (nothing below checks it: a driver given such a shader may hang the GPU)
@@ -286,6 +286,12 @@ class WgpuContext:
         sig.check_wgsl(code)
         label = Path(file).stem + "".join(f"-{v}" for _, v in sorted(defs.items()))
         return KernelText(label, code, sig, frozenset(missing))
+
+    @property
+    def workgroup_limit(self) -> int:
+        """Bytes of workgroup memory a kernel may declare on this device (its `max-compute-workgroup-storage-size`;
+        WebGPU's default 16,384 where the API reports none): what tile-picking planners and `kernel` hold to."""
+        return int(self.api.limits.get(WORKGROUP_LIMIT, 16384))
 
     @property
     def has_dot4(self) -> bool:

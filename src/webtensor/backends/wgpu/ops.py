@@ -750,7 +750,7 @@ def engine_bk(ctx: WgpuContext, tile: tuple[int, int]) -> int:
     double-buffered tiles of 64 MT and 64 NT rows at that depth (2 BK (64 MT + 64 NT) 4 bytes), else 8 (16 KiB
     at most: WebGPU's default limit)."""
     bk = ctx.policy.engine_bk
-    limit = int(ctx.api.limits.get("max-compute-workgroup-storage-size", 16384))
+    limit = ctx.workgroup_limit
     return bk if 2 * bk * 64 * (tile[0] + tile[1]) * 4 <= limit else 8
 
 
@@ -910,7 +910,7 @@ def _tiled_keys(ctx: WgpuContext, D: int, tile_item: int, offsets: list[int], ex
     declaring `extra_bytes` of workgroup memory besides the tiles."""
     if not ctx.policy.tiled or not _gpu_style(ctx) or D % 16 or any(x % 4 for x in offsets):
         return 0
-    limit = int(ctx.api.limits.get("max-compute-workgroup-storage-size", 16384)) - ctx.policy.tiled_reserved_bytes
+    limit = ctx.workgroup_limit - ctx.policy.tiled_reserved_bytes
     for bk in ctx.policy.tiled_keys:
         if D % bk == 0 and tiled_tile_bytes(bk, D, tile_item) + extra_bytes <= limit:
             return bk
@@ -925,7 +925,7 @@ def prefill_subgroups(ctx: WgpuContext) -> bool:
 def prefill_keys_per_tile(ctx: WgpuContext, D: int, dtype: dt.DType) -> int:
     """BKV: the most keys a tile (32, 16, 8 or 4) whose workgroup memory fits the device's limit
     (K and V tiles, plus 64 x (BKV + 1) vec4 partial scores without subgroups); 0 if none does."""
-    limit = int(ctx.api.limits.get("max-compute-workgroup-storage-size", 16384))
+    limit = ctx.workgroup_limit
     tile_item = 2 if dtype is dt.float16 else 4
     sg = prefill_subgroups(ctx)
     for bkv in (32, 16, 8, 4):

@@ -385,7 +385,7 @@ def dot4_tile(ctx: WgpuContext, K: int, mr: int, lanes: int, nr: int) -> int:
     """KT, the activation values of each row gemv_quant_dot4 stages at a time: all of K where MR rows of
     it fit the device's workgroup memory, else the most that fit in whole tiles of 32 LANES values (a
     lane's units then stay the same in every tile), or 0 where not even one such tile fits."""
-    limit = int(ctx.api.limits.get("max-compute-workgroup-storage-size", 16384))
+    limit = ctx.workgroup_limit
     if ctx.policy.gemv_dot4_stage_bytes:
         limit = min(limit, ctx.policy.gemv_dot4_stage_bytes)
     sg = ctx.subgroup_size
